@@ -1,0 +1,16 @@
+"""The token buffer an RL rollout should keep: sampled ids are never re-encoded, new messages are appended
+as token deltas ("bridges") computed from the chat template. The audit's simulator uses this same code."""
+
+from tito_audit.rollout.bridge import Bridge, BridgeError, compute_bridge
+from tito_audit.rollout.buffer import Segment, TruncatedCompletion, Trajectory
+from tito_audit.rollout.stop import stop_token_ids
+
+__all__ = [
+    "Bridge",
+    "BridgeError",
+    "Segment",
+    "Trajectory",
+    "TruncatedCompletion",
+    "compute_bridge",
+    "stop_token_ids",
+]

@@ -1,0 +1,172 @@
+"""Play a scenario the way an RL rollout does, with the template standing in for the model.
+
+For each assistant turn the "sampled" ids are what the model would emit: the template's rendering of that
+turn as the final message, cut at the engine's stop token and tokenized in context (the tokenization the
+model was trained on). Environment messages are appended with the same ``Trajectory`` RL code would use.
+At the end we also build what naive rollout code would have: the parsed conversation re-rendered and encoded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tito_audit.rendering.renderer import RenderError, Renderer
+from tito_audit.rollout.bridge import BridgeError
+from tito_audit.rollout.buffer import Trajectory
+from tito_audit.rollout.tokens import common_prefix_len
+from tito_audit.scenarios.adapt import ADAPTERS
+from tito_audit.scenarios.spec import Scenario
+
+Message = dict[str, Any]
+
+
+@dataclass
+class Turn:
+    """One assistant turn as the simulator derived it."""
+
+    index: int  # message index of the assistant turn
+    prompt_text: str
+    completion_text: str  # rendered text after the prompt (up to the end of the render)
+    sampled_ids: list[int]
+    stop_id: int
+    stop_rendered: bool  # the template writes a stop token after this turn
+    trailing_text: str  # text the template renders after the stop token
+    gen_prompt_extra: str  # generation-prompt text that the history rendering does not have
+    gen_prompt_missing: str  # history text at that place instead
+    seam_merged: bool  # a token straddles the prompt/completion boundary
+    tool_calls_dropped: bool
+
+
+@dataclass
+class Simulation:
+    scenario: Scenario
+    messages: list[Message]  # after adaptation
+    adapters: tuple[str, ...]
+    trajectory: Trajectory | None = None
+    turns: list[Turn] = field(default_factory=list)
+    bridge_errors: list[tuple[int, BridgeError]] = field(default_factory=list)
+    naive_ids: list[int] = field(default_factory=list)
+    error: RenderError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.trajectory is not None
+
+
+def _stop_strings(renderer: Renderer, stop_ids: Sequence[int]) -> dict[str, int]:
+    return {renderer.tokenizer.convert_ids_to_tokens(i): i for i in stop_ids}
+
+
+def _tool_names(message: Message) -> list[str]:
+    return [c.get("function", c).get("name", "") for c in message.get("tool_calls") or []]
+
+
+def derive_turn(renderer: Renderer, history: list[Message], index: int, tools: Any,
+                stop_ids: Sequence[int]) -> Turn:
+    """The ids a model would sample for ``history[index]`` (an assistant message)."""
+    prompt = renderer.render(history[:index], tools=tools, add_generation_prompt=True)
+    message = history[index]
+    full = renderer.render(history[: index + 1], tools=tools)
+    start = common_prefix_len(prompt, full)
+    completion = full[start:]
+    dropped = bool(message.get("tool_calls")) and not all(n in completion for n in _tool_names(message))
+    if dropped:
+        # The template cannot show the call; a model would still emit it, so emit it as text.
+        as_text = ADAPTERS["calls_as_content"]([message])[0]
+        full = renderer.render([*history[:index], as_text], tools=tools)
+        start = common_prefix_len(prompt, full)
+        completion = full[start:]
+    stops = _stop_strings(renderer, stop_ids)
+    hits = [(completion.find(s), s) for s in stops if s and s in completion]
+    if hits:
+        pos, text = min(hits)
+        stop_id, stop_rendered = stops[text], True
+        body_end, trailing = start + pos, completion[pos + len(text):]
+    else:
+        stop_id, stop_rendered = stop_ids[0], False
+        body_end, trailing = len(full), ""
+    ids, offsets = renderer.encode_with_offsets(full)
+    body = [t for t, (a, b) in zip(ids, offsets, strict=True) if a >= start and b <= body_end and b > a]
+    seam = any(a < start < b for a, b in offsets)
+    return Turn(
+        index=index,
+        prompt_text=prompt,
+        completion_text=completion,
+        sampled_ids=[*body, stop_id],
+        stop_id=stop_id,
+        stop_rendered=stop_rendered,
+        trailing_text=trailing,
+        gen_prompt_extra=prompt[start:],
+        gen_prompt_missing=full[start: start + max(0, len(prompt) - start)] if start < len(prompt) else "",
+        seam_merged=seam,
+        tool_calls_dropped=dropped,
+    )
+
+
+def _first_render_error(renderer: Renderer, messages: list[Message], tools: Any) -> RenderError | None:
+    for i in range(1, len(messages) + 1):
+        try:
+            renderer.render(messages[:i], tools=tools, add_generation_prompt=messages[i - 1]["role"] != "assistant")
+        except RenderError as err:
+            return err
+    return None
+
+
+def adapt_to_template(renderer: Renderer, scenario: Scenario) -> tuple[list[Message], tuple[str, ...], RenderError | None]:
+    """Try the plain conversation, then adapters one by one and together, like a practitioner would."""
+    messages = scenario.messages_list()
+    tools = list(scenario.tools)
+    err = _first_render_error(renderer, messages, tools)
+    if err is None or err.kind in ("timeout", "too_large", "security"):
+        return messages, (), err
+    tried: list[tuple[str, ...]] = [("system_into_user",), ("tool_as_user",), ("system_into_user", "tool_as_user")]
+    for names in tried:
+        adapted = messages
+        for name in names:
+            adapted = ADAPTERS[name](adapted)
+        if adapted == messages:
+            continue
+        if _first_render_error(renderer, adapted, tools) is None:
+            return adapted, names, None
+    return messages, (), err
+
+
+def simulate(renderer: Renderer, scenario: Scenario, stop_ids: Sequence[int]) -> Simulation:
+    renderer = renderer.with_kwargs(**scenario.kwargs) if scenario.kwargs else renderer
+    messages, adapters, err = adapt_to_template(renderer, scenario)
+    sim = Simulation(scenario, messages, adapters)
+    if err is not None:
+        sim.error = err
+        return sim
+    tools = list(scenario.tools)
+    traj = Trajectory(renderer, stop_ids, tools)
+    assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    try:
+        traj.start(messages[: assistants[0]])
+        for n, idx in enumerate(assistants):
+            turn = derive_turn(renderer, messages, idx, tools, stop_ids)
+            sim.turns.append(turn)
+            traj.append_sampled(turn.sampled_ids, message=messages[idx])
+            nxt = assistants[n + 1] if n + 1 < len(assistants) else len(messages)
+            if nxt > idx + 1:
+                try:
+                    traj.append_messages(messages[idx + 1: nxt])
+                except BridgeError as exc:
+                    sim.bridge_errors.append((idx, exc))
+                    # Append anyway, as code without the check would, so later checks see the consequence.
+                    traj.messages.extend(messages[idx + 1: nxt])
+                    traj._push("bridge", exc.forced_ids, trained=False)
+        naive_text = renderer.render(messages, tools=tools)
+        naive = renderer.encode(naive_text)
+        last = sim.turns[-1]
+        if last.trailing_text and naive_text.endswith(last.trailing_text):
+            trailing = len(renderer.encode(last.trailing_text))
+            naive = naive[: len(naive) - trailing] if trailing else naive
+        sim.naive_ids = naive
+    except RenderError as exc:
+        sim.error = exc
+        return sim
+    sim.trajectory = traj
+    return sim

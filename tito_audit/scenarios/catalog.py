@@ -1,0 +1,207 @@
+"""The scenario catalog: conversation shapes x content variants, described as data.
+
+Tool-call ids are 9 alphanumerics (the strictest format in common use, Mistral's), so one id style fits
+every template. ``build_scenarios`` needs the tokenizer's own control-token text for the injection variant.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from tito_audit.scenarios.spec import Message, Scenario, ScenarioSpec
+
+TOOLS: tuple[dict[str, Any], ...] = (
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get the current weather for a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
+                "required": ["city"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "search_docs",
+            "description": "Search internal documents.",
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string"}, "filters": {"type": "object"}},
+                "required": ["query"],
+            },
+        },
+    },
+)
+
+# Text per variant: (user, tool output, final answer, call arguments)
+_LONG = "\n".join(f"row {i:04d}: temperature={10 + i % 17} humidity={40 + i % 31}%" for i in range(160))
+VARIANTS: dict[str, dict[str, Any]] = {
+    "plain": {"user": "What is the weather in Paris?", "tool": "Sunny, 21 C.",
+              "final": "It is sunny in Paris.", "args": {"city": "Paris"}},
+    "cjk": {"user": "東京の天気は？北京呢？", "tool": "晴れ、気温21度。", "final": "東京は晴れです。",
+            "args": {"city": "東京"}},
+    "emoji": {"user": "Weather in Rio? 🌴☀️", "tool": "☀️ 30 C 👍", "final": "Hot and sunny 🌞!",
+              "args": {"city": "Rio 🌴"}},
+    "rtl": {"user": "ما هو الطقس في القاهرة؟ מזג אוויר", "tool": "مشمس، 30 درجة", "final": "الجو مشمس في القاهرة.",
+            "args": {"city": "القاهرة"}},
+    "whitespace": {"user": "  Weather\tin  Oslo?\n\n", "tool": "\n  cold\t-5 C  \n\n", "final": " Cold.\n\n ",
+                   "args": {"city": " Oslo "}},
+    "nested_json": {"user": "Find the Q3 report.", "tool": '{"hits": [{"id": 1, "title": "Q3"}], "total": 1}',
+                    "final": "Found one report.", "tool_name": "search_docs",
+                    "args": {"query": "Q3 report", "filters": {"year": [2024, 2025], "meta": {"lang": "en"}}}},
+    "booleans": {"user": "Search archived docs only.", "tool": "[]", "final": "Nothing archived.",
+                 "tool_name": "search_docs",
+                 "args": {"query": "budget", "filters": {"archived": True, "draft": False, "owner": None,
+                                                         "score": 0.5, "limit": 10}}},
+    "args_string": {"user": "Weather in Berlin?", "tool": "Rain, 12 C.", "final": "It rains in Berlin.",
+                    "args": '{"city": "Berlin", "unit": "c"}'},
+    "long_output": {"user": "Give me the hourly log.", "tool": _LONG, "final": "Here is the summary.",
+                    "args": {"city": "Lyon"}},
+    "special_text": {},  # filled per tokenizer: control-token text inside user and tool content
+}
+
+# Shapes: step names understood by _build. Thinking steps carry reasoning.
+SHAPES: dict[str, tuple[str, ...]] = {
+    "single_call": ("user", "call", "tool", "final"),
+    "two_calls": ("user", "call", "tool", "call", "tool", "final"),
+    "parallel_calls": ("user", "call2", "tool", "tool", "final"),
+    "system_single_call": ("system", "user", "call", "tool", "final"),
+    "followup_user": ("user", "call", "tool", "final", "user", "call", "tool", "final"),
+    "system_notice": ("user", "call", "tool", "notice", "final"),
+    "content_null": ("user", "null_call", "tool", "final"),
+    "reasoning": ("user", "think_call", "tool", "think_final"),
+    "reasoning_followup": ("system", "user", "think_call", "tool", "think_final", "user", "think_call", "tool",
+                           "think_final"),
+    "inline_think": ("user", "inline_think_call", "tool", "inline_think_final"),
+}
+
+CATALOG: tuple[ScenarioSpec, ...] = (
+    *(ScenarioSpec(f"{shape}/plain", steps, "plain", f"{shape.replace('_', ' ')}, plain text")
+      for shape, steps in SHAPES.items()),
+    *(ScenarioSpec(f"single_call/{v}", SHAPES["single_call"], v, f"one tool call, {v.replace('_', ' ')} content")
+      for v in VARIANTS if v != "plain"),
+    *(ScenarioSpec(f"two_calls/{v}", SHAPES["two_calls"], v, f"two sequential calls, {v.replace('_', ' ')}")
+      for v in ("cjk", "emoji", "whitespace", "nested_json", "booleans", "args_string", "special_text")),
+    *(ScenarioSpec(f"parallel_calls/{v}", SHAPES["parallel_calls"], v, f"parallel calls, {v.replace('_', ' ')}")
+      for v in ("nested_json", "args_string", "long_output")),
+    *(ScenarioSpec(f"followup_user/{v}", SHAPES["followup_user"], v, f"user follow-up, {v.replace('_', ' ')}")
+      for v in ("cjk", "whitespace", "special_text")),
+    *(ScenarioSpec(f"reasoning/{v}", SHAPES["reasoning"], v, f"reasoning_content, {v.replace('_', ' ')}")
+      for v in ("cjk", "whitespace", "booleans")),
+    *(ScenarioSpec(f"system_single_call/{v}", SHAPES["system_single_call"], v, f"system prompt, {v}")
+      for v in ("emoji", "rtl")),
+    ScenarioSpec("content_empty/plain", ("user", "empty_call", "tool", "final"), "plain",
+                 "assistant content is an empty string next to tool calls"),
+    ScenarioSpec("inline_think/cjk", SHAPES["inline_think"], "cjk", "inline <think> blocks, CJK"),
+    ScenarioSpec("system_notice/whitespace", SHAPES["system_notice"], "whitespace", "system notice mid-episode"),
+)
+
+
+def _call_id(n: int) -> str:
+    return f"call{n:05d}"[:9].ljust(9, "0")
+
+
+def _variant(name: str, special_texts: Sequence[str]) -> dict[str, Any]:
+    if name != "special_text":
+        return VARIANTS[name]
+    text = " ".join(special_texts[:4]) or "<|im_end|> </s>"
+    return {"user": f"Please echo this: {text}", "tool": f"result {text} done", "final": "Echoed.",
+            "args": {"city": "Paris"}}
+
+
+def _build(spec: ScenarioSpec, special_texts: Sequence[str]) -> list[Message]:
+    v = _variant(spec.variant, special_texts)
+    tool_name = v.get("tool_name", "get_weather")
+    msgs: list[Message] = []
+    pending: list[str] = []
+    counter = 0
+
+    def call(args: Any, name: str = tool_name) -> dict[str, Any]:
+        nonlocal counter
+        counter += 1
+        cid = _call_id(counter)
+        pending.append(cid)
+        return {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+
+    turn = 0
+    for step in spec.steps:
+        turn += 1
+        if step == "system":
+            msgs.append({"role": "system", "content": "You are a careful assistant. Use tools when useful."})
+        elif step == "user":
+            msgs.append({"role": "user", "content": v["user"] if turn < 3 else f"And tomorrow? {v['user']}"})
+        elif step == "notice":
+            msgs.append({"role": "system", "content": "Notice: the tool quota is almost used up."})
+        elif step in ("call", "empty_call", "null_call", "think_call", "inline_think_call"):
+            m: Message = {"role": "assistant", "content": "", "tool_calls": [call(v["args"])]}
+            if step == "null_call":
+                m["content"] = None
+            if step == "think_call":
+                m["reasoning_content"] = "The user wants the weather, so I call the tool."
+            if step == "inline_think_call":
+                m["content"] = "<think>\nI should call the tool.\n</think>\n\n"
+            msgs.append(m)
+        elif step == "call2":
+            other = dict(v["args"]) if isinstance(v["args"], dict) else v["args"]
+            msgs.append({"role": "assistant", "content": "",
+                         "tool_calls": [call(v["args"]), call(other, "search_docs")]})
+        elif step == "tool":
+            cid = pending.pop(0) if pending else _call_id(0)
+            msgs.append({"role": "tool", "tool_call_id": cid, "name": tool_name, "content": v["tool"]})
+        elif step == "final":
+            msgs.append({"role": "assistant", "content": v["final"]})
+        elif step == "think_final":
+            msgs.append({"role": "assistant", "content": v["final"], "reasoning_content": "The tool answered; summarise."})
+        elif step == "inline_think_final":
+            msgs.append({"role": "assistant", "content": f"<think>\nSummarise the result.\n</think>\n\n{v['final']}"})
+        else:
+            raise ValueError(f"unknown step {step!r} in scenario {spec.id}")
+    return msgs
+
+
+def _tags(spec: ScenarioSpec, messages: Iterable[Message]) -> frozenset[str]:
+    tags = {spec.variant, spec.id.split("/")[0]}
+    for m in messages:
+        if m.get("reasoning_content") or "<think>" in str(m.get("content") or ""):
+            tags.add("thinking")
+        if m.get("tool_calls"):
+            tags.add("tool")
+            if len(m["tool_calls"]) > 1:
+                tags.add("parallel")
+        if m["role"] == "system":
+            tags.add("system")
+    return frozenset(tags | set(spec.tags))
+
+
+def build_scenarios(
+    special_texts: Sequence[str] = (),
+    thinking_modes: Sequence[dict[str, Any]] = ({},),
+    only: Sequence[str] | None = None,
+) -> list[Scenario]:
+    """Concrete scenarios; scenarios with reasoning are played once per thinking mode."""
+    out: list[Scenario] = []
+    for spec in CATALOG:
+        if only and not any(spec.id.startswith(o) for o in only):
+            continue
+        messages = _build(spec, special_texts)
+        tags = _tags(spec, messages)
+        modes = thinking_modes if "thinking" in tags else ({},)
+        for mode in modes:
+            suffix = "".join(f"[{k}={json.dumps(val)}]" for k, val in sorted(mode.items()))
+            out.append(
+                Scenario(
+                    id=spec.id + suffix,
+                    description=spec.description,
+                    messages=tuple(messages),
+                    tools=TOOLS,
+                    tags=tags,
+                    template_kwargs=tuple(sorted(mode.items())),
+                )
+            )
+    return out

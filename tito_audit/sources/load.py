@@ -1,0 +1,253 @@
+"""Turn a folder of tokenizer files into a tokenizer and the chat template transformers would use.
+
+The tokenizer is loaded with ``AutoTokenizer.from_pretrained`` (never ``trust_remote_code``) so that the audit
+sees exactly what an RL practitioner's stack sees, quirks included. Template resolution is transformers' own:
+``chat_template.jinja`` over ``chat_template.json`` over ``tokenizer_config.json``, named templates through
+``get_chat_template`` (``tool_use`` when tools are given, else ``default``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tito_audit.errors import (
+    AuditError,
+    CorruptConfig,
+    CorruptTokenizer,
+    NoChatTemplate,
+    TemplateCompileError,
+    UsageError,
+)
+from tito_audit.sources.base import ModelFiles
+
+_JSON_FILES = (
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.json",
+    "generation_config.json",
+    "added_tokens.json",
+    "config.json",
+)
+# Any tools list selects the ``tool_use`` named template, as transformers does for tool conversations.
+_TOOLS_PROBE = [{"type": "function", "function": {"name": "probe", "parameters": {}}}]
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where every byte the audit looked at came from; copied into every report."""
+
+    model: str
+    source: str
+    repo_id: str | None
+    revision: str | None
+    template_file: str
+    template_name: str | None
+    template_sha256: str
+    tokenizer_class: str
+    bos_token: str | None
+    eos_token: str | None
+    vocab_size: int
+    license: str | None = None
+    files: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class LoadedModel:
+    """A tokenizer plus the exact chat template under audit."""
+
+    name: str
+    tokenizer: Any  # transformers.PreTrainedTokenizerBase
+    chat_template: str
+    provenance: Provenance
+    generation_eos_ids: tuple[int, ...] = ()
+
+    def with_template(self, template: str, origin: str) -> LoadedModel:
+        """The same tokenizer with another template (a patched one, a scanned one)."""
+        prov = Provenance(
+            **{
+                **self.provenance.to_dict(),
+                "template_file": origin,
+                "template_name": None,
+                "template_sha256": sha256_text(template),
+            }
+        )
+        return LoadedModel(self.name, self.tokenizer, template, prov, self.generation_eos_ids)
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _validate_json_files(spec: str, folder: Path) -> dict[str, Any]:
+    parsed: dict[str, Any] = {}
+    for name in _JSON_FILES:
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            parsed[name] = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CorruptConfig(spec, f"{name} is not valid JSON ({exc})") from exc
+        if not isinstance(parsed[name], dict):
+            raise CorruptConfig(spec, f"{name} is not a JSON object")
+    return parsed
+
+
+def _load_tokenizer(spec: str, folder: Path) -> Any:
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    if not any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")):
+        raise CorruptTokenizer(spec, f"no tokenizer file (tokenizer.json, tokenizer.model, vocab.*) in {folder}")
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
+    except Exception as exc:
+        tokenizer_json = folder / "tokenizer.json"
+        if tokenizer_json.is_file():
+            try:
+                json.loads(tokenizer_json.read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as json_exc:
+                raise CorruptTokenizer(spec, f"tokenizer.json is corrupt or truncated ({json_exc})") from exc
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise CorruptTokenizer(spec, f"tokenizer failed to load: {type(exc).__name__}: {first[:200]}") from exc
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def _template_origin(folder: Path, template: str, name: str | None, config: dict[str, Any]) -> str:
+    """Which file the resolved template text came from (first match in transformers' precedence)."""
+    candidates: list[tuple[str, str | None]] = []
+    if name:
+        extra = folder / "additional_chat_templates" / f"{name}.jinja"
+        if extra.is_file():
+            candidates.append((str(extra.relative_to(folder)), extra.read_text(encoding="utf-8")))
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        candidates.append(("chat_template.jinja", jinja.read_text(encoding="utf-8")))
+    ct_json = folder / "chat_template.json"
+    if ct_json.is_file():
+        raw = json.loads(ct_json.read_text(encoding="utf-8")).get("chat_template")
+        candidates.append(("chat_template.json", raw if isinstance(raw, str) else json.dumps(raw)))
+    raw_cfg = config.get("chat_template")
+    if isinstance(raw_cfg, list):
+        named = {t.get("name"): t.get("template") for t in raw_cfg if isinstance(t, dict)}
+        candidates.append(("tokenizer_config.json", named.get(name) or named.get("tool_use") or named.get("default")))
+    elif isinstance(raw_cfg, str):
+        candidates.append(("tokenizer_config.json", raw_cfg))
+    for origin, text in candidates:
+        if text is not None and (text == template or template in text):
+            return origin
+    return candidates[0][0] if candidates else "unknown"
+
+
+def compile_template(spec: str, template: str) -> Any:
+    """Compile with transformers' sandboxed environment; syntax errors become one-line audit errors."""
+    from jinja2 import TemplateError
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    try:
+        return _compile_jinja_template(template)
+    except TemplateError as exc:
+        line = getattr(exc, "lineno", None)
+        where = f" (line {line})" if line else ""
+        raise TemplateCompileError(spec, f"chat template does not compile{where}: {exc}") from exc
+    except RecursionError as exc:
+        raise TemplateCompileError(spec, "chat template does not compile: nesting too deep") from exc
+
+
+def _generation_eos_ids(tokenizer: Any, parsed: dict[str, Any]) -> tuple[int, ...]:
+    ids: list[int] = []
+    for source in (parsed.get("generation_config.json", {}), parsed.get("config.json", {})):
+        eos = source.get("eos_token_id")
+        if isinstance(eos, int):
+            ids.append(eos)
+        elif isinstance(eos, list):
+            ids.extend(i for i in eos if isinstance(i, int))
+    return tuple(dict.fromkeys(ids))
+
+
+def load_model(
+    files: ModelFiles,
+    template_name: str | None = None,
+    chat_template_file: str | Path | None = None,
+) -> LoadedModel:
+    spec, folder = files.spec, files.folder
+    parsed = _validate_json_files(spec, folder)
+    tokenizer = _load_tokenizer(spec, folder)
+    config = parsed.get("tokenizer_config.json", {})
+
+    if chat_template_file is not None:
+        path = Path(chat_template_file)
+        try:
+            template = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(spec, f"cannot read --chat-template {path}: {exc}") from exc
+        origin = str(path)
+        template_name = None
+    else:
+        if not tokenizer.chat_template:
+            raise NoChatTemplate(spec, "the model has no chat template (none in its tokenizer files)")
+        try:
+            template = tokenizer.get_chat_template(template_name, tools=_TOOLS_PROBE)
+        except ValueError as exc:
+            raise UsageError(spec, str(exc).splitlines()[0]) from exc
+        origin = _template_origin(folder, template, template_name, config)
+    if not isinstance(template, str) or not template.strip():
+        raise NoChatTemplate(spec, "the chat template is empty")
+    compile_template(spec, template)
+
+    license_ = files.license
+    for meta in ("PROVENANCE.json", "SOURCE.json"):
+        if license_ is None and (folder / meta).is_file():
+            try:
+                license_ = json.loads((folder / meta).read_text()).get("license")
+            except (json.JSONDecodeError, AttributeError):
+                pass
+
+    provenance = Provenance(
+        model=spec,
+        source=files.source,
+        repo_id=files.repo_id,
+        revision=files.revision,
+        template_file=origin,
+        template_name=template_name,
+        template_sha256=sha256_text(template),
+        tokenizer_class=type(tokenizer).__name__,
+        bos_token=tokenizer.bos_token,
+        eos_token=tokenizer.eos_token,
+        vocab_size=len(tokenizer),
+        license=license_,
+        files={p.name: _sha256_file(p)[:16] for p in sorted(folder.iterdir()) if p.is_file()},
+    )
+    return LoadedModel(spec, tokenizer, template, provenance, _generation_eos_ids(tokenizer, parsed))
+
+
+def load(spec: str, offline: bool = False, template_name: str | None = None,
+         chat_template_file: str | Path | None = None) -> LoadedModel:
+    """Fetch and load in one call (the public entry point)."""
+    from tito_audit.sources.resolve import fetch_model_files
+
+    try:
+        return load_model(fetch_model_files(spec, offline), template_name, chat_template_file)
+    except AuditError:
+        raise
+
+
+logging.getLogger("transformers").setLevel(logging.ERROR)
