@@ -17,7 +17,7 @@ from typing import Any
 from jinja2 import TemplateError
 from jinja2.exceptions import SecurityError
 
-from tito_audit.rendering.guard import RenderLimits, RenderTimeout, time_limit
+from tito_audit.rendering.guard import RenderLimits, RenderTimeout, harden_environment, render_limits
 
 DEFAULT_DATE = dt.datetime(2026, 1, 15, 12, 0, 0)
 _PINNED_DATE: contextvars.ContextVar[dt.datetime] = contextvars.ContextVar("tito_audit_date", default=DEFAULT_DATE)
@@ -43,6 +43,7 @@ def _install_pinned_clock(template: str) -> None:
 
     compiled = _compile_jinja_template(template)
     compiled.environment.globals["strftime_now"] = _pinned_strftime
+    harden_environment(compiled.environment)
 
 
 @contextmanager
@@ -96,7 +97,7 @@ class Renderer:
         return Renderer(self.tokenizer, self.chat_template, self.template_kwargs, date, self.limits)
 
     def _call(self, messages: Sequence[Message], tools: Any, agp: bool, **extra: Any) -> Any:
-        with pinned_date(self.date), time_limit(self.limits.seconds):
+        with pinned_date(self.date), render_limits(self.limits):
             return self.tokenizer.apply_chat_template(
                 list(messages),
                 tools=tools,
@@ -118,7 +119,9 @@ class Renderer:
         except (TypeError, ValueError, KeyError, IndexError, AttributeError, ZeroDivisionError) as exc:
             raise RenderError("type", f"{type(exc).__name__}: {first_line(exc)}") from exc
         except MemoryError as exc:
-            raise RenderError("too_large", "render exhausted memory") from exc
+            raise RenderError("too_large", "render exhausted its memory budget") from exc
+        except OverflowError as exc:  # the sandbox's MAX_RANGE, or arithmetic past any sane size
+            raise RenderError("too_large", f"OverflowError: {first_line(exc)}") from exc
         except RecursionError as exc:
             raise RenderError("too_large", "render recursed too deeply") from exc
         except Exception as exc:
@@ -142,7 +145,9 @@ class Renderer:
             raise hit
         return hit
 
-    def render_ids(self, messages: Sequence[Message], tools: Any = None, add_generation_prompt: bool = False) -> list[int]:
+    def render_ids(
+        self, messages: Sequence[Message], tools: Any = None, add_generation_prompt: bool = False
+    ) -> list[int]:
         """Token ids of a render with control-token text in message content encoded as plain text.
 
         This is how environment messages must be encoded: a tool result that contains ``<|im_end|>`` must not
@@ -154,7 +159,11 @@ class Renderer:
             try:
                 try:
                     out = self._guarded(
-                        messages, tools, add_generation_prompt, tokenize=True, return_dict=False,
+                        messages,
+                        tools,
+                        add_generation_prompt,
+                        tokenize=True,
+                        return_dict=False,
                         sanitize_control_tokens=True,
                     )
                 except RenderError as err:

@@ -2,7 +2,7 @@
 as token deltas ("bridges") computed from the chat template. The audit's simulator uses this same code."""
 
 from tito_audit.rollout.bridge import Bridge, BridgeError, compute_bridge
-from tito_audit.rollout.buffer import Segment, TruncatedCompletion, Trajectory
+from tito_audit.rollout.buffer import Segment, Trajectory, TruncatedCompletion
 from tito_audit.rollout.stop import stop_token_ids
 
 __all__ = [

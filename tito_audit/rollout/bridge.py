@@ -70,7 +70,10 @@ def compute_bridge(
     if same < len(prefix):
         raise BridgeError(
             f"appending {'+'.join(m['role'] for m in new_messages)} rewrites token {same} of the history",
-            same, prefix, after, _tail_after_kth_stop(prefix, after, stop_ids),
+            same,
+            prefix,
+            after,
+            _tail_after_kth_stop(prefix, after, stop_ids),
         )
     return Bridge(ids=after[cut:], prefix_len=cut, trailing_ids=before[cut:], stop_rendered=stop_at is not None)
 
@@ -83,5 +86,5 @@ def _tail_after_kth_stop(prefix: list[int], after: list[int], stop_ids: Sequence
         if t in stops:
             seen += 1
             if seen == k:
-                return after[i + 1:]
-    return after[len(prefix):]
+                return after[i + 1 :]
+    return after[len(prefix) :]

@@ -67,15 +67,25 @@ class Trajectory:
         self.bridges: list[Bridge] = []
 
     @classmethod
-    def from_model(cls, model: Any, tools: Sequence[dict[str, Any]] | None = None,
-                   template_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> Trajectory:
+    def from_model(
+        cls,
+        model: Any,
+        tools: Sequence[dict[str, Any]] | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Trajectory:
         """Build from a ``LoadedModel`` (see ``tito_audit.load``)."""
         renderer = Renderer(model.tokenizer, model.chat_template, template_kwargs)
         stops = stop_token_ids(model.tokenizer, renderer, model.generation_eos_ids)
         return cls(renderer, stops, tools, **kwargs)
 
-    def _push(self, kind: Literal["prompt", "sampled", "bridge", "turn_end"], ids: Sequence[int],
-              trained: bool, logprobs: Sequence[float] | None = None) -> None:
+    def _push(
+        self,
+        kind: Literal["prompt", "sampled", "bridge", "turn_end"],
+        ids: Sequence[int],
+        trained: bool,
+        logprobs: Sequence[float] | None = None,
+    ) -> None:
         start = len(self.input_ids)
         self.input_ids.extend(int(i) for i in ids)
         self.loss_mask.extend([1 if trained else 0] * len(ids))
@@ -121,8 +131,9 @@ class Trajectory:
         """Append environment messages (tool results, user turns, system notices) as a token delta."""
         if not self.messages or self.messages[-1]["role"] != "assistant":
             raise ValueError("append_messages() follows an assistant turn (append_sampled())")
-        bridge = compute_bridge(self.renderer, self.messages, messages, self.tools, self.stop_ids,
-                                add_generation_prompt)
+        bridge = compute_bridge(
+            self.renderer, self.messages, messages, self.tools, self.stop_ids, add_generation_prompt
+        )
         if self.truncated:
             if self.on_truncated == "refuse":
                 raise TruncatedCompletion(
@@ -130,7 +141,7 @@ class Trajectory:
                     "would join text the model never closed (pass on_truncated='mask' to close it untrained)"
                 )
             history = self.renderer.render_ids(self.messages, tools=self.tools)
-            turn_end = [t for t in history[bridge.prefix_len - 1: bridge.prefix_len] if t in set(self.stop_ids)]
+            turn_end = [t for t in history[bridge.prefix_len - 1 : bridge.prefix_len] if t in set(self.stop_ids)]
             self._push("turn_end", turn_end or [self.stop_ids[0]], trained=False)
             self.truncated = False
         self.messages.extend(copy.deepcopy(list(messages)))
@@ -142,5 +153,8 @@ class Trajectory:
         return [(s.start, s.end) for s in self.segments if s.kind == "sampled"]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"input_ids": list(self.input_ids), "loss_mask": list(self.loss_mask),
-                "logprobs": list(self.logprobs)}
+        return {
+            "input_ids": list(self.input_ids),
+            "loss_mask": list(self.loss_mask),
+            "logprobs": list(self.logprobs),
+        }

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tito_audit.rendering.renderer import RenderError, Renderer
+from tito_audit.rendering.renderer import Renderer, RenderError
 from tito_audit.rollout.bridge import BridgeError
 from tito_audit.rollout.buffer import Trajectory
 from tito_audit.rollout.tokens import common_prefix_len
@@ -63,8 +63,7 @@ def _tool_names(message: Message) -> list[str]:
     return [c.get("function", c).get("name", "") for c in message.get("tool_calls") or []]
 
 
-def derive_turn(renderer: Renderer, history: list[Message], index: int, tools: Any,
-                stop_ids: Sequence[int]) -> Turn:
+def derive_turn(renderer: Renderer, history: list[Message], index: int, tools: Any, stop_ids: Sequence[int]) -> Turn:
     """The ids a model would sample for ``history[index]`` (an assistant message)."""
     prompt = renderer.render(history[:index], tools=tools, add_generation_prompt=True)
     message = history[index]
@@ -83,7 +82,7 @@ def derive_turn(renderer: Renderer, history: list[Message], index: int, tools: A
     if hits:
         pos, text = min(hits)
         stop_id, stop_rendered = stops[text], True
-        body_end, trailing = start + pos, completion[pos + len(text):]
+        body_end, trailing = start + pos, completion[pos + len(text) :]
     else:
         stop_id, stop_rendered = stop_ids[0], False
         body_end, trailing = len(full), ""
@@ -99,7 +98,7 @@ def derive_turn(renderer: Renderer, history: list[Message], index: int, tools: A
         stop_rendered=stop_rendered,
         trailing_text=trailing,
         gen_prompt_extra=prompt[start:],
-        gen_prompt_missing=full[start: start + max(0, len(prompt) - start)] if start < len(prompt) else "",
+        gen_prompt_missing=full[start : start + max(0, len(prompt) - start)] if start < len(prompt) else "",
         seam_merged=seam,
         tool_calls_dropped=dropped,
     )
@@ -114,14 +113,20 @@ def _first_render_error(renderer: Renderer, messages: list[Message], tools: Any)
     return None
 
 
-def adapt_to_template(renderer: Renderer, scenario: Scenario) -> tuple[list[Message], tuple[str, ...], RenderError | None]:
+def adapt_to_template(
+    renderer: Renderer, scenario: Scenario
+) -> tuple[list[Message], tuple[str, ...], RenderError | None]:
     """Try the plain conversation, then adapters one by one and together, like a practitioner would."""
     messages = scenario.messages_list()
     tools = list(scenario.tools)
     err = _first_render_error(renderer, messages, tools)
     if err is None or err.kind in ("timeout", "too_large", "security"):
         return messages, (), err
-    tried: list[tuple[str, ...]] = [("system_into_user",), ("tool_as_user",), ("system_into_user", "tool_as_user")]
+    tried: list[tuple[str, ...]] = [
+        ("system_into_user",),
+        ("tool_as_user",),
+        ("system_into_user", "tool_as_user"),
+    ]
     for names in tried:
         adapted = messages
         for name in names:
@@ -152,11 +157,11 @@ def simulate(renderer: Renderer, scenario: Scenario, stop_ids: Sequence[int]) ->
             nxt = assistants[n + 1] if n + 1 < len(assistants) else len(messages)
             if nxt > idx + 1:
                 try:
-                    traj.append_messages(messages[idx + 1: nxt])
+                    traj.append_messages(messages[idx + 1 : nxt])
                 except BridgeError as exc:
                     sim.bridge_errors.append((idx, exc))
                     # Append anyway, as code without the check would, so later checks see the consequence.
-                    traj.messages.extend(messages[idx + 1: nxt])
+                    traj.messages.extend(messages[idx + 1 : nxt])
                     traj._push("bridge", exc.forced_ids, trained=False)
         naive_text = renderer.render(messages, tools=tools)
         naive = renderer.encode(naive_text)

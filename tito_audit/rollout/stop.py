@@ -11,19 +11,29 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tito_audit.rendering.renderer import RenderError, Renderer
+from tito_audit.rendering.renderer import Renderer, RenderError
 from tito_audit.rollout.tokens import special_token_strings
+from tito_audit.scenarios.catalog import TOOLS
 
 _MARK = "Zq7MARK"
 _PROBES: tuple[list[dict[str, Any]], ...] = (
     [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": f"Answer {_MARK}"}],
     [
         {"role": "user", "content": "Hi"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "call00001", "type": "function", "function": {"name": "probe", "arguments": {"q": _MARK}}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "call00001",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": {"city": _MARK}},
+                }
+            ],
+        },
     ],
 )
-_PROBE_TOOLS = [{"type": "function", "function": {"name": "probe", "parameters": {"type": "object"}}}]
+_PROBE_TOOLS = list(TOOLS)
 
 
 def template_turn_end_tokens(renderer: Renderer) -> list[str]:
@@ -38,7 +48,7 @@ def template_turn_end_tokens(renderer: Renderer) -> list[str]:
         at = text.rfind(_MARK)
         if at < 0:
             continue
-        tail = text[at + len(_MARK):]
+        tail = text[at + len(_MARK) :]
         hits = [(tail.find(s), s) for s in specials if s in tail]
         if hits:
             found.append(min(hits)[1])

@@ -42,27 +42,65 @@ TOOLS: tuple[dict[str, Any], ...] = (
 # Text per variant: (user, tool output, final answer, call arguments)
 _LONG = "\n".join(f"row {i:04d}: temperature={10 + i % 17} humidity={40 + i % 31}%" for i in range(160))
 VARIANTS: dict[str, dict[str, Any]] = {
-    "plain": {"user": "What is the weather in Paris?", "tool": "Sunny, 21 C.",
-              "final": "It is sunny in Paris.", "args": {"city": "Paris"}},
-    "cjk": {"user": "東京の天気は？北京呢？", "tool": "晴れ、気温21度。", "final": "東京は晴れです。",
-            "args": {"city": "東京"}},
-    "emoji": {"user": "Weather in Rio? 🌴☀️", "tool": "☀️ 30 C 👍", "final": "Hot and sunny 🌞!",
-              "args": {"city": "Rio 🌴"}},
-    "rtl": {"user": "ما هو الطقس في القاهرة؟ מזג אוויר", "tool": "مشمس، 30 درجة", "final": "الجو مشمس في القاهرة.",
-            "args": {"city": "القاهرة"}},
-    "whitespace": {"user": "  Weather\tin  Oslo?\n\n", "tool": "\n  cold\t-5 C  \n\n", "final": " Cold.\n\n ",
-                   "args": {"city": " Oslo "}},
-    "nested_json": {"user": "Find the Q3 report.", "tool": '{"hits": [{"id": 1, "title": "Q3"}], "total": 1}',
-                    "final": "Found one report.", "tool_name": "search_docs",
-                    "args": {"query": "Q3 report", "filters": {"year": [2024, 2025], "meta": {"lang": "en"}}}},
-    "booleans": {"user": "Search archived docs only.", "tool": "[]", "final": "Nothing archived.",
-                 "tool_name": "search_docs",
-                 "args": {"query": "budget", "filters": {"archived": True, "draft": False, "owner": None,
-                                                         "score": 0.5, "limit": 10}}},
-    "args_string": {"user": "Weather in Berlin?", "tool": "Rain, 12 C.", "final": "It rains in Berlin.",
-                    "args": '{"city": "Berlin", "unit": "c"}'},
-    "long_output": {"user": "Give me the hourly log.", "tool": _LONG, "final": "Here is the summary.",
-                    "args": {"city": "Lyon"}},
+    "plain": {
+        "user": "What is the weather in Paris?",
+        "tool": "Sunny, 21 C.",
+        "final": "It is sunny in Paris.",
+        "args": {"city": "Paris"},
+    },
+    "cjk": {
+        "user": "東京の天気は？北京呢？",
+        "tool": "晴れ、気温21度。",
+        "final": "東京は晴れです。",
+        "args": {"city": "東京"},
+    },
+    "emoji": {
+        "user": "Weather in Rio? 🌴☀️",
+        "tool": "☀️ 30 C 👍",
+        "final": "Hot and sunny 🌞!",
+        "args": {"city": "Rio 🌴"},
+    },
+    "rtl": {
+        "user": "ما هو الطقس في القاهرة؟ מזג אוויר",
+        "tool": "مشمس، 30 درجة",
+        "final": "الجو مشمس في القاهرة.",
+        "args": {"city": "القاهرة"},
+    },
+    "whitespace": {
+        "user": "  Weather\tin  Oslo?\n\n",
+        "tool": "\n  cold\t-5 C  \n\n",
+        "final": " Cold.\n\n ",
+        "args": {"city": " Oslo "},
+    },
+    "nested_json": {
+        "user": "Find the Q3 report.",
+        "tool": '{"hits": [{"id": 1, "title": "Q3"}], "total": 1}',
+        "final": "Found one report.",
+        "tool_name": "search_docs",
+        "args": {"query": "Q3 report", "filters": {"year": [2024, 2025], "meta": {"lang": "en"}}},
+    },
+    "booleans": {
+        "user": "Search archived docs only.",
+        "tool": "[]",
+        "final": "Nothing archived.",
+        "tool_name": "search_docs",
+        "args": {
+            "query": "budget",
+            "filters": {"archived": True, "draft": False, "owner": None, "score": 0.5, "limit": 10},
+        },
+    },
+    "args_string": {
+        "user": "Weather in Berlin?",
+        "tool": "Rain, 12 C.",
+        "final": "It rains in Berlin.",
+        "args": '{"city": "Berlin", "unit": "c"}',
+    },
+    "long_output": {
+        "user": "Give me the hourly log.",
+        "tool": _LONG,
+        "final": "Here is the summary.",
+        "args": {"city": "Lyon"},
+    },
     "special_text": {},  # filled per tokenizer: control-token text inside user and tool content
 }
 
@@ -76,28 +114,56 @@ SHAPES: dict[str, tuple[str, ...]] = {
     "system_notice": ("user", "call", "tool", "notice", "final"),
     "content_null": ("user", "null_call", "tool", "final"),
     "reasoning": ("user", "think_call", "tool", "think_final"),
-    "reasoning_followup": ("system", "user", "think_call", "tool", "think_final", "user", "think_call", "tool",
-                           "think_final"),
+    "reasoning_followup": (
+        "system",
+        "user",
+        "think_call",
+        "tool",
+        "think_final",
+        "user",
+        "think_call",
+        "tool",
+        "think_final",
+    ),
     "inline_think": ("user", "inline_think_call", "tool", "inline_think_final"),
 }
 
 CATALOG: tuple[ScenarioSpec, ...] = (
-    *(ScenarioSpec(f"{shape}/plain", steps, "plain", f"{shape.replace('_', ' ')}, plain text")
-      for shape, steps in SHAPES.items()),
-    *(ScenarioSpec(f"single_call/{v}", SHAPES["single_call"], v, f"one tool call, {v.replace('_', ' ')} content")
-      for v in VARIANTS if v != "plain"),
-    *(ScenarioSpec(f"two_calls/{v}", SHAPES["two_calls"], v, f"two sequential calls, {v.replace('_', ' ')}")
-      for v in ("cjk", "emoji", "whitespace", "nested_json", "booleans", "args_string", "special_text")),
-    *(ScenarioSpec(f"parallel_calls/{v}", SHAPES["parallel_calls"], v, f"parallel calls, {v.replace('_', ' ')}")
-      for v in ("nested_json", "args_string", "long_output")),
-    *(ScenarioSpec(f"followup_user/{v}", SHAPES["followup_user"], v, f"user follow-up, {v.replace('_', ' ')}")
-      for v in ("cjk", "whitespace", "special_text")),
-    *(ScenarioSpec(f"reasoning/{v}", SHAPES["reasoning"], v, f"reasoning_content, {v.replace('_', ' ')}")
-      for v in ("cjk", "whitespace", "booleans")),
-    *(ScenarioSpec(f"system_single_call/{v}", SHAPES["system_single_call"], v, f"system prompt, {v}")
-      for v in ("emoji", "rtl")),
-    ScenarioSpec("content_empty/plain", ("user", "empty_call", "tool", "final"), "plain",
-                 "assistant content is an empty string next to tool calls"),
+    *(
+        ScenarioSpec(f"{shape}/plain", steps, "plain", f"{shape.replace('_', ' ')}, plain text")
+        for shape, steps in SHAPES.items()
+    ),
+    *(
+        ScenarioSpec(f"single_call/{v}", SHAPES["single_call"], v, f"one tool call, {v.replace('_', ' ')} content")
+        for v in VARIANTS
+        if v != "plain"
+    ),
+    *(
+        ScenarioSpec(f"two_calls/{v}", SHAPES["two_calls"], v, f"two sequential calls, {v.replace('_', ' ')}")
+        for v in ("cjk", "emoji", "whitespace", "nested_json", "booleans", "args_string", "special_text")
+    ),
+    *(
+        ScenarioSpec(f"parallel_calls/{v}", SHAPES["parallel_calls"], v, f"parallel calls, {v.replace('_', ' ')}")
+        for v in ("nested_json", "args_string", "long_output")
+    ),
+    *(
+        ScenarioSpec(f"followup_user/{v}", SHAPES["followup_user"], v, f"user follow-up, {v.replace('_', ' ')}")
+        for v in ("cjk", "whitespace", "special_text")
+    ),
+    *(
+        ScenarioSpec(f"reasoning/{v}", SHAPES["reasoning"], v, f"reasoning_content, {v.replace('_', ' ')}")
+        for v in ("cjk", "whitespace", "booleans")
+    ),
+    *(
+        ScenarioSpec(f"system_single_call/{v}", SHAPES["system_single_call"], v, f"system prompt, {v}")
+        for v in ("emoji", "rtl")
+    ),
+    ScenarioSpec(
+        "content_empty/plain",
+        ("user", "empty_call", "tool", "final"),
+        "plain",
+        "assistant content is an empty string next to tool calls",
+    ),
     ScenarioSpec("inline_think/cjk", SHAPES["inline_think"], "cjk", "inline <think> blocks, CJK"),
     ScenarioSpec("system_notice/whitespace", SHAPES["system_notice"], "whitespace", "system notice mid-episode"),
 )
@@ -111,8 +177,12 @@ def _variant(name: str, special_texts: Sequence[str]) -> dict[str, Any]:
     if name != "special_text":
         return VARIANTS[name]
     text = " ".join(special_texts[:4]) or "<|im_end|> </s>"
-    return {"user": f"Please echo this: {text}", "tool": f"result {text} done", "final": "Echoed.",
-            "args": {"city": "Paris"}}
+    return {
+        "user": f"Please echo this: {text}",
+        "tool": f"result {text} done",
+        "final": "Echoed.",
+        "args": {"city": "Paris"},
+    }
 
 
 def _build(spec: ScenarioSpec, special_texts: Sequence[str]) -> list[Message]:
@@ -149,15 +219,26 @@ def _build(spec: ScenarioSpec, special_texts: Sequence[str]) -> list[Message]:
             msgs.append(m)
         elif step == "call2":
             other = dict(v["args"]) if isinstance(v["args"], dict) else v["args"]
-            msgs.append({"role": "assistant", "content": "",
-                         "tool_calls": [call(v["args"]), call(other, "search_docs")]})
+            msgs.append(
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [call(v["args"]), call(other, "search_docs")],
+                }
+            )
         elif step == "tool":
             cid = pending.pop(0) if pending else _call_id(0)
             msgs.append({"role": "tool", "tool_call_id": cid, "name": tool_name, "content": v["tool"]})
         elif step == "final":
             msgs.append({"role": "assistant", "content": v["final"]})
         elif step == "think_final":
-            msgs.append({"role": "assistant", "content": v["final"], "reasoning_content": "The tool answered; summarise."})
+            msgs.append(
+                {
+                    "role": "assistant",
+                    "content": v["final"],
+                    "reasoning_content": "The tool answered; summarise.",
+                }
+            )
         elif step == "inline_think_final":
             msgs.append({"role": "assistant", "content": f"<think>\nSummarise the result.\n</think>\n\n{v['final']}"})
         else:

@@ -68,8 +68,20 @@ def _cached_repo_folder(repo_id: str) -> Path:
     return Path(constants.HF_HUB_CACHE) / ("models--" + repo_id.replace("/", "--"))
 
 
+def _status(exc: BaseException | None) -> int | None:
+    """The HTTP status anywhere in the exception chain (snapshot_download wraps 403s in cache errors)."""
+    seen = 0
+    while exc is not None and seen < 10:
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        if isinstance(status, int):
+            return status
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
+
+
 def _classify(spec: str, repo_id: str, revision: str | None, offline: bool, exc: Exception) -> AuditError:
-    status = getattr(getattr(exc, "response", None), "status_code", None)
+    status = _status(exc)
     if isinstance(exc, GatedRepoError) or status in (401, 403):
         return GatedModel(spec, f"access denied ({status or 'gated'}): log in or set HF_TOKEN with access")
     if isinstance(exc, RevisionNotFoundError):

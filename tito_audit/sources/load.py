@@ -239,8 +239,12 @@ def load_model(
     return LoadedModel(spec, tokenizer, template, provenance, _generation_eos_ids(tokenizer, parsed))
 
 
-def load(spec: str, offline: bool = False, template_name: str | None = None,
-         chat_template_file: str | Path | None = None) -> LoadedModel:
+def load(
+    spec: str,
+    offline: bool = False,
+    template_name: str | None = None,
+    chat_template_file: str | Path | None = None,
+) -> LoadedModel:
     """Fetch and load in one call (the public entry point)."""
     from tito_audit.sources.resolve import fetch_model_files
 

@@ -1,0 +1,57 @@
+"""Shared fixtures: the real Hub cache in ../shared/hf-hub, offline, resolved by the real hub code."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+HUB = SHARED / "hf-hub"
+os.environ.setdefault("HF_HUB_CACHE", str(HUB))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+SHARED_MODELS = [
+    "Qwen/Qwen2.5-7B-Instruct",
+    "Qwen/Qwen3-0.6B",
+    "meta-llama/Llama-3.2-3B-Instruct",
+    "mistralai/Mistral-Nemo-Instruct-2407",
+    "deepseek-ai/DeepSeek-V3",
+    "openai/gpt-oss-20b",
+    "allenai/OLMo-2-1124-7B-Instruct",
+    "microsoft/Phi-3-mini-4k-instruct",
+    "google/gemma-2-2b-it",
+]
+
+_MODELS: dict[str, object] = {}
+_REPORTS: dict[str, object] = {}
+
+
+def snapshot(repo_id: str) -> Path:
+    repo = HUB / ("models--" + repo_id.replace("/", "--"))
+    return repo / "snapshots" / (repo / "refs" / "main").read_text().strip()
+
+
+@pytest.fixture(scope="session")
+def loaded():
+    from tito_audit import load
+
+    def get(spec: str):
+        if spec not in _MODELS:
+            _MODELS[spec] = load(spec)
+        return _MODELS[spec]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def report(loaded):
+    from tito_audit import audit_model
+
+    def get(spec: str):
+        if spec not in _REPORTS:
+            _REPORTS[spec] = audit_model(loaded(spec))
+        return _REPORTS[spec]
+
+    return get

@@ -1,0 +1,3 @@
+from tito_audit.cli import main
+
+main()

@@ -1,0 +1,88 @@
+"""append_matrix: prefix preservation for appended user, system, tool and assistant messages, per thinking mode."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tito_audit.checks.base import Finding, Outcome, check
+from tito_audit.context import AuditContext
+from tito_audit.rendering.renderer import RenderError
+from tito_audit.rollout.bridge import BridgeError, compute_bridge
+
+_CALL = [
+    {
+        "id": "call00001",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": {"city": "Oslo"}},
+    }
+]
+_BASES: dict[str, list[dict[str, Any]]] = {
+    "after_answer": [
+        {"role": "user", "content": "Hello"},
+        {"role": "assistant", "content": "Hi, how can I help?", "reasoning_content": "Greet back."},
+    ],
+    "after_call": [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": "", "tool_calls": _CALL, "reasoning_content": "Call the tool."},
+    ],
+}
+_APPENDS: dict[str, list[dict[str, Any]]] = {
+    "tool": [{"role": "tool", "tool_call_id": "call00001", "name": "get_weather", "content": "cold"}],
+    "user": [{"role": "user", "content": "Thanks. And tomorrow?"}],
+    "system": [{"role": "system", "content": "Notice: be brief."}],
+    "assistant": [{"role": "assistant", "content": "Let me add something."}],
+}
+_TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+
+
+def _mode_name(mode: dict[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in mode.items()) or "default"
+
+
+@check(
+    id="append_matrix",
+    title="Other appends preserve the prefix",
+    severity="warning",
+    order=30,
+    explanation="""
+Agent loops append more than tool results: user follow-ups, system notices, assistant prefills, in every
+thinking mode the model is trained with. Each append whose render rewrites the existing history has no
+correct token delta, so that kind of turn cannot be added to a token buffer.""",
+    fix_hint="""
+Avoid the failing (role, mode) combinations in rollouts, or patch the template so history rendering does not
+depend on what follows (reasoning kept on every turn, no last-turn-only markers).""",
+)
+def append_matrix(ctx: AuditContext) -> Outcome:
+    findings: list[Finding] = []
+    cells: dict[str, dict[str, str]] = {}
+    for mode in ctx.thinking_modes:
+        renderer = ctx.renderer.with_kwargs(**mode) if mode else ctx.renderer
+        row: dict[str, str] = {}
+        for base_name, base in _BASES.items():
+            for role, new in _APPENDS.items():
+                if base_name == "after_answer" and role == "tool":
+                    continue
+                cell = f"{role} {base_name.replace('_', ' ')}"
+                try:
+                    compute_bridge(renderer, base, new, _TOOLS, ctx.stop_ids, add_generation_prompt=role != "assistant")
+                    row[cell] = "pass"
+                except BridgeError as exc:
+                    row[cell] = "fail"
+                    f = ctx.divergence(
+                        "append_matrix",
+                        f"append/{role}/{base_name}[{_mode_name(mode)}]",
+                        exc.before,
+                        exc.after,
+                        f"appending {role} {base_name.replace('_', ' ')} rewrites the history ({_mode_name(mode)})",
+                    )
+                    if f:
+                        findings.append(f)
+                except RenderError as exc:
+                    row[cell] = "n/a"
+                    del exc
+        cells[_mode_name(mode)] = row
+    fails = [f"{cell} [{mode}]" for mode, row in cells.items() for cell, v in row.items() if v == "fail"]
+    if all(v == "n/a" for row in cells.values() for v in row.values()):
+        return Outcome(not_applicable="the template rejects every append probe", data={"matrix": cells})
+    summary = "every append preserves the prefix" if not fails else "rewrites on: " + "; ".join(fails[:4])
+    return Outcome(findings, summary, data={"matrix": cells})

@@ -1,0 +1,49 @@
+"""generation_prompt: the generation prompt matches how the same turn renders once it is history."""
+
+from __future__ import annotations
+
+from tito_audit.checks.base import Finding, Outcome, check
+from tito_audit.context import AuditContext
+
+
+@check(
+    id="generation_prompt",
+    title="Generation prompt matches history",
+    severity="warning",
+    order=60,
+    explanation="""
+The model samples after the generation prompt. If the template renders that same turn differently once it
+is history (a `<think>\\n` prefill that history omits, an empty think block only in the prompt), the prompt
+tokens in the buffer are not the ones a re-render produces, and the sampled text starts from a context the
+training data never had.""",
+    fix_hint="""
+Keep the prompt tokens from the buffer (never re-render them), and make the template render the assistant
+header identically in both places, or mask the differing prefill as prompt.""",
+)
+def generation_prompt(ctx: AuditContext) -> Outcome:
+    findings: list[Finding] = []
+    seen: set[tuple[str, str]] = set()
+    for sim in ctx.ok_simulations():
+        for turn in sim.turns:
+            if not turn.gen_prompt_extra:
+                continue
+            key = (turn.gen_prompt_extra, turn.gen_prompt_missing)
+            if key in seen:
+                continue
+            seen.add(key)
+            prompt_ids = ctx.renderer.encode(turn.prompt_text)
+            start = len(turn.prompt_text) - len(turn.gen_prompt_extra)
+            history_ids = ctx.renderer.encode(turn.prompt_text[:start] + turn.completion_text)
+            f = ctx.divergence(
+                "generation_prompt",
+                sim.scenario.id,
+                prompt_ids,
+                history_ids,
+                f"the generation prompt ends with {turn.gen_prompt_extra!r}, the same turn as history"
+                f" has {turn.gen_prompt_missing!r} there",
+                cls="generation_prompt",
+            )
+            if f:
+                findings.append(f)
+    summary = "prompt and history agree" if not findings else findings[0].message
+    return Outcome(findings, summary)

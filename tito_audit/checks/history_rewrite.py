@@ -1,0 +1,53 @@
+"""history_rewrite: earlier turns change when the conversation grows."""
+
+from __future__ import annotations
+
+from tito_audit.checks.base import Finding, Outcome, check
+from tito_audit.context import AuditContext
+from tito_audit.rendering.renderer import RenderError
+from tito_audit.rollout.bridge import assistant_stop_position
+from tito_audit.rollout.tokens import common_prefix_len
+
+
+@check(
+    id="history_rewrite",
+    title="History is not rewritten",
+    severity="warning",
+    order=70,
+    explanation="""
+Templates drop earlier reasoning, reformat tool calls or change markers once more turns follow. The sampled
+tokens of those turns then never appear in a re-rendered conversation: naive rollout code trains on text the
+model did not produce, and the objective for rewritten tokens is undefined.""",
+    fix_hint="""
+Keep the token buffer (never re-render), and treat everything up to the last rewrite as prompt (loss 0) if
+you must re-render; or patch the template to keep history stable.""",
+)
+def history_rewrite(ctx: AuditContext) -> Outcome:
+    findings: list[Finding] = []
+    for sim in ctx.ok_simulations(exclude_tags=("special_text",)):
+        renderer = ctx.renderer_for(sim.scenario)
+        tools = list(sim.scenario.tools)
+        try:
+            final = renderer.render_ids(sim.messages, tools=tools)
+        except RenderError:
+            continue
+        for turn in sim.turns[:-1]:
+            ids, stop = assistant_stop_position(renderer, sim.messages[: turn.index + 1], tools, ctx.stop_ids)
+            prefix = ids[: stop + 1] if stop is not None else ids
+            if common_prefix_len(prefix, final) < len(prefix):
+                f = ctx.divergence(
+                    "history_rewrite",
+                    sim.scenario.id,
+                    prefix,
+                    final[: len(prefix) + 8],
+                    f"assistant message {turn.index} renders differently once later turns follow",
+                )
+                if f:
+                    findings.append(f)
+                break
+    summary = (
+        "earlier turns render identically"
+        if not findings
+        else (f"history rewritten in {len(findings)} episode(s): {findings[0].cls.replace('_', ' ')}")
+    )
+    return Outcome(findings, summary)

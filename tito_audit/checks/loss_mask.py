@@ -1,0 +1,65 @@
+"""loss_mask: `{% generation %}` markers exist and the stop token falls inside the assistant mask."""
+
+from __future__ import annotations
+
+import re
+
+from tito_audit.checks.base import Finding, Outcome, check
+from tito_audit.context import AuditContext
+
+_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
+
+
+@check(
+    id="loss_mask",
+    title="Assistant mask markers",
+    severity="warning",
+    order=130,
+    explanation="""
+Without `{% generation %}` markers `return_assistant_tokens_mask` returns nothing, so re-rendering code
+must guess which tokens are trainable; with markers that stop before the turn-end token the model is never
+trained to stop.""",
+    fix_hint="""
+Take the mask from the token buffer (1 on sampled ids, stop token included), or add `{% generation %}` /
+`{% endgeneration %}` around assistant output including its stop token (`tito-audit fix`).""",
+)
+def loss_mask(ctx: AuditContext) -> Outcome:
+    if not _MARKER.search(ctx.model.chat_template):
+        return Outcome(
+            [
+                Finding(
+                    "loss_mask",
+                    "template",
+                    "template",
+                    "no {% generation %} markers: assistant masks are unavailable",
+                )
+            ],
+            "no {% generation %} markers",
+        )
+    findings: list[Finding] = []
+    for sim in ctx.ok_simulations(exclude_tags=("special_text",))[:6]:
+        out = ctx.tokenizer.apply_chat_template(
+            sim.messages,
+            tools=list(sim.scenario.tools),
+            chat_template=ctx.model.chat_template,
+            tokenize=True,
+            return_dict=True,
+            return_assistant_tokens_mask=True,
+            **ctx.renderer.template_kwargs,
+            **sim.scenario.kwargs,
+        )
+        ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
+        stops = set(ctx.stop_ids)
+        for i, t in enumerate(ids):
+            if t in stops and i > 0 and mask[i - 1] and not mask[i]:
+                findings.append(
+                    Finding(
+                        "loss_mask",
+                        sim.scenario.id,
+                        "stop_seam",
+                        f"the stop token at position {i} is outside the assistant mask",
+                        index=i,
+                    )
+                )
+                break
+    return Outcome(findings, "markers present, stop tokens masked in" if not findings else findings[0].message)

@@ -1,0 +1,147 @@
+"""roundtrip: decode -> re-encode of sampled tokens, canonical and non-canonical, as a rate."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tito_audit.checks.base import Finding, Outcome, check
+from tito_audit.context import AuditContext
+
+
+def noncanonical_split(tokenizer: Any, token_id: int, vocab: dict[str, int], specials: set[int]) -> list[int] | None:
+    """Two in-vocabulary tokens whose concatenation is ``token_id``'s piece (what a sampler can emit)."""
+    piece = tokenizer.convert_ids_to_tokens(token_id)
+    if not isinstance(piece, str) or len(piece) < 2 or token_id in specials:
+        return None
+    for cut in range(1, len(piece)):
+        left, right = vocab.get(piece[:cut]), vocab.get(piece[cut:])
+        if left is not None and right is not None:
+            return [left, right]
+    return None
+
+
+def _roundtrip(ctx: AuditContext, ids: Sequence[int], **decode_kwargs: Any) -> list[int]:
+    return ctx.renderer.encode(ctx.renderer.decode(ids, **decode_kwargs))
+
+
+@check(
+    id="roundtrip",
+    title="Decode → re-encode round trip",
+    severity="warning",
+    order=90,
+    explanation="""
+Tokenization is not injective: a sampler can emit `"\\n"+"\\n"` where the tokenizer writes `"\\n\\n"`, and
+decoding options rewrite text (`clean_up_tokenization_spaces`, `skip_special_tokens`), and a completion cut at
+a length limit can end inside a multi-byte character. Any code path that decodes sampled ids and encodes the
+text again (message lists, string-based rollouts) changes the tokens the gradient is computed on.""",
+    fix_hint="""
+Never decode→re-encode sampled ids for training; keep the engine's ids. Decode only for parsing and display.""",
+)
+def roundtrip(ctx: AuditContext) -> Outcome:
+    tok = ctx.tokenizer
+    findings: list[Finding] = []
+    turns = [(s, t) for s in ctx.ok_simulations(exclude_tags=("special_text",)) for t in s.turns]
+    if not turns:
+        return Outcome(not_applicable="no assistant turn could be simulated")
+    canonical_bad = cleanup_bad = skip_bad = 0
+    split_possible = split_lost = tokens = 0
+    cut_bad = cut_total = 0
+    for sim, turn in turns:
+        ids = turn.sampled_ids
+        tokens += len(ids)
+        exact = _roundtrip(ctx, ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        if exact != ids:
+            canonical_bad += 1
+            if canonical_bad <= 3:
+                f = ctx.divergence(
+                    "roundtrip",
+                    sim.scenario.id,
+                    ids,
+                    exact,
+                    f"canonical ids of message {turn.index} do not survive decode→encode",
+                    trainable=[1] * len(ids),
+                )
+                if f:
+                    findings.append(f)
+        if getattr(tok, "clean_up_tokenization_spaces", False):
+            default = _roundtrip(ctx, ids, skip_special_tokens=False)
+            if default != ids:
+                cleanup_bad += 1
+                if cleanup_bad == 1:
+                    f = ctx.divergence(
+                        "roundtrip",
+                        sim.scenario.id,
+                        ids,
+                        default,
+                        "clean_up_tokenization_spaces=True (this tokenizer's default) rewrites decoded text",
+                        cls="whitespace",
+                        trainable=[1] * len(ids),
+                    )
+                    if f:
+                        findings.append(f)
+        if _roundtrip(ctx, ids, skip_special_tokens=True, clean_up_tokenization_spaces=False) != ids:
+            skip_bad += 1
+        for pos, tid in enumerate(ids[:-1]):
+            split = noncanonical_split(tok, tid, ctx.vocab, ctx.special_ids)
+            if split is None:
+                continue
+            split_possible += 1
+            variant = [*ids[:pos], *split, *ids[pos + 1 :]]
+            back = _roundtrip(ctx, variant, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            if back != variant:
+                split_lost += 1
+                if split_lost == 1:
+                    f = ctx.divergence(
+                        "roundtrip",
+                        sim.scenario.id,
+                        variant,
+                        back,
+                        f"a non-canonical split a sampler can emit ({tok.convert_ids_to_tokens(split[0])!r}"
+                        f" + {tok.convert_ids_to_tokens(split[1])!r}) re-encodes as one token",
+                        cls="non_canonical",
+                        trainable=[1] * len(variant),
+                    )
+                    if f:
+                        findings.append(f)
+        partial = [p for p, text in enumerate(ctx.renderer.token_texts(ids[:-1]), start=1) if "\ufffd" in text]
+        for pos in partial[:1]:
+            if "\ufffd" in ctx.renderer.decode(ids[:pos]) and "\ufffd" not in ctx.renderer.decode(ids):
+                cut_total += 1
+                cut = ids[:pos]
+                if _roundtrip(ctx, cut, skip_special_tokens=False, clean_up_tokenization_spaces=False) != cut:
+                    cut_bad += 1
+                    if cut_bad == 1:
+                        f = ctx.divergence(
+                            "roundtrip",
+                            sim.scenario.id,
+                            cut,
+                            _roundtrip(ctx, cut),
+                            "a completion cut at a length limit inside a multi-byte character decodes"
+                            " to U+FFFD and re-encodes differently",
+                            cls="non_canonical",
+                        )
+                        if f:
+                            findings.append(f)
+                break
+    n = len(turns)
+    rates = {
+        "canonical_failure_rate": canonical_bad / n,
+        "cleanup_failure_rate": cleanup_bad / n,
+        "skip_special_tokens_failure_rate": skip_bad / n,
+        "noncanonical_split_rate": split_possible / max(tokens, 1),
+        "noncanonical_lost_rate": split_lost / max(split_possible, 1),
+        "multibyte_cut_failure_rate": cut_bad / max(cut_total, 1),
+    }
+    for f in findings:
+        f.rate = {
+            "non_canonical": rates["noncanonical_lost_rate"],
+            "whitespace": rates["cleanup_failure_rate"],
+        }.get(f.cls, rates["canonical_failure_rate"])
+    summary = (
+        f"canonical {1 - rates['canonical_failure_rate']:.0%} exact; "
+        f"{rates['noncanonical_split_rate']:.0%} of sampled tokens have a non-canonical split, "
+        f"{rates['noncanonical_lost_rate']:.0%} of those are lost; "
+        f"skip_special_tokens breaks {rates['skip_special_tokens_failure_rate']:.0%} of turns"
+    )
+    return Outcome(findings, summary, data=rates)

@@ -1,0 +1,106 @@
+"""stop_boundary: what the engine stops on versus what the template renders around it."""
+
+from __future__ import annotations
+
+from tito_audit.checks.base import Finding, Outcome, check
+from tito_audit.context import AuditContext
+from tito_audit.rollout.stop import template_turn_end_tokens
+
+
+@check(
+    id="stop_boundary",
+    title="Stop-token seam",
+    severity="warning",
+    order=40,
+    explanation="""
+An engine stops on a token and returns it; the template may render more after it (Qwen's `\\n` after
+`<|im_end|>`), close turns with a token that is not the tokenizer's eos (Gemma's `<end_of_turn>`), or not
+render the stop token at all. The bridge must start exactly where sampling stopped, and the seam between the
+buffer and the delta must be made of atomic special tokens or concatenating ids differs from encoding text.""",
+    fix_hint="""
+Configure the engine's stop ids from the template's turn-end token (generation_config `eos_token_id`), start
+each bridge right after the sampled stop token (include the template's trailing text in the delta), and keep
+the stop token inside the loss mask.""",
+)
+def stop_boundary(ctx: AuditContext) -> Outcome:
+    findings: list[Finding] = []
+    tok = ctx.tokenizer
+    turn_ends = template_turn_end_tokens(ctx.renderer)
+    eos = tok.eos_token
+    notes: list[str] = []
+    if turn_ends and eos and eos not in turn_ends and not ctx.model.generation_eos_ids:
+        findings.append(
+            Finding(
+                "stop_boundary",
+                "probe/turn_end",
+                "stop_seam",
+                f"turns end with {turn_ends[0]!r} but the tokenizer's eos is {eos!r} and no "
+                "generation_config lists the turn end: an engine stopping on eos runs past the turn",
+            )
+        )
+    trailing: dict[str, str] = {}
+    for sim in ctx.ok_simulations():
+        for turn in sim.turns:
+            if not turn.stop_rendered:
+                findings.append(
+                    Finding(
+                        "stop_boundary",
+                        sim.scenario.id,
+                        "stop_seam",
+                        f"the template renders no stop token after assistant message {turn.index}; "
+                        "the buffer holds a sampled stop the re-rendered history lacks",
+                    )
+                )
+            elif turn.trailing_text:
+                trailing.setdefault(turn.trailing_text, sim.scenario.id)
+            if turn.seam_merged:
+                findings.append(
+                    Finding(
+                        "stop_boundary",
+                        sim.scenario.id,
+                        "stop_seam",
+                        f"a token spans the generation prompt and the completion of message "
+                        f"{turn.index}: prompt ids + sampled ids differ from encoding the text",
+                    )
+                )
+        traj = sim.trajectory
+        if traj is None:
+            continue
+        for bridge, seg in zip(traj.bridges, [s for s in traj.segments if s.kind == "bridge"], strict=False):
+            # Start the window at the stop token: nothing merges across an added token, so only the seam counts.
+            left = traj.input_ids[seg.start - 1 : seg.start] if seg.start else []
+            if not left or left[0] not in ctx.stop_ids:
+                continue
+            right = bridge.ids[:6]
+            joined = ctx.renderer.encode(
+                ctx.renderer.decode(left + right, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            )
+            if joined != left + right:
+                f = ctx.divergence(
+                    "stop_boundary",
+                    sim.scenario.id,
+                    left + right,
+                    joined,
+                    "the buffer/delta seam is not atomic: encoding the joined text gives other ids",
+                    cls="stop_seam",
+                )
+                if f:
+                    findings.append(f)
+    for text in trailing:
+        notes.append(f"renders {text!r} after the stop token (never sampled; the delta starts with it)")
+    unique: dict[str, Finding] = {}
+    for f in findings:
+        unique.setdefault(f.message, f)
+    stops = ", ".join(repr(tok.convert_ids_to_tokens(i)) for i in ctx.stop_ids)
+    summary = f"stops on {stops}" + (f"; {notes[0]}" if notes else "")
+    if unique:
+        summary = next(iter(unique.values())).message
+    return Outcome(
+        list(unique.values()),
+        summary,
+        data={
+            "stop_tokens": [tok.convert_ids_to_tokens(i) for i in ctx.stop_ids],
+            "trailing_after_stop": sorted(trailing),
+            "notes": notes,
+        },
+    )

@@ -1,0 +1,48 @@
+"""time_invariance: renders differ between two dates."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from tito_audit.checks.base import Finding, Outcome, check
+from tito_audit.context import AuditContext
+from tito_audit.rendering.renderer import RenderError
+
+_OTHER_DATE_OFFSET = dt.timedelta(days=400, hours=13)
+
+
+@check(
+    id="time_invariance",
+    title="Rendering does not depend on the date",
+    severity="warning",
+    order=80,
+    explanation="""
+Templates that call `strftime_now` inject today's date. A prompt rendered at rollout time and re-rendered at
+training time (or on another day, or in another time zone) differs, so cached prompt ids, bridges and
+re-rendered histories disagree across days.""",
+    fix_hint="""
+Pass the date explicitly (`date_string` or the template's own variable) from the rollout, and keep prompt
+ids from the buffer instead of re-rendering.""",
+)
+def time_invariance(ctx: AuditContext) -> Outcome:
+    other = ctx.renderer.with_date(ctx.options.date + _OTHER_DATE_OFFSET)
+    findings: list[Finding] = []
+    for sim in ctx.ok_simulations()[:3]:
+        tools = list(sim.scenario.tools)
+        try:
+            a = ctx.renderer_for(sim.scenario).render_ids(sim.messages, tools=tools)
+            b = other.with_kwargs(**sim.scenario.kwargs).render_ids(sim.messages, tools=tools)
+        except RenderError:
+            continue
+        f = ctx.divergence(
+            "time_invariance",
+            sim.scenario.id,
+            a,
+            b,
+            f"rendering on {ctx.options.date:%Y-%m-%d} and {(ctx.options.date + _OTHER_DATE_OFFSET):%Y-%m-%d} differs",
+            cls="date",
+        )
+        if f:
+            findings.append(f)
+            break
+    return Outcome(findings, "independent of the date" if not findings else findings[0].message)

@@ -1,0 +1,149 @@
+"""``tito-audit audit MODEL...``: audit models and gate on the findings."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from tito_audit.audit import AuditReport, audit
+from tito_audit.context import AuditOptions
+from tito_audit.errors import EXIT_FINDINGS, EXIT_OK, EXIT_OPERATIONAL
+from tito_audit.rendering.renderer import DEFAULT_DATE
+from tito_audit.sources.bundled import bundled_names
+
+SEVERITY_RANK = {"warn": 1, "warning": 1, "error": 2}
+
+
+def parse_kwargs(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs; values are JSON when they parse (true, 3, "x"), else strings."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"expected KEY=VALUE, got {pair!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def exit_code(report: AuditReport, fail_on: str) -> int:
+    """2 if any model could not be audited, 1 if findings reach ``fail_on``, else 0."""
+    if any(m.error for m in report.models):
+        return EXIT_OPERATIONAL
+    threshold = SEVERITY_RANK[fail_on]
+    for m in report.models:
+        for c in m.checks:
+            if c.active_findings and SEVERITY_RANK[c.severity] >= threshold:
+                return EXIT_FINDINGS
+    return EXIT_OK
+
+
+def run_audit(
+    models: list[str],
+    options: AuditOptions,
+    offline: bool,
+    template_name: str | None,
+    chat_template: Path | None,
+    show_progress: bool,
+) -> AuditReport:
+    err = Console(stderr=True)
+    if not show_progress or not err.is_terminal:
+        return audit(models, options, offline, template_name, str(chat_template) if chat_template else None)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("auditing", total=len(models))
+
+        def on_model(spec: str, stage: str) -> None:
+            if stage == "done":
+                progress.advance(task)
+            else:
+                progress.update(task, description=f"{stage} {spec}")
+
+        return audit(
+            models,
+            options,
+            offline,
+            template_name,
+            str(chat_template) if chat_template else None,
+            on_model=on_model,
+        )
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("audit")
+    def audit_command(
+        models: list[str] = typer.Argument(
+            None, help="Hub repo ids (org/name[@revision]), local folders or bundled names."
+        ),
+        bundled: bool = typer.Option(False, "--bundled", help="Audit every model in templates_cache/."),
+        fmt: str = typer.Option("terminal", "--format", "-f", help="terminal | json | markdown | html | sarif"),
+        output: Path | None = typer.Option(None, "--output", "-o", help="Write the report here instead of stdout."),
+        fail_on: str = typer.Option("error", "--fail-on", help="Exit 1 on findings at or above: warn | error."),
+        offline: bool = typer.Option(False, "--offline", help="Never touch the network (like HF_HUB_OFFLINE=1)."),
+        template_name: str | None = typer.Option(None, "--template-name", help="Named template, e.g. tool_use."),
+        chat_template: Path | None = typer.Option(None, "--chat-template", help="Audit this template file instead."),
+        date: str = typer.Option(DEFAULT_DATE.date().isoformat(), "--date", help="Date templates see (YYYY-MM-DD)."),
+        template_kwarg: list[str] = typer.Option(
+            [], "--template-kwarg", "-k", help="KEY=VALUE passed to the template."
+        ),
+        thinking: str = typer.Option("both", "--thinking", help="Reasoning modes to play: on | off | both | default."),
+        verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every finding with its token strip."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the verdict lines."),
+        debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+    ) -> None:
+        """Audit chat templates for Token-In, Token-Out safety."""
+        specs = list(models or []) + (bundled_names() if bundled else [])
+        if not specs:
+            typer.echo("error: give at least one MODEL or --bundled", err=True)
+            raise typer.Exit(EXIT_OPERATIONAL)
+        if fail_on not in ("warn", "error"):
+            raise typer.BadParameter("--fail-on must be warn or error")
+        if thinking not in ("on", "off", "both", "default"):
+            raise typer.BadParameter("--thinking must be on, off, both or default")
+        try:
+            when = dt.datetime.combine(dt.date.fromisoformat(date), DEFAULT_DATE.time())
+        except ValueError as exc:
+            raise typer.BadParameter(f"--date: {exc}") from exc
+        options = AuditOptions(date=when, template_kwargs=parse_kwargs(template_kwarg), thinking=thinking, debug=debug)
+        machine = fmt != "terminal"
+        report = run_audit(specs, options, offline, template_name, chat_template, show_progress=not quiet)
+
+        from tito_audit.formats import FORMATTERS, render_report
+
+        if fmt not in FORMATTERS:
+            typer.echo(f"error: unknown --format {fmt!r} (choose from {', '.join(FORMATTERS)})", err=True)
+            raise typer.Exit(EXIT_OPERATIONAL)
+        if fmt == "terminal" and output is None:
+            console = Console()
+            if not quiet:
+                console.print(f"[dim]templates see the date {when:%Y-%m-%d} (--date to change)[/dim]")
+            render_report(report, "terminal", console=console, verbose=verbose, quiet=quiet)
+        else:
+            text = render_report(report, fmt, verbose=verbose, quiet=quiet)
+            if output is not None:
+                output.parent.mkdir(parents=True, exist_ok=True)
+                output.write_text(text, encoding="utf-8")
+            else:
+                sys.stdout.write(text)
+        for m in report.models:
+            if m.error:
+                typer.echo(f"error: {m.error}", err=True)
+                if debug and m.traceback:
+                    typer.echo(m.traceback, err=True)
+        del machine
+        raise typer.Exit(exit_code(report, fail_on))

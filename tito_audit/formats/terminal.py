@@ -1,0 +1,93 @@
+"""What a person sees in a terminal: verdict line, check table, token strip of each failing check."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from tito_audit.audit import AuditReport, ModelReport
+from tito_audit.checks.base import Finding
+
+VERDICT_STYLE = {
+    "unsafe": "bold red",
+    "tito-required": "bold yellow",
+    "safe": "bold green",
+    "error": "bold magenta",
+}
+STATUS_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "not_applicable": "dim", "error": "magenta"}
+STATUS_LABEL = {"pass": "pass", "warn": "warn", "fail": "FAIL", "not_applicable": "n/a", "error": "error"}
+
+
+def token_strip(finding: Finding) -> Table:
+    """Buffered vs re-rendered tokens, aligned by position, divergent ones highlighted."""
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    table.add_column("pos", justify="right", style="dim")
+    table.add_column("buffered (id: text)")
+    table.add_column("re-rendered (id: text)")
+    exp = finding.expected.ids if finding.expected else []
+    act = finding.actual.ids if finding.actual else []
+    exp_t = finding.expected.tokens if finding.expected else []
+    act_t = finding.actual.tokens if finding.actual else []
+    start = finding.context_start or 0
+    for k in range(max(len(exp), len(act))):
+        pos = start + k
+        diverged = finding.index is not None and pos >= finding.index
+        style = "bold red" if diverged else ""
+        left = f"{exp[k]}: {exp_t[k]!r}" if k < len(exp) else "—"
+        right = f"{act[k]}: {act_t[k]!r}" if k < len(act) else "—"
+        table.add_row(str(pos), Text(left, style=style), Text(right, style=style))
+    return table
+
+
+def model_section(console: Console, m: ModelReport, verbose: bool = False, quiet: bool = False) -> None:
+    verdict = Text(f"{m.verdict.upper()}", style=VERDICT_STYLE[m.verdict])
+    head = Text.assemble(Text(f"{m.model}  "), verdict, Text(f"  {m.verdict_explanation}", style="dim"))
+    console.print(head)
+    if m.error:
+        console.print(Text(f"  error: {m.error}", style="magenta"))
+        return
+    if quiet:
+        return
+    prov = m.provenance
+    if prov:
+        console.print(
+            Text(
+                f"  {prov.source} {prov.repo_id or ''}@{(prov.revision or '-')[:12]}  template "
+                f"{prov.template_file} sha256:{prov.template_sha256[:12]}  {prov.tokenizer_class} "
+                f"vocab {prov.vocab_size}  date {m.options.get('date', '')[:10]}",
+                style="dim",
+            )
+        )
+    table = Table(show_header=True, header_style="bold")
+    table.add_column("check")
+    table.add_column("status")
+    table.add_column("summary", overflow="fold")
+    for c in m.checks:
+        table.add_row(c.id, Text(STATUS_LABEL[c.status], style=STATUS_STYLE[c.status]), Text(c.summary))
+    console.print(table)
+    for c in m.checks:
+        shown = c.findings if verbose else [f for f in c.findings if f.expected is not None][:1]
+        if c.status not in ("fail", "warn") or not shown:
+            continue
+        if not verbose and c.status != "fail":
+            continue
+        for f in shown:
+            console.print(Text(f"  {c.id} · {f.scenario} · {f.cls.replace('_', ' ')}: {f.message}", style="bold"))
+            if f.expected is not None:
+                console.print(token_strip(f))
+        console.print(Text(f"  fix: {c.fix_hint}", style="cyan"))
+
+
+def to_terminal(
+    report: AuditReport, console: Console | None = None, verbose: bool = False, quiet: bool = False, **_: Any
+) -> str:
+    buffer = io.StringIO()
+    target = console or Console(file=buffer, width=140, force_terminal=False, color_system=None)
+    for m in report.models:
+        model_section(target, m, verbose=verbose, quiet=quiet)
+        target.print()
+    return buffer.getvalue()
