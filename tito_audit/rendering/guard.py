@@ -1,31 +1,56 @@
-"""Bounds for untrusted template code: wall-clock time per render and size of the rendered text.
+"""Bounds for untrusted template code: time, memory and output size per render, and a sandbox that refuses
+loudly.
 
-The timer uses SIGALRM, which only fires in a process's main thread; elsewhere (a worker thread) only the
-size bound applies, so parallel audits use processes, never threads.
+Three layers, cheapest first:
+
+* ``harden_environment`` makes the compiled template's sandbox *raise* ``SecurityError`` on any unsafe
+  attribute access (``__class__``, ``__globals__``, ``mro``...), including through ``str.format`` and
+  ``|attr``. Stock jinja returns a silent undefined there, so ``{{ ''.__class__ }}`` would render as
+  ``""`` and the attempt would go unreported.
+* ``render_limits`` bounds one render: a SIGALRM wall-clock timer and an address-space budget
+  (``RLIMIT_AS``, lowered for the duration of the render) so that exponential string growth fails with
+  ``MemoryError`` at about ``memory_bytes`` instead of eating the machine. Both are process-wide, so they
+  only apply in a process's main thread; elsewhere only the output-size check (done by the renderer)
+  applies. Parallel audits use processes.
+* ``limit_process_memory`` caps a whole worker process (the scan's pool also kills a worker past a hard
+  deadline).
 """
 
 from __future__ import annotations
 
+import os
+import resource
 import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
+
+from jinja2.exceptions import SecurityError
 
 
 @dataclass(frozen=True)
 class RenderLimits:
     seconds: float = 2.0
     max_chars: int = 2_000_000
+    memory_bytes: int = 1 << 30  # extra address space one render may take (0: no per-render budget)
 
 
-class RenderTimeout(Exception):
-    """A render ran past its time limit."""
+class RenderTimeout(BaseException):
+    """A render ran past its time limit.
+
+    A ``BaseException`` so that no ``except Exception`` between the template and the renderer can swallow it.
+    """
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
 
 
 @contextmanager
 def time_limit(seconds: float) -> Iterator[None]:
-    if seconds <= 0 or threading.current_thread() is not threading.main_thread():
+    if seconds <= 0 or not _in_main_thread():
         yield
         return
 
@@ -39,3 +64,61 @@ def time_limit(seconds: float) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def address_space_bytes() -> int:
+    """This process's current virtual size (what RLIMIT_AS is compared with); 0 where unknown."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[0]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+@contextmanager
+def memory_limit(extra_bytes: int) -> Iterator[None]:
+    """Lower the soft RLIMIT_AS to the current size plus ``extra_bytes`` for the duration of the block."""
+    current = address_space_bytes()
+    if extra_bytes <= 0 or current == 0 or not _in_main_thread():
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    target = current + extra_bytes
+    if hard != resource.RLIM_INFINITY:
+        target = min(target, hard)
+    if soft != resource.RLIM_INFINITY and soft <= target:
+        yield  # an outer limit (a scan worker's) is already tighter
+        return
+    resource.setrlimit(resource.RLIMIT_AS, (target, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+@contextmanager
+def render_limits(limits: RenderLimits) -> Iterator[None]:
+    """Time and memory bounds for one render."""
+    with memory_limit(limits.memory_bytes), time_limit(limits.seconds):
+        yield
+
+
+def limit_process_memory(total_bytes: int) -> None:
+    """Cap this whole process's address space (for worker processes; irreversible by design)."""
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        total_bytes = min(total_bytes, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (total_bytes, hard))
+
+
+def _refuse(obj: Any, attribute: str) -> Any:
+    raise SecurityError(f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe")
+
+
+def harden_environment(environment: Any) -> None:
+    """Make a jinja sandbox raise on unsafe attribute access instead of returning a silent undefined."""
+    if hasattr(environment, "unsafe_undefined"):
+        environment.unsafe_undefined = _refuse
