@@ -1,0 +1,152 @@
+"""Unit tests of the two views, alignment, KL estimators and the gradient comparison (fast, no hub)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+from tito_audit.errors import UsageError
+from tito_audit.rendering import Renderer
+from tito_audit.rl import diagnostics as dg
+from tito_audit.rl.episodes import Episode, View, apply_noncanonical, canonical_episodes, group_advantages
+from tito_audit.rl.gradients import compare, view_gradient
+from tito_audit.rl.kl import estimators, kl_summary
+from tito_audit.rl.model import VocabMap, build_small_model
+from tito_audit.rl.sampling import GenerationSettings, parse_assistant
+from tito_audit.rollout import stop_token_ids
+from tito_audit.scenarios import build_scenarios
+from tito_audit.sources.load import load
+
+
+@pytest.fixture(scope="module")
+def qwen3():
+    m = load("qwen3-0.6b")
+    r = Renderer(m.tokenizer, m.chat_template)
+    return m, r, stop_token_ids(m.tokenizer, r, m.generation_eos_ids)
+
+
+def test_naive_view_drops_qwen3_empty_think_from_earlier_turns(qwen3):
+    _m, r, stops = qwen3
+    sc = [s for s in build_scenarios() if s.id == "two_calls/plain"]
+    eps, _ = canonical_episodes(r, sc, stops)
+    ep = eps[0]
+    think = r.encode("<think>\n\n</think>\n\n")
+    b_text = r.decode(ep.buffer.ids)
+    n_think_b = b_text.count("<think>")
+    assert n_think_b == 3  # every sampled turn emitted the empty block
+    assert r.decode(ep.naive.ids).count("<think>") == 1  # the re-render keeps it on the last turn only
+    a = dg.alignment(ep.buffer, ep.naive)
+    assert a["flip_sampled_dropped"] + a["b_trained_unmatched"] >= 2 * len(think)
+    assert not a["identical"]
+
+
+def test_identical_views_give_exact_control():
+    v = View([1, 2, 3, 4, 5], [0, 0, 1, 1, 1])
+    a = dg.alignment(v, View(list(v.ids), list(v.mask)))
+    assert a["identical"] and a["mismatched_trained"] == 0 and a["flip_template_trained"] == 0
+    g = torch.randn(1000)
+    assert compare(g, g.clone()) == {
+        "cosine": 1.0,
+        "rel_error": 0.0,
+        "norm_b": float(g.double().norm()),
+        "norm_r": float(g.double().norm()),
+    }
+    c = compare(g, -g)
+    assert c["cosine"] == pytest.approx(-1.0) and c["rel_error"] == pytest.approx(2.0)
+
+
+def test_mask_flip_split():
+    b = View([10, 11, 12, 13, 14], [0, 1, 1, 0, 1])
+    r = View([10, 11, 12, 13, 14], [0, 1, 0, 1, 1])
+    a = dg.alignment(b, r)
+    assert a["flip_sampled_dropped"] == 1 and a["flip_template_trained"] == 1 and not a["shape_mismatch"]
+
+
+def test_kl_estimators_known_values():
+    lp = torch.tensor([-1.0, -2.0, -0.5])
+    ks = estimators(lp, lp.clone())
+    assert all(float(v.abs().max()) == 0.0 for v in ks.values())
+    ref = torch.tensor([-2.0, -1.0, -0.5])
+    ks = estimators(lp, ref)
+    log_r = ref.double() - lp.double()
+    assert torch.allclose(ks["k1"], -log_r)
+    assert torch.allclose(ks["k3"], log_r.exp() - 1 - log_r)
+    assert float(ks["k3"].min()) >= 0.0
+    huge = estimators(torch.tensor([-100.0]), torch.tensor([0.0]))
+    assert float(huge["k3"][0]) == 10.0  # clamped, not 1e43
+    s = kl_summary([torch.tensor([-2.0, -2.0])], [torch.tensor([-0.1, -0.1])])
+    assert s["negative_kl"] and s["k1_token_mean"] == pytest.approx(-1.9)
+
+
+def test_group_advantages_zero_for_constant_group():
+    eps = [
+        Episode("a", View([], []), View([], []), [], reward=r, group=g)
+        for r, g in [(1, 0), (1, 0), (0, 1), (2, 1)]
+    ]
+    adv = group_advantages(eps)
+    assert adv[:2] == [0.0, 0.0]
+    assert adv[2] == pytest.approx(-1.0, abs=1e-5) and adv[3] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_noncanonical_split_keeps_text(qwen3):
+    m, r, _ = qwen3
+    ids = r.encode("The weather in Paris is sunny today")
+    v = View(ids, [1] * len(ids))
+    out, _lps, n = apply_noncanonical(m.tokenizer, v, [None] * len(ids), 1.0, random.Random(0))
+    assert n > 0 and len(out.ids) == len(ids) + n
+    assert r.decode(out.ids) == r.decode(ids)
+    assert r.encode(r.decode(out.ids)) == ids  # the re-encoding is canonical again
+
+
+def test_quartiles_low_prob_dominate():
+    p = torch.tensor([0.01, 0.02, 0.5, 0.6, 0.9, 0.95, 0.99, 0.999])
+    q = dg.quartile_shares(p, p * p, torch.ones(8))
+    assert q["share"][0] > q["share"][3]
+    assert sum(q["share"]) == pytest.approx(1.0)
+    assert q["share_advantage_reweighted"][0] < q["share"][0]  # reweighting shifts weight to high p
+
+
+def test_critical_tokens_finds_uncertain_token():
+    ent = torch.tensor([0.01, 0.01, 3.0, 0.01])
+    c = dg.critical_tokens([ent], 1000, [["a", "b", "fork", "d"]], beta=20.0)
+    assert c["lowest"][0]["text"] == "fork" and c["lowest"][0]["dJ"] < -0.3
+    assert c["lowest"][0]["weight"] < c["lowest"][-1]["weight"]
+
+
+def test_view_gradient_identical_views_bitwise_and_different_views_differ():
+    vmap = VocabMap.compact(range(50))
+    model = build_small_model(vmap.size, hidden=32, seed=1)
+    views = [View(list(range(i, i + 12)), [0] * 4 + [1] * 8) for i in range(4)]
+    adv = [1.0, -1.0, 0.5, -0.5]
+    g1 = view_gradient(model, vmap, views, adv).flat
+    g2 = view_gradient(model, vmap, [View(list(v.ids), list(v.mask)) for v in views], adv).flat
+    assert compare(g1, g2)["cosine"] == 1.0 and compare(g1, g2)["rel_error"] == 0.0
+    other = [View([*v.ids[:6], 49, *v.ids[6:]], [*v.mask[:6], 1, *v.mask[6:]]) for v in views]
+    c = compare(g1, view_gradient(model, vmap, other, adv).flat)
+    assert c["cosine"] is not None and c["cosine"] < 1.0 and c["rel_error"] > 0.0
+    assert not math.isnan(c["cosine"])
+
+
+def test_compact_vocab_unknown_ids_share_unk_row():
+    vmap = VocabMap.compact([5, 7, 9])
+    assert vmap.to_model([5, 9, 123456]) == [0, 2, 3]
+    assert vmap.unk == 3 and vmap.to_tok([0, 1]) == [5, 7]
+
+
+def test_parse_assistant_and_generation_settings():
+    msg = parse_assistant(
+        '<think>\nhmm\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": '
+        '{"city": "Paris"}}\n</tool_call>',
+        ["call00001"],
+    )
+    assert msg["reasoning_content"] == "hmm" and msg["tool_calls"][0]["id"] == "call00001"
+    assert msg["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"} and msg["content"] == ""
+    assert GenerationSettings.parse(None, 16).pure
+    assert not GenerationSettings.parse('{"top_k": 50}', 16).pure
+    with pytest.raises(UsageError):
+        GenerationSettings.parse("{bad", 16)
+    with pytest.raises(UsageError):
+        GenerationSettings.parse('{"beam": 4}', 16)

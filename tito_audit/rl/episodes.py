@@ -1,0 +1,170 @@
+"""Episodes and their two training views.
+
+- view B (buffer): the ids a sampler emitted, kept as-is, with environment messages appended as token deltas;
+  loss mask 1 exactly on sampled ids (stop token included);
+- view R (re-tokenized): the parsed conversation re-rendered with the chat template and re-encoded, with the
+  loss mask rebuilt from the rendering the way naive rollout code does it (each assistant turn spans from the
+  end of the encoded generation-prompt render up to and including the next stop token).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tito_audit.rendering.renderer import Renderer, RenderError
+from tito_audit.rollout.simulate import simulate
+from tito_audit.scenarios.spec import Scenario
+
+Message = dict[str, Any]
+
+
+@dataclass
+class View:
+    ids: list[int]
+    mask: list[int]
+
+    @property
+    def n_trained(self) -> int:
+        return sum(self.mask)
+
+
+@dataclass
+class Episode:
+    """One multi-turn episode: the buffer view, the naive view, the messages and the reward."""
+
+    scenario_id: str
+    buffer: View
+    naive: View
+    messages: list[Message]
+    rollout_logprobs: list[float | None] = field(default_factory=list)
+    reward: float = 0.0
+    group: int = 0
+    noncanonical_tokens: int = 0  # sampled tokens emitted as a non-canonical split
+    sampled_tokens: int = 0
+    naive_error: str | None = None  # naive code could not even rebuild the conversation
+
+
+def naive_view(renderer: Renderer, messages: Sequence[Message], tools: Any, stop_ids: Sequence[int]) -> View:
+    """What naive rollout code trains on: render, encode, and mask each assistant turn from the renders."""
+    stops = set(stop_ids)
+    msgs = list(messages)
+    ids = renderer.encode(renderer.render(msgs, tools=tools))
+    mask = [0] * len(ids)
+    last_end = 0
+    for i, m in enumerate(msgs):
+        if m["role"] != "assistant":
+            continue
+        start = len(renderer.encode(renderer.render(msgs[:i], tools=tools, add_generation_prompt=True)))
+        end = next((j + 1 for j in range(start, len(ids)) if ids[j] in stops), len(ids))
+        for j in range(start, end):
+            mask[j] = 1
+        last_end = max(last_end, end)
+    if msgs and msgs[-1]["role"] == "assistant" and 0 < last_end < len(ids):
+        # The template renders text after the final stop token (Qwen's "\n"); no sampler emits it.
+        ids, mask = ids[:last_end], mask[:last_end]
+    return View(ids, mask)
+
+
+def noncanonical_split(tokenizer: Any, token_id: int) -> list[int] | None:
+    """Two ids whose concatenated bytes equal ``token_id``'s (a split a sampler can emit), or None."""
+    if token_id in set(getattr(tokenizer, "all_special_ids", []) or []):
+        return None
+    piece = tokenizer.convert_ids_to_tokens(token_id)
+    if not isinstance(piece, str) or len(piece) < 2 or piece in tokenizer.get_added_vocab():
+        return None
+    vocab = tokenizer.get_vocab()
+    for k in range(len(piece) - 1, 0, -1):
+        a, b = vocab.get(piece[:k]), vocab.get(piece[k:])
+        if a is not None and b is not None:
+            return [int(a), int(b)]
+    return None
+
+
+def apply_noncanonical(
+    tokenizer: Any, view: View, logprobs: list[float | None], rate: float, rng: random.Random
+) -> tuple[View, list[float | None], int]:
+    """Re-split sampled tokens at ``rate`` (what a sampler may emit); the decoded text is unchanged."""
+    if rate <= 0:
+        return view, logprobs, 0
+    ids: list[int] = []
+    mask: list[int] = []
+    lps: list[float | None] = []
+    count = 0
+    for t, m, lp in zip(view.ids, view.mask, logprobs, strict=True):
+        split = noncanonical_split(tokenizer, t) if m and rng.random() < rate else None
+        if split is None:
+            ids.append(t)
+            mask.append(m)
+            lps.append(lp)
+        else:
+            ids.extend(split)
+            mask.extend([1, 1])
+            lps.extend([None, None])
+            count += 1
+    return View(ids, mask), lps, count
+
+
+def canonical_episodes(
+    renderer: Renderer,
+    scenarios: Sequence[Scenario],
+    stop_ids: Sequence[int],
+    noncanonical_rate: float = 0.0,
+    seed: int = 0,
+) -> tuple[list[Episode], list[str]]:
+    """Episodes whose sampled ids are the template's own tokenization (the audit's simulator).
+
+    Returns the episodes and the ids of scenarios the template cannot render.
+    """
+    rng = random.Random(seed)
+    episodes: list[Episode] = []
+    skipped: list[str] = []
+    for sc in scenarios:
+        sim = simulate(renderer, sc, stop_ids)
+        if not sim.ok or sim.trajectory is None:
+            skipped.append(sc.id)
+            continue
+        traj = sim.trajectory
+        r = renderer.with_kwargs(**sc.kwargs) if sc.kwargs else renderer
+        buffer = View(list(traj.input_ids), list(traj.loss_mask))
+        lps: list[float | None] = list(traj.logprobs)
+        buffer, lps, nc = apply_noncanonical(renderer.tokenizer, buffer, lps, noncanonical_rate, rng)
+        try:
+            naive = naive_view(r, sim.messages, list(sc.tools), stop_ids)
+            err = None
+        except RenderError as exc:
+            naive, err = View([], []), f"{exc.kind}: {exc.message}"
+        episodes.append(
+            Episode(
+                sc.id,
+                buffer,
+                naive,
+                sim.messages,
+                lps,
+                noncanonical_tokens=nc,
+                sampled_tokens=buffer.n_trained,
+                naive_error=err,
+            )
+        )
+    return episodes, skipped
+
+
+def assign_groups(episodes: list[Episode], group_size: int) -> None:
+    for i, ep in enumerate(episodes):
+        ep.group = i // max(1, group_size)
+
+
+def group_advantages(episodes: Sequence[Episode], eps: float = 1e-6) -> list[float]:
+    """GRPO: reward minus the group mean, divided by the group standard deviation (0 for a constant group)."""
+    by_group: dict[int, list[float]] = {}
+    for ep in episodes:
+        by_group.setdefault(ep.group, []).append(ep.reward)
+    out = []
+    for ep in episodes:
+        rs = by_group[ep.group]
+        mean = sum(rs) / len(rs)
+        std = (sum((r - mean) ** 2 for r in rs) / len(rs)) ** 0.5
+        out.append(0.0 if std < eps else (ep.reward - mean) / (std + eps))
+    return out

@@ -1,0 +1,168 @@
+"""The policy: a small randomly initialised causal LM on the model's real tokenizer, or real weights.
+
+The small model may use a compacted vocabulary (only the ids that occur in the episodes): logits over the
+other ids never enter the comparison of the two views, so the B/R gradient comparison is unchanged in kind,
+and a step costs far less. ``VocabMap`` translates between tokenizer ids and model ids.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tito_audit.errors import ModelNotFound, UsageError
+
+VOCAB_MAP_FILE = "tito_vocab_map.json"
+
+
+@dataclass
+class VocabMap:
+    """Tokenizer id <-> model id. ``full`` when the model uses the tokenizer's ids directly."""
+
+    model_to_tok: list[int] | None  # None = identity
+    size: int
+
+    @classmethod
+    def full(cls, size: int) -> VocabMap:
+        return cls(None, size)
+
+    @classmethod
+    def compact(cls, used: Iterable[int]) -> VocabMap:
+        """Model ids for the used tokenizer ids, plus one last slot (tokenizer id -1) for any other id:
+        re-encoding a sampled text can produce ids that never occurred; they share that row, and the
+        sampler never emits it."""
+        ids = [*sorted(set(int(i) for i in used) - {-1}), -1]
+        return cls(ids, len(ids))
+
+    @property
+    def unk(self) -> int | None:
+        return None if self.model_to_tok is None or self.model_to_tok[-1] != -1 else len(self.model_to_tok) - 1
+
+    @property
+    def is_full(self) -> bool:
+        return self.model_to_tok is None
+
+    def _tok_to_model(self) -> dict[int, int]:
+        cached: dict[int, int] | None = getattr(self, "_cache", None)
+        if cached is None:
+            cached = {t: i for i, t in enumerate(self.model_to_tok or [])}
+            self._cache = cached
+        return cached
+
+    def to_model(self, ids: Sequence[int]) -> list[int]:
+        if self.model_to_tok is None:
+            return list(ids)
+        table = self._tok_to_model()
+        unk = self.unk
+        try:
+            return [table[int(i)] if unk is None else table.get(int(i), unk) for i in ids]
+        except KeyError as exc:
+            raise UsageError("rl", f"token id {exc.args[0]} is outside the compacted vocabulary") from exc
+
+    def to_tok(self, ids: Sequence[int]) -> list[int]:
+        if self.model_to_tok is None:
+            return [int(i) for i in ids]
+        return [self.model_to_tok[int(i)] for i in ids]
+
+    def contains(self, tok_id: int) -> bool:
+        return self.model_to_tok is None or int(tok_id) in self._tok_to_model()
+
+
+ARCHS = ("qwen2", "llama")
+
+
+def build_small_model(
+    vocab_size: int,
+    arch: str = "qwen2",
+    hidden: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    seed: int = 0,
+    max_positions: int = 4096,
+) -> Any:
+    """A randomly initialised 2-layer causal LM (tied embeddings), fp32."""
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+
+    if arch not in ARCHS:
+        raise UsageError("rl", f"--arch must be one of {', '.join(ARCHS)} (got {arch!r})")
+    common: dict[str, Any] = dict(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 2),
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
+    config = Qwen2Config(**common) if arch == "qwen2" else LlamaConfig(**common)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.config.use_cache = True
+    return model
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise UsageError("rl", f"--device must be auto, cpu or cuda (got {device!r})")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError("rl", "--device cuda requested but torch sees no CUDA device")
+    return torch.device(device)
+
+
+def load_weights(path_or_repo: str, device: torch.device) -> tuple[Any, VocabMap]:
+    """A real causal LM (local folder or Hub id), fp32 master weights for the gradient.
+
+    On CUDA, sampling runs under bf16 autocast and the gradient is recomputed in fp32 (see ``sampling``).
+    A folder written by ``--save-policy`` carries its vocabulary map.
+    """
+    from transformers import AutoModelForCausalLM
+
+    folder = Path(path_or_repo).expanduser()
+    model: Any
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            str(folder) if folder.is_dir() else path_or_repo, dtype=torch.float32
+        )
+    except (OSError, ValueError) as exc:
+        raise ModelNotFound(path_or_repo, f"cannot load weights: {str(exc).splitlines()[0][:200]}") from exc
+    vmap_file = folder / VOCAB_MAP_FILE
+    if folder.is_dir() and vmap_file.is_file():
+        ids = json.loads(vmap_file.read_text())["model_to_tok"]
+        vmap = VocabMap(ids, len(ids)) if ids is not None else VocabMap.full(model.config.vocab_size)
+    else:
+        vmap = VocabMap.full(model.get_input_embeddings().weight.shape[0])
+    return model.to(device), vmap
+
+
+def save_policy(model: Any, vmap: VocabMap, tokenizer: Any, chat_template: str, folder: str | Path) -> Path:
+    """A normal transformers folder (config, safetensors, tokenizer, chat template) + the vocabulary map."""
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    (out / "chat_template.jinja").write_text(chat_template, encoding="utf-8")
+    (out / VOCAB_MAP_FILE).write_text(json.dumps({"model_to_tok": vmap.model_to_tok}))
+    return out
+
+
+def clone_frozen(model: Any, dtype: torch.dtype | None = None) -> Any:
+    import copy
+
+    ref = copy.deepcopy(model)
+    if dtype is not None:
+        ref = ref.to(dtype)
+    ref.eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref
