@@ -110,8 +110,10 @@ _TRL_DISAGREES = {"microsoft/Phi-3-mini-4k-instruct", "deepseek-ai/DeepSeek-V3"}
 
 @pytest.mark.parametrize(
     "model",
-    [pytest.param(m, marks=pytest.mark.xfail(reason="see _TRL_DISAGREES", strict=True)) if m in _TRL_DISAGREES
-     else m for m in SHARED_MODELS],
+    [
+        pytest.param(m, marks=pytest.mark.xfail(reason="see _TRL_DISAGREES", strict=True)) if m in _TRL_DISAGREES else m
+        for m in SHARED_MODELS
+    ],
 )
 def test_tool_append_prefix_agrees_with_trl(model, loaded, report):
     trl_says = _trl_prefix_preserving(loaded(model).tokenizer)

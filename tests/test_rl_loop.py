@@ -39,9 +39,7 @@ def _app() -> typer.Typer:
     return app
 
 
-QUICK = dict(
-    steps=1, groups=1, group_size=3, scenarios=("single_call/plain", "two_calls/plain", "reasoning/plain")
-)
+QUICK = dict(steps=1, groups=1, group_size=3, scenarios=("single_call/plain", "two_calls/plain", "reasoning/plain"))
 
 
 @needs_hub
@@ -150,7 +148,7 @@ def test_warmup_sampling_save_and_reload_weights(tmp_path):
     )
     assert r2.exit_code == 0, r2.output
     # stderr (a weights-loading progress bar) is mixed into the runner's output: take the JSON object.
-    summary = json.loads(r2.output[r2.output.index('{"setup"'):].splitlines()[0])
+    summary = json.loads(r2.output[r2.output.index('{"setup"') :].splitlines()[0])
     assert summary["setup"]["policy"].startswith("weights")
     assert summary["setup"]["probability_diagnostics"] == "computed"
     assert os.path.basename(str(pol)) == "policy"

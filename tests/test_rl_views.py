@@ -82,10 +82,7 @@ def test_kl_estimators_known_values():
 
 
 def test_group_advantages_zero_for_constant_group():
-    eps = [
-        Episode("a", View([], []), View([], []), [], reward=r, group=g)
-        for r, g in [(1, 0), (1, 0), (0, 1), (2, 1)]
-    ]
+    eps = [Episode("a", View([], []), View([], []), [], reward=r, group=g) for r, g in [(1, 0), (1, 0), (0, 1), (2, 1)]]
     adv = group_advantages(eps)
     assert adv[:2] == [0.0, 0.0]
     assert adv[2] == pytest.approx(-1.0, abs=1e-5) and adv[3] == pytest.approx(1.0, abs=1e-5)
@@ -138,8 +135,7 @@ def test_compact_vocab_unknown_ids_share_unk_row():
 
 def test_parse_assistant_and_generation_settings():
     msg = parse_assistant(
-        '<think>\nhmm\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": '
-        '{"city": "Paris"}}\n</tool_call>',
+        '<think>\nhmm\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
         ["call00001"],
     )
     assert msg["reasoning_content"] == "hmm" and msg["tool_calls"][0]["id"] == "call00001"

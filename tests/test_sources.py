@@ -124,7 +124,7 @@ def test_unknown_local_folder():
         load("./no/such/folder")
 
 
-_FAKE_HUB = r'''
+_FAKE_HUB = r"""
 import http.server, sys, threading
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self): self._answer()
@@ -141,7 +141,7 @@ class H(http.server.BaseHTTPRequestHandler):
 srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
 print(srv.server_address[1], flush=True)
 srv.serve_forever()
-'''
+"""
 
 
 @pytest.fixture()
@@ -158,13 +158,17 @@ def _cli(args: list[str], env_extra: dict[str, str], tmp_path: Path) -> subproce
 
     env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "cache"), **env_extra}
     env.pop("HF_HUB_OFFLINE", None)
-    return subprocess.run([sys.executable, "-m", "tito_audit", *args], env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "tito_audit", *args], env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_gated_missing_and_network_errors_are_one_line_exit_2(fake_hub, tmp_path):
-    out = _cli(["audit", "org/gated", "org/forbidden", "org/missing", "qwen2.5-7b-instruct", "--quiet"],
-               {"HF_ENDPOINT": fake_hub}, tmp_path)
+    out = _cli(
+        ["audit", "org/gated", "org/forbidden", "org/missing", "qwen2.5-7b-instruct", "--quiet"],
+        {"HF_ENDPOINT": fake_hub},
+        tmp_path,
+    )
     assert out.returncode == 2, out.stderr
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     assert any("org/gated" in e and "access denied" in e for e in errors), out.stderr
