@@ -89,7 +89,7 @@ def test_corrupt_truncated_tokenizer_json(tmp_path):
     data = (folder / "tokenizer.json").read_bytes()
     (folder / "tokenizer.json").unlink()
     (folder / "tokenizer.json").write_bytes(data[: len(data) // 2])
-    with pytest.raises(CorruptTokenizer, match="tokenizer.json"):
+    with pytest.raises(CorruptTokenizer, match=r"tokenizer\.json"):
         load(str(folder))
 
 
@@ -97,7 +97,7 @@ def test_config_not_json(tmp_path):
     folder = _broken_copy(tmp_path, "cfg")
     (folder / "tokenizer_config.json").unlink()
     (folder / "tokenizer_config.json").write_text("{not json")
-    with pytest.raises(CorruptConfig, match="tokenizer_config.json is not valid JSON"):
+    with pytest.raises(CorruptConfig, match=r"tokenizer_config\.json is not valid JSON"):
         load(str(folder))
 
 
