@@ -1,0 +1,77 @@
+"""Fuzzing scenario content against the shared models: no crash, every failure a classified RenderError."""
+
+from __future__ import annotations
+
+from functools import cache
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tito_audit.rendering import Renderer, RenderError
+from tito_audit.rollout import stop_token_ids
+from tito_audit.rollout.simulate import simulate
+from tito_audit.rollout.tokens import special_token_strings
+from tito_audit.scenarios.spec import Scenario
+
+MODELS = ("qwen3-0.6b", "mistral-nemo-instruct-2407", "gpt-oss-20b")
+CLASSIFIED = {"raised", "type", "security", "timeout", "too_large"}
+
+
+@cache
+def _model(name: str):
+    from tito_audit.sources.load import load
+
+    model = load(name)
+    renderer = Renderer(model.tokenizer, model.chat_template)
+    return model, renderer, stop_token_ids(model.tokenizer, renderer, model.generation_eos_ids)
+
+
+def _text(specials: list[str]) -> st.SearchStrategy[str]:
+    pieces = st.one_of(
+        st.text(max_size=40),
+        st.sampled_from(specials or ["<|x|>"]),
+        st.sampled_from(["\u202e", "\x00", "\ufeff", "🙂", "{{ x }}", "{% raw %}", "\r\n", "\u200b", "\\u0000"]),
+        st.integers(1, 200_000).map(lambda n: "z" * n),
+    )
+    return st.lists(pieces, max_size=6).map("".join)
+
+
+@st.composite
+def conversations(draw):
+    name = draw(st.sampled_from(MODELS))
+    specials = special_token_strings(_model(name)[0].tokenizer)[:20]
+    text = _text(specials)
+    msgs = [{"role": "user", "content": draw(text)}]
+    if draw(st.booleans()):
+        call = {
+            "id": "call00001",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": {"city": draw(text)}},
+        }
+        msgs += [
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call00001", "name": "get_weather", "content": draw(text)},
+        ]
+    msgs.append({"role": "assistant", "content": draw(text)})
+    return name, msgs
+
+
+TOOLS = ({"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(conversations())
+def test_fuzzed_content_never_crashes(case) -> None:
+    name, msgs = case
+    _, renderer, stops = _model(name)
+    try:
+        text = renderer.render(msgs, tools=list(TOOLS))
+        assert isinstance(text, str)
+    except RenderError as err:
+        assert err.kind in CLASSIFIED, (err.kind, err.message)
+    scenario = Scenario("fuzz", "fuzzed", tuple(msgs), TOOLS, frozenset())
+    sim = simulate(renderer, scenario, stops)
+    if sim.error is not None:
+        assert sim.error.kind in CLASSIFIED, (sim.error.kind, sim.error.message)
+    else:
+        assert sim.trajectory is not None and sim.trajectory.input_ids

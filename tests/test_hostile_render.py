@@ -1,0 +1,123 @@
+"""Hostile templates rendered straight through Renderer: refused, bounded, and classified (never a crash)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from tito_audit.rendering import Renderer, RenderError, RenderLimits
+from tito_audit.scan.hazards import hazards
+
+HOSTILE = Path(__file__).parent / "data" / "hostile"
+MSGS = [{"role": "user", "content": "Hello"}]
+
+
+@cache
+def _tokenizer():
+    from tito_audit.sources.load import load
+
+    return load("qwen3-0.6b").tokenizer
+
+
+def _render_kind(name: str, limits: RenderLimits | None = None) -> str:
+    text = (HOSTILE / f"{name}.jinja").read_text()
+    try:
+        renderer = Renderer(_tokenizer(), text, limits=limits or RenderLimits(seconds=1.0))
+        renderer.render(MSGS, add_generation_prompt=True)
+    except RenderError as err:
+        return err.kind
+    return "ok"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "escape_subclasses",
+        "escape_cycler_globals",
+        "escape_joiner_popen",
+        "format_string_runtime",
+        "attr_filter",
+        "attr_filter_runtime",
+    ],
+)
+def test_sandbox_escapes_raise_security(name: str) -> None:
+    assert _render_kind(name) == "security"
+
+
+def test_runtime_format_string_escape_is_refused_not_silent() -> None:
+    # Stock jinja renders a silent empty string here; the hardened sandbox must refuse it.
+    with pytest.raises(RenderError) as info:
+        Renderer(_tokenizer(), "{% set f = '{0.' ~ '__class__' ~ '}' %}{{ f.format(messages) }}").render(MSGS)
+    assert info.value.kind == "security" and "__class__" in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("huge_range", "too_large"),
+        ("deep_macro_recursion", "too_large"),
+        ("output_flood", "too_large"),
+        ("string_repeat_huge", "too_large"),
+        ("busy_loop", "timeout"),
+    ],
+)
+def test_runaways_are_stopped(name: str, kind: str) -> None:
+    assert _render_kind(name) == kind
+
+
+def test_limit_does_not_leak_into_next_render() -> None:
+    assert _render_kind("string_repeat_huge") == "too_large"
+    assert _render_kind("benign_chatml") == "ok"  # the address-space budget was restored
+
+
+def test_constant_folded_escape_is_caught_statically() -> None:
+    text = (HOSTILE / "escape_class_const.jinja").read_text()
+    assert _render_kind("escape_class_const") == "ok"  # jinja folded it to a silent undefined at compile time
+    assert [h.kind for h in hazards(text)] == ["security"]
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("random_system_line", "nondeterministic"),
+        ("reads_date", "reads_date"),
+        ("reads_environment", "reads_environment"),
+        ("format_string_attack", "security"),
+        ("escape_cycler_globals", "security"),
+    ],
+)
+def test_static_hazards(name: str, kind: str) -> None:
+    assert kind in {h.kind for h in hazards((HOSTILE / f"{name}.jinja").read_text())}
+
+
+def test_benign_template_has_no_hazards() -> None:
+    assert hazards((HOSTILE / "benign_chatml.jinja").read_text()) == []
+
+
+@pytest.mark.slow
+def test_exponential_growth_is_bounded_in_memory() -> None:
+    """A fresh process renders the doubling template; its peak RSS stays near the 512 MiB render budget."""
+    code = textwrap.dedent(f"""
+        import resource
+        from tito_audit.rendering import Renderer, RenderError, RenderLimits
+        from tito_audit.sources.load import load
+        tok = load("qwen3-0.6b").tokenizer
+        text = open({str(HOSTILE / "exponential_growth.jinja")!r}).read()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        try:
+            Renderer(tok, text, limits=RenderLimits(seconds=20, memory_bytes=512 << 20)).render(
+                [{{"role": "user", "content": "x"}}])
+            kind = "ok"
+        except RenderError as err:
+            kind = err.kind
+        print(kind, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    kind, grew_mb = out.stdout.split()
+    assert kind == "too_large"
+    assert int(grew_mb) < 700

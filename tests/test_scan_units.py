@@ -1,0 +1,74 @@
+"""Discovery, tokenizer picking and hazards on real templates from the shared corpus."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tito_audit.errors import UsageError
+from tito_audit.scan.discover import discover
+from tito_audit.scan.hazards import hazards, literal_text
+from tito_audit.scan.pick import Candidate, control_literals, pick
+
+CORPUS = Path("/work/shared/template-corpus")
+needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason="shared template corpus not present")
+
+
+def test_discover_errors_are_one_line(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="does not exist"):
+        discover(tmp_path / "missing")
+    with pytest.raises(UsageError, match=r"no \*\.jinja files"):
+        discover(tmp_path)
+
+
+@needs_corpus
+def test_discover_corpus_matches_index() -> None:
+    import json
+
+    names = {t.name for t in discover(CORPUS)}
+    index = {e["name"] for e in json.loads((CORPUS / "index.json").read_text())}
+    assert names == index and len(names) == 786
+
+
+def test_control_literals() -> None:
+    text = "<|im_start|>user [INST] hi [/INST]<｜Assistant｜><start_of_turn></s> <think>"
+    assert control_literals(text) == ["<|im_start|>", "[INST]", "[/INST]", "<｜Assistant｜>", "<start_of_turn>", "</s>"]
+
+
+@needs_corpus
+@pytest.mark.parametrize(
+    ("template", "expected"),
+    [
+        ("Qwen-Qwen3-0.6B", "qwen3-0.6b"),
+        ("unsloth-gpt-oss-20b", "gpt-oss-20b"),
+        ("deepseek-ai-DeepSeek-V3.1", "deepseek-v3"),
+        ("microsoft-Phi-3-mini-4k-instruct", "phi-3-mini-4k-instruct"),
+        ("mistralai-Mistral-Nemo-Instruct-2407", "mistral-nemo-instruct-2407"),
+    ],
+)
+def test_auto_picks_the_matching_vocabulary(template: str, expected: str) -> None:
+    from tito_audit.scan import load_tokenizers
+    from tito_audit.sources import bundled_names
+
+    path = CORPUS / f"{template}.jinja"
+    if not path.is_file():
+        pytest.skip(f"{template} not in corpus")
+    models = _models(tuple(bundled_names()), load_tokenizers)
+    cands = [Candidate.of(n, m.tokenizer) for n, m in models.items()]
+    assert pick(literal_text(path.read_text()), cands, {n: m.tokenizer for n, m in models.items()}).name == expected
+
+
+_CACHE: dict = {}
+
+
+def _models(names, loader):
+    if names not in _CACHE:
+        _CACHE[names] = loader(names)
+    return _CACHE[names]
+
+
+@needs_corpus
+def test_no_real_template_is_a_security_finding() -> None:
+    hits = {t.name: h for t in discover(CORPUS) for h in hazards(t.path.read_text()) if h.kind == "security"}
+    assert hits == {}

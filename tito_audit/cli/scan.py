@@ -1,0 +1,106 @@
+"""``tito-audit scan DIR --tokenizer MODEL|auto``: audit every template of a folder in parallel, with limits."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from tito_audit.errors import EXIT_FINDINGS, EXIT_OK, EXIT_OPERATIONAL, AuditError, UsageError
+
+if TYPE_CHECKING:
+    from tito_audit.scan import PoolLimits, ScanSummary
+
+
+def register(app: typer.Typer) -> None:
+    app.command("scan", help="Audit every .jinja template in a folder against one tokenizer (or 'auto').")(scan)
+
+
+def scan(
+    folder: Annotated[str, typer.Argument(help="Folder of .jinja templates (searched recursively), or one file.")],
+    tokenizer: Annotated[
+        str, typer.Option("--tokenizer", "-t", help="Model spec whose tokenizer to use, or 'auto'.")
+    ] = "auto",
+    candidate: Annotated[
+        list[str] | None,
+        typer.Option("--candidate", "-c", help="With --tokenizer auto: a candidate (repeat; default: bundled)."),
+    ] = None,
+    workers: Annotated[int, typer.Option(help="Worker processes (0: in this process, no hard limits).")] = 2,
+    render_timeout: Annotated[float, typer.Option(help="Seconds per render.")] = 2.0,
+    deadline: Annotated[float, typer.Option(help="Seconds per template before its worker is killed.")] = 60.0,
+    memory_mb: Annotated[int, typer.Option(help="Address space a worker may add, MiB.")] = 3072,
+    limit: Annotated[int | None, typer.Option(help="Scan only the first N templates.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the JSON summary here.")] = None,
+    markdown_out: Annotated[Path | None, typer.Option("--markdown", help="Write a Markdown summary here.")] = None,
+    engine: Annotated[
+        str, typer.Option(help="'simulate' (built-in scenario simulation) or 'audit' (every check of audit_model).")
+    ] = "simulate",
+    offline: Annotated[bool, typer.Option(help="Never touch the network.")] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+    fail_on: Annotated[
+        str, typer.Option(help="Exit 1 when any template is in these classes (comma-separated; '' never).")
+    ] = "",
+) -> None:
+    from rich.console import Console
+
+    from tito_audit.rendering import RenderLimits
+    from tito_audit.scan import PoolLimits
+
+    try:
+        if engine not in ("simulate", "audit"):
+            raise UsageError("scan", f"--engine must be 'simulate' or 'audit', not {engine!r}")
+        if workers < 0 or render_timeout <= 0 or deadline <= 0 or memory_mb < 0 or (limit is not None and limit < 1):
+            raise UsageError("scan", "--workers, --render-timeout, --deadline, --memory-mb, --limit must be positive")
+        limits = PoolLimits(
+            workers=workers,
+            deadline_s=deadline,
+            memory_bytes=memory_mb << 20,
+            render=RenderLimits(seconds=render_timeout),
+            engine=engine,
+        )
+        summary = _run(folder, tokenizer, candidate or [], limits, offline, limit, progress and sys.stderr.isatty())
+        if json_out is not None:
+            json_out.write_text(summary.to_json(), encoding="utf-8")
+        if markdown_out is not None:
+            markdown_out.write_text(summary.to_markdown(), encoding="utf-8")
+    except AuditError as exc:
+        sys.stderr.write(f"error: {exc.one_line()}\n")
+        raise typer.Exit(EXIT_OPERATIONAL) from None
+    except OSError as exc:
+        sys.stderr.write(f"error: {exc}".replace("\n", " ") + "\n")
+        raise typer.Exit(EXIT_OPERATIONAL) from None
+    Console().print(summary.to_table())
+    failing = {c.strip() for c in fail_on.split(",") if c.strip()}
+    hit = any(r.cls in failing for r in summary.results)
+    raise typer.Exit(EXIT_FINDINGS if hit else EXIT_OK)
+
+
+def _run(
+    folder: str,
+    tokenizer: str,
+    candidates: list[str],
+    limits: PoolLimits,
+    offline: bool,
+    limit: int | None,
+    bar: bool,
+) -> ScanSummary:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from tito_audit.scan import scan_directory
+
+    if not bar:
+        return scan_directory(folder, tokenizer, candidates, limits, offline, limit)
+    with Progress(TextColumn("scan"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True) as prog:
+        task = prog.add_task("scan", total=None)
+        return scan_directory(
+            folder,
+            tokenizer,
+            candidates,
+            limits,
+            offline,
+            limit,
+            on_result=lambda r: prog.advance(task),
+            on_planned=lambda n: prog.update(task, total=n),
+        )

@@ -1,0 +1,105 @@
+"""Scanning many templates against one tokenizer (or the best-matching of several), in parallel, under limits.
+
+``scan_directory`` discovers templates (``discover``), loads each tokenizer once, picks one per template for
+``auto`` (``pick``), audits each template in a worker process (``pool`` -> ``one``), and returns one
+``ScanSummary`` in which every template has exactly one class (``classify``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tito_audit.errors import UsageError
+from tito_audit.scan.classify import CLASSES, DESCRIPTIONS
+from tito_audit.scan.discover import TemplateFile, discover
+from tito_audit.scan.hazards import literal_text
+from tito_audit.scan.one import TemplateResult, audit_template
+from tito_audit.scan.pick import Candidate, pick
+from tito_audit.scan.pool import Job, PoolLimits, run_jobs
+from tito_audit.scan.summary import ScanSummary
+
+AUTO = "auto"
+
+__all__ = [
+    "AUTO",
+    "CLASSES",
+    "DESCRIPTIONS",
+    "Job",
+    "PoolLimits",
+    "ScanSummary",
+    "TemplateFile",
+    "TemplateResult",
+    "audit_template",
+    "discover",
+    "load_tokenizers",
+    "plan",
+    "scan_directory",
+]
+
+
+def load_tokenizers(specs: Sequence[str], offline: bool = False) -> dict[str, Any]:
+    """Each spec loaded once (``LoadedModel``); AuditErrors propagate as one-line errors."""
+    from tito_audit.sources.load import load
+
+    models: dict[str, Any] = {}
+    for spec in dict.fromkeys(specs):
+        models[spec] = load(spec, offline=offline)
+    return models
+
+
+def plan(templates: Sequence[TemplateFile], models: dict[str, Any], tokenizer: str) -> list[Job]:
+    """One job per template, with the tokenizer it is audited against (and why)."""
+    if tokenizer != AUTO:
+        return [Job(i, t, tokenizer, "given") for i, t in enumerate(templates)]
+    candidates = [Candidate.of(name, m.tokenizer) for name, m in models.items()]
+    tokenizers = {name: m.tokenizer for name, m in models.items()}
+    jobs = []
+    for i, t in enumerate(templates):
+        try:
+            literal = literal_text(t.path.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            literal = ""
+        choice = pick(literal, candidates, tokenizers)
+        jobs.append(Job(i, t, choice.name, choice.reason))
+    return jobs
+
+
+def scan_directory(
+    root: str,
+    tokenizer: str,
+    candidates: Sequence[str] = (),
+    limits: PoolLimits | None = None,
+    offline: bool = False,
+    limit: int | None = None,
+    on_result: Callable[[TemplateResult], None] | None = None,
+    on_planned: Callable[[int], None] | None = None,
+) -> ScanSummary:
+    limits = limits or PoolLimits()
+    templates = discover(root)
+    if limit is not None:
+        templates = templates[:limit]
+    if tokenizer == AUTO:
+        from tito_audit.sources import bundled_names
+
+        specs = list(candidates) or bundled_names()
+        if not specs:
+            raise UsageError("--tokenizer auto", "no candidate tokenizers (none bundled and none given)")
+    else:
+        specs = [tokenizer]
+    started = time.perf_counter()
+    models = load_tokenizers(specs, offline=offline)
+    load_s = time.perf_counter() - started
+    jobs = plan(templates, models, tokenizer)
+    if on_planned is not None:
+        on_planned(len(jobs))
+    results = run_jobs(jobs, models, limits, on_result)
+    return ScanSummary(
+        root=str(root),
+        tokenizer=tokenizer,
+        results=results,
+        seconds=time.perf_counter() - started,
+        workers=limits.workers,
+        meta={"candidates": specs, "tokenizer_load_seconds": round(load_s, 3)},
+    )

@@ -1,0 +1,45 @@
+"""Finding the templates to scan: every ``*.jinja`` file under a folder (or one file), in a stable order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tito_audit.errors import UsageError
+
+MAX_TEMPLATE_BYTES = 1_000_000  # a chat template larger than this is not a chat template
+
+
+@dataclass(frozen=True)
+class TemplateFile:
+    name: str  # path relative to the scanned folder, without suffix
+    path: Path
+
+
+def discover(root: str | Path, pattern: str = "*.jinja") -> list[TemplateFile]:
+    """Template files under ``root`` (recursively), sorted by relative path; one-line errors on bad input."""
+    base = Path(root).expanduser()
+    if base.is_file():
+        return [TemplateFile(base.stem, base)]
+    if not base.exists():
+        raise UsageError(str(root), "folder does not exist")
+    if not base.is_dir():
+        raise UsageError(str(root), "not a folder or a template file")
+    found = sorted(p for p in base.rglob(pattern) if p.is_file())
+    if not found:
+        raise UsageError(str(root), f"no {pattern} files in this folder")
+    return [TemplateFile(str(p.relative_to(base).with_suffix("")), p) for p in found]
+
+
+def read_template(path: Path) -> str:
+    """The template text; raises ``ValueError`` with a one-line reason when it cannot be a template."""
+    size = path.stat().st_size
+    if size > MAX_TEMPLATE_BYTES:
+        raise ValueError(f"file is {size:,} bytes (limit {MAX_TEMPLATE_BYTES:,})")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    if not text.strip():
+        raise ValueError("empty template")
+    return text

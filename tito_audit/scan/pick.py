@@ -1,0 +1,86 @@
+"""``--tokenizer auto``: pick, per template, the candidate tokenizer whose special tokens the template
+writes.
+
+Forks and fine-tunes share their base model's vocabulary, so the control-token text a template writes
+literally (``<|im_start|>``, ``[INST]``, ``<｜Assistant｜>``...) says which vocabulary it was written for.
+Each candidate scores the number of its added tokens that occur in the template's literal text; the best
+score wins, ties go to the candidate with fewer control-token literals it lacks, then to the order the
+candidates were given.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# Text that looks like a control token, whoever's vocabulary it belongs to.
+_CONTROL = re.compile(
+    r"<\|[^|<>\s]{1,60}\|>"  # <|im_start|>, <|start_header_id|>
+    r"|<｜[^｜<>\n]{1,60}｜>"  # DeepSeek's full-width bars
+    r"|\[/?[A-Z][A-Z_]{2,30}\]"  # [INST], [TOOL_CALLS], [/AVAILABLE_TOOLS]
+    r"|<(?:start|end)_of_turn>"  # Gemma
+    r"|</?s>"  # Llama-2 / Mistral bos/eos written literally
+)
+
+
+def control_literals(text: str) -> list[str]:
+    """Distinct control-token-like strings in ``text``, in order of first appearance."""
+    return list(dict.fromkeys(_CONTROL.findall(text)))
+
+
+def token_in_vocab(tokenizer: Any, token: str) -> bool:
+    tid = tokenizer.convert_tokens_to_ids(token)
+    return isinstance(tid, int) and tid != getattr(tokenizer, "unk_token_id", None)
+
+
+def missing_tokens(tokenizer: Any, literal: str) -> list[str]:
+    """Control-token literals of the template that the vocabulary does not have as single tokens."""
+    return [t for t in control_literals(literal) if not token_in_vocab(tokenizer, t)]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    added: frozenset[str]  # added-token text (special or not), at least 3 characters
+
+    @classmethod
+    def of(cls, name: str, tokenizer: Any) -> Candidate:
+        decoder = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+        texts = {t.content for t in decoder.values() if len(t.content.strip()) >= 3}
+        for attr in ("bos_token", "eos_token"):
+            tok = getattr(tokenizer, attr, None)
+            if isinstance(tok, str) and len(tok) >= 3:
+                texts.add(tok)
+        return cls(name, frozenset(texts))
+
+
+@dataclass(frozen=True)
+class Choice:
+    name: str
+    score: int
+    reason: str
+
+
+def pick(literal: str, candidates: Sequence[Candidate], tokenizers: dict[str, Any] | None = None) -> Choice:
+    """The candidate that best matches a template's literal text (from ``hazards.literal_text``)."""
+    if not candidates:
+        raise ValueError("no candidate tokenizers")
+    controls = control_literals(literal)
+    best: tuple[int, int, int] | None = None
+    chosen = candidates[0]
+    for order, cand in enumerate(candidates):
+        score = sum(1 for t in cand.added if t in literal)
+        lacking = (
+            sum(1 for t in controls if t not in cand.added)
+            if tokenizers is None
+            else sum(1 for t in controls if not token_in_vocab(tokenizers[cand.name], t))
+        )
+        key = (score, -lacking, -order)
+        if best is None or key > best:
+            best, chosen = key, cand
+    assert best is not None
+    if best[0] == 0:
+        return Choice(chosen.name, 0, "no candidate's special tokens appear in the template; first candidate")
+    return Choice(chosen.name, best[0], f"{best[0]} of its added tokens appear in the template")

@@ -1,0 +1,186 @@
+"""Worker processes with hard limits: a runaway template costs one worker, never the scan.
+
+Workers are forked after the tokenizers are loaded, so they share them copy-on-write and start in
+milliseconds. Each worker caps its own address space (``RLIMIT_AS``), every render inside it is bounded by
+``RenderLimits``, and the parent kills a worker that holds one template past ``deadline_s`` (a render stuck in
+C code that no signal interrupts) and starts a fresh one. A worker that dies is a classified result too.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from tito_audit.rendering import RenderLimits
+from tito_audit.rendering.guard import address_space_bytes, limit_process_memory
+from tito_audit.scan import classify as C
+from tito_audit.scan.discover import TemplateFile
+from tito_audit.scan.one import TemplateResult, audit_template
+
+
+@dataclass(frozen=True)
+class Job:
+    index: int
+    template: TemplateFile
+    tokenizer: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class PoolLimits:
+    workers: int = 2
+    deadline_s: float = 60.0  # per template, wall clock, enforced by SIGKILL
+    memory_bytes: int = 3 << 30  # address space a worker may add to what it inherited
+    render: RenderLimits = field(default_factory=RenderLimits)
+    engine: str = "simulate"  # "simulate" (built-in, fast) | "audit" (tito_audit.audit.audit_model, all checks)
+
+
+def _worker_main(conn: Connection, models: dict[str, Any], limits: PoolLimits) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles ^C and kills us
+    if limits.memory_bytes > 0:
+        limit_process_memory(address_space_bytes() + limits.memory_bytes)
+    cache: dict[str, Any] = {}
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return
+        if job is None:
+            return
+        result = audit_template(job.template, models[job.tokenizer], job.reason, limits.render, cache, limits.engine)
+        conn.send((job.index, result.to_dict()))
+
+
+class _Slot:
+    def __init__(self, ctx: Any, models: dict[str, Any], limits: PoolLimits) -> None:
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(child, models, limits), daemon=True)
+        self.proc.start()
+        child.close()
+        self.job: Job | None = None
+        self.since = 0.0
+
+    def give(self, job: Job) -> None:
+        self.job, self.since = job, time.monotonic()
+        self.conn.send(job)
+
+    def kill(self) -> None:
+        if self.proc.is_alive() and self.proc.pid is not None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.join(5)
+        self.conn.close()
+
+
+def _failed(job: Job, cls: str, kind: str, reason: str, seconds: float) -> TemplateResult:
+    return TemplateResult(
+        job.template.name,
+        str(job.template.path),
+        job.tokenizer,
+        cls=cls,
+        reason=reason,
+        error_kind=kind,
+        tokenizer_reason=job.reason,
+        engine="pool",
+        seconds=round(seconds, 4),
+    )
+
+
+def run_jobs(
+    jobs: Sequence[Job],
+    models: dict[str, Any],
+    limits: PoolLimits | None = None,
+    on_result: Callable[[TemplateResult], None] | None = None,
+) -> list[TemplateResult]:
+    """Results in job order. ``limits.workers == 0`` runs in this process (no kill, no address-space cap)."""
+    limits = limits or PoolLimits()
+    results: dict[int, TemplateResult] = {}
+
+    def done(index: int, result: TemplateResult) -> None:
+        results[index] = result
+        if on_result is not None:
+            on_result(result)
+
+    if limits.workers <= 0:
+        cache: dict[str, Any] = {}
+        for job in jobs:
+            done(
+                job.index,
+                audit_template(job.template, models[job.tokenizer], job.reason, limits.render, cache, limits.engine),
+            )
+        return [results[j.index] for j in jobs]
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    ctx = mp.get_context("fork")
+    pending = list(reversed(jobs))
+    slots = [_Slot(ctx, models, limits) for _ in range(min(limits.workers, max(1, len(jobs))))]
+    try:
+        while pending or any(s.job for s in slots):
+            for i, slot in enumerate(slots):
+                if slot.job is None and pending:
+                    try:
+                        slot.give(pending[-1])
+                        pending.pop()
+                    except (BrokenPipeError, OSError):
+                        slot.kill()
+                        slots[i] = _Slot(ctx, models, limits)
+            busy = [s for s in slots if s.job is not None]
+            now = time.monotonic()
+            timeout = max(0.05, min(s.since + limits.deadline_s - now for s in busy)) if busy else 0.05
+            ready = wait([s.conn for s in busy] + [s.proc.sentinel for s in busy], timeout)
+            for i, slot in enumerate(slots):
+                current = slot.job
+                if current is None:
+                    continue
+                elapsed = time.monotonic() - slot.since
+                if slot.conn in ready:
+                    try:
+                        index, payload = slot.conn.recv()
+                        slot.job = None
+                        done(index, TemplateResult(**payload))
+                        continue
+                    except (EOFError, OSError):
+                        pass  # died mid-message: handled below
+                if slot.conn in ready or slot.proc.sentinel in ready:
+                    code = slot.proc.exitcode
+                    slot.kill()
+                    done(
+                        current.index,
+                        _failed(
+                            current,
+                            C.WORKER_CRASH,
+                            "worker_died",
+                            f"worker process died (exit code {code})",
+                            elapsed,
+                        ),
+                    )
+                    slots[i] = _Slot(ctx, models, limits)
+                elif elapsed > limits.deadline_s:
+                    slot.kill()
+                    done(
+                        current.index,
+                        _failed(
+                            current,
+                            C.LIMIT,
+                            "hard_timeout",
+                            f"killed after {limits.deadline_s:g}s (per-template deadline)",
+                            elapsed,
+                        ),
+                    )
+                    slots[i] = _Slot(ctx, models, limits)
+    finally:
+        for slot in slots:
+            try:
+                if slot.job is None:
+                    slot.conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        for slot in slots:
+            slot.proc.join(2)
+            slot.kill()
+    return [results[j.index] for j in jobs]
