@@ -72,3 +72,17 @@ def _models(names, loader):
 def test_no_real_template_is_a_security_finding() -> None:
     hits = {t.name: h for t in discover(CORPUS) for h in hazards(t.path.read_text()) if h.kind == "security"}
     assert hits == {}
+
+
+def test_audit_engine_gives_the_audit_verdict(tmp_path: Path, loaded) -> None:
+    """``--engine audit`` runs audit_model itself: the scan's verdict is the audit's verdict."""
+    from tito_audit.scan.discover import TemplateFile
+    from tito_audit.scan.one import audit_template
+
+    model = loaded("qwen3-0.6b")
+    path = tmp_path / "qwen3.jinja"
+    path.write_text(model.chat_template)
+    result = audit_template(TemplateFile("qwen3", path), model, engine="audit")
+    assert result.engine == "audit_model"
+    assert (result.cls, result.verdict) == ("unsafe", "unsafe")
+    assert result.scenarios_total > 10

@@ -1,8 +1,8 @@
 """Auditing one template file against one tokenizer, ending in exactly one class (see ``classify``).
 
 Nothing here may raise for a bad template: every failure becomes the template's class with a one-line reason.
-Statically unsafe templates are not rendered at all. The audit itself is ``tito_audit.audit.audit_model`` when
-the audit engine is installed, else a built-in simulation of every scenario (``engine`` says which ran).
+Statically unsafe templates are not rendered at all. The audit itself is ``tito_audit.audit.audit_model``
+(``engine="audit"``) or a lighter simulation of every scenario (``engine="simulate"``); ``engine`` says which ran.
 """
 
 from __future__ import annotations
@@ -43,14 +43,6 @@ class TemplateResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _audit_engine() -> Any:
-    try:
-        from tito_audit import audit
-    except ImportError:
-        return None
-    return audit if hasattr(audit, "audit_model") else None
 
 
 def _scenarios(model: Any, cache: dict[str, Any]) -> list[Any]:
@@ -96,8 +88,10 @@ def _simulate_all(model: Any, renderer: Renderer, result: TemplateResult, cache:
     result.verdict = "unsafe" if broken else "tito-required" if drift else "safe"
 
 
-def _audit_with_engine(engine: Any, model: Any, text: str, result: TemplateResult) -> None:
-    report = engine.audit_model(model.with_template(text, result.path), engine.AuditOptions())
+def _audit_with_engine(model: Any, text: str, result: TemplateResult) -> None:
+    from tito_audit.audit import audit_model
+
+    report = audit_model(model.with_template(text, result.path))
     result.engine = "audit_model"
     checks = list(getattr(report, "checks", []) or [])
     result.scenarios_total = len(checks)
@@ -193,11 +187,8 @@ def _audit(
 
     renderer = Renderer(model.tokenizer, text, limits=limits)
     _dynamic_flags(renderer, result)
-    engine = _audit_engine() if engine_name == "audit" else None
-    if engine_name == "audit" and engine is None:
-        raise AuditError(template.name, "engine 'audit' requested but tito_audit.audit.audit_model is missing")
-    if engine is not None:
-        _audit_with_engine(engine, model, text, result)
+    if engine_name == "audit":
+        _audit_with_engine(model, text, result)
     else:
         _simulate_all(model, renderer, result, cache)
 
