@@ -120,7 +120,6 @@ def register(app: typer.Typer) -> None:
         except ValueError as exc:
             raise typer.BadParameter(f"--date: {exc}") from exc
         options = AuditOptions(date=when, template_kwargs=parse_kwargs(template_kwarg), thinking=thinking, debug=debug)
-        machine = fmt != "terminal"
         report = run_audit(specs, options, offline, template_name, chat_template, show_progress=not quiet)
 
         from tito_audit.formats import FORMATTERS, render_report
@@ -145,5 +144,4 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"error: {m.error}", err=True)
                 if debug and m.traceback:
                     typer.echo(m.traceback, err=True)
-        del machine
         raise typer.Exit(exit_code(report, fail_on))

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from tito_audit.errors import (
-    AuditError,
     CorruptConfig,
     CorruptTokenizer,
     NoChatTemplate,
@@ -248,10 +247,7 @@ def load(
     """Fetch and load in one call (the public entry point)."""
     from tito_audit.sources.resolve import fetch_model_files
 
-    try:
-        return load_model(fetch_model_files(spec, offline), template_name, chat_template_file)
-    except AuditError:
-        raise
+    return load_model(fetch_model_files(spec, offline), template_name, chat_template_file)
 
 
 logging.getLogger("transformers").setLevel(logging.ERROR)
