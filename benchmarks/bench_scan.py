@@ -1,9 +1,10 @@
-"""Corpus scan vs chatlint 0.1.2 on the same templates, plus peak memory; one model all checks, cold and warm.
+"""The corpus scan (`tito-audit scan`, every template through audit_model's token-level checks) against chatlint
+0.1.2's string-level run on the same templates, as a throughput ratio, with CPU time and peak memory.
 
-    python benchmarks/bench_scan.py [--corpus DIR] [--workers 2] [--skip-model] [--out benchmarks/results/scan.json]
+    python benchmarks/bench_scan.py [--corpus DIR] [--workers 2] [--sets full,quick] [--limit N]
 
-Each measurement runs in its own subprocess so that peak RSS (``ru_maxrss`` of the process and its children)
-belongs to that measurement alone.
+Writes benchmarks/results/scan.json. ``full`` plays every scenario (what `tito-audit audit` plays: the default),
+``quick`` the documented reduced set (`--scenarios quick`); the JSON also says how often the two agree.
 """
 
 from __future__ import annotations
@@ -11,97 +12,96 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
+import shutil
 import sys
-import time
+import tempfile
+from collections import Counter
+from importlib.metadata import version
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from measure import machine, run, write
+
 CORPUS = Path(os.environ.get("TITO_CORPUS", "/work/shared/template-corpus"))
 
-_SCAN = """
-import json, resource, sys, time
-from tito_audit.scan import PoolLimits, scan_directory
-t = time.perf_counter()
-s = scan_directory(sys.argv[1], "auto", limits=PoolLimits(workers=int(sys.argv[2])))
-wall = time.perf_counter() - t
-own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-print(json.dumps({"seconds": wall, "templates": len(s.results), "counts": s.counts, "flags": s.flag_counts,
-                  "crashes": s.crashes, "tokenizers": s.tokenizer_counts,
-                  "tokenizer_load_seconds": s.meta["tokenizer_load_seconds"],
-                  "peak_rss_parent_mb": own / 1024, "peak_rss_worker_mb": kids / 1024}))
-"""
 
-_MODEL = """
-import json, resource, sys, time
-t0 = time.perf_counter()
-from tito_audit.audit import AuditOptions, audit_model
-from tito_audit.sources.load import load
-m = load(sys.argv[1])
-t1 = time.perf_counter()
-r = audit_model(m, AuditOptions())
-t2 = time.perf_counter()
-r2 = audit_model(m, AuditOptions())
-t3 = time.perf_counter()
-print(json.dumps({"model": sys.argv[1], "verdict": r.verdict, "cold_seconds": t2 - t0, "load_seconds": t1 - t0,
-                  "warm_seconds": t3 - t2, "checks": len(r.checks),
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
-"""
-
-
-def _run_py(code: str, *args: str, timeout: float = 3000) -> dict:
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
-    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT, env=env,
-                         timeout=timeout, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def bench_chatlint(corpus: Path) -> dict:
-    wrapper = (
-        "import resource, subprocess, sys, time, json\n"
-        "t = time.perf_counter()\n"
-        "p = subprocess.run(['chatlint', '--templates', sys.argv[1], '--json'], capture_output=True, text=True)\n"
-        "wall = time.perf_counter() - t\n"
-        "s = json.loads(p.stdout)\n"
-        "print(json.dumps({'seconds': wall, 'templates': s['templates'], 'checks': s['checks'], 'rc': p.returncode,"
-        " 'peak_rss_mb': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))\n"
+def scan(corpus: Path, workers: int, scenarios: str, out: Path) -> dict:
+    cmd = [sys.executable, "-m", "tito_audit", "scan", str(corpus), "--workers", str(workers)]
+    result = run([*cmd, "--scenarios", scenarios, "--json", str(out), "--no-progress"])
+    summary = json.loads(out.read_text())
+    result.update(
+        {
+            "scenarios": scenarios,
+            "workers": workers,
+            "templates": summary["templates"],
+            "crashes": summary["crashes"],
+            "counts": summary["counts"],
+            "flags": summary["flags"],
+            "tokenizer_load_seconds": summary["tokenizer_load_seconds"],
+            "seconds_in_scan": summary["seconds"],
+        }
     )
-    return _run_py(wrapper, str(corpus))
+    return result
+
+
+def chatlint(corpus: Path) -> dict:
+    result = run(["chatlint", "--templates", str(corpus), "--json"])
+    out = result.pop("output", {})
+    result.update({"version": version("chatlint"), "templates": out.get("templates"), "checks": out.get("checks")})
+    return result
+
+
+def ratio(ours: dict, theirs: dict, key: str) -> float:
+    """Templates per second of ours over theirs (above 1: the scan gets through the corpus faster)."""
+    return round((ours["templates"] / ours[key]) / (theirs["templates"] / theirs[key]), 3)
+
+
+def agreement(a: Path, b: Path) -> dict:
+    full = {r["name"]: r["cls"] for r in json.loads(a.read_text())["results"]}
+    quick = {r["name"]: r["cls"] for r in json.loads(b.read_text())["results"]}
+    differ = Counter(f"{full[n]} -> {quick[n]}" for n in full if quick.get(n) != full[n])
+    return {"same_class": sum(1 for n in full if quick.get(n) == full[n]), "of": len(full), "differ": dict(differ)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--corpus", type=Path, default=CORPUS)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--model", default="qwen3-0.6b")
-    ap.add_argument("--skip-model", action="store_true")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "scan.json")
+    ap.add_argument("--sets", default="full,quick", help="scenario sets to scan with, comma-separated")
+    ap.add_argument("--limit", type=int, help="only the first N templates (a smoke run of this script)")
     args = ap.parse_args()
 
-    from importlib.metadata import version
-
-    results: dict = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-        "command": "python benchmarks/bench_scan.py " + " ".join(sys.argv[1:]),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
-    }
-    scan = _run_py(_SCAN, str(args.corpus), str(args.workers))
-    results["scan"] = scan
-    print(f"scan: {scan['templates']} templates in {scan['seconds']:.1f}s, counts {scan['counts']}", flush=True)
-    lint = bench_chatlint(args.corpus)
-    lint["version"] = version("chatlint")
-    results["chatlint"] = lint
-    print(f"chatlint {lint['version']}: {lint['templates']} templates in {lint['seconds']:.1f}s", flush=True)
-    results["throughput_ratio_scan_over_chatlint"] = round(
-        (scan["templates"] / scan["seconds"]) / (lint["templates"] / lint["seconds"]), 3
-    )
-    if not args.skip_model:
-        results["one_model_all_checks"] = _run_py(_MODEL, args.model)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2))
-    print(json.dumps({k: v for k, v in results.items() if k != "machine"}, indent=2))
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = args.corpus
+        if args.limit:
+            corpus = Path(tmp) / "corpus"
+            corpus.mkdir()
+            for p in sorted(args.corpus.glob("*.jinja"))[: args.limit]:
+                shutil.copy(p, corpus / p.name)
+        results: dict = {
+            "machine": machine(),
+            "command": "python benchmarks/bench_scan.py " + " ".join(sys.argv[1:]),
+            "corpus": str(args.corpus) + (f" (first {args.limit})" if args.limit else ""),
+        }
+        lint = chatlint(corpus)
+        results["chatlint"] = lint
+        print(f"chatlint {lint['version']}: {lint['templates']} templates in {lint['wall_seconds']}s", flush=True)
+        outs = {}
+        for name in [s for s in args.sets.split(",") if s]:
+            outs[name] = Path(tmp) / f"{name}.json"
+            res = scan(corpus, args.workers, name, outs[name])
+            res["throughput_ratio_vs_chatlint"] = ratio(res, lint, "wall_seconds")
+            res["cpu_throughput_ratio_vs_chatlint"] = ratio(res, lint, "cpu_seconds")
+            results[f"scan_{name}"] = res
+            print(
+                f"scan {name}: {res['templates']} templates in {res['wall_seconds']}s "
+                f"(ratio {res['throughput_ratio_vs_chatlint']}), counts {res['counts']}",
+                flush=True,
+            )
+        if {"full", "quick"} <= outs.keys():
+            results["quick_vs_full"] = agreement(outs["full"], outs["quick"])
+    print(write("scan", results))
 
 
 if __name__ == "__main__":

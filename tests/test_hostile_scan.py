@@ -77,6 +77,18 @@ def test_hard_deadline_kills_a_worker_and_the_scan_continues(tmp_path: Path) -> 
     assert by["huge_range"].cls == "limit_exceeded"
 
 
+def test_a_killed_worker_still_reports_the_tokenizer_it_picked(tmp_path: Path) -> None:
+    """With ``auto`` the worker picks; the parent hears the pick before the audit, so a kill keeps it."""
+    (tmp_path / "busy_loop.jinja").write_text((HOSTILE / "busy_loop.jinja").read_text())
+    from tito_audit.rendering import RenderLimits
+
+    limits = PoolLimits(workers=1, deadline_s=1.0, render=RenderLimits(seconds=30))
+    s = scan_directory(str(tmp_path), "auto", ["phi-3-mini-4k-instruct", "qwen3-0.6b"], limits=limits)
+    (r,) = s.results
+    assert (r.cls, r.error_kind) == ("limit_exceeded", "hard_timeout")
+    assert r.tokenizer in ("phi-3-mini-4k-instruct", "qwen3-0.6b") and r.tokenizer_reason
+
+
 def test_in_process_audit_matches_pool() -> None:
     from tito_audit.sources.load import load
 

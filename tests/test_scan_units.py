@@ -74,15 +74,17 @@ def test_no_real_template_is_a_security_finding() -> None:
     assert hits == {}
 
 
-def test_audit_engine_gives_the_audit_verdict(tmp_path: Path, loaded) -> None:
-    """``--engine audit`` runs audit_model itself: the scan's verdict is the audit's verdict."""
+def test_scan_runs_audit_model_itself(tmp_path: Path, loaded) -> None:
+    """One engine: a scanned template's verdict, checks and scenarios are audit_model's on that template."""
+    from tito_audit import audit_model
     from tito_audit.scan.discover import TemplateFile
     from tito_audit.scan.one import audit_template
 
     model = loaded("qwen3-0.6b")
     path = tmp_path / "qwen3.jinja"
     path.write_text(model.chat_template)
-    result = audit_template(TemplateFile("qwen3", path), model, engine="audit")
+    result = audit_template(TemplateFile("qwen3", path), model)
+    expected = audit_model(model.with_template(model.chat_template, str(path)))
     assert result.engine == "audit_model"
-    assert (result.cls, result.verdict) == ("unsafe", "unsafe")
-    assert result.scenarios_total > 10
+    assert result.verdict == expected.verdict and result.cls == expected.verdict
+    assert result.scenarios_ok == expected.scenarios["played"] > 10

@@ -5,7 +5,7 @@ Public API, for RL frameworks and scripts::
     from tito_audit import load, audit_model, Trajectory
     model = load("Qwen/Qwen3-0.6B")            # Hub id, local folder or bundled name
     report = audit_model(model)                 # report.verdict, report.checks
-    traj = Trajectory.from_model(model, tools=tools)
+    traj = Trajectory.from_model(model, tools=tools)   # or Trajectory.from_tokenizer(any_hf_tokenizer, ...)
 """
 
 __version__ = "0.1.0"
@@ -15,6 +15,8 @@ from tito_audit.context import AuditOptions
 from tito_audit.errors import AuditError
 from tito_audit.rendering import Renderer, RenderError, RenderLimits
 from tito_audit.rollout import (
+    AppendCheck,
+    AppendRefused,
     Bridge,
     BridgeError,
     Segment,
@@ -27,6 +29,8 @@ from tito_audit.sources import LoadedModel, Provenance
 from tito_audit.sources.load import load
 
 __all__ = [
+    "AppendCheck",
+    "AppendRefused",
     "AuditError",
     "AuditOptions",
     "AuditReport",

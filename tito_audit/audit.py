@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
 import time
 import traceback
 from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +19,7 @@ from tito_audit.errors import AuditError, TemplateAlwaysRaises
 from tito_audit.sources.load import LoadedModel, Provenance, load
 from tito_audit.verdict import VERDICTS, decide
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: top-level suppressions/baseline keys, finding.baseline (tito_audit.gate)
 
 
 @dataclass
@@ -56,28 +60,42 @@ class ModelReport:
 @dataclass
 class AuditReport:
     models: list[ModelReport]
+    # Filled by tito_audit.gate: suppression entries used/unused in this run, and baseline counts.
+    suppressions: dict[str, Any] = field(default_factory=lambda: {"source": None, "used": [], "unused": []})
+    baseline: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
             "tool_version": __version__,
             "models": [m.to_dict() for m in self.models],
+            "suppressions": self.suppressions,
+            "baseline": self.baseline,
         }
 
 
 def _options_dict(options: AuditOptions) -> dict[str, Any]:
-    return {
+    out = {
         "date": options.date.isoformat(),
         "template_kwargs": options.template_kwargs,
         "thinking": options.thinking,
     }
+    if options.scenarios != "full":  # only a reduced set is worth a key: the default report stays as it was
+        out["scenarios"] = options.scenarios
+    return out
 
 
 def audit_model(model: LoadedModel, options: AuditOptions | None = None) -> ModelReport:
     """All checks for one loaded model. Never raises for template problems: they become the report."""
-    options = options or AuditOptions()
     started = time.perf_counter()
-    ctx = AuditContext(model, options)
+    return audit_context(AuditContext(model, options or AuditOptions()), started)
+
+
+def audit_context(ctx: AuditContext, started: float | None = None) -> ModelReport:
+    """``audit_model`` on a context that may already hold renders (the scan's smoke renders): same checks, same
+    verdict rule."""
+    started = time.perf_counter() if started is None else started
+    model, options = ctx.model, ctx.options
     report = ModelReport(model.name, "error", model.provenance, options=_options_dict(options))
     sims = ctx.simulations
     report.scenarios = {
@@ -126,6 +144,28 @@ def error_report(spec: str, exc: BaseException, debug: bool = False) -> ModelRep
     )
 
 
+def default_jobs(models: int) -> int:
+    """One worker per model, at most one per usable core."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(models, cores))
+
+
+def _load_and_audit(
+    spec: str, options: AuditOptions, offline: bool, template_name: str | None, chat_template_file: str | None
+) -> ModelReport:
+    """One model, loaded once and audited; an AuditError (any error, unless debugging) becomes its report."""
+    try:
+        model = load(spec, offline=offline, template_name=template_name, chat_template_file=chat_template_file)
+        return audit_model(model, options)
+    except Exception as exc:
+        if options.debug and not isinstance(exc, AuditError):
+            raise
+        return error_report(spec, exc, options.debug)
+
+
 def audit(
     specs: Iterable[str],
     options: AuditOptions | None = None,
@@ -133,22 +173,70 @@ def audit(
     template_name: str | None = None,
     chat_template_file: str | None = None,
     on_model: Callable[[str, str], None] | None = None,
+    jobs: int | None = None,
 ) -> AuditReport:
-    """Load and audit each model; one model's failure never stops the others."""
+    """Load and audit each model, in parallel worker processes (``jobs``; default ``default_jobs``); reports in
+    input order. One model's failure never stops the others. With ``options.debug`` an internal error is raised
+    (from a worker, with its traceback chained)."""
     options = options or AuditOptions()
-    reports: list[ModelReport] = []
-    for spec in specs:
-        try:
-            if on_model:
-                on_model(spec, "loading")
-            model = load(spec, offline=offline, template_name=template_name, chat_template_file=chat_template_file)
-            if on_model:
-                on_model(spec, "auditing")
-            reports.append(audit_model(model, options))
-        except Exception as exc:
-            if options.debug and not isinstance(exc, AuditError):
-                raise
-            reports.append(error_report(spec, exc, options.debug))
+    specs = list(specs)
+    jobs = default_jobs(len(specs)) if jobs is None else max(1, jobs)
+    args = (options, offline, template_name, chat_template_file)
+    if jobs == 1 or len(specs) <= 1:
+        return AuditReport([_sequential(spec, args, on_model) for spec in specs])
+    return AuditReport(_parallel(specs, args, on_model, jobs))
+
+
+def _sequential(spec: str, args: tuple[Any, ...], on_model: Callable[[str, str], None] | None) -> ModelReport:
+    if on_model:
+        on_model(spec, "auditing")
+    report = _load_and_audit(spec, *args)
+    if on_model:
+        on_model(spec, "done")
+    return report
+
+
+def _pool(jobs: int) -> ProcessPoolExecutor:
+    """Worker processes forked from this one (nothing to re-import), or spawned where fork does not exist."""
+    methods = mp.get_all_start_methods()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the Rust pool must not be live across a fork
+    return ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork" if "fork" in methods else "spawn"))
+
+
+def _parallel(
+    specs: list[str], args: tuple[Any, ...], on_model: Callable[[str, str], None] | None, jobs: int
+) -> list[ModelReport]:
+    reports: dict[int, ModelReport] = {}
+    lost: list[int] = []  # models whose worker died (with the others' work on that pool)
+    with _pool(jobs) as pool:
+        futures = {pool.submit(_load_and_audit, spec, *args): i for i, spec in enumerate(specs)}
         if on_model:
-            on_model(spec, "done")
-    return AuditReport(reports)
+            for spec in specs:
+                on_model(spec, "auditing")
+        try:
+            for future in as_completed(futures):
+                i = futures[future]
+                try:
+                    reports[i] = future.result()
+                except BrokenProcessPool:
+                    lost.append(i)
+                    continue
+                if on_model:
+                    on_model(specs[i], "done")
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+    for i in sorted(lost):  # again, each alone, so that only the model that kills its worker is lost
+        with _pool(1) as alone:
+            try:
+                reports[i] = alone.submit(_load_and_audit, specs[i], *args).result()
+            except BrokenProcessPool:
+                reports[i] = ModelReport(
+                    specs[i],
+                    "error",
+                    error=f"{specs[i]}: internal error: the worker process auditing it died",
+                    error_kind="internal",
+                )
+        if on_model:
+            on_model(specs[i], "done")
+    return [reports[i] for i in range(len(specs))]

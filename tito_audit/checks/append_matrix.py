@@ -8,6 +8,7 @@ from tito_audit.checks.base import Finding, Outcome, check
 from tito_audit.context import AuditContext
 from tito_audit.rendering.renderer import RenderError
 from tito_audit.rollout.bridge import BridgeError, compute_bridge
+from tito_audit.scenarios.catalog import TOOLS
 
 _CALL = [
     {
@@ -32,7 +33,7 @@ _APPENDS: dict[str, list[dict[str, Any]]] = {
     "system": [{"role": "system", "content": "Notice: be brief."}],
     "assistant": [{"role": "assistant", "content": "Let me add something."}],
 }
-_TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+_TOOLS = list(TOOLS)  # the scenarios' full declarations: some templates (gpt-oss) need a description
 
 
 def _mode_name(mode: dict[str, Any]) -> str:

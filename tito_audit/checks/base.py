@@ -56,6 +56,7 @@ class Finding:
     rate: float | None = None
     suppressed: bool = False
     suppression_reason: str | None = None
+    baseline: bool = False  # already in the --baseline report: kept active, ignored by the exit code
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -71,6 +72,7 @@ class Finding:
             "rate": self.rate,
             "suppressed": self.suppressed,
             "suppression_reason": self.suppression_reason,
+            "baseline": self.baseline,
         }
 
 

@@ -6,6 +6,7 @@ import re
 
 from tito_audit.checks.base import Finding, Outcome, check
 from tito_audit.context import AuditContext
+from tito_audit.rendering.renderer import RenderError
 
 _MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
@@ -38,17 +39,11 @@ def loss_mask(ctx: AuditContext) -> Outcome:
         )
     findings: list[Finding] = []
     for sim in ctx.ok_simulations(exclude_tags=("special_text",))[:6]:
-        out = ctx.tokenizer.apply_chat_template(
-            sim.messages,
-            tools=list(sim.scenario.tools),
-            chat_template=ctx.model.chat_template,
-            tokenize=True,
-            return_dict=True,
-            return_assistant_tokens_mask=True,
-            **ctx.renderer.template_kwargs,
-            **sim.scenario.kwargs,
-        )
-        ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
+        # Through the Renderer: the same sandbox, pinned date and time/size limits as every other render.
+        try:
+            ids, mask = ctx.renderer_for(sim.scenario).render_with_mask(sim.messages, tools=list(sim.scenario.tools))
+        except RenderError:
+            continue  # e.g. markers this transformers version cannot map to tokens; other episodes still decide
         stops = set(ctx.stop_ids)
         for i, t in enumerate(ids):
             if t in stops and i > 0 and mask[i - 1] and not mask[i]:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tito_audit.checks.base import Finding, Outcome, check
 from tito_audit.context import AuditContext
+from tito_audit.rendering.renderer import BoundedCache, tokenizer_cache
 
 
-def noncanonical_split(tokenizer: Any, token_id: int, vocab: dict[str, int], specials: set[int]) -> list[int] | None:
+def noncanonical_split(tokenizer: Any, token_id: int, vocab: Mapping[str, int], specials: set[int]) -> list[int] | None:
     """Two in-vocabulary tokens whose concatenation is ``token_id``'s piece (what a sampler can emit)."""
     piece = tokenizer.convert_ids_to_tokens(token_id)
     if not isinstance(piece, str) or len(piece) < 2 or token_id in specials:
@@ -23,6 +25,69 @@ def noncanonical_split(tokenizer: Any, token_id: int, vocab: dict[str, int], spe
 
 def _roundtrip(ctx: AuditContext, ids: Sequence[int], **decode_kwargs: Any) -> list[int]:
     return ctx.renderer.encode(ctx.renderer.decode(ids, **decode_kwargs))
+
+
+@dataclass
+class _TurnOutcome:
+    """What decode→encode does to one turn's sampled ids (a pure function of the ids, so computed once)."""
+
+    exact: list[int]
+    default: list[int] | None  # with the tokenizer's default cleanup, when it cleans up
+    skip_ok: bool
+    split_possible: int = 0
+    split_lost: int = 0
+    first_lost: tuple[list[int], list[int], list[int]] | None = None  # variant, its round trip, the split
+    cut: tuple[list[int], list[int] | None] | None = None  # ids cut inside a character, round trip if it differs
+
+
+def _split_memo(ctx: AuditContext) -> dict[int, list[int] | None]:
+    """``noncanonical_split`` per token id, shared by every audit on this tokenizer (a scan's templates)."""
+    key = ("noncanonical_split", frozenset(ctx.special_ids))
+    memo: dict[int, list[int] | None] = tokenizer_cache(ctx.tokenizer).memo.setdefault(key, {})
+    return memo
+
+
+def _outcome_memo(ctx: AuditContext) -> BoundedCache:
+    """Turn outcomes per tokenizer: an outcome depends on the ids and the tokenizer only, not on the template."""
+    key = ("roundtrip_outcomes", frozenset(ctx.special_ids))
+    memo: BoundedCache = tokenizer_cache(ctx.tokenizer).memo.setdefault(key, BoundedCache(2048, 1_000_000))
+    return memo
+
+
+def _turn_outcome(ctx: AuditContext, ids: list[int], splits: dict[int, list[int] | None]) -> _TurnOutcome:
+    tok = ctx.tokenizer
+    exact = _roundtrip(ctx, ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    default = (
+        _roundtrip(ctx, ids, skip_special_tokens=False) if getattr(tok, "clean_up_tokenization_spaces", False) else None
+    )
+    skip_ok = _roundtrip(ctx, ids, skip_special_tokens=True, clean_up_tokenization_spaces=False) == ids
+    o = _TurnOutcome(exact, default, skip_ok)
+    positions: list[tuple[int, list[int]]] = []
+    for pos, tid in enumerate(ids[:-1]):
+        if tid not in splits:
+            splits[tid] = noncanonical_split(tok, tid, ctx.vocab, ctx.special_ids)
+        split = splits[tid]
+        if split is not None:
+            positions.append((pos, split))
+    o.split_possible = len(positions)
+    cache = tokenizer_cache(tok)
+    for at in range(0, len(positions), 128):  # variants decoded in batches (a long turn has hundreds)
+        chunk = [([*ids[:pos], *split, *ids[pos + 1 :]], split) for pos, split in positions[at : at + 128]]
+        texts = cache.decode_many([v for v, _ in chunk], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        for (variant, split), text in zip(chunk, texts, strict=True):
+            back = ctx.renderer.encode(text)
+            if back != variant:
+                o.split_lost += 1
+                if o.first_lost is None:
+                    o.first_lost = (variant, back, split)
+    partial = [p for p, text in enumerate(ctx.renderer.token_texts(ids[:-1]), start=1) if "\ufffd" in text]
+    for pos in partial[:1]:
+        if "\ufffd" in ctx.renderer.decode(ids[:pos]) and "\ufffd" not in ctx.renderer.decode(ids):
+            cut = ids[:pos]
+            same = _roundtrip(ctx, cut, skip_special_tokens=False, clean_up_tokenization_spaces=False) == cut
+            o.cut = (cut, None if same else _roundtrip(ctx, cut))
+        break
+    return o
 
 
 @check(
@@ -47,83 +112,78 @@ def roundtrip(ctx: AuditContext) -> Outcome:
     canonical_bad = cleanup_bad = skip_bad = 0
     split_possible = split_lost = tokens = 0
     cut_bad = cut_total = 0
+    outcomes = _outcome_memo(ctx)  # many scenarios (and a scan's templates) sample the same turn
+    splits = _split_memo(ctx)
     for sim, turn in turns:
         ids = turn.sampled_ids
+        key = tuple(ids)
+        o = outcomes.get(key)
+        if o is None:
+            o = outcomes.put(key, _turn_outcome(ctx, ids, splits), len(ids))
         tokens += len(ids)
-        exact = _roundtrip(ctx, ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        if exact != ids:
+        if o.exact != ids:
             canonical_bad += 1
             if canonical_bad <= 3:
                 f = ctx.divergence(
                     "roundtrip",
                     sim.scenario.id,
                     ids,
-                    exact,
+                    o.exact,
                     f"canonical ids of message {turn.index} do not survive decode→encode",
                     trainable=[1] * len(ids),
                 )
                 if f:
                     findings.append(f)
-        if getattr(tok, "clean_up_tokenization_spaces", False):
-            default = _roundtrip(ctx, ids, skip_special_tokens=False)
-            if default != ids:
-                cleanup_bad += 1
-                if cleanup_bad == 1:
-                    f = ctx.divergence(
-                        "roundtrip",
-                        sim.scenario.id,
-                        ids,
-                        default,
-                        "clean_up_tokenization_spaces=True (this tokenizer's default) rewrites decoded text",
-                        cls="whitespace",
-                        trainable=[1] * len(ids),
-                    )
-                    if f:
-                        findings.append(f)
-        if _roundtrip(ctx, ids, skip_special_tokens=True, clean_up_tokenization_spaces=False) != ids:
+        if o.default is not None and o.default != ids:
+            cleanup_bad += 1
+            if cleanup_bad == 1:
+                f = ctx.divergence(
+                    "roundtrip",
+                    sim.scenario.id,
+                    ids,
+                    o.default,
+                    "clean_up_tokenization_spaces=True (this tokenizer's default) rewrites decoded text",
+                    cls="whitespace",
+                    trainable=[1] * len(ids),
+                )
+                if f:
+                    findings.append(f)
+        if not o.skip_ok:
             skip_bad += 1
-        for pos, tid in enumerate(ids[:-1]):
-            split = noncanonical_split(tok, tid, ctx.vocab, ctx.special_ids)
-            if split is None:
-                continue
-            split_possible += 1
-            variant = [*ids[:pos], *split, *ids[pos + 1 :]]
-            back = _roundtrip(ctx, variant, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-            if back != variant:
-                split_lost += 1
-                if split_lost == 1:
+        split_possible += o.split_possible
+        if o.first_lost is not None:
+            if split_lost == 0:
+                variant, back, split = o.first_lost
+                f = ctx.divergence(
+                    "roundtrip",
+                    sim.scenario.id,
+                    variant,
+                    back,
+                    f"a non-canonical split a sampler can emit ({tok.convert_ids_to_tokens(split[0])!r}"
+                    f" + {tok.convert_ids_to_tokens(split[1])!r}) re-encodes as one token",
+                    cls="non_canonical",
+                    trainable=[1] * len(variant),
+                )
+                if f:
+                    findings.append(f)
+            split_lost += o.split_lost
+        if o.cut is not None:
+            cut_total += 1
+            cut, cut_back = o.cut
+            if cut_back is not None:
+                cut_bad += 1
+                if cut_bad == 1:
                     f = ctx.divergence(
                         "roundtrip",
                         sim.scenario.id,
-                        variant,
-                        back,
-                        f"a non-canonical split a sampler can emit ({tok.convert_ids_to_tokens(split[0])!r}"
-                        f" + {tok.convert_ids_to_tokens(split[1])!r}) re-encodes as one token",
+                        cut,
+                        cut_back,
+                        "a completion cut at a length limit inside a multi-byte character decodes"
+                        " to U+FFFD and re-encodes differently",
                         cls="non_canonical",
-                        trainable=[1] * len(variant),
                     )
                     if f:
                         findings.append(f)
-        partial = [p for p, text in enumerate(ctx.renderer.token_texts(ids[:-1]), start=1) if "\ufffd" in text]
-        for pos in partial[:1]:
-            if "\ufffd" in ctx.renderer.decode(ids[:pos]) and "\ufffd" not in ctx.renderer.decode(ids):
-                cut_total += 1
-                cut = ids[:pos]
-                if _roundtrip(ctx, cut, skip_special_tokens=False, clean_up_tokenization_spaces=False) != cut:
-                    cut_bad += 1
-                    if cut_bad == 1:
-                        f = ctx.divergence(
-                            "roundtrip",
-                            sim.scenario.id,
-                            cut,
-                            _roundtrip(ctx, cut),
-                            "a completion cut at a length limit inside a multi-byte character decodes"
-                            " to U+FFFD and re-encodes differently",
-                            cls="non_canonical",
-                        )
-                        if f:
-                            findings.append(f)
-                break
     n = len(turns)
     rates = {
         "canonical_failure_rate": canonical_bad / n,

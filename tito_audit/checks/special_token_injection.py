@@ -42,7 +42,11 @@ def special_token_injection(ctx: AuditContext) -> Outcome:
             cls="special_token",
         )
         if f:
-            injected = len([i for i in plain if i in ctx.special_ids]) - len([i for i in safe if i in ctx.special_ids])
-            f.message += f" ({injected} extra control token(s))"
+            extra = [i for i in plain if i in ctx.special_ids]
+            for i in safe:
+                if i in ctx.special_ids and i in extra:
+                    extra.remove(i)
+            names = sorted(set(ctx.tokenizer.convert_ids_to_tokens(extra)))
+            f.message += f": {len(extra)} forged control token(s) such as {', '.join(names[:4])}"
             findings.append(f)
     return Outcome(findings, "content text stays text" if not findings else findings[0].message)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from tito_audit.checks.base import Finding, Outcome, check
 from tito_audit.context import AuditContext
@@ -62,12 +63,7 @@ def tool_support(ctx: AuditContext) -> Outcome:
         for turn in sim.turns:
             if turn.tool_calls_dropped:
                 findings.append(
-                    Finding(
-                        "tool_support",
-                        sim.scenario.id,
-                        "template",
-                        f"tool_calls of assistant message {turn.index} are not rendered",
-                    )
+                    Finding("tool_support", sim.scenario.id, "template", _dropped_message(sim.messages, turn))
                 )
         full = ctx.renderer_for(sim.scenario).render(sim.messages, tools=list(sim.scenario.tools))
         for i, m in enumerate(sim.scenario.messages):
@@ -99,3 +95,11 @@ def tool_support(ctx: AuditContext) -> Outcome:
     findings = list(unique.values())
     summary = "tool calls, results and arguments render" if not findings else findings[0].message
     return Outcome(findings, summary)
+
+
+def _dropped_message(messages: list[dict[str, Any]], turn: Any) -> str:
+    calls = messages[turn.index].get("tool_calls") or []
+    if len(turn.dropped_calls) == len(calls):
+        return f"tool_calls of assistant message {turn.index} are not rendered"
+    which = ", ".join(f"#{i + 1} ({calls[i].get('function', calls[i]).get('name', '?')})" for i in turn.dropped_calls)
+    return f"parallel tool call {which} of {len(calls)} in assistant message {turn.index} is not rendered"

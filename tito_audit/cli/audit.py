@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +12,12 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tito_audit.audit import AuditReport, audit
+from tito_audit.cli.output import echo_model_errors, emit
 from tito_audit.context import AuditOptions
-from tito_audit.errors import EXIT_FINDINGS, EXIT_OK, EXIT_OPERATIONAL
+from tito_audit.errors import EXIT_FINDINGS, EXIT_OK, EXIT_OPERATIONAL, AuditError
+from tito_audit.gate import Gate, gating_findings
 from tito_audit.rendering.renderer import DEFAULT_DATE
 from tito_audit.sources.bundled import bundled_names
-
-SEVERITY_RANK = {"warn": 1, "warning": 1, "error": 2}
 
 
 def parse_kwargs(pairs: list[str]) -> dict[str, Any]:
@@ -36,15 +35,10 @@ def parse_kwargs(pairs: list[str]) -> dict[str, Any]:
 
 
 def exit_code(report: AuditReport, fail_on: str) -> int:
-    """2 if any model could not be audited, 1 if findings reach ``fail_on``, else 0."""
+    """2 if any model could not be audited, 1 if unsuppressed findings outside the baseline reach ``fail_on``."""
     if any(m.error for m in report.models):
         return EXIT_OPERATIONAL
-    threshold = SEVERITY_RANK[fail_on]
-    for m in report.models:
-        for c in m.checks:
-            if c.active_findings and SEVERITY_RANK[c.severity] >= threshold:
-                return EXIT_FINDINGS
-    return EXIT_OK
+    return EXIT_FINDINGS if gating_findings(report, fail_on) else EXIT_OK
 
 
 def run_audit(
@@ -54,10 +48,12 @@ def run_audit(
     template_name: str | None,
     chat_template: Path | None,
     show_progress: bool,
+    jobs: int | None = None,
 ) -> AuditReport:
     err = Console(stderr=True)
     if not show_progress or not err.is_terminal:
-        return audit(models, options, offline, template_name, str(chat_template) if chat_template else None)
+        return audit(models, options, offline, template_name, str(chat_template) if chat_template else None, jobs=jobs)
+    # auto_refresh=False: no refresh thread may be running when --jobs forks the worker processes
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -65,14 +61,17 @@ def run_audit(
         TimeElapsedColumn(),
         console=err,
         transient=True,
+        auto_refresh=False,
     ) as progress:
         task = progress.add_task("auditing", total=len(models))
+        progress.refresh()
 
         def on_model(spec: str, stage: str) -> None:
             if stage == "done":
                 progress.advance(task)
             else:
                 progress.update(task, description=f"{stage} {spec}")
+            progress.refresh()
 
         return audit(
             models,
@@ -81,6 +80,7 @@ def run_audit(
             template_name,
             str(chat_template) if chat_template else None,
             on_model=on_model,
+            jobs=jobs,
         )
 
 
@@ -93,7 +93,18 @@ def register(app: typer.Typer) -> None:
         bundled: bool = typer.Option(False, "--bundled", help="Audit every model in templates_cache/."),
         fmt: str = typer.Option("terminal", "--format", "-f", help="terminal | json | markdown | html | sarif"),
         output: Path | None = typer.Option(None, "--output", "-o", help="Write the report here instead of stdout."),
+        rl_dir: Path | None = typer.Option(
+            None, "--rl-dir", help="With --format html: embed the plots and metrics of `tito-audit rl --out DIR`."
+        ),
         fail_on: str = typer.Option("error", "--fail-on", help="Exit 1 on findings at or above: warn | error."),
+        suppressions: Path | None = typer.Option(
+            None,
+            "--suppressions",
+            help="TOML of [[suppress]] entries (default: ./tito-audit.toml, else ./pyproject.toml [tool.tito-audit]).",
+        ),
+        baseline: Path | None = typer.Option(
+            None, "--baseline", help="A previous --format json report: exit 1 only on findings new relative to it."
+        ),
         offline: bool = typer.Option(False, "--offline", help="Never touch the network (like HF_HUB_OFFLINE=1)."),
         template_name: str | None = typer.Option(None, "--template-name", help="Named template, e.g. tool_use."),
         chat_template: Path | None = typer.Option(None, "--chat-template", help="Audit this template file instead."),
@@ -105,6 +116,9 @@ def register(app: typer.Typer) -> None:
         verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every finding with its token strip."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the verdict lines."),
         debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+        jobs: int | None = typer.Option(
+            None, "--jobs", "-j", min=1, help="Models audited in parallel (default: one per model, one per core)."
+        ),
     ) -> None:
         """Audit chat templates for Token-In, Token-Out safety."""
         specs = list(models or []) + (bundled_names() if bundled else [])
@@ -119,8 +133,25 @@ def register(app: typer.Typer) -> None:
             when = dt.datetime.combine(dt.date.fromisoformat(date), DEFAULT_DATE.time())
         except ValueError as exc:
             raise typer.BadParameter(f"--date: {exc}") from exc
+        rl = None
+        if rl_dir is not None:  # checked before any model is audited
+            from tito_audit.formats.html import read_rl_dir
+
+            try:
+                if fmt != "html":
+                    raise ValueError(f"--rl-dir needs --format html (got --format {fmt})")
+                rl = read_rl_dir(rl_dir)
+            except ValueError as exc:
+                typer.echo(f"error: {exc}", err=True)
+                raise typer.Exit(EXIT_OPERATIONAL) from None
         options = AuditOptions(date=when, template_kwargs=parse_kwargs(template_kwarg), thinking=thinking, debug=debug)
-        report = run_audit(specs, options, offline, template_name, chat_template, show_progress=not quiet)
+        try:
+            gate = Gate.load(suppressions, baseline)  # bad config fails before any model is audited
+        except AuditError as exc:
+            typer.echo(f"error: {exc.one_line()}", err=True)
+            raise typer.Exit(EXIT_OPERATIONAL) from None
+        report = run_audit(specs, options, offline, template_name, chat_template, show_progress=not quiet, jobs=jobs)
+        gate_lines = gate.apply(report, fail_on)
 
         from tito_audit.formats import FORMATTERS, render_report
 
@@ -133,15 +164,8 @@ def register(app: typer.Typer) -> None:
                 console.print(f"[dim]templates see the date {when:%Y-%m-%d} (--date to change)[/dim]")
             render_report(report, "terminal", console=console, verbose=verbose, quiet=quiet)
         else:
-            text = render_report(report, fmt, verbose=verbose, quiet=quiet)
-            if output is not None:
-                output.parent.mkdir(parents=True, exist_ok=True)
-                output.write_text(text, encoding="utf-8")
-            else:
-                sys.stdout.write(text)
-        for m in report.models:
-            if m.error:
-                typer.echo(f"error: {m.error}", err=True)
-                if debug and m.traceback:
-                    typer.echo(m.traceback, err=True)
+            emit(render_report(report, fmt, verbose=verbose, quiet=quiet, rl=rl), output)
+        echo_model_errors(report.models, debug)
+        for line in gate_lines:
+            typer.echo(line, err=True)
         raise typer.Exit(exit_code(report, fail_on))

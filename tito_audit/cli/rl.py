@@ -19,7 +19,7 @@ def _fmt(x: Any, spec: str = ".6f") -> str:
 def _print_summary(result: Any) -> None:
     from rich.console import Console
 
-    con = Console()
+    con = Console(soft_wrap=True)  # one line per step, also in CI logs
     s, setup = result.summary, result.setup
     con.print(
         f"[bold]{result.config['model']}[/]  policy: {setup['policy']}  vocab: {setup['vocab']} "

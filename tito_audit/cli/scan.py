@@ -34,9 +34,13 @@ def scan(
     limit: Annotated[int | None, typer.Option(help="Scan only the first N templates.")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the JSON summary here.")] = None,
     markdown_out: Annotated[Path | None, typer.Option("--markdown", help="Write a Markdown summary here.")] = None,
-    engine: Annotated[
-        str, typer.Option(help="'simulate' (built-in scenario simulation) or 'audit' (every check of audit_model).")
-    ] = "simulate",
+    scenarios: Annotated[
+        str,
+        typer.Option(
+            help="'full': every scenario, as `tito-audit audit` plays them (the verdict is the audit's); "
+            "'quick': one scenario per conversation shape plus the variants checks read (faster, can miss breaks)."
+        ),
+    ] = "full",
     offline: Annotated[bool, typer.Option(help="Never touch the network.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
     fail_on: Annotated[
@@ -49,8 +53,8 @@ def scan(
     from tito_audit.scan import PoolLimits
 
     try:
-        if engine not in ("simulate", "audit"):
-            raise UsageError("scan", f"--engine must be 'simulate' or 'audit', not {engine!r}")
+        if scenarios not in ("full", "quick"):
+            raise UsageError("scan", f"--scenarios must be 'full' or 'quick', not {scenarios!r}")
         if workers < 0 or render_timeout <= 0 or deadline <= 0 or memory_mb < 0 or (limit is not None and limit < 1):
             raise UsageError("scan", "--workers, --render-timeout, --deadline, --memory-mb, --limit must be positive")
         limits = PoolLimits(
@@ -58,7 +62,7 @@ def scan(
             deadline_s=deadline,
             memory_bytes=memory_mb << 20,
             render=RenderLimits(seconds=render_timeout),
-            engine=engine,
+            scenarios=scenarios,
         )
         summary = _run(folder, tokenizer, candidate or [], limits, offline, limit, progress and sys.stderr.isatty())
         if json_out is not None:

@@ -3,10 +3,19 @@
 from collections.abc import Callable
 
 from tito_audit.audit import AuditReport
+from tito_audit.formats.html import to_html
 from tito_audit.formats.json import to_json
+from tito_audit.formats.markdown import compatibility_table, to_markdown
+from tito_audit.formats.sarif import to_sarif
 from tito_audit.formats.terminal import to_terminal
 
-FORMATTERS: dict[str, Callable[..., str]] = {"json": to_json, "terminal": to_terminal}
+FORMATTERS: dict[str, Callable[..., str]] = {
+    "terminal": to_terminal,
+    "json": to_json,
+    "markdown": to_markdown,
+    "html": to_html,
+    "sarif": to_sarif,
+}
 
 
 def render_report(report: AuditReport, fmt: str, **options: object) -> str:
@@ -17,4 +26,4 @@ def render_report(report: AuditReport, fmt: str, **options: object) -> str:
     return formatter(report, **options)
 
 
-__all__ = ["FORMATTERS", "render_report"]
+__all__ = ["FORMATTERS", "compatibility_table", "render_report"]

@@ -46,7 +46,7 @@ def token_strip(finding: Finding) -> Table:
 def model_section(console: Console, m: ModelReport, verbose: bool = False, quiet: bool = False) -> None:
     verdict = Text(f"{m.verdict.upper()}", style=VERDICT_STYLE[m.verdict])
     head = Text.assemble(Text(f"{m.model}  "), verdict, Text(f"  {m.verdict_explanation}", style="dim"))
-    console.print(head)
+    console.print(head, soft_wrap=True)  # one line per model, also in CI logs and pipes
     if m.error:
         console.print(Text(f"  error: {m.error}", style="magenta"))
         return
@@ -89,5 +89,6 @@ def to_terminal(
     target = console or Console(file=buffer, width=140, force_terminal=False, color_system=None)
     for m in report.models:
         model_section(target, m, verbose=verbose, quiet=quiet)
-        target.print()
+        if not quiet:
+            target.print()
     return buffer.getvalue()

@@ -23,20 +23,39 @@ class Bridge:
     prefix_len: int  # tokens of the history render the delta is attached after (up to the stop token)
     trailing_ids: list[int]  # what the template renders after the stop token in the history render
     stop_rendered: bool  # False when the template writes no stop token after the assistant turn
+    stop_id: int | None = None  # the stop token the template closes the assistant turn with (when rendered)
 
 
-class BridgeError(Exception):
-    """The template rewrites the existing prefix when these messages are appended."""
+class AppendRefused(Exception):
+    """The buffer refused an append; ``reason`` says why. Nothing was appended."""
 
-    def __init__(self, reason: str, index: int, before: list[int], after: list[int], forced_ids: list[int]) -> None:
+    def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class BridgeError(AppendRefused):
+    """The template rewrites the existing prefix when these messages are appended: no token delta is exact."""
+
+    def __init__(
+        self,
+        reason: str,
+        index: int,
+        before: list[int],
+        after: list[int],
+        forced_ids: list[int],
+        removed: list[int] | None = None,
+        inserted: list[int] | None = None,
+    ) -> None:
+        super().__init__(reason)
         self.index = index  # first divergent token of the history render
         self.before = before  # history render (up to the stop)
         self.after = after  # render with the new messages
         # What appending anyway would add: the tail after the same (k-th) stop token of the new render.
         # Only the simulator uses it, to show what naive code ends up training on.
         self.forced_ids = forced_ids
+        self.removed = removed or []  # history ids the re-render drops or replaces at ``index``
+        self.inserted = inserted or []  # ids the re-render puts there instead
 
 
 def assistant_stop_position(
@@ -68,14 +87,80 @@ def compute_bridge(
     after = renderer.render_ids([*history, *new_messages], tools=tools, add_generation_prompt=add_generation_prompt)
     same = common_prefix_len(prefix, after)
     if same < len(prefix):
+        roles = "+".join(str(m.get("role")) for m in new_messages)
+        removed, inserted, what = describe_rewrite(renderer, prefix, after, same)
         raise BridgeError(
-            f"appending {'+'.join(m['role'] for m in new_messages)} rewrites token {same} of the history",
+            f"appending {roles} rewrites the history at token {same} of {len(prefix)} "
+            f"(history {_token(renderer, prefix, same)}, re-render {_token(renderer, after, same)}): "
+            f"the template {what}; no token delta is exact for this append",
             same,
             prefix,
             after,
             _tail_after_kth_stop(prefix, after, stop_ids),
+            removed,
+            inserted,
         )
-    return Bridge(ids=after[cut:], prefix_len=cut, trailing_ids=before[cut:], stop_rendered=stop_at is not None)
+    return Bridge(
+        ids=after[cut:],
+        prefix_len=cut,
+        trailing_ids=before[cut:],
+        stop_rendered=stop_at is not None,
+        stop_id=None if stop_at is None else before[stop_at],
+    )
+
+
+_WINDOW = 128  # at most this many history tokens dropped / re-render tokens inserted are looked for
+_SYNC = 4  # tokens that must agree again after an edit
+
+
+def _short(text: str, limit: int = 48) -> str:
+    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
+def _token(renderer: Renderer, ids: Sequence[int], i: int) -> str:
+    if i >= len(ids):
+        return "ends"
+    return f"{_short(renderer.decode([ids[i]], skip_special_tokens=False))} id {ids[i]}"
+
+
+def _resync(a: Sequence[int], b: Sequence[int]) -> tuple[int, int] | None:
+    """Smallest ``(k, j)`` (by ``k + j``) after which history ``a[k:]`` and re-render ``b[j:]`` agree again.
+
+    "Agree" means on the next ``_SYNC`` tokens (or the end of the history): the first edit is named even when
+    the template makes more than one.
+    """
+    for total in range(1, 2 * _WINDOW + 1):
+        for k in range(max(0, total - min(len(b), _WINDOW)), min(total, len(a), _WINDOW) + 1):
+            j = total - k
+            n = min(_SYNC, len(a) - k)
+            if (n == 0 or (j < len(b) and a[k] == b[j])) and list(a[k : k + n]) == list(b[j : j + n]):
+                return k, j
+    return None
+
+
+def describe_rewrite(
+    renderer: Renderer, before: Sequence[int], after: Sequence[int], index: int
+) -> tuple[list[int], list[int], str]:
+    """What the template did at the first divergent token: removed ids, inserted ids, and that in words.
+
+    The edit is the smallest one after which history and re-render agree again: Qwen3 dropping an old
+    ``<think>`` block is a deletion, a system message moved to the front an insertion.
+    """
+    a, b = list(before[index:]), list(after[index:])
+    at = _resync(a, b)
+
+    def text(ids: list[int]) -> str:
+        return _short(renderer.decode(ids, skip_special_tokens=False))
+
+    if at is None:
+        removed, inserted = a[:16], b[:16]
+        return removed, inserted, f"rewrites the rest of the history: {text(removed)} becomes {text(inserted)}"
+    removed, inserted = a[: at[0]], b[: at[1]]
+    if not inserted:
+        return removed, inserted, f"drops {len(removed)} history token(s) {text(removed)}"
+    if not removed:
+        return removed, inserted, f"inserts {len(inserted)} token(s) {text(inserted)} into the history"
+    return removed, inserted, f"replaces {text(removed)} with {text(inserted)}"
 
 
 def _tail_after_kth_stop(prefix: list[int], after: list[int], stop_ids: Sequence[int]) -> list[int]:

@@ -37,6 +37,7 @@ class Turn:
     gen_prompt_missing: str  # history text at that place instead
     seam_merged: bool  # a token straddles the prompt/completion boundary
     tool_calls_dropped: bool
+    dropped_calls: list[int] = field(default_factory=list)  # which of the message's tool calls do not render
 
 
 @dataclass
@@ -63,6 +64,17 @@ def _tool_names(message: Message) -> list[str]:
     return [c.get("function", c).get("name", "") for c in message.get("tool_calls") or []]
 
 
+def _dropped_calls(message: Message, completion: str) -> list[int]:
+    """Indices of tool calls whose function name is not rendered (the k-th call of a name needs k mentions)."""
+    seen: dict[str, int] = {}
+    dropped = []
+    for i, name in enumerate(_tool_names(message)):
+        seen[name] = seen.get(name, 0) + 1
+        if completion.count(name) < seen[name]:
+            dropped.append(i)
+    return dropped
+
+
 def derive_turn(renderer: Renderer, history: list[Message], index: int, tools: Any, stop_ids: Sequence[int]) -> Turn:
     """The ids a model would sample for ``history[index]`` (an assistant message)."""
     prompt = renderer.render(history[:index], tools=tools, add_generation_prompt=True)
@@ -70,7 +82,8 @@ def derive_turn(renderer: Renderer, history: list[Message], index: int, tools: A
     full = renderer.render(history[: index + 1], tools=tools)
     start = common_prefix_len(prompt, full)
     completion = full[start:]
-    dropped = bool(message.get("tool_calls")) and not all(n in completion for n in _tool_names(message))
+    dropped_calls = _dropped_calls(message, completion)
+    dropped = bool(dropped_calls)
     if dropped:
         # The template cannot show the call; a model would still emit it, so emit it as text.
         as_text = ADAPTERS["calls_as_content"]([message])[0]
@@ -101,6 +114,7 @@ def derive_turn(renderer: Renderer, history: list[Message], index: int, tools: A
         gen_prompt_missing=full[start : start + max(0, len(prompt) - start)] if start < len(prompt) else "",
         seam_merged=seam,
         tool_calls_dropped=dropped,
+        dropped_calls=dropped_calls,
     )
 
 

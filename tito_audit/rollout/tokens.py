@@ -14,7 +14,7 @@ def common_prefix_len(a: Sequence[object], b: Sequence[object]) -> int:
 
 
 def special_token_strings(tokenizer: object) -> list[str]:
-    """Text of the tokenizer's special added tokens, longest first."""
+    """Text of the tokenizer's special added tokens, longest first (ties by text, so every run agrees)."""
     decoder = getattr(tokenizer, "added_tokens_decoder", {}) or {}
     texts = {t.content for t in decoder.values() if getattr(t, "special", False) and t.content.strip()}
-    return sorted(texts, key=len, reverse=True)
+    return sorted(texts, key=lambda t: (-len(t), t))

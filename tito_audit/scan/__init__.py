@@ -1,8 +1,9 @@
 """Scanning many templates against one tokenizer (or the best-matching of several), in parallel, under limits.
 
-``scan_directory`` discovers templates (``discover``), loads each tokenizer once, picks one per template for
-``auto`` (``pick``), audits each template in a worker process (``pool`` -> ``one``), and returns one
-``ScanSummary`` in which every template has exactly one class (``classify``).
+``scan_directory`` discovers templates (``discover``), loads each tokenizer once (workers inherit them), audits
+each template in a worker process (``pool`` -> ``one``: for ``auto`` the worker first picks a tokenizer,
+``pick``) with ``audit_model``'s checks and verdict, and returns one ``ScanSummary`` in which every template has
+exactly one class (``classify``).
 """
 
 from __future__ import annotations
@@ -14,13 +15,9 @@ from typing import Any
 from tito_audit.errors import UsageError
 from tito_audit.scan.classify import CLASSES, DESCRIPTIONS
 from tito_audit.scan.discover import TemplateFile, discover
-from tito_audit.scan.hazards import literal_text
 from tito_audit.scan.one import TemplateResult, audit_template
-from tito_audit.scan.pick import Candidate, pick
-from tito_audit.scan.pool import Job, PoolLimits, run_jobs
+from tito_audit.scan.pool import AUTO, Job, PoolLimits, run_jobs
 from tito_audit.scan.summary import ScanSummary
-
-AUTO = "auto"
 
 __all__ = [
     "AUTO",
@@ -50,20 +47,9 @@ def load_tokenizers(specs: Sequence[str], offline: bool = False) -> dict[str, An
 
 
 def plan(templates: Sequence[TemplateFile], models: dict[str, Any], tokenizer: str) -> list[Job]:
-    """One job per template, with the tokenizer it is audited against (and why)."""
-    if tokenizer != AUTO:
-        return [Job(i, t, tokenizer, "given") for i, t in enumerate(templates)]
-    candidates = [Candidate.of(name, m.tokenizer) for name, m in models.items()]
-    tokenizers = {name: m.tokenizer for name, m in models.items()}
-    jobs = []
-    for i, t in enumerate(templates):
-        try:
-            literal = literal_text(t.path.read_text(encoding="utf-8", errors="replace"))
-        except OSError:
-            literal = ""
-        choice = pick(literal, candidates, tokenizers)
-        jobs.append(Job(i, t, choice.name, choice.reason))
-    return jobs
+    """One job per template, with the tokenizer it is audited against; ``auto`` is picked by the worker, which
+    parses the template anyway (``one.audit_auto``)."""
+    return [Job(i, t, tokenizer, "" if tokenizer == AUTO else "given") for i, t in enumerate(templates)]
 
 
 def scan_directory(
@@ -101,5 +87,5 @@ def scan_directory(
         results=results,
         seconds=time.perf_counter() - started,
         workers=limits.workers,
-        meta={"candidates": specs, "tokenizer_load_seconds": round(load_s, 3)},
+        meta={"candidates": specs, "tokenizer_load_seconds": round(load_s, 3), "scenarios": limits.scenarios},
     )

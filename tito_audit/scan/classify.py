@@ -55,6 +55,8 @@ _ERROR_KIND = {
     "template_compile": DOES_NOT_COMPILE,
     "template_always_raises": ALWAYS_RAISES,
     "template_security": SECURITY,
+    "template_timeout": LIMIT,
+    "template_too_large": LIMIT,
     "limit_exceeded": LIMIT,
     "missing_tokens": MISSING_TOKENS,
     "security": SECURITY,

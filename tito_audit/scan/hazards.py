@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from jinja2 import nodes
@@ -71,9 +72,11 @@ def _unsafe_name(name: str) -> bool:
 
 
 def parse(source: str) -> nodes.Template:
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    """Parsed once per template (shared with the audit), by the environment that renders it."""
+    from tito_audit.rendering.renderer import parse_template
 
-    return ImmutableSandboxedEnvironment().parse(source)
+    tree: nodes.Template = parse_template(source)
+    return tree
 
 
 def hazards(source: str) -> list[Hazard]:
@@ -135,8 +138,11 @@ def _format_walks(target: nodes.Node) -> bool:
     )
 
 
+@lru_cache(maxsize=8)
 def literal_text(source: str) -> str:
-    """The template's literal output text and string constants, joined (what it can write without data)."""
+    """The template's literal output text and string constants, joined (what it can write without data).
+
+    Cached: picking a tokenizer and checking its vocabulary both read it."""
     try:
         tree = parse(source)
     except Exception:

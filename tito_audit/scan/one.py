@@ -1,14 +1,18 @@
 """Auditing one template file against one tokenizer, ending in exactly one class (see ``classify``).
 
 Nothing here may raise for a bad template: every failure becomes the template's class with a one-line reason.
-Statically unsafe templates are not rendered at all. The audit itself is ``tito_audit.audit.audit_model``
-(``engine="audit"``) or a lighter simulation of every scenario (``engine="simulate"``); ``engine`` says which ran.
+Statically unsafe templates are not rendered at all. The audit is ``tito_audit.audit.audit_model`` itself (the
+same checks and verdict rule as ``tito-audit audit MODEL --chat-template FILE``), on a context that keeps the
+smoke renders. Two cheaper verdict-free endings come first: a smoke render that hits a limit or the sandbox,
+and a template whose control tokens the vocabulary lacks (scenarios are played only until one renders, to tell
+it from a template that raises for every scenario).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -18,7 +22,7 @@ from tito_audit.rendering.renderer import first_line
 from tito_audit.scan import classify as C
 from tito_audit.scan.discover import TemplateFile, read_template
 from tito_audit.scan.hazards import hazards, literal_text
-from tito_audit.scan.pick import missing_tokens
+from tito_audit.scan.pick import Choice, Picker, missing_tokens
 
 _SMOKE = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hello"}]
 _OTHER_DATE = dt.datetime(1999, 12, 31, 23, 59, 0)
@@ -45,78 +49,18 @@ class TemplateResult:
         return asdict(self)
 
 
-def _scenarios(model: Any, cache: dict[str, Any]) -> list[Any]:
-    from tito_audit.rollout.tokens import special_token_strings
-    from tito_audit.scenarios import build_scenarios
-
-    key = model.name
-    if key not in cache:
-        cache[key] = build_scenarios(
-            special_token_strings(model.tokenizer)[:3], thinking_modes=({}, {"enable_thinking": False})
-        )
-    return list(cache[key])
-
-
-def _simulate_all(model: Any, renderer: Renderer, result: TemplateResult, cache: dict[str, Any]) -> None:
-    """Built-in audit: play every scenario; provisional verdict from retokenization and bridge failures."""
-    from tito_audit.rollout import stop_token_ids
-    from tito_audit.rollout.simulate import simulate
-
-    stops = stop_token_ids(model.tokenizer, renderer, model.generation_eos_ids)
-    scenarios = _scenarios(model, cache)
-    result.scenarios_total = len(scenarios)
-    result.engine = "simulate"
-    errors: list[RenderError] = []
-    drift = broken = False
-    for scenario in scenarios:
-        sim = simulate(renderer, scenario, stops)
-        if sim.error is not None:
-            errors.append(sim.error)
-            forced = C.class_of_render_kind(sim.error.kind)
-            if forced:
-                result.cls, result.error_kind, result.reason = forced, sim.error.kind, sim.error.message
-                return
-            continue
-        result.scenarios_ok += 1
-        traj = sim.trajectory
-        broken |= bool(sim.bridge_errors)
-        drift |= traj is not None and list(traj.input_ids[: len(sim.naive_ids)]) != list(sim.naive_ids)
-    if result.scenarios_ok == 0:
-        result.cls, result.error_kind = C.ALWAYS_RAISES, "always_raises"
-        result.reason = f"every scenario raises; first: {errors[0].message}" if errors else "no scenario ran"
-        return
-    result.verdict = "unsafe" if broken else "tito-required" if drift else "safe"
-
-
-def _audit_with_engine(model: Any, text: str, result: TemplateResult) -> None:
-    from tito_audit.audit import audit_model
-
-    report = audit_model(model.with_template(text, result.path))
-    result.engine = "audit_model"
-    checks = list(getattr(report, "checks", []) or [])
-    result.scenarios_total = len(checks)
-    result.scenarios_ok = sum(1 for c in checks if getattr(c, "status", "") != "error")
-    if report.verdict in C.VERDICTS:
-        result.verdict = report.verdict
-        return
-    result.error_kind = getattr(report, "error_kind", None) or "error"
-    result.reason = str(report.error or "audit error").splitlines()[0][:300]
-    result.cls = C.class_of_error_kind(result.error_kind)
-
-
 def audit_template(
     template: TemplateFile,
     model: Any,
     tokenizer_reason: str = "",
     limits: RenderLimits | None = None,
-    cache: dict[str, Any] | None = None,
-    engine: str = "simulate",
+    scenarios: str = "full",
 ) -> TemplateResult:
-    """One template's result; never raises for anything the template does."""
+    """One template's result; never raises for anything the template does. ``scenarios``: AuditOptions'."""
     started = time.perf_counter()
     result = TemplateResult(template.name, str(template.path), model.name, cls="", tokenizer_reason=tokenizer_reason)
     try:
-        _audit(template, model, limits or RenderLimits(), result, cache if cache is not None else {}, engine)
+        _audit(template, model, limits or RenderLimits(), result, scenarios)
     except RenderError as err:  # a render outside the guarded scenario loop
         result.cls = C.class_of_render_kind(err.kind) or C.AUDIT_ERROR
         result.error_kind, result.reason = err.kind, err.message
@@ -152,14 +96,37 @@ def audit_template(
     return result
 
 
-def _audit(
+def audit_auto(
     template: TemplateFile,
-    model: Any,
-    limits: RenderLimits,
-    result: TemplateResult,
-    cache: dict[str, Any],
-    engine_name: str,
-) -> None:
+    picker: Picker,
+    limits: RenderLimits | None = None,
+    on_pick: Callable[[Choice], None] | None = None,
+    scenarios: str = "full",
+) -> TemplateResult:
+    """``--tokenizer auto``: pick the candidate whose control tokens the template writes, then ``audit_template``.
+
+    Picking parses (and compiles) the template; the audit reuses both, and its ``seconds`` include the pick.
+    """
+    started = time.perf_counter()
+    try:
+        source = template.path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        source = ""
+    try:
+        literal = literal_text(source)
+    except Exception:  # parsing choked (nesting too deep...): pick on the raw text, the audit classifies it
+        literal = source
+    choice = picker.choose(literal)
+    if on_pick is not None:
+        on_pick(choice)
+    result = audit_template(template, picker.models[choice.name], choice.reason, limits, scenarios)
+    result.seconds = round(time.perf_counter() - started, 4)
+    return result
+
+
+def _audit(template: TemplateFile, model: Any, limits: RenderLimits, result: TemplateResult, scenarios: str) -> None:
+    from tito_audit.audit import audit_context
+    from tito_audit.context import AuditContext, AuditOptions
     from tito_audit.sources.load import compile_template
 
     try:
@@ -185,12 +152,57 @@ def _audit(
         return
     result.missing_tokens = missing_tokens(model.tokenizer, literal_text(text))
 
-    renderer = Renderer(model.tokenizer, text, limits=limits)
-    _dynamic_flags(renderer, result)
-    if engine_name == "audit":
-        _audit_with_engine(model, text, result)
-    else:
-        _simulate_all(model, renderer, result, cache)
+    started = time.perf_counter()
+    ctx = AuditContext(model.with_template(text, result.path), AuditOptions(limits=limits, scenarios=scenarios))
+    _dynamic_flags(ctx.renderer, result)
+    result.engine = "audit_model"
+    if result.missing_tokens:
+        _playable(ctx, result)
+        return
+    report = audit_context(ctx, started)
+    result.scenarios_total = len(ctx.scenarios)
+    result.scenarios_ok = int(report.scenarios.get("played", 0))
+    if report.verdict in C.VERDICTS:
+        result.verdict = report.verdict
+        _scenario_flags(ctx, result)
+        return
+    result.error_kind = report.error_kind or "error"
+    result.reason = str(report.error or "audit error").splitlines()[0][:300]
+    result.cls = C.class_of_error_kind(result.error_kind)
+
+
+def _playable(ctx: Any, result: TemplateResult) -> None:
+    """For a template the vocabulary cannot judge: play scenarios (audit_model's own) until one renders.
+
+    None renders: it is the class audit_model would give (raises for every scenario, or the limit it hit).
+    """
+    result.scenarios_total = len(ctx.scenarios)
+    first: RenderError | None = None
+    for scenario in ctx.scenarios:
+        sim = ctx.simulation(scenario)
+        if sim.ok:
+            result.scenarios_ok = 1
+            return
+        first = first or sim.error
+    if first is not None:
+        kind = "template_" + first.kind if first.kind in ("security", "timeout", "too_large") else "always_raises"
+        result.cls, result.error_kind = C.class_of_error_kind(kind), kind
+        result.reason = f"the template fails for every conversation ({first.kind}): {first.message}"
+
+
+def _scenario_flags(ctx: Any, result: TemplateResult) -> None:
+    """Scenarios that hit a limit or the sandbox while others rendered: flagged; the sandbox also sets the class
+    (reaching for internals in any branch makes a template hostile), the audit's verdict is kept beside it."""
+    seen: set[str] = set()
+    for sim in ctx.simulations:
+        err = sim.error
+        if err is None or not C.class_of_render_kind(err.kind) or err.kind in seen:
+            continue
+        seen.add(err.kind)
+        detail = f"scenario {sim.scenario.id}: {err.message}"[:200]
+        result.flags.append({"kind": f"scenario_{err.kind}", "detail": detail, "line": None})
+        if err.kind == "security":
+            result.cls, result.error_kind, result.reason = C.SECURITY, "security", detail
 
 
 def _dynamic_flags(renderer: Renderer, result: TemplateResult) -> None:

@@ -84,3 +84,15 @@ def pick(literal: str, candidates: Sequence[Candidate], tokenizers: dict[str, An
     if best[0] == 0:
         return Choice(chosen.name, 0, "no candidate's special tokens appear in the template; first candidate")
     return Choice(chosen.name, best[0], f"{best[0]} of its added tokens appear in the template")
+
+
+class Picker:
+    """``--tokenizer auto`` in one process: candidates read once, then one choice per template."""
+
+    def __init__(self, models: dict[str, Any]) -> None:
+        self.models = models
+        self.candidates = [Candidate.of(name, m.tokenizer) for name, m in models.items()]
+        self.tokenizers = {name: m.tokenizer for name, m in models.items()}
+
+    def choose(self, literal: str) -> Choice:
+        return pick(literal, self.candidates, self.tokenizers)

@@ -4,6 +4,9 @@ Workers are forked after the tokenizers are loaded, so they share them copy-on-w
 milliseconds. Each worker caps its own address space (``RLIMIT_AS``), every render inside it is bounded by
 ``RenderLimits``, and the parent kills a worker that holds one template past ``deadline_s`` (a render stuck in
 C code that no signal interrupts) and starts a fresh one. A worker that dies is a classified result too.
+Jobs go out largest template first, so that no big one is left to run alone at the end. With ``--tokenizer auto``
+the worker picks the tokenizer (it parses the template anyway) and tells the parent before auditing, so that the
+result of a worker killed mid-audit still names it.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -21,7 +24,10 @@ from tito_audit.rendering import RenderLimits
 from tito_audit.rendering.guard import address_space_bytes, limit_process_memory
 from tito_audit.scan import classify as C
 from tito_audit.scan.discover import TemplateFile
-from tito_audit.scan.one import TemplateResult, audit_template
+from tito_audit.scan.one import TemplateResult, audit_auto, audit_template
+from tito_audit.scan.pick import Picker
+
+AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -38,14 +44,23 @@ class PoolLimits:
     deadline_s: float = 60.0  # per template, wall clock, enforced by SIGKILL
     memory_bytes: int = 3 << 30  # address space a worker may add to what it inherited
     render: RenderLimits = field(default_factory=RenderLimits)
-    engine: str = "simulate"  # "simulate" (built-in, fast) | "audit" (tito_audit.audit.audit_model, all checks)
+    scenarios: str = "full"  # AuditOptions.scenarios: "full" (what `tito-audit audit` plays) or "quick"
+
+
+def _run_job(job: Job, models: dict[str, Any], limits: PoolLimits, pickers: dict[str, Picker], on_pick: Any) -> Any:
+    if job.tokenizer != AUTO:
+        return audit_template(job.template, models[job.tokenizer], job.reason, limits.render, limits.scenarios)
+    if AUTO not in pickers:
+        pickers[AUTO] = Picker(models)
+    return audit_auto(job.template, pickers[AUTO], limits.render, on_pick, limits.scenarios)
 
 
 def _worker_main(conn: Connection, models: dict[str, Any], limits: PoolLimits) -> None:
+    """Messages to the parent: ("picked", tokenizer, reason) when auto picks, then ("done", index, result)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles ^C and kills us
     if limits.memory_bytes > 0:
         limit_process_memory(address_space_bytes() + limits.memory_bytes)
-    cache: dict[str, Any] = {}
+    pickers: dict[str, Picker] = {}
     while True:
         try:
             job = conn.recv()
@@ -53,8 +68,8 @@ def _worker_main(conn: Connection, models: dict[str, Any], limits: PoolLimits) -
             return
         if job is None:
             return
-        result = audit_template(job.template, models[job.tokenizer], job.reason, limits.render, cache, limits.engine)
-        conn.send((job.index, result.to_dict()))
+        result = _run_job(job, models, limits, pickers, lambda c: conn.send(("picked", c.name, c.reason)))
+        conn.send(("done", job.index, result.to_dict()))
 
 
 class _Slot:
@@ -91,6 +106,13 @@ def _failed(job: Job, cls: str, kind: str, reason: str, seconds: float) -> Templ
     )
 
 
+def _size(job: Job) -> int:
+    try:
+        return job.template.path.stat().st_size
+    except OSError:
+        return 0
+
+
 def run_jobs(
     jobs: Sequence[Job],
     models: dict[str, Any],
@@ -107,17 +129,14 @@ def run_jobs(
             on_result(result)
 
     if limits.workers <= 0:
-        cache: dict[str, Any] = {}
+        pickers: dict[str, Picker] = {}
         for job in jobs:
-            done(
-                job.index,
-                audit_template(job.template, models[job.tokenizer], job.reason, limits.render, cache, limits.engine),
-            )
+            done(job.index, _run_job(job, models, limits, pickers, None))
         return [results[j.index] for j in jobs]
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     ctx = mp.get_context("fork")
-    pending = list(reversed(jobs))
+    pending = sorted(jobs, key=_size)  # popped from the end: the largest templates first, so none is left to run alone
     slots = [_Slot(ctx, models, limits) for _ in range(min(limits.workers, max(1, len(jobs))))]
     try:
         while pending or any(s.job for s in slots):
@@ -140,9 +159,12 @@ def run_jobs(
                 elapsed = time.monotonic() - slot.since
                 if slot.conn in ready:
                     try:
-                        index, payload = slot.conn.recv()
+                        message = slot.conn.recv()
+                        if message[0] == "picked":  # the job's tokenizer, for a result if the worker dies
+                            slot.job = replace(current, tokenizer=message[1], reason=message[2])
+                            continue
                         slot.job = None
-                        done(index, TemplateResult(**payload))
+                        done(message[1], TemplateResult(**message[2]))
                         continue
                     except (EOFError, OSError):
                         pass  # died mid-message: handled below

@@ -1,0 +1,222 @@
+"""The speed-ups change nothing: cached and reconstructed results equal what transformers and difflib compute."""
+
+from __future__ import annotations
+
+import difflib
+
+import pytest
+from conftest import SHARED_MODELS
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tito_audit.context as context_module
+from tito_audit.context import AuditContext, AuditOptions, IdMatcher, count_unmatched_trainable
+from tito_audit.rendering import Renderer, RenderError
+from tito_audit.rendering.renderer import pinned_date, tokenizer_cache
+
+
+def _reference_ids(tok, template, messages, tools, agp, kwargs):
+    """What apply_chat_template itself gives (Renderer.render_ids falls back to plain encoding where it fails)."""
+    try:
+        return list(
+            tok.apply_chat_template(
+                messages,
+                tools=tools,
+                chat_template=template,
+                add_generation_prompt=agp,
+                tokenize=True,
+                return_dict=False,
+                sanitize_control_tokens=True,
+                **kwargs,
+            )
+        )
+    except (TypeError, ValueError):
+        text = tok.apply_chat_template(
+            messages, tools=tools, chat_template=template, add_generation_prompt=agp, tokenize=False, **kwargs
+        )
+        return list(tok.encode(text, add_special_tokens=False))
+
+
+@pytest.mark.parametrize("model", SHARED_MODELS)
+def test_render_ids_equal_transformers_sanitized_encoding(model, loaded) -> None:
+    """Every scenario prefix an audit renders, in every thinking mode: the same ids as transformers'
+    ``sanitize_control_tokens=True`` (control-token text in content included)."""
+    m = loaded(model)
+    ctx = AuditContext(m, AuditOptions())
+    compared = sanitized = 0
+    for scenario in ctx.scenarios:
+        renderer = Renderer(m.tokenizer, m.chat_template, scenario.kwargs)
+        messages, tools = scenario.messages_list(), list(scenario.tools)
+        for end in range(1, len(messages) + 1):
+            agp = messages[end - 1]["role"] != "assistant"
+            try:
+                ours = renderer.render_ids(messages[:end], tools=tools, add_generation_prompt=agp)
+            except RenderError:
+                continue
+            with pinned_date(renderer.date):
+                ref = _reference_ids(m.tokenizer, m.chat_template, messages[:end], tools, agp, scenario.kwargs)
+            assert ours == ref, (scenario.id, end)
+            compared += 1
+            sanitized += "special_text" in scenario.tags
+    assert compared > 60 and sanitized > 3
+
+
+@pytest.mark.parametrize("model", ["Qwen/Qwen3-0.6B", "openai/gpt-oss-20b", "mistralai/Mistral-Nemo-Instruct-2407"])
+def test_render_ids_with_control_text_in_content_equal_transformers(model, loaded) -> None:
+    """Special tokens, non-special added tokens (Qwen3's ``<think>``), the private markers sanitizing uses, and
+    a token split by a marker, in user and tool content and in a tool description."""
+    m = loaded(model)
+    tok = m.tokenizer
+    added = sorted(tok.added_tokens_encoder, key=len, reverse=True)
+    special = next(t for t in added if t in tok.all_special_tokens)
+    plain_added = [t for t in added if t not in tok.all_special_tokens][:2]
+    marker = "\U000f0000"
+    contents = [
+        f"echo {special} now",
+        " ".join(plain_added) or "no plain added tokens",
+        f"{special[:3]}{marker}{special[3:]} and {marker}",
+        f"{special}{' '.join(plain_added)}{special}",
+    ]
+    tools = [{"type": "function", "function": {"name": "f", "description": f"uses {special}", "parameters": {}}}]
+    renderer = Renderer(tok, m.chat_template)
+    for text in contents:
+        for tool_list in (None, tools):
+            messages = [{"role": "user", "content": text}, {"role": "assistant", "content": f"ok {text}"}]
+            for end, agp in ((1, True), (2, False)):
+                try:
+                    ours = renderer.render_ids(messages[:end], tools=tool_list, add_generation_prompt=agp)
+                except RenderError:
+                    continue
+                with pinned_date(renderer.date):
+                    ref = _reference_ids(tok, m.chat_template, messages[:end], tool_list, agp, {})
+                assert ours == ref, (text, end, tool_list is not None)
+
+
+@pytest.mark.parametrize("model", SHARED_MODELS)
+def test_tokenizer_cache_matches_the_tokenizer(model, loaded) -> None:
+    """Encodes go straight to the Rust tokenizer when that is what transformers would call: same ids, offsets,
+    decodes."""
+    m = loaded(model)
+    tok, cache = m.tokenizer, tokenizer_cache(m.tokenizer)
+    assert cache._backend(None) is not None  # the direct path is the one under test
+    texts = ["Hello  world", "東京の天気は？ 🌴", "<|im_start|>user\n<think>x</think><|im_end|>", " \n\n\t"]
+    for text in texts:
+        ids = tok.encode(text, add_special_tokens=False)
+        assert cache.encode(text) == ids and cache.encode(text) == ids  # miss, then hit
+        assert cache.encode_with_offsets(text)[0] == ids
+        for kwargs in ({}, {"skip_special_tokens": True}, {"clean_up_tokenization_spaces": False}):
+            assert cache.decode(ids, **kwargs) == tok.decode(ids, **kwargs)
+        assert [cache.piece(i) for i in ids] == [tok.decode([i], clean_up_tokenization_spaces=False) for i in ids]
+        for skip in (False, True):
+            seqs = [ids, ids[:3], ids[::-1], []]
+            expect = [tok.decode(x, skip_special_tokens=skip, clean_up_tokenization_spaces=False) for x in seqs]
+            assert cache.decode_many(seqs, skip_special_tokens=skip, clean_up_tokenization_spaces=False) == expect
+    long = tok.encode("row 0001: temperature=10\n" * 400, add_special_tokens=False)
+    assert cache.decode(long) == tok.decode(long)  # past the decode-cache length: decoded each time
+    vocab = tok.get_vocab()
+    probes = [
+        *list(tok.added_tokens_encoder)[:20],
+        "Hello",
+        "\u0120world",
+        "zz_not_a_token",
+        *list(vocab)[:: len(vocab) // 50],
+    ]
+    assert [cache.vocab.get(t) for t in probes] == [vocab.get(t) for t in probes]  # one-token lookups
+    assert cache.vocab == vocab
+
+
+def test_backend_state_transformers_would_reset_sends_encodes_through_transformers() -> None:
+    from tito_audit.sources.load import load
+
+    tok = load("qwen2.5-7b-instruct").tokenizer  # a private copy: this test changes it
+    cache = tokenizer_cache(tok)
+    tok._tokenizer.enable_truncation(8)  # transformers turns it off for an untruncated encode; we must not skip that
+    text = "A sentence long enough to be cut after eight tokens by the backend's own truncation."
+    assert cache._backend(None) is None
+    assert cache.encode(text) == tok.encode(text, add_special_tokens=False) and len(cache.encode(text)) > 8
+    assert cache._backend(None) is not None  # transformers reset it; from now on the direct path is exact again
+
+
+def test_cache_is_rebuilt_when_the_tokenizer_gains_tokens() -> None:
+    from tito_audit.sources.load import load
+
+    tok = load("qwen2.5-7b-instruct").tokenizer  # a private copy: this test changes it
+    before = tokenizer_cache(tok)
+    assert before.encode("zqxw_tokenish") == tok.encode("zqxw_tokenish", add_special_tokens=False)
+    tok.add_tokens(["zqxw_tokenish"])
+    after = tokenizer_cache(tok)
+    assert after is not before and after.encode("zqxw_tokenish") == [tok.convert_tokens_to_ids("zqxw_tokenish")]
+
+
+def test_derived_renderers_share_caches_but_not_kwargs(loaded) -> None:
+    m = loaded("Qwen/Qwen3-0.6B")
+    r = Renderer(m.tokenizer, m.chat_template)
+    msgs = [{"role": "user", "content": "Hi"}]
+    off = r.with_kwargs(enable_thinking=False)
+    assert off is r.with_kwargs(enable_thinking=False)  # memoized
+    assert off.render(msgs, add_generation_prompt=True) != r.render(msgs, add_generation_prompt=True)
+    assert off.render(msgs, add_generation_prompt=True) == m.tokenizer.apply_chat_template(
+        msgs, chat_template=m.chat_template, add_generation_prompt=True, tokenize=False, enable_thinking=False
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(0, 3), max_size=120),
+    st.lists(st.integers(0, 3), max_size=120),
+)
+def test_id_matcher_finds_difflibs_blocks(a, b) -> None:
+    ref = difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks()
+    old = context_module._NUMPY_CELLS
+    context_module._NUMPY_CELLS = 0  # the vectorized search on every range, however small
+    try:
+        assert IdMatcher(a, b).get_matching_blocks() == ref
+    finally:
+        context_module._NUMPY_CELLS = old
+
+
+def test_id_matcher_on_real_buffers(loaded) -> None:
+    """Buffer vs naive re-render of real episodes, long ones included: the same alignment as difflib."""
+    m = loaded("Qwen/Qwen3-0.6B")
+    ctx = AuditContext(m, AuditOptions())
+    pairs = [(s.trajectory.input_ids, s.naive_ids, s.trajectory.loss_mask) for s in ctx.ok_simulations()]
+    pairs = [p for p in pairs if p[0] != p[1]]
+    assert pairs and max(len(p[0]) * len(p[1]) for p in pairs) >= context_module._NUMPY_CELLS
+    for expected, actual, mask in pairs:
+        ref = difflib.SequenceMatcher(None, expected, actual, autojunk=False).get_matching_blocks()
+        assert IdMatcher(expected, actual).get_matching_blocks() == ref
+        matched = {i for blk in ref for i in range(blk.a, blk.a + blk.size)}
+        assert count_unmatched_trainable(expected, actual, mask) == sum(
+            1 for i, t in enumerate(mask) if t and i not in matched
+        )
+
+
+def test_caches_do_not_keep_a_tokenizer_alive() -> None:
+    """`tito-audit audit A B C` loads one tokenizer after another in a process: each must be freed after its
+    audit, caches included."""
+    import gc
+    import weakref
+
+    from tito_audit import audit_model
+    from tito_audit.sources.load import load
+
+    model = load("phi-3-mini-4k-instruct")
+    audit_model(model, AuditOptions(scenarios="quick"))
+    alive = weakref.ref(model.tokenizer)
+    del model
+    gc.collect()
+    assert alive() is None
+
+
+def test_tools_are_dropped_only_for_templates_that_never_read_them(loaded) -> None:
+    m = loaded("Qwen/Qwen2.5-7B-Instruct")
+    tools = [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object"}}}]
+    msgs = [{"role": "user", "content": "Hi"}]
+    no_tools = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    with_tools = "{% if tools %}TOOLS {{ tools | tojson }}\n{% endif %}" + no_tools
+    for template, reads in ((no_tools, False), (with_tools, True)):
+        r = Renderer(m.tokenizer, template)
+        ref = m.tokenizer.apply_chat_template(msgs, tools=tools, chat_template=template, tokenize=False)
+        assert r.render(msgs, tools=tools) == ref and r._shared.reads_tools is reads
+        assert r.render_ids(msgs, tools=tools) == m.tokenizer.encode(ref, add_special_tokens=False)
+    assert Renderer(m.tokenizer, with_tools).render(msgs, tools=tools) != Renderer(m.tokenizer, with_tools).render(msgs)

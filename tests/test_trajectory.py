@@ -1,0 +1,246 @@
+"""The token buffer as a library: stop handling, truncation, refusals, preflight, any tokenizer, no torch."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import snapshot
+
+from tito_audit import AppendRefused, BridgeError, Trajectory, TruncatedCompletion
+from tito_audit.rollout.simulate import derive_turn
+from tito_audit.scenarios.catalog import TOOLS
+
+ROOT = Path(__file__).resolve().parents[1]
+CALL = {"id": "call00001", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+USER = {"role": "user", "content": "What is the weather in Paris?"}
+ASSISTANT_CALL = {"role": "assistant", "content": "", "tool_calls": [CALL]}
+TOOL = {"role": "tool", "tool_call_id": "call00001", "name": "get_weather", "content": "Sunny, 21 C."}
+
+
+def _sampled(traj: Trajectory, message: dict) -> list[int]:
+    """What a model trained on the template samples for ``message`` (the audit simulator's derivation)."""
+    history = [*traj.messages, message]
+    return derive_turn(traj.renderer, history, len(history) - 1, traj.tools, traj.stop_ids).sampled_ids
+
+
+def _state(traj: Trajectory) -> tuple:
+    return (list(traj.input_ids), list(traj.loss_mask), list(traj.logprobs), json.dumps(traj.messages), traj.truncated)
+
+
+@pytest.fixture(scope="module")
+def qwen25(loaded):
+    return loaded("Qwen/Qwen2.5-7B-Instruct")
+
+
+@pytest.fixture(scope="module")
+def qwen3(loaded):
+    return loaded("Qwen/Qwen3-0.6B")
+
+
+def test_tool_episode_buffer_is_what_was_sampled_and_appended(qwen25) -> None:
+    traj = Trajectory.from_model(qwen25, tools=list(TOOLS))
+    prompt = traj.start([USER])
+    assert prompt == traj.renderer.render_ids([USER], tools=list(TOOLS), add_generation_prompt=True)
+    ids = _sampled(traj, ASSISTANT_CALL)
+    lps = [-0.5 - i / 100 for i in range(len(ids))]
+    assert traj.append_sampled(ids, logprobs=lps, message=ASSISTANT_CALL) == len(ids)
+    delta = traj.append_messages([TOOL])
+    full = traj.renderer.render_ids([USER, ASSISTANT_CALL, TOOL], tools=list(TOOLS), add_generation_prompt=True)
+    assert delta and full[-len(delta) :] == delta  # the delta is the template's own tail for the tool turn
+    assert traj.input_ids == prompt + ids + delta
+    assert traj.loss_mask == [0] * len(prompt) + [1] * len(ids) + [0] * len(delta)
+    assert traj.logprobs == [None] * len(prompt) + lps + [None] * len(delta)
+    assert traj.sampled_spans() == [(len(prompt), len(prompt) + len(ids))]
+    assert traj.prompt_length == len(prompt) and len(traj) == len(traj.input_ids)
+    out = traj.to_dict(logprob_fill=0.0)
+    assert len(out["input_ids"]) == len(out["loss_mask"]) == len(out["logprobs"])
+    assert all(isinstance(x, float) for x in out["logprobs"]) and out["logprobs"][len(prompt)] == lps[0]
+
+
+def test_ids_after_the_stop_token_raise_or_are_dropped(qwen25) -> None:
+    strict = Trajectory.from_model(qwen25)
+    strict.start([USER])
+    ids = _sampled(strict, {"role": "assistant", "content": "It is sunny."})
+    junk = strict.renderer.encode(" and more")
+    with pytest.raises(ValueError, match="after the stop token"):
+        strict.append_sampled([*ids, *junk], logprobs=[-1.0] * (len(ids) + len(junk)))
+    assert strict.segments[-1].kind == "prompt"  # nothing appended
+
+    lenient = Trajectory.from_model(qwen25, after_stop="drop")
+    prompt = lenient.start([USER])
+    lps = [-float(i) for i in range(len(ids) + len(junk))]
+    assert lenient.append_sampled([*ids, *junk], logprobs=lps) == len(ids)
+    assert lenient.input_ids == prompt + ids and lenient.logprobs[len(prompt) :] == lps[: len(ids)]
+    assert not lenient.truncated
+    assert lenient.messages[-1] == {"role": "assistant", "content": "It is sunny."}  # decoded without the stop
+
+
+def test_truncated_completion_refuses_or_closes_the_turn_untrained(qwen25) -> None:
+    answer = {"role": "assistant", "content": "The weather in Paris is sunny and"}
+    refuse = Trajectory.from_model(qwen25)
+    refuse.start([USER])
+    cut = _sampled(refuse, answer)[:-1]  # hit the length limit before the stop token
+    refuse.append_sampled(cut)
+    assert refuse.truncated
+    before = _state(refuse)
+    with pytest.raises(TruncatedCompletion) as info:
+        refuse.append_messages([{"role": "user", "content": "Go on."}])
+    assert isinstance(info.value, AppendRefused) and "stop token" in info.value.reason
+    assert _state(refuse) == before
+
+    mask = Trajectory.from_model(qwen25, on_truncated="mask")
+    prompt = mask.start([USER])
+    mask.append_sampled(cut[:3])  # streamed in two chunks: the second continues the same turn
+    mask.append_sampled(cut[3:], message=answer)
+    assert len(mask.messages) == 2 and mask.messages[-1] == answer
+    appended = mask.append_messages([{"role": "user", "content": "Go on."}])
+    closed = [*mask.messages[:-1]]
+    history = mask.renderer.render_ids(closed, add_generation_prompt=False)
+    turn_end = [s for s in mask.segments if s.kind == "turn_end"]
+    assert len(turn_end) == 1 and mask.input_ids[turn_end[0].start : turn_end[0].end] == [mask.stop_ids[0]]
+    assert mask.stop_ids[0] in history[len(prompt) :]  # the template closes the turn with that very token
+    assert mask.input_ids == prompt + cut + appended and appended[0] == mask.stop_ids[0]
+    assert mask.loss_mask == [0] * len(prompt) + [1] * len(cut) + [0] * len(appended)
+    assert not mask.truncated
+
+
+def test_refusal_names_the_first_divergent_token_and_leaves_the_buffer_alone(qwen3) -> None:
+    traj = Trajectory.from_model(qwen3, tools=list(TOOLS), chat_template_kwargs={"enable_thinking": False})
+    traj.start([USER])
+    traj.append_sampled(_sampled(traj, ASSISTANT_CALL), message=ASSISTANT_CALL)
+    before = _state(traj)
+    with pytest.raises(BridgeError) as info:
+        traj.append_messages([TOOL])
+    exc = info.value
+    assert _state(traj) == before
+    i = exc.index
+    assert exc.before[:i] == exc.after[:i] and exc.before[i] != exc.after[i]
+    first = traj.renderer.decode([exc.before[i]], skip_special_tokens=False)
+    assert f"at token {i} " in exc.reason and repr(first) in exc.reason and f"id {exc.before[i]}" in exc.reason
+    # What the template did: the re-render lacks the history's empty think block, and the reason says so.
+    dropped = traj.renderer.decode(exc.removed, skip_special_tokens=False)
+    assert "drops" in exc.reason and not exc.inserted and "<think>" in dropped and "</think>" in dropped
+    assert exc.after[i : i + 5] == exc.before[i + len(exc.removed) : i + len(exc.removed) + 5]
+
+
+def test_preflight_agrees_with_the_audit(qwen3, report) -> None:
+    traj = Trajectory.from_model(qwen3)
+    modes = [{}, {"enable_thinking": True}, {"enable_thinking": False}]
+    checks = traj.preflight(modes)
+    audit = report("Qwen/Qwen3-0.6B")
+    matrix = next(c for c in audit.checks if c.id == "append_matrix").data["matrix"]
+    for c in (c for c in checks if c.probe == "append_matrix"):
+        mode = ",".join(f"{k}={v}" for k, v in c.mode.items()) or "default"
+        cell = f"{c.role} after {c.after.replace('tool call', 'call')}"
+        assert matrix[mode][cell] == {True: "pass", False: "fail", None: "n/a"}[c.ok], (mode, cell, c.reason)
+    tool_probe = [c for c in checks if c.probe == "tool_append_prefix"]
+    tool_check = next(c for c in audit.checks if c.id == "tool_append_prefix")
+    assert all(c.ok is False for c in tool_probe) and tool_check.status == "fail"
+    assert all("drops" in c.reason for c in checks if c.ok is False)
+
+
+def test_any_hf_tokenizer_with_template_kwargs(qwen3) -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(snapshot("Qwen/Qwen3-0.6B")))  # not a tito_audit LoadedModel
+    off = Trajectory.from_tokenizer(tok, tools=list(TOOLS), chat_template_kwargs={"enable_thinking": False})
+    on = Trajectory.from_tokenizer(tok, tools=list(TOOLS), chat_template_kwargs={"enable_thinking": True})
+    assert off.stop_ids == Trajectory.from_model(qwen3).stop_ids
+    ids_off, ids_on = off.start([USER]), on.start([USER])
+    assert ids_off != ids_on and "</think>" in tok.decode(ids_off[len(ids_on) :])  # the switch reached the template
+    # Each mode's appends succeed or refuse exactly as that mode's preflight says.
+    for traj in (off, on):
+        expected = {(c.role, c.after): c.ok for c in traj.preflight() if c.probe == "append_matrix"}
+        answer = {"role": "assistant", "content": "Sunny.", "reasoning_content": "Easy."}
+        sampled = _sampled(traj, answer)
+        traj.append_sampled(sampled, message=answer)
+        try:
+            delta = traj.append_messages([{"role": "user", "content": "Thanks!"}])
+            assert expected["user", "answer"] is True
+            assert traj.input_ids[-len(sampled) - len(delta) :] == sampled + delta
+        except BridgeError as exc:
+            assert expected["user", "answer"] is False, exc.reason
+
+
+def test_misuse_is_a_value_error(qwen25) -> None:
+    traj = Trajectory.from_model(qwen25)
+    with pytest.raises(ValueError, match="start"):
+        traj.append_sampled([1, 2])
+    traj.start([USER])
+    with pytest.raises(ValueError, match="logprobs"):
+        traj.append_sampled([1, 2], logprobs=[0.0])
+    answer = {"role": "assistant", "content": "Sunny."}
+    traj.append_sampled(_sampled(traj, answer), message=answer)
+    with pytest.raises(ValueError, match="closed"):
+        traj.append_sampled(_sampled(traj, answer))
+    with pytest.raises(ValueError, match="append_sampled"):
+        traj.append_messages([{"role": "assistant", "content": "injected"}])
+    traj.append_messages([{"role": "user", "content": "Ok"}], add_generation_prompt=False)
+    with pytest.raises(ValueError, match="closed"):
+        traj.append_sampled(_sampled(traj, answer))
+
+
+def _run(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+def test_rollout_api_needs_no_torch() -> None:
+    done = _run("import sys\nfrom tito_audit import Trajectory, BridgeError\nprint('torch' in sys.modules)")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+    # A whole episode with torch made unimportable.
+    code = f"""
+import sys
+sys.modules["torch"] = None
+from transformers import AutoTokenizer
+from tito_audit import Trajectory
+tok = AutoTokenizer.from_pretrained({str(snapshot("Qwen/Qwen2.5-7B-Instruct"))!r})
+traj = Trajectory.from_tokenizer(tok)
+prompt = traj.start([{{"role": "user", "content": "Hi"}}])
+sampled = tok.encode("Hello!") + [traj.stop_ids[0]]
+traj.append_sampled(sampled, logprobs=[-0.1] * len(sampled))
+delta = traj.append_messages([{{"role": "user", "content": "Bye"}}])
+assert traj.input_ids == prompt + sampled + delta and sum(traj.loss_mask) == len(sampled)
+print("ok", "torch" in sys.modules and sys.modules["torch"] is not None)
+"""
+    done = _run(code)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-2:] == ["ok", "False"]
+
+
+def test_example_script_shows_buffer_exact_and_naive_drift() -> None:
+    done = subprocess.run(
+        [sys.executable, "examples/rollout_with_buffer.py"], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    assert "buffer ids == prompt + sampled + appended deltas: True" in out
+    assert re.search(r"trained ids (\d+) == sampled ids \1: True", out)
+    assert "naive re-render + re-tokenize == buffer: False" in out
+    split = re.search(r"engine sampled '(.+?)' \(id \d+\) as \['(.+?)', '(.+?)'\]", out)
+    assert split and split.group(1) == split.group(2) + split.group(3)
+    first = re.search(
+        r"first divergent token: index \d+ \(a sampled \(trained\) token\): buffer '(.+?)'.*naive '(.+?)'", out
+    )
+    assert first and first.group(1) == split.group(2) and first.group(2) == split.group(1)
+    assert "(same text, other ids): True" in out
+
+
+def test_library_renders_never_lower_the_process_address_space_limit(qwen25, monkeypatch) -> None:
+    """A trainer's other threads share RLIMIT_AS: the library keeps time/size bounds, not the audit's memory cap."""
+    import resource
+
+    calls: list[tuple] = []
+    real = resource.setrlimit
+    monkeypatch.setattr(resource, "setrlimit", lambda *a: calls.append(a) or real(*a))
+    traj = Trajectory.from_model(qwen25, tools=list(TOOLS))
+    traj.start([USER])
+    traj.append_sampled(_sampled(traj, ASSISTANT_CALL), message=ASSISTANT_CALL)
+    traj.append_messages([TOOL])
+    assert calls == []
+    assert traj.renderer.limits.seconds > 0 and traj.renderer.limits.max_chars > 0

@@ -1,0 +1,399 @@
+"""The proofs a patch must pass before it is offered.
+
+1. The audit again, with the patched template and the same tokenizer: every check a patch targets improves
+   (its first target passes), and no check gets a worse status than before.
+2. Inference equivalence: for what a model sees when serving (each scenario's prompt up to the generation
+   prompt with no earlier assistant turn, with and without tools, in every thinking mode; and the first
+   assistant turn as the model generates it) the patched template renders exactly the same token ids. Later
+   turns' completions (the text after each generation prompt) are compared as text.
+3. For generation markers: ``return_assistant_tokens_mask`` equals the token buffer's loss mask (1 exactly on
+   the sampled ids, stop token included) in every episode whose ids a re-render reproduces.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from tito_audit.fix.common import FixContext, Patch
+from tito_audit.rendering.renderer import RenderError
+from tito_audit.rollout.tokens import common_prefix_len, special_token_strings
+from tito_audit.scenarios.spec import Scenario
+
+if TYPE_CHECKING:
+    from tito_audit.audit import ModelReport
+
+STATUS_RANK = {"pass": 0, "not_applicable": 0, "warn": 1, "fail": 2, "error": 3}
+VERDICT_RANK = {"safe": 0, "tito-required": 1, "unsafe": 2, "error": 3}
+
+
+@dataclass
+class CheckChange:
+    id: str
+    before: str
+    after: str
+    findings_before: int
+    findings_after: int
+
+    @property
+    def regressed(self) -> bool:
+        worse = STATUS_RANK.get(self.after, 3) > STATUS_RANK.get(self.before, 3)
+        return worse or (self.before == "pass" and self.after == "not_applicable")
+
+    @property
+    def improved(self) -> bool:
+        if self.before in ("pass", "not_applicable"):
+            return False
+        return self.after == "pass" or (
+            STATUS_RANK.get(self.after, 3) <= STATUS_RANK.get(self.before, 3)
+            and self.findings_after < self.findings_before
+        )
+
+
+def compare_checks(before: ModelReport, after: ModelReport) -> list[CheckChange]:
+    after_by_id = {c.id: c for c in after.checks}
+    out = []
+    for c in before.checks:
+        a = after_by_id.get(c.id)
+        out.append(
+            CheckChange(
+                c.id,
+                c.status,
+                a.status if a else "error",
+                len(c.active_findings),
+                len(a.active_findings) if a else 0,
+            )
+        )
+    return out
+
+
+@dataclass
+class Difference:
+    conversation: str
+    index: int | None  # first divergent token (None for text comparisons)
+    expected: str  # original template, around the divergence
+    actual: str  # patched template
+    tool_call_turn: bool = False  # the conversation ends with an assistant turn that calls tools
+
+
+@dataclass
+class Equivalence:
+    compared: int = 0
+    identical: int = 0
+    differences: list[Difference] = field(default_factory=list)
+    newly_rendering: int = 0  # the original template raised, the patched one renders
+    both_fail: int = 0
+    later_compared: int = 0
+    later_identical: int = 0
+    later_differences: list[Difference] = field(default_factory=list)
+
+    @property
+    def holds(self) -> bool:
+        return not self.differences
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["differences"] = d["differences"][:20]
+        d["later_differences"] = d["later_differences"][:20]
+        d["holds"] = self.holds
+        return d
+
+
+@dataclass
+class MaskProof:
+    episodes: int = 0
+    exact: int = 0
+    not_comparable: int = 0
+    mismatches: list[str] = field(default_factory=list)
+    by_mode: dict[str, list[int]] = field(default_factory=dict)  # mode -> [exact, compared]
+
+    @property
+    def holds(self) -> bool:
+        """Exact in every comparable episode of the template's default mode."""
+        default = self.by_mode.get("default", [0, 0])
+        return default[1] > 0 and default[0] == default[1]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "mismatches": self.mismatches[:20], "holds": self.holds}
+
+
+@dataclass
+class Proof:
+    verdict_before: str
+    verdict_after: str
+    checks: list[CheckChange]
+    equivalence: Equivalence
+    masks: MaskProof | None
+    reasons: list[str]  # why it is not proven (empty when proven)
+    flagged: list[str]  # inference renders that change, declared by the patches that change them
+    notes: list[str] = field(default_factory=list)  # limits of a proven patch (masks in other modes)
+
+    @property
+    def ok(self) -> bool:
+        return not self.reasons
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "verdict_before": self.verdict_before,
+            "verdict_after": self.verdict_after,
+            "checks": [asdict(c) | {"regressed": c.regressed, "improved": c.improved} for c in self.checks],
+            "equivalence": self.equivalence.to_dict(),
+            "masks": self.masks.to_dict() if self.masks else None,
+            "reasons": self.reasons,
+            "flagged": self.flagged,
+            "notes": self.notes,
+        }
+
+
+def _mode_name(mode: dict[str, Any]) -> str:
+    return ",".join(f"{k}={json.dumps(v)}" for k, v in sorted(mode.items())) or "default"
+
+
+def _window(fx: FixContext, ids: Sequence[int], at: int) -> str:
+    tok = fx.model.tokenizer
+    return str(tok.decode(list(ids[max(0, at - 3) : at + 6]), skip_special_tokens=False))
+
+
+def inference_equivalence(fx: FixContext, original: str, patched: str) -> Equivalence:
+    """Compare what serving renders: prompts with no earlier assistant turn and the first generated turn."""
+    from tito_audit.rollout.simulate import adapt_to_template
+    from tito_audit.scenarios import build_scenarios
+
+    eq = Equivalence()
+    base_o, base_p = fx.renderer(original), fx.renderer(patched)
+    seen: set[str] = set()
+    later_seen: set[str] = set()
+    for scenario in build_scenarios(special_token_strings(fx.model.tokenizer), fx.thinking_modes):
+        mode = scenario.kwargs
+        ro = base_o.with_kwargs(**mode) if mode else base_o
+        rp = base_p.with_kwargs(**mode) if mode else base_p
+        messages, _, _ = adapt_to_template(ro, scenario)
+        tools = list(scenario.tools)
+        assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+        if not assistants:
+            continue
+        first = assistants[0]
+        convs = [
+            (f"{scenario.id}: prompt", messages[:first], tools, True),
+            (f"{scenario.id}: prompt without tools", messages[:first], None, True),
+            (f"{scenario.id}: first assistant turn", messages[: first + 1], tools, False),
+        ]
+        for name, msgs, tls, agp in convs:
+            key = json.dumps([msgs, tls is not None, agp, mode], sort_keys=True, default=repr)
+            if key in seen:
+                continue
+            seen.add(key)
+            _compare(fx, eq, name, ro, rp, msgs, tls, agp, bool(not agp and msgs[-1].get("tool_calls")))
+        for i in assistants[1:]:
+            key = json.dumps([messages[: i + 1], mode], sort_keys=True, default=repr)
+            if key in later_seen:
+                continue
+            later_seen.add(key)
+            try:
+                co, cp = _completion(ro, messages, i, tools), _completion(rp, messages, i, tools)
+            except RenderError:
+                continue
+            eq.later_compared += 1
+            if co == cp:
+                eq.later_identical += 1
+            else:
+                at = common_prefix_len(co, cp)
+                eq.later_differences.append(
+                    Difference(
+                        f"{scenario.id}: assistant message {i}",
+                        None,
+                        co[at : at + 60],
+                        cp[at : at + 60],
+                        bool(messages[i].get("tool_calls")),
+                    )
+                )
+    return eq
+
+
+def _completion(renderer: Any, messages: list[dict[str, Any]], i: int, tools: Any) -> str:
+    prompt = renderer.render(messages[:i], tools=tools, add_generation_prompt=True)
+    full = renderer.render(messages[: i + 1], tools=tools)
+    return str(full[common_prefix_len(prompt, full) :])
+
+
+def _compare(
+    fx: FixContext,
+    eq: Equivalence,
+    name: str,
+    ro: Any,
+    rp: Any,
+    msgs: list[dict[str, Any]],
+    tools: Any,
+    agp: bool,
+    calls: bool,
+) -> None:
+    try:
+        ids_o: list[int] | None = ro.render_ids(msgs, tools=tools, add_generation_prompt=agp)
+    except RenderError:
+        ids_o = None
+    try:
+        ids_p: list[int] | None = rp.render_ids(msgs, tools=tools, add_generation_prompt=agp)
+    except RenderError as exc:
+        if ids_o is None:
+            eq.both_fail += 1
+            return
+        eq.compared += 1
+        eq.differences.append(
+            Difference(name, None, _window(fx, ids_o, 0), f"patched template raises: {exc.message}", calls)
+        )
+        return
+    if ids_o is None or ids_p is None:
+        eq.newly_rendering += ids_o is None
+        return
+    eq.compared += 1
+    if ids_o == ids_p:
+        eq.identical += 1
+        return
+    at = common_prefix_len(ids_o, ids_p)
+    eq.differences.append(Difference(name, at, _window(fx, ids_o, at), _window(fx, ids_p, at), calls))
+
+
+_CHAT: tuple[dict[str, Any], ...] = (
+    {"role": "user", "content": "Hello, who are you?"},
+    {"role": "assistant", "content": "I am a helpful assistant."},
+    {"role": "user", "content": "What can you do?"},
+    {"role": "assistant", "content": "I can answer questions."},
+)
+# Conversations without tool calls: every template renders them, whatever it does with tools.
+_CHATS = tuple(
+    Scenario(name, "chat without tools", messages, (), frozenset({"chat"}))
+    for name, messages in (
+        ("chat/plain", _CHAT),
+        ("chat_system/plain", ({"role": "system", "content": "Be brief."}, *_CHAT)),
+    )
+)
+
+
+def expected_mask(fx: FixContext, renderer: Any, messages: list[dict[str, Any]], tools: Any) -> list[int] | None:
+    """1 on the tokens of the full render that the model sampled: each assistant turn from the end of its
+    generation prompt through its stop token (derived as the simulator derives sampled ids); None when a turn's
+    render is not a prefix of the full render (the template rewrites history, so there is no one answer)."""
+    from tito_audit.rollout.simulate import derive_turn
+
+    full = renderer.render(messages, tools=tools)
+    _, offsets = renderer.encode_with_offsets(full)
+    spans = []
+    for i, m in enumerate(messages):
+        if m["role"] != "assistant":
+            continue
+        turn = derive_turn(renderer, messages, i, tools, fx.stop_ids)
+        start = len(turn.prompt_text) - len(turn.gen_prompt_extra)
+        if not turn.stop_rendered:
+            return None
+        stop = fx.model.tokenizer.decode([turn.stop_id], skip_special_tokens=False)
+        end = start + turn.completion_text.index(stop) + len(stop)
+        text = (turn.prompt_text[:start] + turn.completion_text)[:end]
+        if not full.startswith(text):
+            return None
+        spans.append((start, end))
+    return [1 if any(s <= a and b <= e for s, e in spans) and b > a else 0 for a, b in offsets]
+
+
+def mask_proof(fx: FixContext, patched: str) -> MaskProof:
+    """``return_assistant_tokens_mask`` against the sampled spans, episode by episode and mode by mode."""
+    from tito_audit.scenarios import build_scenarios
+
+    proof = MaskProof()
+    base = fx.renderer(patched)
+    built = build_scenarios(special_token_strings(fx.model.tokenizer), fx.thinking_modes)
+    plain = [*_CHATS, *(s for s in built if s.id.endswith("/plain") and "thinking" not in s.tags)]
+    scenarios = [s for s in built if "thinking" in s.tags and "special_text" not in s.tags] + plain
+    for mode in fx.thinking_modes:
+        if mode:  # answers without reasoning, played in every thinking mode too
+            suffix = "".join(f"[{k}={json.dumps(v)}]" for k, v in sorted(mode.items()))
+            scenarios += [replace(s, id=s.id + suffix, template_kwargs=tuple(sorted(mode.items()))) for s in plain]
+    for scenario in scenarios:
+        from tito_audit.rollout.simulate import adapt_to_template
+
+        renderer = base.with_kwargs(**scenario.kwargs) if scenario.kwargs else base
+        messages, _, err = adapt_to_template(renderer, scenario)
+        tools = list(scenario.tools) or None
+        try:
+            if err is not None:
+                raise err
+            expected = expected_mask(fx, renderer, messages, tools)
+            ids, mask = renderer.render_with_mask(messages, tools=tools)
+        except RenderError:
+            expected = None
+        if expected is None or len(expected) != len(ids):
+            proof.not_comparable += 1
+            continue
+        proof.episodes += 1
+        counts = proof.by_mode.setdefault(_mode_name(scenario.kwargs), [0, 0])
+        counts[1] += 1
+        if mask == expected:
+            proof.exact += 1
+            counts[0] += 1
+            continue
+        at = next(i for i in range(len(ids)) if mask[i] != expected[i])
+        piece = fx.model.tokenizer.decode([ids[at]], skip_special_tokens=False)
+        proof.mismatches.append(
+            f"{scenario.id}: token {at} ({piece!r}) is {'in' if mask[at] else 'outside'} the mask, "
+            f"{'outside' if mask[at] else 'in'} the sampled span"
+        )
+    return proof
+
+
+def prove(
+    fx: FixContext,
+    patches: Sequence[Patch],
+    patched: str,
+    after: ModelReport,
+    with_masks: bool,
+) -> Proof:
+    before = fx.report
+    reasons: list[str] = []
+    if after.error:
+        reasons.append(f"the patched template cannot be audited: {after.error}")
+    checks = compare_checks(before, after) if not after.error else []
+    by_id = {c.id: c for c in checks}
+    after_by_id = {c.id: c for c in after.checks}
+    for c in checks:
+        if c.regressed:
+            found = after_by_id[c.id].active_findings if c.id in after_by_id else []
+            detail = f" ({found[0].message})" if found else ""
+            reasons.append(f"{c.id} regressed: {c.before} -> {c.after}{detail}")
+    for p in patches:
+        for n, target in enumerate(p.targets):
+            change = by_id.get(target)
+            if change is None or change.before in ("pass", "not_applicable"):
+                continue
+            if n == 0 and p.required and change.after != "pass":
+                reasons.append(f"{p.id}: {target} still {change.after} ({change.findings_after} finding(s))")
+            elif not change.improved:
+                reasons.append(f"{p.id}: {target} not improved ({change.before} -> {change.after})")
+    if VERDICT_RANK.get(after.verdict, 3) > VERDICT_RANK.get(before.verdict, 3):
+        reasons.append(f"verdict worsened: {before.verdict} -> {after.verdict}")
+    eq = inference_equivalence(fx, fx.model.chat_template, patched)
+    # Patches that declare an inference change may change assistant turns that call tools, nothing else.
+    declared = [p for p in patches if p.changes_inference]
+    diffs = eq.differences + eq.later_differences
+    outside = [d for d in diffs if not (declared and d.tool_call_turn)]
+    flagged = [c for p in declared for c in p.caveats] if diffs and declared else []
+    if outside:
+        reasons.append(
+            f"inference renders change in {len(eq.differences)} of {eq.compared} conversations and "
+            f"{len(eq.later_differences)} of {eq.later_compared} generated turns (first: {outside[0].conversation})"
+        )
+    masks = mask_proof(fx, patched) if with_masks else None
+    notes: list[str] = []
+    if masks is not None and not masks.holds:
+        detail = masks.mismatches[0] if masks.mismatches else "no comparable episode"
+        reasons.append(f"assistant mask differs from the sampled span: {detail}")
+    elif masks is not None:
+        for mode, (exact, total) in masks.by_mode.items():
+            if exact < total:
+                example = next((m for m in masks.mismatches if mode in m), "")
+                notes.append(
+                    f"mode {mode}: the mask is exact in {exact} of {total} episodes; the markers sit where the "
+                    f"default mode's generation prompt ends ({example})"
+                )
+    return Proof(before.verdict, after.verdict, checks, eq, masks, reasons, flagged, notes)
