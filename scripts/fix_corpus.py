@@ -1,9 +1,10 @@
 """Measure ``tito-audit fix`` on a template corpus: how many with a failing ``tool_append_prefix`` get a proven fix.
 
 Each template is audited against the tokenizer ``tito-audit scan --tokenizer auto`` would pick (the bundled models
-by default, ``tito_audit.scan.pick``); statically unsafe templates are skipped as the scan skips them. Every
-template whose audit fails ``tool_append_prefix`` goes through ``propose_fix``. One JSON line per audited template
-goes to ``--jsonl`` (re-running resumes from it), a summary to stdout and ``--json``.
+by default, ``tito_audit.scan.pick``); statically unsafe templates and templates whose control tokens the picked
+vocabulary lacks are skipped, as the scan classifies them. Every template whose audit fails ``tool_append_prefix``
+goes through ``propose_fix``. One JSON line per audited template goes to ``--jsonl`` (re-running resumes from it),
+a summary to stdout and ``--json``.
 
     python scripts/fix_corpus.py /work/shared/template-corpus --jsonl /tmp/fix_corpus.jsonl --json /tmp/fix_corpus.json
 """
@@ -22,12 +23,16 @@ from typing import Any
 def _audit_one(text: str, name: str, model: Any) -> dict[str, Any]:
     from tito_audit.audit import audit_model
     from tito_audit.fix import propose_fix
-    from tito_audit.scan.hazards import hazards
+    from tito_audit.scan.hazards import hazards, literal_text
+    from tito_audit.scan.pick import missing_tokens
     from tito_audit.sources.load import compile_template
 
     row: dict[str, Any] = {"template": name, "tokenizer": model.name}
     if any(h.kind == "security" for h in hazards(text)):
         return {**row, "skipped": "statically unsafe template (not rendered)"}
+    missing = missing_tokens(model.tokenizer, literal_text(text))
+    if missing:  # the scan's missing_tokens class: no bundled vocabulary has its control tokens
+        return {**row, "skipped": f"vocabulary lacks {', '.join(missing[:4])}"}
     try:
         compile_template(name, text)
     except Exception as exc:
