@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tito_audit.rl.loop import RLResult
@@ -19,6 +19,12 @@ def write_plots(result: RLResult, out: Path) -> list[Path]:
     steps = result.steps
     xs = [s["step"] for s in steps]
     title = result.config["model"]
+
+    def save(fig: Any, name: str) -> None:
+        fig.tight_layout()
+        files.append(out / name)
+        fig.savefig(files[-1], dpi=100)
+        plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(
@@ -36,10 +42,7 @@ def write_plots(result: RLResult, out: Path) -> list[Path]:
     ax.set_xlabel("step")
     ax.set_title(f"{title}: gradient B vs R")
     ax.legend()
-    fig.tight_layout()
-    files.append(out / "gradient.png")
-    fig.savefig(files[-1], dpi=100)
-    plt.close(fig)
+    save(fig, "gradient.png")
 
     vals = [v for s in steps for v in s.get("dlogp_values", [])]
     fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -47,10 +50,7 @@ def write_plots(result: RLResult, out: Path) -> list[Path]:
         ax.hist(vals, bins=50)
     ax.set_xlabel("logp_R - logp_B (aligned trained tokens)")
     ax.set_title(f"{title}: log-prob mismatch")
-    fig.tight_layout()
-    files.append(out / "dlogp_hist.png")
-    fig.savefig(files[-1], dpi=100)
-    plt.close(fig)
+    save(fig, "dlogp_hist.png")
 
     if all("kl" in s for s in steps):
         fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -60,10 +60,7 @@ def write_plots(result: RLResult, out: Path) -> list[Path]:
         ax.set_xlabel("step")
         ax.set_title(f"{title}: KL to reference (token mean)")
         ax.legend()
-        fig.tight_layout()
-        files.append(out / "kl.png")
-        fig.savefig(files[-1], dpi=100)
-        plt.close(fig)
+        save(fig, "kl.png")
     if all("share" in s.get("low_prob", {}) for s in steps):
         fig, ax = plt.subplots(figsize=(6, 3.5))
         width = 0.8 / len(steps)
@@ -73,10 +70,7 @@ def write_plots(result: RLResult, out: Path) -> list[Path]:
         ax.set_ylabel("share of logit-gradient norm")
         ax.set_title(f"{title}: gradient share per p quartile")
         ax.legend(fontsize=7)
-        fig.tight_layout()
-        files.append(out / "quartiles.png")
-        fig.savefig(files[-1], dpi=100)
-        plt.close(fig)
+        save(fig, "quartiles.png")
     crit = steps[-1].get("critical")
     if crit and crit.get("J"):
         j = crit["J"][0][:120]
@@ -84,8 +78,5 @@ def write_plots(result: RLResult, out: Path) -> list[Path]:
         ax.imshow([j], aspect="auto", cmap="viridis", vmin=min(j), vmax=max(j))
         ax.set_yticks([])
         ax.set_xlabel(f"trained tokens of {crit['scenarios'][0]} (colour = certainty J under the reference)")
-        fig.tight_layout()
-        files.append(out / "certainty_strip.png")
-        fig.savefig(files[-1], dpi=100)
-        plt.close(fig)
+        save(fig, "certainty_strip.png")
     return files
