@@ -1,10 +1,9 @@
 """Measure ``tito-audit fix`` on a template corpus: how many with a failing ``tool_append_prefix`` get a proven fix.
 
-Each template is audited against the tokenizer ``tito-audit scan --tokenizer auto`` would pick (the bundled models
-by default, ``tito_audit.scan.pick``); statically unsafe templates and templates whose control tokens the picked
-vocabulary lacks are skipped, as the scan classifies them. Every template whose audit fails ``tool_append_prefix``
-goes through ``propose_fix``. One JSON line per audited template goes to ``--jsonl`` (re-running resumes from it),
-a summary to stdout and ``--json``.
+Each template goes through the scan's own ``audit_auto`` (the tokenizer ``tito-audit scan --tokenizer auto`` picks,
+the bundled models by default): templates the scan classifies without a verdict are skipped with that class, and
+every ``unsafe`` one (a failing ``tool_append_prefix``) goes through ``propose_fix``. One JSON line per template
+goes to ``--jsonl`` (re-running resumes from it), a summary to stdout and ``--json``.
 
     python scripts/fix_corpus.py /work/shared/template-corpus --jsonl /tmp/fix_corpus.jsonl --json /tmp/fix_corpus.json
 """
@@ -20,38 +19,28 @@ from pathlib import Path
 from typing import Any
 
 
-def _audit_one(text: str, name: str, model: Any) -> dict[str, Any]:
-    from tito_audit.audit import audit_model
+def _audit_one(template: Any, picker: Any) -> dict[str, Any]:
+    """The scan's own result for the template (pick, compile, hazards, vocabulary, audit), then the fix if unsafe."""
     from tito_audit.fix import propose_fix
-    from tito_audit.scan.hazards import hazards, literal_text
-    from tito_audit.scan.pick import missing_tokens
-    from tito_audit.sources.load import compile_template
+    from tito_audit.scan.discover import read_template
+    from tito_audit.scan.one import audit_auto
 
-    row: dict[str, Any] = {"template": name, "tokenizer": model.name}
-    if any(h.kind == "security" for h in hazards(text)):
-        return {**row, "skipped": "statically unsafe template (not rendered)"}
-    missing = missing_tokens(model.tokenizer, literal_text(text))
-    if missing:  # the scan's missing_tokens class: no bundled vocabulary has its control tokens
-        return {**row, "skipped": f"vocabulary lacks {', '.join(missing[:4])}"}
-    try:
-        compile_template(name, text)
-    except Exception as exc:
-        return {**row, "skipped": f"does not compile: {str(exc)[:120]}"}
-    patched_model = model.with_template(text, name)
-    report = audit_model(patched_model)
-    row["verdict"] = report.verdict
-    if report.error:
-        return {**row, "skipped": f"audit error: {report.error[:160]}"}
-    append = report.check("tool_append_prefix")
-    row["tool_append_prefix"] = append.status
-    row["finding_classes"] = sorted({f.cls for f in append.active_findings})
-    if append.status != "fail":
-        return row
+    scanned = audit_auto(template, picker)
+    row: dict[str, Any] = {"template": template.name, "tokenizer": scanned.tokenizer}
+    if scanned.verdict is None:  # classified without a verdict, exactly as `tito-audit scan` counts it
+        return {**row, "skipped": f"{scanned.cls}: {scanned.reason}"}
+    row["verdict"] = scanned.verdict
+    if scanned.verdict != "unsafe":  # unsafe is exactly a failing tool_append_prefix (tito_audit.verdict)
+        return {**row, "tool_append_prefix": "pass"}
     started = time.perf_counter()
+    model = picker.models[scanned.tokenizer].with_template(read_template(template.path), template.name)
     try:
-        result = propose_fix(patched_model, report=report)
+        result = propose_fix(model)
     except Exception as exc:  # a fixer bug must not stop the measurement; it is counted
         return {**row, "fix_status": "crash", "fix_message": f"{type(exc).__name__}: {exc}"[:300]}
+    append = result.before.check("tool_append_prefix")
+    row["tool_append_prefix"] = append.status
+    row["finding_classes"] = sorted({f.cls for f in append.active_findings})
     proof = result.proof
     row.update(
         fix_status=result.status,
@@ -86,8 +75,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from tito_audit.scan import discover, load_tokenizers
-    from tito_audit.scan.discover import read_template
-    from tito_audit.scan.hazards import literal_text
     from tito_audit.scan.pick import Picker
     from tito_audit.sources import bundled_names
 
@@ -104,12 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     for n, template in enumerate(templates, 1):
         if template.name in done:
             continue
-        try:
-            text = read_template(template.path)
-        except (OSError, ValueError) as exc:
-            row = {"template": template.name, "tokenizer": None, "skipped": f"unreadable: {exc}"}
-        else:
-            row = _audit_one(text, template.name, models[picker.choose(literal_text(text)).name])
+        row = _audit_one(template, picker)
         done[row["template"]] = row
         if out:
             out.write(json.dumps(row, ensure_ascii=False) + "\n")
