@@ -146,10 +146,7 @@ class AuditContext:
     @cached_property
     def special_texts(self) -> list[str]:
         """Control-token texts, those the template itself writes first: forging them is what hurts."""
-        memo = tokenizer_cache(self.tokenizer).memo
-        if "special_texts" not in memo:
-            memo["special_texts"] = tuple(special_token_strings(self.tokenizer))
-        texts = list(memo["special_texts"])
+        texts = special_token_strings(self.tokenizer)
         template = self.model.chat_template or ""
         return sorted(texts, key=lambda t: t not in template)
 

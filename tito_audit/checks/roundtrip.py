@@ -8,7 +8,8 @@ from typing import Any
 
 from tito_audit.checks.base import Finding, Outcome, check
 from tito_audit.context import AuditContext
-from tito_audit.rendering.renderer import BoundedCache, tokenizer_cache
+from tito_audit.rendering.bounded_cache import BoundedCache
+from tito_audit.rendering.renderer import tokenizer_cache
 
 
 def noncanonical_split(tokenizer: Any, token_id: int, vocab: Mapping[str, int], specials: set[int]) -> list[int] | None:

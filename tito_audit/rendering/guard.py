@@ -22,6 +22,7 @@ import os
 import resource
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -78,10 +79,23 @@ def address_space_bytes() -> int:
         return 0
 
 
+_SIZE_TTL_S = 0.25
+_size_seen = [-1.0, 0]  # (when, bytes): the size read last
+
+
+def _recent_address_space_bytes() -> int:
+    """``address_space_bytes`` read at most every 0.25 s: a render budget of a gigabyte does not need the size
+    to the page, and reading /proc costs more than the small renders an audit does by the thousand."""
+    now = time.monotonic()
+    if now - _size_seen[0] > _SIZE_TTL_S:
+        _size_seen[:] = [now, address_space_bytes()]
+    return int(_size_seen[1])
+
+
 @contextmanager
 def memory_limit(extra_bytes: int) -> Iterator[None]:
     """Lower the soft RLIMIT_AS to the current size plus ``extra_bytes`` for the duration of the block."""
-    current = address_space_bytes()
+    current = _recent_address_space_bytes() if extra_bytes > 0 else 0
     if extra_bytes <= 0 or current == 0 or not _in_main_thread():
         yield
         return

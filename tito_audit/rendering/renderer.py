@@ -27,14 +27,15 @@ from typing import Any
 from jinja2 import TemplateError
 from jinja2.exceptions import SecurityError
 
+from tito_audit.rendering.bounded_cache import BoundedCache
 from tito_audit.rendering.guard import RenderLimits, RenderTimeout, harden_environment, render_limits
+from tito_audit.rendering.segments import MIN_CHARS, SegmentedEncoder
 
 DEFAULT_DATE = dt.datetime(2026, 1, 15, 12, 0, 0)
 _PINNED_DATE: contextvars.ContextVar[dt.datetime] = contextvars.ContextVar("tito_audit_date", default=DEFAULT_DATE)
 
 Message = dict[str, Any]
 
-_CACHE_ENTRIES = 4096  # per tokenizer and kind; oldest entries go first
 _DECODE_CACHED = 256  # longer id sequences are decoded every time
 
 
@@ -114,27 +115,6 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
-class BoundedCache(dict[Any, Any]):
-    """A dict that forgets its oldest entries past ``limit`` entries or ``budget`` weight (characters plus ids
-    held): a scan feeds one tokenizer hundreds of templates, and renders can be long."""
-
-    def __init__(self, limit: int = _CACHE_ENTRIES, budget: int = 4_000_000) -> None:
-        super().__init__()
-        self.limit, self.budget, self.weight = limit, budget, 0
-        self._weights: dict[Any, int] = {}
-
-    def put(self, key: Any, value: Any, weight: int = 1) -> Any:
-        if key not in self:
-            if len(self) >= self.limit or self.weight + weight > self.budget:
-                for old in list(self)[: max(1, len(self) // 4)]:
-                    del self[old]
-                    self.weight -= self._weights.pop(old, 0)
-            self.weight += weight
-            self._weights[key] = weight
-        self[key] = value
-        return value
-
-
 class TokenizerCache:
     """Pure functions of one tokenizer, computed once: encodes, decodes, vocabulary, added and special tokens."""
 
@@ -147,6 +127,7 @@ class TokenizerCache:
         self._fast_decode = bool(getattr(tokenizer, "is_fast", False)) and hasattr(tokenizer, "_decode")
         self._direct = _plain_fast_encoding(tokenizer)
         self._batch_decode = self._direct and _plain_fast_decoding(tokenizer)
+        self._segments: SegmentedEncoder | None = None
         self._pieces: dict[int, str] = {}
         self.marked: dict[tuple[str, ...], dict[str, str]] = {}  # control tokens -> {text: marked text}
         self._added: dict[str, int] | None = None
@@ -169,7 +150,10 @@ class TokenizerCache:
         hit = self._encodes.get(key)
         if hit is None:
             backend = self._backend(split_special_tokens)
-            if backend is not None:
+            segmented = None if add_special_tokens else self._segmented(backend, text)
+            if segmented is not None:
+                ids = segmented.encode(text)[0]
+            elif backend is not None:
                 ids = list(
                     backend.encode_batch([text], add_special_tokens=add_special_tokens, is_pretokenized=False)[0].ids
                 )
@@ -192,6 +176,15 @@ class TokenizerCache:
             return None
         return backend
 
+    def _segmented(self, backend: Any, text: str) -> SegmentedEncoder | None:
+        """The segment-cached encoder, for long texts that the plain backend call would encode
+        (``add_special_tokens=False``, special tokens not split)."""
+        if backend is None or len(text) < MIN_CHARS or backend.encode_special_tokens:
+            return None
+        if self._segments is None:
+            self._segments = SegmentedEncoder(backend)
+        return self._segments if self._segments.usable else None
+
     def encode_without_added_tokens(self, text: str) -> list[int]:
         """Plain text with no added token matched (how sanitized control-token text is encoded)."""
         key = (text, "without_added_tokens")
@@ -205,7 +198,10 @@ class TokenizerCache:
         hit = self._offsets.get(text)
         if hit is None:
             backend = self._backend(None)
-            if backend is not None:
+            segmented = self._segmented(backend, text)
+            if segmented is not None:
+                ids, offsets = segmented.encode(text)
+            elif backend is not None:
                 enc = backend.encode_batch([text], add_special_tokens=False, is_pretokenized=False)[0]
                 ids, offsets = list(enc.ids), list(enc.offsets)  # already (start, end) tuples
             else:

@@ -3,18 +3,38 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+from tito_audit.rendering.renderer import tokenizer_cache
 
 
-def common_prefix_len(a: Sequence[object], b: Sequence[object]) -> int:
+def common_prefix_len(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """Length of the longest common prefix. Same-typed lists, tuples and strings are compared by slices (in C,
+    by bisection), which matters for the long renders and id lists an audit compares thousands of times."""
     n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
+    if type(a) is not type(b) or not isinstance(a, list | tuple | str):
+        for i in range(n):
+            if a[i] != b[i]:
+                return i
+        return n
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
-def special_token_strings(tokenizer: object) -> list[str]:
-    """Text of the tokenizer's special added tokens, longest first (ties by text, so every run agrees)."""
-    decoder = getattr(tokenizer, "added_tokens_decoder", {}) or {}
-    texts = {t.content for t in decoder.values() if getattr(t, "special", False) and t.content.strip()}
-    return sorted(texts, key=lambda t: (-len(t), t))
+def special_token_strings(tokenizer: Any) -> list[str]:
+    """Text of the tokenizer's special added tokens, longest first (ties by text, so every run agrees); computed
+    once per tokenizer (some have a thousand)."""
+    memo = tokenizer_cache(tokenizer).memo
+    if "special_token_strings" not in memo:
+        decoder = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+        texts = {t.content for t in decoder.values() if getattr(t, "special", False) and t.content.strip()}
+        memo["special_token_strings"] = tuple(sorted(texts, key=lambda t: (-len(t), t)))
+    return list(memo["special_token_strings"])

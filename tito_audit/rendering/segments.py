@@ -1,0 +1,78 @@
+"""Encoding a long render segment by segment, to exactly the ids and offsets of encoding it whole.
+
+A Hugging Face ``tokenizers`` pipeline first cuts its input at the added tokens it matches on the raw text
+(``normalized=False``), leftmost-longest, then normalizes, pre-tokenizes and tokenizes every piece between them
+on its own. The one thing a piece learns about the rest is whether it starts at offset 0 (``Metaspace`` with
+``prepend_scheme="first"``). So a text cut just before such a token, one that takes no text from its left
+(``lstrip=False``), encodes to the concatenation of its segments' encodings, offsets shifted; ``single_word``
+tokens look at their neighbours, so a tokenizer with any is always encoded whole.
+
+An audit encodes every prefix of every conversation, and consecutive prefixes share all but their last
+segments, as do the renders of sibling templates in a scan; each segment is encoded once per tokenizer instead
+of once per render. ``tests/test_segments.py`` holds the result to the whole-text encoding on every shared and
+bundled tokenizer.
+"""
+
+from __future__ import annotations
+
+import re
+from itertools import pairwise
+from typing import Any
+
+from tito_audit.rendering.bounded_cache import BoundedCache
+
+Encoded = tuple[list[int], list[tuple[int, int]]]
+
+MIN_CHARS = 512  # shorter texts cost less to encode whole than to cut
+
+
+class SegmentedEncoder:
+    """``backend.encode(text, add_special_tokens=False)`` for a ``tokenizers.Tokenizer`` that does not split
+    special tokens, by cached segments."""
+
+    def __init__(self, backend: Any) -> None:
+        tokens = list(backend.get_added_tokens_decoder().values())
+        raw = sorted({t.content for t in tokens if not t.normalized and t.content}, key=len, reverse=True)
+        self._cuts = frozenset(t.content for t in tokens if not t.normalized and not t.lstrip and t.content)
+        self._pattern = re.compile("|".join(map(re.escape, raw))) if raw else None
+        self.usable = bool(self._cuts) and not any(t.single_word for t in tokens)
+        self._backend = backend
+        self._pieces = BoundedCache(16384, 6_000_000)
+
+    def segments(self, text: str) -> list[str]:
+        """``text`` cut before every raw, non-lstrip added token the tokenizer would match there."""
+        assert self._pattern is not None
+        cuts = [m.start() for m in self._pattern.finditer(text) if m.start() and m.group() in self._cuts]
+        bounds = [0, *cuts, len(text)]
+        return [text[a:b] for a, b in pairwise(bounds)]
+
+    def encode(self, text: str) -> Encoded:
+        pieces = self.segments(text)
+        found: dict[str, Encoded] = {}
+        missing: list[str] = []
+        for piece in pieces:
+            if piece in found:
+                continue
+            hit = self._pieces.get(piece)
+            if hit is None:
+                missing.append(piece)
+                found[piece] = ([], [])
+            else:
+                found[piece] = hit
+        if missing:
+            for piece, enc in zip(
+                missing,
+                self._backend.encode_batch(missing, add_special_tokens=False, is_pretokenized=False),
+                strict=True,
+            ):
+                ids, offsets = list(enc.ids), list(enc.offsets)
+                found[piece] = self._pieces.put(piece, (ids, offsets), len(piece) + 3 * len(ids))
+        all_ids: list[int] = []
+        all_offsets: list[tuple[int, int]] = []
+        shift = 0
+        for piece in pieces:
+            ids, offsets = found[piece]
+            all_ids += ids
+            all_offsets += [(a + shift, b + shift) for a, b in offsets] if shift else offsets
+            shift += len(piece)
+        return all_ids, all_offsets
