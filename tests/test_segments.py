@@ -34,7 +34,19 @@ def test_every_render_of_an_audit_encodes_as_a_whole(loaded, spec):
     cut = [t for t in texts if len(seg.segments(t)) > 2]
     assert len(cut) >= 10  # real multi-turn renders, cut in several places
     for text in texts:
-        assert seg.encode(text) == _whole(backend, text), text[:200]
+        whole = _whole(backend, text)
+        assert seg.encode(text) == whole, text[:200]
+        for start, end in [(0, 0), (len(text) // 3, len(text) // 2), (len(text) - 1, len(text))]:
+            _assert_window(seg.window(text, start, end), whole, start, end)
+
+
+def _assert_window(window, whole, start, end):
+    """A contiguous run of the whole encoding that holds every token overlapping [start, end]."""
+    ids, offsets = window
+    at = next((i for i in range(len(whole[1]) + 1) if whole[1][i : i + len(offsets)] == offsets), None)
+    assert at is not None and whole[0][at : at + len(ids)] == ids
+    overlapping = [i for i, (a, b) in enumerate(whole[1]) if a <= end and b >= start and b > a]
+    assert all(at <= i < at + len(ids) for i in overlapping)
 
 
 @pytest.mark.parametrize("spec", ["Qwen/Qwen3-0.6B", "microsoft/Phi-3-mini-4k-instruct", "google/gemma-2-2b-it"])
@@ -62,7 +74,9 @@ def test_fuzzed_texts_encode_as_a_whole(loaded, spec, data):
     added = sorted(t.content for t in backend.get_added_tokens_decoder().values())
     pieces = st.sampled_from(_PIECES + added[:40] + added[-10:]) | st.text(max_size=12)
     text = "".join(data.draw(st.lists(pieces, max_size=60)))
-    assert SegmentedEncoder(backend).encode(text) == _whole(backend, text)
+    seg, whole = SegmentedEncoder(backend), _whole(backend, text)
+    assert seg.encode(text) == whole
+    assert seg.ids(text) == whole[0]
 
 
 def _with_token(loaded, token: AddedToken) -> Tokenizer:

@@ -152,7 +152,7 @@ class TokenizerCache:
             backend = self._backend(split_special_tokens)
             segmented = None if add_special_tokens else self._segmented(backend, text)
             if segmented is not None:
-                ids = segmented.encode(text)[0]
+                ids = segmented.ids(text)
             elif backend is not None:
                 ids = list(
                     backend.encode_batch([text], add_special_tokens=add_special_tokens, is_pretokenized=False)[0].ids
@@ -210,6 +210,14 @@ class TokenizerCache:
             hit = self._offsets.put(text, (ids, offsets), len(text) + 3 * len(ids))
             self._encodes.put((text, False, None), ids, len(text) + len(ids))  # what encode(text) gives
         return list(hit[0]), list(hit[1])
+
+    def encode_window(self, text: str, start: int, end: int) -> tuple[list[int], list[tuple[int, int]]]:
+        """A run of ``encode_with_offsets(text)`` holding every token that overlaps ``[start, end]`` (the whole
+        encoding unless the text is encoded by segments)."""
+        segmented = self._segmented(self._backend(None), text)
+        if segmented is not None:
+            return segmented.window(text, start, end)
+        return self.encode_with_offsets(text)
 
     def decode(self, ids: Sequence[int], **kwargs: Any) -> str:
         if len(ids) > _DECODE_CACHED:  # hashing the key would cost about what decoding does
@@ -674,6 +682,9 @@ class Renderer:
 
     def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         return self._shared.cache.encode_with_offsets(text)
+
+    def encode_window(self, text: str, start: int, end: int) -> tuple[list[int], list[tuple[int, int]]]:
+        return self._shared.cache.encode_window(text, start, end)
 
     def decode(self, ids: Sequence[int], **kwargs: Any) -> str:
         return self._shared.cache.decode(ids, **kwargs)

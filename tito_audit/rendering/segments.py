@@ -46,33 +46,50 @@ class SegmentedEncoder:
         bounds = [0, *cuts, len(text)]
         return [text[a:b] for a, b in pairwise(bounds)]
 
+    def ids(self, text: str) -> list[int]:
+        out: list[int] = []
+        for _, (ids, _offsets) in self._encoded(text):
+            out += ids
+        return out
+
     def encode(self, text: str) -> Encoded:
-        pieces = self.segments(text)
-        found: dict[str, Encoded] = {}
-        missing: list[str] = []
-        for piece in pieces:
-            if piece in found:
-                continue
-            hit = self._pieces.get(piece)
-            if hit is None:
-                missing.append(piece)
-                found[piece] = ([], [])
-            else:
-                found[piece] = hit
-        if missing:
-            for piece, enc in zip(
-                missing,
-                self._backend.encode_batch(missing, add_special_tokens=False, is_pretokenized=False),
-                strict=True,
-            ):
-                ids, offsets = list(enc.ids), list(enc.offsets)
-                found[piece] = self._pieces.put(piece, (ids, offsets), len(piece) + 3 * len(ids))
         all_ids: list[int] = []
         all_offsets: list[tuple[int, int]] = []
         shift = 0
-        for piece in pieces:
-            ids, offsets = found[piece]
+        for piece, (ids, offsets) in self._encoded(text):
             all_ids += ids
             all_offsets += [(a + shift, b + shift) for a, b in offsets] if shift else offsets
             shift += len(piece)
         return all_ids, all_offsets
+
+    def window(self, text: str, start: int, end: int) -> Encoded:
+        """Ids and offsets of the segments that overlap ``[start, end]``: a run of the whole encoding that holds
+        every token overlapping the span, without building offsets for the rest of a long render."""
+        all_ids: list[int] = []
+        all_offsets: list[tuple[int, int]] = []
+        shift = 0
+        for piece, (ids, offsets) in self._encoded(text):
+            if shift <= end and shift + len(piece) >= start:
+                all_ids += ids
+                all_offsets += [(a + shift, b + shift) for a, b in offsets]
+            shift += len(piece)
+        return all_ids, all_offsets
+
+    def _encoded(self, text: str) -> list[tuple[str, Encoded]]:
+        """Each segment with its encoding; the segments not cached yet go to the tokenizer in one batch."""
+        pieces = self.segments(text)
+        found: dict[str, Encoded] = {}
+        missing: list[str] = []
+        for piece in pieces:
+            if piece not in found:
+                hit = self._pieces.get(piece)
+                if hit is None:
+                    missing.append(piece)
+                    hit = ([], [])
+                found[piece] = hit
+        if missing:
+            batch = self._backend.encode_batch(missing, add_special_tokens=False, is_pretokenized=False)
+            for piece, enc in zip(missing, batch, strict=True):
+                ids, offsets = list(enc.ids), list(enc.offsets)
+                found[piece] = self._pieces.put(piece, (ids, offsets), len(piece) + 3 * len(ids))
+        return [(piece, found[piece]) for piece in pieces]

@@ -99,7 +99,7 @@ def derive_turn(renderer: Renderer, history: list[Message], index: int, tools: A
     else:
         stop_id, stop_rendered = stop_ids[0], False
         body_end, trailing = len(full), ""
-    ids, offsets = renderer.encode_with_offsets(full)
+    ids, offsets = renderer.encode_window(full, start, body_end)  # the tokens around the completion suffice
     body = [t for t, (a, b) in zip(ids, offsets, strict=True) if a >= start and b <= body_end and b > a]
     seam = any(a < start < b for a, b in offsets)
     return Turn(
