@@ -3,8 +3,9 @@
 
     python benchmarks/bench_scan.py [--corpus DIR] [--workers 2] [--sets full,quick] [--limit N]
 
-Writes benchmarks/results/scan.json. ``full`` plays every scenario (what `tito-audit audit` plays: the default),
-``quick`` the documented reduced set (`--scenarios quick`); the JSON also says how often the two agree.
+Writes benchmarks/results/scan.json. ``quick`` is the scan's default scenario set, ``full`` plays every scenario
+(what `tito-audit audit` plays, `--scenarios full`); the JSON also says how often the two agree (class and
+verdict).
 """
 
 from __future__ import annotations
@@ -58,9 +59,9 @@ def ratio(ours: dict, theirs: dict, key: str) -> float:
 
 
 def agreement(a: Path, b: Path) -> dict:
-    full = {r["name"]: r["cls"] for r in json.loads(a.read_text())["results"]}
-    quick = {r["name"]: r["cls"] for r in json.loads(b.read_text())["results"]}
-    differ = Counter(f"{full[n]} -> {quick[n]}" for n in full if quick.get(n) != full[n])
+    full = {r["name"]: (r["cls"], r["verdict"]) for r in json.loads(a.read_text())["results"]}
+    quick = {r["name"]: (r["cls"], r["verdict"]) for r in json.loads(b.read_text())["results"]}
+    differ = Counter(f"{full[n][0]} -> {quick[n][0] if n in quick else None}" for n in full if quick.get(n) != full[n])
     return {"same_class": sum(1 for n in full if quick.get(n) == full[n]), "of": len(full), "differ": dict(differ)}
 
 
@@ -68,7 +69,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--corpus", type=Path, default=CORPUS)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--sets", default="full,quick", help="scenario sets to scan with, comma-separated")
+    ap.add_argument("--sets", default="quick,full", help="scenario sets to scan with, comma-separated")
     ap.add_argument("--limit", type=int, help="only the first N templates (a smoke run of this script)")
     args = ap.parse_args()
 

@@ -39,21 +39,21 @@ def table() -> str:
         lines.append(_row(f"shared set ({r['models']} repos), all checks, `--jobs {r['jobs']}`", r))
     lint = scan["chatlint"]
     lines.append(_row(f"chatlint {lint['version']} (string level), {lint['templates']} templates", lint))
-    for name in ("full", "quick"):
+    for name, label in (("quick", "`tito-audit scan` (default `--scenarios quick`)"), ("full", "`--scenarios full`")):
         r = scan.get(f"scan_{name}")
         if r:
             lines.append(
                 _row(
-                    f"`tito-audit scan` corpus, `--scenarios {name}`, {r['workers']} workers, {r['templates']} "
-                    "templates",
+                    f"{label} corpus, {r['workers']} workers, {r['templates']} templates",
                     r,
-                    f"throughput {r['throughput_ratio_vs_chatlint']}x chatlint's (CPU: "
-                    f"{r['cpu_throughput_ratio_vs_chatlint']}x); {r['crashes']} crashes",
+                    f"throughput **{r['throughput_ratio_vs_chatlint']}x** chatlint's (CPU: "
+                    f"{r['cpu_throughput_ratio_vs_chatlint']}x); {r['crashes']} crashes; tokenizers loaded in "
+                    f"{r['tokenizer_load_seconds']:.1f} s",
                 )
             )
     agree = scan.get("quick_vs_full")
     note = (
-        f"\n\nQuick and full scans give the same class to {agree['same_class']} of {agree['of']} templates."
+        f"\n\nQuick and full scans give the same class and verdict to {agree['same_class']} of {agree['of']} templates."
         if agree
         else ""
     )

@@ -137,4 +137,7 @@ def test_cli_scan_writes_json_and_markdown(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     assert data["counts"]["security"] == 1 and data["counts"]["does_not_compile"] == 1
     assert data["crashes"] == 0 and data["templates"] == 3
+    assert data["scenarios"] == "quick"  # the scan's default set, recorded in the summary
+    benign = next(r for r in data["results"] if r["name"] == "benign_chatml")
+    assert benign["verdict"] and benign["scenarios_total"] < 30  # quick: 16 scenarios (and thinking variants)
     assert "| security | 1 |" in md.read_text()

@@ -35,7 +35,7 @@ def scanned(tmp_path_factory):
     for name in SAMPLE:
         if (CORPUS / f"{name}.jinja").is_file():
             shutil.copy(CORPUS / f"{name}.jinja", folder / f"{name}.jinja")
-    return scan_directory(str(folder), "auto", limits=PoolLimits(workers=2))
+    return scan_directory(str(folder), "auto", limits=PoolLimits(workers=2, scenarios="full"))
 
 
 @needs_corpus

@@ -7,6 +7,8 @@ the compiled template's own globals, not by patching the clock.
 An audit renders the same conversations and encodes the same text hundreds of times, so results are cached:
 renders per (messages, tools, generation prompt, kwargs, date) and shared by every renderer derived with
 ``with_kwargs``/``with_date``; encodes, decodes and the added-token table per tokenizer (``TokenizerCache``).
+Long texts are encoded by segments cut at control tokens (``segments``), which consecutive prefixes of one
+conversation, and sibling templates in a scan, share.
 Sanitized encoding (``render_ids``) reproduces ``apply_chat_template(tokenize=True,
 sanitize_control_tokens=True)`` from transformers' own pieces (control tokens found once per template, strings
 marked once): when marking changes nothing it is exactly the plain encoding of the cached text render, so no

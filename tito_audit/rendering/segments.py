@@ -37,7 +37,7 @@ class SegmentedEncoder:
         self._pattern = re.compile("|".join(map(re.escape, raw))) if raw else None
         self.usable = bool(self._cuts) and not any(t.single_word for t in tokens)
         self._backend = backend
-        self._pieces = BoundedCache(16384, 6_000_000)
+        self._pieces = BoundedCache(16384, 3_000_000)  # characters plus three per token (ids and offsets)
 
     def segments(self, text: str) -> list[str]:
         """``text`` cut before every raw, non-lstrip added token the tokenizer would match there."""

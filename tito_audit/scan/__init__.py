@@ -2,8 +2,8 @@
 
 ``scan_directory`` discovers templates (``discover``), loads each tokenizer once (workers inherit them), audits
 each template in a worker process (``pool`` -> ``one``: for ``auto`` the worker first picks a tokenizer,
-``pick``) with ``audit_model``'s checks and verdict, and returns one ``ScanSummary`` in which every template has
-exactly one class (``classify``).
+``pick``) with ``audit_model``'s checks and verdict rule (on the quick scenario set unless ``PoolLimits.scenarios``
+says ``full``), and returns one ``ScanSummary`` in which every template has exactly one class (``classify``).
 """
 
 from __future__ import annotations

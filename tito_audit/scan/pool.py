@@ -44,7 +44,7 @@ class PoolLimits:
     deadline_s: float = 60.0  # per template, wall clock, enforced by SIGKILL
     memory_bytes: int = 3 << 30  # address space a worker may add to what it inherited
     render: RenderLimits = field(default_factory=RenderLimits)
-    scenarios: str = "full"  # AuditOptions.scenarios: "full" (what `tito-audit audit` plays) or "quick"
+    scenarios: str = "quick"  # AuditOptions.scenarios: "quick" (the scan's default) or "full" (what `audit` plays)
 
 
 def _run_job(job: Job, models: dict[str, Any], limits: PoolLimits, pickers: dict[str, Picker], on_pick: Any) -> Any:
