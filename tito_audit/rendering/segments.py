@@ -53,14 +53,7 @@ class SegmentedEncoder:
         return out
 
     def encode(self, text: str) -> Encoded:
-        all_ids: list[int] = []
-        all_offsets: list[tuple[int, int]] = []
-        shift = 0
-        for piece, (ids, offsets) in self._encoded(text):
-            all_ids += ids
-            all_offsets += [(a + shift, b + shift) for a, b in offsets] if shift else offsets
-            shift += len(piece)
-        return all_ids, all_offsets
+        return self.window(text, 0, len(text))
 
     def window(self, text: str, start: int, end: int) -> Encoded:
         """Ids and offsets of the segments that overlap ``[start, end]``: a run of the whole encoding that holds
