@@ -86,8 +86,8 @@ def _run_once(cmd: list[str], timeout: float, sample: bool, sample_s: float = 0.
             peak[0], peak[1] = max(peak[0], rss), max(peak[1], tree_pss)
             done.wait(sample_s)
 
-    sampler = threading.Thread(target=sample_memory, daemon=True)
-    if sample:
+    sampler = threading.Thread(target=sample_memory, daemon=True) if sample else None
+    if sampler is not None:
         sampler.start()
     out_chunks: list[str] = []
     err_chunks: list[str] = []
@@ -102,7 +102,7 @@ def _run_once(cmd: list[str], timeout: float, sample: bool, sample_s: float = 0.
     done.set()
     for r in readers:
         r.join(timeout)
-    if sample:
+    if sampler is not None:
         sampler.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
     stdout, stderr = "".join(out_chunks), "".join(err_chunks)
