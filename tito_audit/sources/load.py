@@ -1,7 +1,8 @@
 """Turn a folder of tokenizer files into a tokenizer and the chat template transformers would use.
 
-The tokenizer is loaded with ``AutoTokenizer.from_pretrained`` (never ``trust_remote_code``) so that the audit
-sees exactly what an RL practitioner's stack sees, quirks included. Template resolution is transformers' own:
+The tokenizer is the one ``AutoTokenizer.from_pretrained`` gives (never ``trust_remote_code``; ``tokenizer``
+spares AutoTokenizer's import cost where the tokenizer files alone decide its class) so that the audit sees
+exactly what an RL practitioner's stack sees, quirks included. Template resolution is transformers' own:
 ``chat_template.jinja`` over ``chat_template.json`` over ``tokenizer_config.json``, named templates through
 ``get_chat_template`` (``tool_use`` when tools are given, else ``default``).
 """
@@ -105,9 +106,10 @@ def _validate_json_files(spec: str, folder: Path) -> dict[str, Any]:
     return parsed
 
 
-def _load_tokenizer(spec: str, folder: Path) -> Any:
-    from transformers import AutoTokenizer
+def _load_tokenizer(spec: str, folder: Path, tokenizer_config: dict[str, Any]) -> Any:
     from transformers.utils import logging as hf_logging
+
+    from tito_audit.sources.tokenizer import load_tokenizer
 
     if not any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")):
         raise CorruptTokenizer(spec, f"no tokenizer file (tokenizer.json, tokenizer.model, vocab.*) in {folder}")
@@ -116,7 +118,7 @@ def _load_tokenizer(spec: str, folder: Path) -> Any:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
+            return load_tokenizer(folder, tokenizer_config)
     except Exception as exc:
         tokenizer_json = folder / "tokenizer.json"
         if tokenizer_json.is_file():
@@ -189,8 +191,8 @@ def load_model(
 ) -> LoadedModel:
     spec, folder = files.spec, files.folder
     parsed = _validate_json_files(spec, folder)
-    tokenizer = _load_tokenizer(spec, folder)
     config = parsed.get("tokenizer_config.json", {})
+    tokenizer = _load_tokenizer(spec, folder, config)
 
     if chat_template_file is not None:
         path = Path(chat_template_file)

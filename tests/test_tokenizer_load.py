@@ -1,0 +1,166 @@
+"""The tokenizer loaded without AutoTokenizer is AutoTokenizer's: the same class, state and renders.
+
+``tito_audit.sources.tokenizer`` picks the class AutoTokenizer would from the tokenizer files and calls its
+``from_pretrained`` directly (sparing AutoTokenizer's model-config machinery and the torch import it brings).
+These tests hold that to transformers itself: every tokenizer class name transformers knows resolves to the
+class ``AutoTokenizer`` picks; on every shared model the two tokenizers have the same backend, special tokens,
+init arguments and template, and render byte- and id-identical text, for the model's own template and for a
+sample of the corpus templates the scan audits (every 40th of ../shared/template-corpus: 20 templates; the
+whole corpus is left to the scan's own tests, for time).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import SHARED, SHARED_MODELS, snapshot
+
+from tito_audit.rendering import Renderer, RenderError
+from tito_audit.scenarios.catalog import build_scenarios
+from tito_audit.sources.tokenizer import class_for_name, declared_class, load_declared
+
+CORPUS = SHARED / "template-corpus"
+CORPUS_SAMPLE = sorted(CORPUS.glob("*.jinja"))[::40]
+# Conversation shapes that reach most template branches: plain, system, tool call and result, multi-turn, thinking.
+SCENARIOS = build_scenarios(["<|im_end|>", "<|eot_id|>"], thinking_modes=({}, {"enable_thinking": False}))
+
+_PAIRS: dict[str, tuple[object, object]] = {}
+
+
+def _pair(model: str) -> tuple[object, object]:
+    """(AutoTokenizer's tokenizer, the directly loaded one) for a shared model's snapshot folder."""
+    if model not in _PAIRS:
+        from transformers import AutoTokenizer
+
+        folder = snapshot(model)
+        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+        cls = declared_class(folder, config)
+        assert cls is not None, f"{model}: its files decide the class, yet the direct path was not taken"
+        _PAIRS[model] = (AutoTokenizer.from_pretrained(str(folder)), load_declared(folder, cls))
+    return _PAIRS[model]
+
+
+def _autotokenizer_choice(name: str) -> type:
+    """AutoTokenizer's own steps for a ``tokenizer_class`` with no model config, with transformers' resolver."""
+    from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+    from transformers.tokenization_utils_tokenizers import TokenizersBackend
+
+    stripped = name.removesuffix("Fast")
+    cls = tokenizer_class_from_name(stripped)
+    if cls is None and not stripped.endswith("Fast"):
+        cls = tokenizer_class_from_name(stripped + "Fast")
+    if cls is not None and cls.__name__ == "PythonBackend":
+        cls = TokenizersBackend
+    return cls or TokenizersBackend
+
+
+@pytest.mark.slow
+def test_every_known_class_name_resolves_as_autotokenizer_does() -> None:
+    """All tokenizer classes transformers maps a model type to (with and without ``Fast``), the generic names and
+    an unknown one: the direct resolver gives AutoTokenizer's class, or declines (then AutoTokenizer decides)."""
+    from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES
+
+    names = sorted({v for v in TOKENIZER_MAPPING_NAMES.values() if v})
+    names += [n + "Fast" for n in names]
+    names += ["PreTrainedTokenizerFast", "PreTrainedTokenizer", "TokenizersBackend", "NoSuchTokenizer"]
+    decided = 0
+    for name in names:
+        ours = class_for_name(name)
+        if ours is None:
+            continue
+        assert ours is _autotokenizer_choice(name), name
+        decided += 1
+    assert decided >= 0.9 * len(names)  # declining is the exception (placeholders for missing dependencies)
+
+
+def test_a_model_config_or_remote_code_leaves_the_choice_to_autotokenizer(tmp_path: Path) -> None:
+    folder = snapshot("Qwen/Qwen3-0.6B")
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    assert declared_class(folder, config) is not None
+    assert declared_class(folder, {**config, "auto_map": {"AutoTokenizer": ["x.Y", None]}}) is None
+    assert declared_class(folder, {k: v for k, v in config.items() if k != "tokenizer_class"}) is None
+    (tmp_path / "config.json").write_text('{"model_type": "qwen3"}')
+    assert declared_class(tmp_path, config) is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", SHARED_MODELS)
+def test_same_tokenizer_as_autotokenizer(model: str) -> None:
+    auto, direct = _pair(model)
+    assert type(direct) is type(auto)
+    assert direct._tokenizer.to_str() == auto._tokenizer.to_str()  # the whole Rust tokenizer, vocabulary included
+    assert repr(direct.init_kwargs) == repr(auto.init_kwargs)
+    assert direct.special_tokens_map == auto.special_tokens_map
+    assert repr(direct.added_tokens_decoder) == repr(auto.added_tokens_decoder)
+    assert direct.chat_template == auto.chat_template
+    assert len(direct) == len(auto)
+
+
+def _renders(tokenizer: object, template: str) -> list[object]:
+    """Every scenario prefix rendered (text, then sanitized ids) through the project's sandboxed Renderer; a
+    refusal is recorded by its kind and message."""
+    out: list[object] = []
+    for scenario in SCENARIOS:
+        renderer = Renderer(tokenizer, template, scenario.kwargs)
+        messages, tools = scenario.messages_list(), list(scenario.tools)
+        for end in range(1, len(messages) + 1):
+            agp = messages[end - 1]["role"] != "assistant"
+            for render in (renderer.render, renderer.render_ids):
+                try:
+                    out.append(render(messages[:end], tools=tools, add_generation_prompt=agp))
+                except RenderError as err:
+                    out.append((err.kind, err.message))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", SHARED_MODELS)
+def test_own_template_renders_identically(model: str) -> None:
+    """The model's own template with apply_chat_template itself, text bytes and ids, on every prefix of every
+    scenario, as written and without system messages (which some templates refuse)."""
+    auto, direct = _pair(model)
+    compared = 0
+    for scenario in SCENARIOS:
+        tools = list(scenario.tools)
+        full = scenario.messages_list()
+        for messages in (full, [m for m in full if m["role"] != "system"]):
+            for end in range(1, len(messages) + 1):
+                agp = messages[end - 1]["role"] != "assistant"
+                results = []
+                for tok in (auto, direct):
+                    try:
+                        kwargs = dict(tools=tools, add_generation_prompt=agp, **scenario.kwargs)
+                        text = tok.apply_chat_template(messages[:end], tokenize=False, **kwargs)
+                        ids = tok.apply_chat_template(messages[:end], tokenize=True, return_dict=False, **kwargs)
+                        results.append((text.encode("utf-8"), list(ids)))
+                    except Exception as exc:  # a template that raises must raise the same way on both
+                        results.append((type(exc).__name__, str(exc)))
+                assert results[0] == results[1], (model, scenario.id, end)
+                compared += isinstance(results[0][0], bytes)
+    assert compared >= len(SCENARIOS)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CORPUS_SAMPLE, reason="shared template corpus not present")
+@pytest.mark.parametrize("model", SHARED_MODELS)
+def test_corpus_templates_render_identically(model: str) -> None:
+    auto, direct = _pair(model)
+    for path in CORPUS_SAMPLE:
+        template = path.read_text(encoding="utf-8")
+        assert _renders(direct, template) == _renders(auto, template), (model, path.name)
+
+
+def test_cold_audit_never_imports_autotokenizer_or_torch() -> None:
+    """A fresh process auditing a shared model takes the direct path: no AutoTokenizer, no model config, no torch."""
+    code = (
+        "import sys; from tito_audit import load, audit_model; "
+        "m = load('Qwen/Qwen3-0.6B'); audit_model(m); "
+        "print(sorted(n for n in ('torch', 'transformers.models.auto.tokenization_auto', "
+        "'transformers.configuration_utils') if n in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

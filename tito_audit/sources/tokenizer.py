@@ -1,0 +1,89 @@
+"""Load a folder's tokenizer as ``AutoTokenizer.from_pretrained`` would, without its import cost where it can.
+
+``AutoTokenizer`` first builds a model config (``AutoConfig``, whose module imports torch when it is installed:
+seconds on a cold start), then picks a tokenizer class and calls that class's ``from_pretrained``. When the
+folder has no ``config.json``, the config is an empty ``PreTrainedConfig`` (no model type, no name, no tokenizer
+class), and every branch of its choice that reads the config falls through: the class is then decided by
+``tokenizer_config.json`` alone. ``declared_class`` replays exactly those remaining steps (the class named in
+``tokenizer_config.json``, resolved by name through transformers' own top-level module; ``TokenizersBackend`` for
+byte-level ``LlamaTokenizer`` folders, for ``PythonBackend`` and for unknown names) and ``load_tokenizer`` calls
+that class's ``from_pretrained`` with the arguments ``AutoTokenizer`` passes it. Everything else (a
+``config.json``, remote code, no declared class, a process that has already imported ``AutoTokenizer``) goes
+through ``AutoTokenizer`` itself. ``tests/test_tokenizer_load.py`` holds both paths to the same tokenizer and the
+same renders.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+_AUTO_MODULE = "transformers.models.auto.tokenization_auto"
+
+
+def declared_class(folder: Path, tokenizer_config: dict[str, Any]) -> type | None:
+    """The class ``AutoTokenizer.from_pretrained(str(folder))`` instantiates, when it follows from the tokenizer
+    files alone; None when ``AutoTokenizer`` must decide (a model config, remote code, no declared class)."""
+    if (folder / "config.json").exists() or "auto_map" in tokenizer_config:
+        return None
+    name = tokenizer_config.get("tokenizer_class")
+    if not isinstance(name, str) or not name:
+        return None
+    from transformers.tokenization_utils_tokenizers import TokenizersBackend
+
+    if name.removesuffix("Fast") == "LlamaTokenizer" and TokenizersBackend._tokenizer_json_has_byte_level(str(folder)):
+        return TokenizersBackend
+    return class_for_name(name)
+
+
+def class_for_name(name: str) -> type | None:
+    """The class ``AutoTokenizer`` picks for a ``tokenizer_class`` name in ``tokenizer_config.json`` (with no
+    model config): the name without ``Fast``, else with it; ``TokenizersBackend`` for ``PythonBackend`` and for
+    names it does not know. None where only ``AutoTokenizer`` can say (see ``_class_from_name``)."""
+    from transformers.tokenization_utils_tokenizers import TokenizersBackend
+
+    name = name.removesuffix("Fast")
+    try:
+        cls = _class_from_name(name) or _class_from_name(name + "Fast")
+    except LookupError:
+        return None
+    if cls is None or cls.__name__ == "PythonBackend":
+        return TokenizersBackend
+    return cls
+
+
+def _class_from_name(name: str) -> type | None:
+    """transformers' ``tokenizer_class_from_name`` for a process with no registered tokenizer classes: every
+    tokenizer class it knows is exported by name from the top-level (lazy) module, which imports only its file.
+    None for an unknown name; LookupError for a name that is not a tokenizer class (a placeholder for a missing
+    dependency, say), which only ``AutoTokenizer`` reports as transformers would."""
+    import transformers
+    from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+    cls = getattr(transformers, name, None)
+    if cls is None:
+        return _class_from_name(name.removesuffix("Fast")) if name.endswith("Fast") else None
+    if isinstance(cls, type) and issubclass(cls, PreTrainedTokenizerBase):
+        return cls
+    raise LookupError(name)
+
+
+def load_declared(folder: Path, cls: type) -> Any:
+    """``cls.from_pretrained`` with the arguments ``AutoTokenizer.from_pretrained(str(folder))`` passes it."""
+    from transformers.utils.hub import resolve_revision
+
+    revision = resolve_revision(str(folder), None)
+    return cls.from_pretrained(str(folder), _from_auto=True, revision=revision, _commit_hash=None)  # type: ignore[attr-defined]
+
+
+def load_tokenizer(folder: Path, tokenizer_config: dict[str, Any]) -> Any:
+    """``AutoTokenizer.from_pretrained(str(folder))``, never with remote code (see the module docstring). A process
+    that has imported ``AutoTokenizer`` already (and may have registered classes with it) pays nothing more for
+    it, so it always decides there."""
+    cls = None if _AUTO_MODULE in sys.modules else declared_class(folder, tokenizer_config)
+    if cls is None:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
+    return load_declared(folder, cls)
