@@ -7,9 +7,8 @@ import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tito_audit.checks.base import Finding, TokenSide
 from tito_audit.rendering.guard import RenderLimits
 from tito_audit.rendering.renderer import (
     DEFAULT_DATE,
@@ -24,6 +23,9 @@ from tito_audit.rollout.stop import stop_token_ids
 from tito_audit.rollout.tokens import common_prefix_len, special_token_strings
 from tito_audit.scenarios import Scenario, build_scenarios
 from tito_audit.sources.load import LoadedModel
+
+if TYPE_CHECKING:  # the check modules import this one: importing them here would be circular
+    from tito_audit.checks.base import Finding, TokenSide
 
 CONTEXT_TOKENS = 4
 _THINKING_WORDS = ("think", "reason")
@@ -174,6 +176,8 @@ class AuditContext:
     # -- building findings -------------------------------------------------------------------------
 
     def window(self, ids: Sequence[int], index: int) -> tuple[int, TokenSide]:
+        from tito_audit.checks.base import TokenSide
+
         start = max(0, index - CONTEXT_TOKENS)
         chunk = list(ids[start : index + CONTEXT_TOKENS + 1])
         return start, TokenSide(chunk, self.renderer.token_texts(chunk))
@@ -189,6 +193,8 @@ class AuditContext:
         trainable: Sequence[int] | None = None,
     ) -> Finding | None:
         """A finding at the first token where ``actual`` departs from ``expected``; None when equal."""
+        from tito_audit.checks.base import Finding
+
         if list(expected) == list(actual):
             return None
         index = common_prefix_len(expected, actual)

@@ -5,19 +5,17 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tito_audit.audit import AuditReport, audit
 from tito_audit.cli.output import echo_model_errors, emit
-from tito_audit.context import AuditOptions
 from tito_audit.errors import EXIT_FINDINGS, EXIT_OK, EXIT_OPERATIONAL, AuditError
-from tito_audit.gate import Gate, gating_findings
-from tito_audit.rendering.renderer import DEFAULT_DATE
-from tito_audit.sources.bundled import bundled_names
+from tito_audit.rendering.clock import DEFAULT_DATE
+
+if TYPE_CHECKING:  # the library is imported when a command runs, not for --help
+    from tito_audit.audit import AuditReport
+    from tito_audit.context import AuditOptions
 
 
 def parse_kwargs(pairs: list[str]) -> dict[str, Any]:
@@ -36,6 +34,8 @@ def parse_kwargs(pairs: list[str]) -> dict[str, Any]:
 
 def exit_code(report: AuditReport, fail_on: str) -> int:
     """2 if any model could not be audited, 1 if unsuppressed findings outside the baseline reach ``fail_on``."""
+    from tito_audit.gate import gating_findings
+
     if any(m.error for m in report.models):
         return EXIT_OPERATIONAL
     return EXIT_FINDINGS if gating_findings(report, fail_on) else EXIT_OK
@@ -50,6 +50,11 @@ def run_audit(
     show_progress: bool,
     jobs: int | None = None,
 ) -> AuditReport:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from tito_audit.audit import audit
+
     err = Console(stderr=True)
     if not show_progress or not err.is_terminal:
         return audit(models, options, offline, template_name, str(chat_template) if chat_template else None, jobs=jobs)
@@ -121,6 +126,12 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Audit chat templates for Token-In, Token-Out safety."""
+        from rich.console import Console
+
+        from tito_audit.context import AuditOptions
+        from tito_audit.gate import Gate
+        from tito_audit.sources.bundled import bundled_names
+
         specs = list(models or []) + (bundled_names() if bundled else [])
         if not specs:
             typer.echo("error: give at least one MODEL or --bundled", err=True)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from tito_audit.audit import ModelReport
+if TYPE_CHECKING:
+    from tito_audit.audit import ModelReport
 
 
 def emit(text: str, output: Path | None) -> None:

@@ -17,12 +17,11 @@ second template run is needed. ``tests/test_renderer_caches.py`` holds it to tra
 
 from __future__ import annotations
 
-import contextvars
 import datetime as dt
 import json
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from functools import lru_cache
 from typing import Any
 
@@ -30,28 +29,25 @@ from jinja2 import TemplateError
 from jinja2.exceptions import SecurityError
 
 from tito_audit.rendering.bounded_cache import BoundedCache
+from tito_audit.rendering.clock import DEFAULT_DATE, pinned_date, pinned_strftime
 from tito_audit.rendering.guard import RenderLimits, RenderTimeout, harden_environment, render_limits
 from tito_audit.rendering.segments import MIN_CHARS, SegmentedEncoder
-
-DEFAULT_DATE = dt.datetime(2026, 1, 15, 12, 0, 0)
-_PINNED_DATE: contextvars.ContextVar[dt.datetime] = contextvars.ContextVar("tito_audit_date", default=DEFAULT_DATE)
 
 Message = dict[str, Any]
 
 _DECODE_CACHED = 256  # longer id sequences are decoded every time
 
 
-def _control_markers() -> tuple[str, ...]:
-    """The private-use characters ``sanitize_control_tokens`` wraps user control-token text in (none: no support)."""
+@lru_cache(maxsize=1)
+def control_markers() -> tuple[str, ...]:
+    """The private-use characters ``sanitize_control_tokens`` wraps user control-token text in (none: no support).
+    Asked for on first use, not at import: importing transformers costs most of a cold start."""
     try:
         from transformers.utils import chat_template_utils as ctu
 
         return (ctu._CONTROL_TOKEN_START, ctu._CONTROL_TOKEN_END)
     except (ImportError, AttributeError):
         return ()
-
-
-_MARKERS = _control_markers()
 
 
 class RenderError(Exception):
@@ -63,15 +59,11 @@ class RenderError(Exception):
         self.message = message
 
 
-def _pinned_strftime(fmt: str) -> str:
-    return _PINNED_DATE.get().strftime(fmt)
-
-
 def _install_pinned_clock(template: str) -> None:
     from transformers.utils.chat_template_utils import _compile_jinja_template
 
     compiled = _compile_jinja_template(template)
-    compiled.environment.globals["strftime_now"] = _pinned_strftime
+    compiled.environment.globals["strftime_now"] = pinned_strftime
     harden_environment(compiled.environment)
 
 
@@ -96,15 +88,6 @@ def template_variables(template: str) -> frozenset[str]:
     from jinja2 import meta
 
     return frozenset(meta.find_undeclared_variables(parse_template(template)))
-
-
-@contextmanager
-def pinned_date(when: dt.datetime) -> Iterator[None]:
-    token = _PINNED_DATE.set(when)
-    try:
-        yield
-    finally:
-        _PINNED_DATE.reset(token)
 
 
 def _key(messages: Sequence[Message], tools: Any, agp: bool, kwargs: dict[str, Any], date: dt.datetime) -> str:
@@ -139,6 +122,7 @@ class TokenizerCache:
         self._tool_mentions = BoundedCache(256)
         self._mentions = BoundedCache(16384)
         self._vocab: dict[str, int] | None = None
+        self.markers = control_markers()
         self.memo: dict[Any, Any] = {}  # other per-tokenizer facts (token splits...)
 
     @property
@@ -268,7 +252,8 @@ class TokenizerCache:
         if isinstance(obj, str):
             hit = self._mentions.get(obj)
             if hit is None:
-                found = any(m in obj for m in _MARKERS) or self.added_re.search(obj) is not None  # markers: stripped
+                # markers are stripped by transformers, so text holding one changes when sanitized
+                found = any(m in obj for m in self.markers) or self.added_re.search(obj) is not None
                 hit = self._mentions.put(obj, found, len(obj))
             return hit
         if isinstance(obj, dict):
@@ -310,7 +295,7 @@ class TokenizerCache:
                 decoder = self.tokenizer.added_tokens_decoder
                 self._specials = frozenset(t.content for t in decoder.values() if t.special)
             plain = text
-            for m in _MARKERS:
+            for m in self.markers:
                 plain = plain.replace(m, "")
             found = self.added_re.findall(plain)
             hit = mark_control_tokens(text, self.added_re) if set(found) <= self._specials else None
@@ -629,7 +614,8 @@ class Renderer:
 
     def _sanitized(self, key: str, messages: Sequence[Message], tools: Any, agp: bool) -> list[int]:
         """``apply_chat_template(tokenize=True, sanitize_control_tokens=True)``, without redundant work."""
-        if not getattr(self.tokenizer, "is_fast", False) or _MARKERS == ():
+        markers = self._shared.cache.markers
+        if not getattr(self.tokenizer, "is_fast", False) or markers == ():
             return self._apply_sanitized(messages, tools, agp)
         cache = self._shared.cache
         if not (
@@ -639,7 +625,7 @@ class Renderer:
             # Nothing to mark: the template sees exactly the plain inputs, and encode_marked_chat of text without
             # markers is the plain encoding.
             text = self._render(key, messages, tools, agp)  # the same key: render_ids' and render's agree
-            if not any(m in text for m in _MARKERS):
+            if not any(m in text for m in markers):
                 return list(self._guarded(lambda: self._shared.cache.encode(text), template_code=False))
         san = self._shared.sanitizer
         if san is None:

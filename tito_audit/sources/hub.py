@@ -1,23 +1,14 @@
 """The Hugging Face Hub, through huggingface_hub's own download and cache code.
 
 Honours HF_TOKEN, HF_HOME / HF_HUB_CACHE and HF_HUB_OFFLINE exactly as huggingface_hub does, because it is
-huggingface_hub doing the work. Only tokenizer-side files are downloaded.
+huggingface_hub doing the work. Only tokenizer-side files are downloaded. huggingface_hub is imported on first
+fetch (its HTTP stack is a tenth of a second that ``--help`` and local folders need not pay).
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-
-from huggingface_hub import constants, snapshot_download
-from huggingface_hub.errors import (
-    GatedRepoError,
-    HfHubHTTPError,
-    LocalEntryNotFoundError,
-    OfflineModeIsEnabled,
-    RepositoryNotFoundError,
-    RevisionNotFoundError,
-)
 
 from tito_audit.errors import AuditError, GatedModel, ModelNotFound, NetworkUnavailable, RevisionNotFound
 from tito_audit.sources.base import TOKENIZER_FILES, ModelFiles
@@ -41,6 +32,8 @@ class HubSource:
         return bool(_REPO_ID.match(spec))
 
     def fetch(self, spec: str) -> ModelFiles:
+        from huggingface_hub import constants, snapshot_download
+
         repo_id, revision = split_revision(spec)
         offline = self.offline or constants.HF_HUB_OFFLINE
         try:
@@ -65,6 +58,8 @@ class HubSource:
 
 
 def _cached_repo_folder(repo_id: str) -> Path:
+    from huggingface_hub import constants
+
     return Path(constants.HF_HUB_CACHE) / ("models--" + repo_id.replace("/", "--"))
 
 
@@ -81,6 +76,16 @@ def _status(exc: BaseException | None) -> int | None:
 
 
 def _classify(spec: str, repo_id: str, revision: str | None, offline: bool, exc: Exception) -> AuditError:
+    from huggingface_hub import constants
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        OfflineModeIsEnabled,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
     status = _status(exc)
     if isinstance(exc, GatedRepoError) or status in (401, 403):
         return GatedModel(spec, f"access denied ({status or 'gated'}): log in or set HF_TOKEN with access")
