@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from tito_audit import __version__
 from tito_audit.audit import AuditReport, ModelReport
@@ -30,6 +28,9 @@ from tito_audit.formats.common import (
     visible,
 )
 from tito_audit.verdict import VERDICTS
+
+if TYPE_CHECKING:  # pandas is imported by the functions that build tables (a third of a second of a cold start)
+    import pandas as pd
 
 _MD_SPECIAL = re.compile(r"([\\`*\[\]<>|])")
 NOT_RUN = "—"
@@ -92,6 +93,8 @@ def _provenance_rows(m: ModelReport) -> list[tuple[str, str]]:
 
 def token_strip(f: Finding) -> str:
     """Buffered vs re-rendered ids by position from ``context_start``; divergent rows in bold."""
+    import pandas as pd
+
     exp = f.expected or None
     act = f.actual or None
     if exp is None or act is None:
@@ -131,6 +134,8 @@ def _finding_md(f: Finding) -> str:
 
 
 def model_markdown(m: ModelReport, verbose: bool = False, quiet: bool = False) -> str:
+    import pandas as pd
+
     out = [f"## {md_code(model_label(m))} — {VERDICT_ICON[m.verdict]} {m.verdict.upper()}", ""]
     out += [md_text(m.error) if m.error else md_text(m.verdict_explanation), ""]
     if m.error or quiet:
@@ -189,6 +194,8 @@ def _footnote(m: ModelReport, c: CheckResult) -> str:
 def compatibility_table(reports: Sequence[ModelReport], check_ids: Sequence[str] | None = None) -> str:
     """One row per model, one column per check, numbered notes for every ❌ and 💥; a library function so
     that ``tito-audit table`` and the corpus scan build the same document."""
+    import pandas as pd
+
     ids = list(check_ids) if check_ids is not None else [s.id for s in ordered_checks()]
     ids += [c.id for m in reports for c in m.checks if c.id not in ids]
     notes: list[str] = []
