@@ -14,6 +14,7 @@ import json
 import logging
 import warnings
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,13 @@ def _validate_json_files(spec: str, folder: Path) -> dict[str, Any]:
     return parsed
 
 
+@cache
+def _quiet_transformers() -> None:
+    """transformers' warnings off (errors stay), once, after transformers has set up its logging: setting the level
+    before that is undone when transformers configures its logger on import."""
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+
+
 def _load_tokenizer(spec: str, folder: Path, tokenizer_config: dict[str, Any]) -> Any:
     from transformers.utils import logging as hf_logging
 
@@ -113,6 +121,7 @@ def _load_tokenizer(spec: str, folder: Path, tokenizer_config: dict[str, Any]) -
 
     if not any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")):
         raise CorruptTokenizer(spec, f"no tokenizer file (tokenizer.json, tokenizer.model, vocab.*) in {folder}")
+    _quiet_transformers()
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
@@ -250,6 +259,3 @@ def load(
     from tito_audit.sources.resolve import fetch_model_files
 
     return load_model(fetch_model_files(spec, offline), template_name, chat_template_file)
-
-
-logging.getLogger("transformers").setLevel(logging.ERROR)

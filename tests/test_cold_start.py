@@ -1,0 +1,58 @@
+"""What a cold ``tito-audit`` process imports and prints: the import structure behind the cold-start figures in
+benchmarks/results/cold-start.json (timings themselves live in benchmarks/cold_start.py, never in tests).
+
+Each test runs a fresh interpreter, since a module imported once stays imported for the whole test session.
+Hiding torch (``sys.modules["torch"] = None``, which makes ``find_spec`` answer None) stands for the default
+install, which has no torch.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+_HIDE_TORCH = "import sys; sys.modules['torch'] = None; "
+_RUN_CLI = "from tito_audit.cli import main; sys.argv = ['tito-audit', *sys.argv[1:]]; main()"
+_REPORT_MODULES = (
+    "import atexit, sys; "
+    "atexit.register(lambda: print('IMPORTED', sorted(m for m in {} if m in sys.modules), file=sys.stderr)); "
+)
+
+
+def _python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TRANSFORMERS_NO_ADVISORY_WARNINGS": ""}  # the advisory must be silenced by us
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+def _imported(stderr: str) -> list[str]:
+    line = next(ln for ln in stderr.splitlines() if ln.startswith("IMPORTED"))
+    return eval(line.removeprefix("IMPORTED "))  # a list literal printed by the child
+
+
+def test_help_imports_no_heavy_library() -> None:
+    heavy = ("transformers", "torch", "tokenizers", "jinja2", "pandas", "huggingface_hub", "numpy")
+    out = _python(_REPORT_MODULES.format(heavy) + _RUN_CLI, "--help")
+    assert out.returncode == 0, out.stderr
+    assert "audit" in out.stdout
+    assert _imported(out.stderr) == []
+
+
+def test_cold_audit_takes_the_direct_tokenizer_path() -> None:
+    """No AutoTokenizer, no model config and no torch for a model whose tokenizer files decide its class; pandas
+    only where a table is built."""
+    watched = ("torch", "transformers.models.auto.tokenization_auto", "transformers.configuration_utils", "pandas")
+    out = _python(_REPORT_MODULES.format(watched) + _RUN_CLI, "audit", "Qwen/Qwen3-0.6B", "-q")
+    assert out.returncode in (0, 1), out.stderr
+    assert "Qwen/Qwen3-0.6B" in out.stdout
+    assert _imported(out.stderr) == []
+
+
+def test_no_pytorch_advisory_without_torch() -> None:
+    """transformers alone prints the advisory where torch is missing; no tito-audit command does."""
+    bare = _python(_HIDE_TORCH + "import transformers")
+    assert "PyTorch was not found" in bare.stderr  # the condition is real in this environment
+    for args in (["--help"], ["audit", "Qwen/Qwen3-0.6B", "-q"], ["audit", "no/such-model-xyz", "-q"]):
+        out = _python(_HIDE_TORCH + _RUN_CLI, *args)
+        assert "PyTorch was not found" not in out.stderr, args
+        assert "Traceback" not in out.stderr, args
