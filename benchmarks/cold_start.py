@@ -1,7 +1,7 @@
 """Cold start: one model audited by a fresh ``tito-audit`` process, against a fresh process that only loads the
 same tokenizer with transformers (``AutoTokenizer.from_pretrained(<the snapshot folder>)``), and ``--help``.
 
-    python benchmarks/cold_start.py [--model Qwen/Qwen3-0.6B] [--pairs 7]
+    python benchmarks/cold_start.py [--model Qwen/Qwen3-0.6B] [--pairs 7] [--without-torch]
 
 The goal (issue 14) is a ratio of at most 1.0: the whole audit (interpreter, imports, Hub cache lookup, tokenizer
 load, every check, the report) takes no longer than transformers needs just to load the tokenizer; ``--help``
@@ -10,7 +10,10 @@ neither always runs first) and the ratio is taken of medians and as the median o
 seconds are both recorded, with the load average around every pair. The package is byte-compiled first
 (``compileall``), as an installed package is, so that neither side pays for compiling its sources.
 
-Writes benchmarks/results/cold-start.json.
+``--without-torch`` runs both sides with torch hidden (``sys.modules["torch"] = None``, so that transformers finds
+no torch), as on the default install, which does not need it; AutoTokenizer then skips its torch import.
+
+Writes benchmarks/results/cold-start.json (cold-start-without-torch.json with ``--without-torch``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import ENV, ROOT, machine, timed, write
 
 _AUTOTOKENIZER = "import sys; from transformers import AutoTokenizer; AutoTokenizer.from_pretrained(sys.argv[1])"
+_CLI = "import sys; from tito_audit.cli import main; sys.argv = ['tito-audit', *sys.argv[1:]]; main()"
+_HIDE_TORCH = "import sys; sys.modules['torch'] = None; "
 
 
 def snapshot_folder(model: str) -> str:
@@ -56,12 +61,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="Qwen/Qwen3-0.6B")
     ap.add_argument("--pairs", type=int, default=7, help="alternating pairs (at least 5)")
+    ap.add_argument("--without-torch", action="store_true", help="hide torch from both sides (the default install)")
     args = ap.parse_args()
+    prefix = _HIDE_TORCH if args.without_torch else ""
     compileall.compile_dir(str(ROOT / "tito_audit"), quiet=1)
     folder = snapshot_folder(args.model)
-    audit_cmd = [sys.executable, "-m", "tito_audit", "audit", args.model, "-q"]  # rc 1: findings, not a failure
-    reference_cmd = [sys.executable, "-c", _AUTOTOKENIZER, folder]
-    help_cmd = [sys.executable, "-m", "tito_audit", "--help"]
+    audit_cmd = [sys.executable, "-c", prefix + _CLI, "audit", args.model, "-q"]  # rc 1: findings, not a failure
+    reference_cmd = [sys.executable, "-c", prefix + _AUTOTOKENIZER, folder]
+    help_cmd = [sys.executable, "-c", prefix + _CLI, "--help"]
     commands = {"audit": (audit_cmd, (0, 1)), "reference": (reference_cmd, (0,))}
     for cmd, ok in (*commands.values(), (help_cmd, (0,))):  # warm the file cache
         _checked(timed(cmd), ok)
@@ -101,21 +108,22 @@ def main() -> None:
         "model": args.model,
         "snapshot": os.path.relpath(folder, ENV["HF_HUB_CACHE"]),
         "n": len(pairs),
-        "audit_command": "python -m tito_audit audit " + args.model + " -q",
-        "reference_command": "python -c '" + _AUTOTOKENIZER + "' <snapshot>",
+        "audit_command": f"python -c {prefix + _CLI!r} audit {args.model} -q",
+        "reference_command": f"python -c {prefix + _AUTOTOKENIZER!r} <snapshot>",
         "audit": audit,
         "reference": reference,
         "ratio_of_medians_wall": round(audit["wall_seconds_median"] / reference["wall_seconds_median"], 3),
         "ratio_of_medians_cpu": round(audit["cpu_seconds_median"] / reference["cpu_seconds_median"], 3),
         "median_pair_ratio_wall": round(statistics.median(p["wall_ratio"] for p in pairs), 3),
         "median_pair_ratio_cpu": round(statistics.median(p["cpu_ratio"] for p in pairs), 3),
-        "help": {"command": "python -m tito_audit --help", **help_},
+        "help": {"command": f"python -c {prefix + _CLI!r} --help", **help_},
         "load_average_1min": [p["load_1min_before"] for p in pairs],
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         "torch_installed": _installed("torch"),
+        "torch_hidden": args.without_torch,
         "pairs": pairs,
     }
-    print(write("cold-start", results))
+    print(write("cold-start-without-torch" if args.without_torch else "cold-start", results))
     print(
         f"audit {audit['wall_seconds_median']}s vs AutoTokenizer {reference['wall_seconds_median']}s: "
         f"ratio {results['ratio_of_medians_wall']} (CPU {results['ratio_of_medians_cpu']}); "

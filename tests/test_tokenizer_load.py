@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import SHARED, SHARED_MODELS, snapshot
 
 from tito_audit.rendering import Renderer, RenderError
 from tito_audit.scenarios.catalog import build_scenarios
+from tito_audit.sources.bundled import BundledSource, bundled_names
 from tito_audit.sources.tokenizer import class_for_name, declared_class, load_declared
 
 CORPUS = SHARED / "template-corpus"
@@ -32,14 +34,17 @@ _PAIRS: dict[str, tuple[object, object]] = {}
 def _pair(model: str) -> tuple[object, object]:
     """(AutoTokenizer's tokenizer, the directly loaded one) for a shared model's snapshot folder."""
     if model not in _PAIRS:
-        from transformers import AutoTokenizer
-
-        folder = snapshot(model)
-        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
-        cls = declared_class(folder, config)
-        assert cls is not None, f"{model}: its files decide the class, yet the direct path was not taken"
-        _PAIRS[model] = (AutoTokenizer.from_pretrained(str(folder)), load_declared(folder, cls))
+        _PAIRS[model] = _load_both(snapshot(model))
     return _PAIRS[model]
+
+
+def _load_both(folder: Path) -> tuple[object, object]:
+    from transformers import AutoTokenizer
+
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    cls = declared_class(folder, config)
+    assert cls is not None, f"{folder}: its files decide the class, yet the direct path was not taken"
+    return AutoTokenizer.from_pretrained(str(folder)), load_declared(folder, cls)
 
 
 def _autotokenizer_choice(name: str) -> type:
@@ -85,10 +90,7 @@ def test_a_model_config_or_remote_code_leaves_the_choice_to_autotokenizer(tmp_pa
     assert declared_class(tmp_path, config) is None
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("model", SHARED_MODELS)
-def test_same_tokenizer_as_autotokenizer(model: str) -> None:
-    auto, direct = _pair(model)
+def _assert_same_tokenizer(auto: Any, direct: Any) -> None:
     assert type(direct) is type(auto)
     assert direct._tokenizer.to_str() == auto._tokenizer.to_str()  # the whole Rust tokenizer, vocabulary included
     assert repr(direct.init_kwargs) == repr(auto.init_kwargs)
@@ -96,6 +98,19 @@ def test_same_tokenizer_as_autotokenizer(model: str) -> None:
     assert repr(direct.added_tokens_decoder) == repr(auto.added_tokens_decoder)
     assert direct.chat_template == auto.chat_template
     assert len(direct) == len(auto)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", SHARED_MODELS)
+def test_same_tokenizer_as_autotokenizer(model: str) -> None:
+    _assert_same_tokenizer(*_pair(model))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", bundled_names())
+def test_bundled_tokenizers_same_as_autotokenizer(name: str) -> None:
+    """The scan's default candidates (``--tokenizer auto``) are the bundled copies."""
+    _assert_same_tokenizer(*_load_both(BundledSource().fetch(name).folder))
 
 
 def _renders(tokenizer: object, template: str) -> list[object]:
