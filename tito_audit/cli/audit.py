@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
+from rich.console import Console  # typer's own help and errors import rich.console anyway
 
 from tito_audit.cli.output import echo_model_errors, emit
 from tito_audit.errors import EXIT_FINDINGS, EXIT_OK, EXIT_OPERATIONAL, AuditError
@@ -32,6 +33,13 @@ def parse_kwargs(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
+def audit(*args: Any, **kwargs: Any) -> AuditReport:
+    """``tito_audit.audit.audit``, imported when a command runs rather than for ``--help``."""
+    from tito_audit.audit import audit as audit_models
+
+    return audit_models(*args, **kwargs)
+
+
 def exit_code(report: AuditReport, fail_on: str) -> int:
     """2 if any model could not be audited, 1 if unsuppressed findings outside the baseline reach ``fail_on``."""
     from tito_audit.gate import gating_findings
@@ -50,10 +58,7 @@ def run_audit(
     show_progress: bool,
     jobs: int | None = None,
 ) -> AuditReport:
-    from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from tito_audit.audit import audit
 
     err = Console(stderr=True)
     if not show_progress or not err.is_terminal:
@@ -126,8 +131,6 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Audit chat templates for Token-In, Token-Out safety."""
-        from rich.console import Console
-
         from tito_audit.context import AuditOptions
         from tito_audit.gate import Gate
         from tito_audit.sources.bundled import bundled_names
