@@ -33,6 +33,13 @@ from measure import ENV, ROOT, machine, timed, write
 _AUTOTOKENIZER = "import sys; from transformers import AutoTokenizer; AutoTokenizer.from_pretrained(sys.argv[1])"
 _CLI = "import sys; from tito_audit.cli import main; sys.argv = ['tito-audit', *sys.argv[1:]]; main()"
 _HIDE_TORCH = "import sys; sys.modules['torch'] = None; "
+# The floor for --help: a typer app of two trivial commands, whose help typer renders with rich as it does ours.
+_MINIMAL_TYPER = (
+    "import typer; app = typer.Typer(add_completion=False)\n"
+    "@app.command()\ndef audit(models: list[str], fmt: str = 'terminal') -> None: 'Audit.'\n"
+    "@app.command()\ndef scan(folder: str) -> None: 'Scan.'\n"
+    "app()"
+)
 
 
 def snapshot_folder(model: str) -> str:
@@ -69,6 +76,7 @@ def main() -> None:
     audit_cmd = [sys.executable, "-c", prefix + _CLI, "audit", args.model, "-q"]  # rc 1: findings, not a failure
     reference_cmd = [sys.executable, "-c", prefix + _AUTOTOKENIZER, folder]
     help_cmd = [sys.executable, "-c", prefix + _CLI, "--help"]
+    typer_cmd = [sys.executable, "-c", _MINIMAL_TYPER, "--help"]
     commands = {"audit": (audit_cmd, (0, 1)), "reference": (reference_cmd, (0,))}
     for cmd, ok in (*commands.values(), (help_cmd, (0,))):  # warm the file cache
         _checked(timed(cmd), ok)
@@ -76,6 +84,7 @@ def main() -> None:
     audits: list[dict[str, Any]] = []
     references: list[dict[str, Any]] = []
     helps: list[dict[str, Any]] = []
+    typer_helps: list[dict[str, Any]] = []
     pairs: list[dict[str, Any]] = []
     for i in range(max(5, args.pairs)):
         load_before = os.getloadavg()[0]
@@ -86,6 +95,7 @@ def main() -> None:
                 timed(audit_cmd if name == "audit" else reference_cmd), (0, 1) if name == "audit" else (0,)
             )
         helps.append(_checked(timed(help_cmd), (0,)))
+        typer_helps.append(_checked(timed(typer_cmd), (0,)))
         audits.append(got["audit"])
         references.append(got["reference"])
         pairs.append(
@@ -117,6 +127,7 @@ def main() -> None:
         "median_pair_ratio_wall": round(statistics.median(p["wall_ratio"] for p in pairs), 3),
         "median_pair_ratio_cpu": round(statistics.median(p["cpu_ratio"] for p in pairs), 3),
         "help": {"command": f"python -c {prefix + _CLI!r} --help", **help_},
+        "help_of_a_minimal_typer_app": {"command": f"python -c {_MINIMAL_TYPER!r} --help", **_summary(typer_helps)},
         "load_average_1min": [p["load_1min_before"] for p in pairs],
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         "torch_installed": _installed("torch"),
