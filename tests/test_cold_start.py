@@ -32,10 +32,23 @@ def _imported(stderr: str) -> list[str]:
 
 def test_help_imports_no_heavy_library() -> None:
     heavy = ("transformers", "torch", "tokenizers", "jinja2", "pandas", "huggingface_hub", "numpy")
-    out = _python(_REPORT_MODULES.format(heavy) + _RUN_CLI, "--help")
-    assert out.returncode == 0, out.stderr
-    assert "audit" in out.stdout
-    assert _imported(out.stderr) == []
+    for args in (["--help"], ["audit", "--help"], ["scan", "--help"]):
+        out = _python(_REPORT_MODULES.format(heavy) + _RUN_CLI, *args)
+        assert out.returncode == 0, out.stderr
+        assert "--" in out.stdout
+        assert _imported(out.stderr) == [], args
+
+
+def test_package_names_resolve_on_first_use() -> None:
+    """``import tito_audit`` imports no submodule; ``tito_audit.audit`` stays the function after the submodule of
+    the same name is imported (as when the package imported it eagerly)."""
+    code = (
+        "import sys, tito_audit; assert 'tito_audit.audit' not in sys.modules; "
+        "import tito_audit.audit, tito_audit.cli.audit; from tito_audit import audit, load, Trajectory; "
+        "print(audit.__module__, tito_audit.audit is audit, load.__module__, Trajectory.__name__)"
+    )
+    out = _python(code)
+    assert out.stdout.split() == ["tito_audit.audit", "True", "tito_audit.sources.load", "Trajectory"], out.stderr
 
 
 def test_cold_audit_takes_the_direct_tokenizer_path() -> None:
