@@ -10,6 +10,7 @@ Public API, for RL frameworks and scripts::
 
 __version__ = "0.1.0"
 
+from tito_audit import _quiet_transformers  # noqa: F401  (first: filters transformers' no-torch advisory)
 from tito_audit.audit import AuditReport, ModelReport, audit, audit_model
 from tito_audit.context import AuditOptions
 from tito_audit.errors import AuditError
