@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
         """Audit models and write a Markdown compatibility table with a note for every failure."""
         from tito_audit.cli.audit import run_audit
         from tito_audit.context import AuditOptions
-        from tito_audit.formats.markdown import compatibility_table
+        from tito_audit.formats.compatibility import compatibility_table
         from tito_audit.sources.bundled import bundled_names
 
         specs = list(models or []) + (bundled_names() if bundled else []) + (cached_models() if cached else [])
