@@ -149,7 +149,7 @@ def compatibility_table(reports: Sequence[ModelReport], check_ids: Sequence[str]
     if shared:
         out += ["## The same for every model", ""]
         for cid in shared:
-            word = CELL[next(iter(status[cid].values()))]
+            word = CELL[str(next(iter(status[cid].values())))]
             spec = specs.get(cid)
             about = f"{md_text(spec.title)}. {_first_sentence(spec.explanation)}" if spec else ""
             out.append(f"- {md_code(cid)}: `{word}` for all {len(audited)} models. {about}")
