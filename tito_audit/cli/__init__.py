@@ -38,9 +38,8 @@ class OneLineErrors(TyperGroup):
     ) -> Any:
         try:
             rv = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
-        except click_errors.NoArgsIsHelpError as exc:
-            typer.echo(exc.format_message(), err=True)
-            rv = EXIT_OPERATIONAL
+        except click_errors.NoArgsIsHelpError:
+            rv = EXIT_OPERATIONAL  # typer has printed the help already
         except click_errors.ClickException as exc:
             typer.echo(f"error: {usage_line(exc)}", err=True)
             rv = exc.exit_code
