@@ -76,7 +76,7 @@ def register(app: typer.Typer) -> None:
     @app.command("audit")
     def audit_command(
         models: list[str] = typer.Argument(
-            None, help="Hub repo ids (org/name[@revision]), local folders or bundled names."
+            None, help=r"Hub repo ids (org/name\[@revision]), local folders or bundled names."
         ),
         bundled: bool = typer.Option(False, "--bundled", help="Audit every model in templates_cache/."),
         fmt: str = typer.Option(

@@ -118,7 +118,7 @@ def _print_terminal(console: Console, result: object, output: Path | None) -> No
 def register(app: typer.Typer) -> None:
     @app.command("fix")
     def fix_command(
-        model: str = typer.Argument(..., help="Hub repo id (org/name[@revision]), local folder or bundled name."),
+        model: str = typer.Argument(..., help=r"Hub repo id (org/name\[@revision]), local folder or bundled name."),
         output: Path | None = typer.Option(None, "--output", "-o", help="Write the patched template (.jinja) here."),
         template_name: str | None = typer.Option(None, "--template-name", help="Named template, e.g. tool_use."),
         chat_template: Path | None = typer.Option(

@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
     @app.command("table")
     def table_command(
         models: list[str] = typer.Argument(
-            None, help="Hub repo ids (org/name[@revision]), local folders or bundled names."
+            None, help=r"Hub repo ids (org/name\[@revision]), local folders or bundled names."
         ),
         bundled: bool = typer.Option(False, "--bundled", help="Add every model in templates_cache/."),
         cached: bool = typer.Option(False, "--cached", help="Add every model in the Hub cache (HF_HUB_CACHE)."),
