@@ -56,13 +56,24 @@ def test_committed_table_matches_a_fresh_audit(report):
 def test_table_does_not_depend_on_how_wide_characters_are_measured(report, monkeypatch):
     """tabulate pads by display width only when the optional wcwidth is installed: the table must come out the
     same either way (it failed on a fresh venv without wcwidth when cells were emoji)."""
+    import unicodedata
+    from types import SimpleNamespace
+
     import tabulate
 
+    def display_width(text: str) -> int:  # what wcwidth measures: East Asian wide/full-width characters are 2
+        return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
     reports = [report(spec) for spec in ("qwen3-0.6b", "Qwen/Qwen3-0.6B", "Qwen/Qwen2.5-7B-Instruct")]
+    monkeypatch.setattr(tabulate, "wcwidth", None)
     monkeypatch.setattr(tabulate, "WIDE_CHARS_MODE", False)
-    narrow = compatibility_table(reports)
+    without = compatibility_table(reports)
+    emoji_rows = tabulate.tabulate([["✅"], ["ab"]], tablefmt="pipe")
+    wide = SimpleNamespace(wcswidth=display_width, wcwidth=lambda ch: display_width(ch))
+    monkeypatch.setattr(tabulate, "wcwidth", wide)
     monkeypatch.setattr(tabulate, "WIDE_CHARS_MODE", True)
-    assert compatibility_table(reports) == narrow
+    assert tabulate.tabulate([["✅"], ["ab"]], tablefmt="pipe") != emoji_rows  # emoji cells would pad otherwise
+    assert compatibility_table(reports) == without
 
 
 def test_a_property_of_every_model_is_said_once(report):
