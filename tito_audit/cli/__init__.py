@@ -53,12 +53,9 @@ class OneLineErrors(TyperGroup):
 
 
 def usage_line(exc: click_errors.ClickException) -> str:
-    """click's message on one line, with the command it belongs to when that helps."""
+    """click's message on one line, in the style of every other ``error:`` line (lower-case start)."""
     message = " ".join(exc.format_message().split())
-    ctx = getattr(exc, "ctx", None)
-    if isinstance(exc, click_errors.UsageError) and ctx is not None and ctx.command_path.count(" ") >= 1:
-        return f"{ctx.command_path}: {message}"
-    return message
+    return message[:1].lower() + message[1:]
 
 
 def _version(value: bool) -> None:

@@ -38,7 +38,7 @@ def many_of(allowed: Callable[[], Iterable[str]], empty_ok: bool = True) -> Call
         bad = [v for v in given if v not in names]
         if bad or (not given and not empty_ok):
             shown = ", ".join(repr(b) for b in bad) or repr(value)
-            raise typer.BadParameter(f"{shown} not among {', '.join(names)}")
+            raise typer.BadParameter(f"{shown} is not one of {', '.join(names)}")
         return value
 
     return check
