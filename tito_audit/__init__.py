@@ -12,7 +12,6 @@ Public API, for RL frameworks and scripts (each name is imported on first use, s
 from __future__ import annotations
 
 import importlib
-import logging
 import sys
 import types
 from typing import TYPE_CHECKING, Any
@@ -20,14 +19,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 
-def _errors_only(record: logging.LogRecord) -> bool:
-    return record.levelno >= logging.ERROR
-
-
-# What transformers logs on its own logger when imported ("PyTorch was not found...", on an install without torch,
-# which tito-audit does not need outside ``rl``) must not reach a one-line-on-stderr CLI. A filter, because
-# transformers resets its logger's level when it configures logging on import.
-logging.getLogger("transformers").addFilter(_errors_only)
+from tito_audit import _quiet_transformers  # noqa: F401  (before anything imports transformers)
 
 # public name -> the module that defines it
 _EXPORTS = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tito_audit.checks.base import Finding, Outcome, check
 from tito_audit.context import AuditContext
+from tito_audit.quote import quoted
 
 
 @check(
@@ -39,8 +40,8 @@ def generation_prompt(ctx: AuditContext) -> Outcome:
                 sim.scenario.id,
                 prompt_ids,
                 history_ids,
-                f"the generation prompt ends with {turn.gen_prompt_extra!r}, the same turn as history"
-                f" has {turn.gen_prompt_missing!r} there",
+                f"the generation prompt ends with {quoted(turn.gen_prompt_extra)}, which the same turn lacks once"
+                f" it is history (history continues with {quoted(turn.completion_text)} there)",
                 cls="generation_prompt",
             )
             if f:

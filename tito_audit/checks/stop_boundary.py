@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tito_audit.checks.base import Finding, Outcome, check
 from tito_audit.context import AuditContext
+from tito_audit.quote import quoted
 from tito_audit.rollout.stop import template_turn_end_tokens
 
 
@@ -87,7 +88,7 @@ def stop_boundary(ctx: AuditContext) -> Outcome:
                 if f:
                     findings.append(f)
     for text in trailing:
-        notes.append(f"renders {text!r} after the stop token (never sampled; the delta starts with it)")
+        notes.append(f"renders {quoted(text)} after the stop token (never sampled; the delta starts with it)")
     unique: dict[str, Finding] = {}
     for f in findings:
         unique.setdefault(f.message, f)

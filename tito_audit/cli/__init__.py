@@ -1,23 +1,91 @@
 """The ``tito-audit`` command line: a thin typer layer over the library.
 
 Each sub-command lives in its own module with a ``register(app)`` function. ``tito-audit MODEL`` is the short
-form of ``tito-audit audit MODEL``.
+form of ``tito-audit audit MODEL``. Every usage error, whichever option or command it comes from, is one line
+on stderr (``error: ...``) and exit code 2.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Sequence
+from typing import Any
 
 import typer
+from typer.core import TyperGroup
+
+try:  # typer >= 0.2x carries its own copy of click
+    from typer._click import exceptions as click_errors
+except ImportError:  # pragma: no cover - older typer on the real click
+    from click import exceptions as click_errors  # type: ignore[no-redef]
+
+from tito_audit import __version__
+from tito_audit.errors import EXIT_OPERATIONAL
+
+
+class OneLineErrors(TyperGroup):
+    """A typer group whose usage errors are one ``error:`` line instead of a usage box."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        try:
+            rv = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        except click_errors.NoArgsIsHelpError:
+            rv = EXIT_OPERATIONAL  # typer has printed the help already
+        except click_errors.ClickException as exc:
+            typer.echo(f"error: {usage_line(exc)}", err=True)
+            rv = exc.exit_code
+        except typer.Abort:
+            typer.echo("Aborted!", err=True)
+            rv = 1
+        code = rv if isinstance(rv, int) else 0
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+def usage_line(exc: click_errors.ClickException) -> str:
+    """click's message on one line, in the style of every other ``error:`` line (lower-case start)."""
+    message = " ".join(exc.format_message().split())
+    return message[:1].lower() + message[1:]
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"tito-audit {__version__}")
+        raise typer.Exit(0)
+
 
 app = typer.Typer(
     name="tito-audit",
-    help="Audit whether a model's chat template keeps the Token-In, Token-Out invariant for RL rollouts.",
+    cls=OneLineErrors,
+    help="Audit whether a model's chat template keeps the Token-In, Token-Out invariant for RL rollouts. "
+    "`tito-audit MODEL...` is short for `tito-audit audit MODEL...`.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", help="Print the version and exit.", callback=_version, is_eager=True
+    ),
+) -> None:
+    """Audit whether a model's chat template keeps the Token-In, Token-Out invariant for RL rollouts.
+
+    `tito-audit MODEL...` is short for `tito-audit audit MODEL...`.
+    """
+
 
 # Sub-command modules, in help order. Each defines register(app).
 COMMANDS = ("audit", "table", "scan", "fix", "rl")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +10,7 @@ import typer
 from rich.console import Console  # typer's own help and errors import rich.console anyway
 
 from tito_audit.cli.output import echo_model_errors, emit
+from tito_audit.cli.params import FORMAT_NAMES, check_date, check_kwargs, one_of, parse_date, parse_kwargs
 from tito_audit.errors import EXIT_FINDINGS, EXIT_OK, EXIT_OPERATIONAL, AuditError
 from tito_audit.rendering.clock import DEFAULT_DATE
 
@@ -18,19 +18,8 @@ if TYPE_CHECKING:  # the library is imported when a command runs, not for --help
     from tito_audit.audit import AuditReport
     from tito_audit.context import AuditOptions
 
-
-def parse_kwargs(pairs: list[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` pairs; values are JSON when they parse (true, 3, "x"), else strings."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"expected KEY=VALUE, got {pair!r}")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
+FAIL_ON = ("warn", "error")
+THINKING = ("on", "off", "both", "default")
 
 
 def audit(*args: Any, **kwargs: Any) -> AuditReport:
@@ -98,19 +87,26 @@ def register(app: typer.Typer) -> None:
     @app.command("audit")
     def audit_command(
         models: list[str] = typer.Argument(
-            None, help="Hub repo ids (org/name[@revision]), local folders or bundled names."
+            None, help=r"Hub repo ids (org/name\[@revision]), local folders or bundled names."
         ),
         bundled: bool = typer.Option(False, "--bundled", help="Audit every model in templates_cache/."),
-        fmt: str = typer.Option("terminal", "--format", "-f", help="terminal | json | markdown | html | sarif"),
-        output: Path | None = typer.Option(None, "--output", "-o", help="Write the report here instead of stdout."),
+        fmt: str = typer.Option(
+            "terminal", "--format", "-f", help=" | ".join(FORMAT_NAMES), callback=one_of(FORMAT_NAMES)
+        ),
+        output: Path | None = typer.Option(
+            None, "--output", "-o", help="Write the report here instead of stdout (says 'wrote FILE' on stderr)."
+        ),
         rl_dir: Path | None = typer.Option(
             None, "--rl-dir", help="With --format html: embed the plots and metrics of `tito-audit rl --out DIR`."
         ),
-        fail_on: str = typer.Option("error", "--fail-on", help="Exit 1 on findings at or above: warn | error."),
+        fail_on: str = typer.Option(
+            "error", "--fail-on", help="Exit 1 on findings at or above: warn | error.", callback=one_of(FAIL_ON)
+        ),
         suppressions: Path | None = typer.Option(
             None,
             "--suppressions",
-            help="TOML of [[suppress]] entries (default: ./tito-audit.toml, else ./pyproject.toml [tool.tito-audit]).",
+            help=r"TOML of \[\[suppress]] entries (default: ./tito-audit.toml, "
+            r"else ./pyproject.toml \[tool.tito-audit]).",
         ),
         baseline: Path | None = typer.Option(
             None, "--baseline", help="A previous --format json report: exit 1 only on findings new relative to it."
@@ -118,11 +114,15 @@ def register(app: typer.Typer) -> None:
         offline: bool = typer.Option(False, "--offline", help="Never touch the network (like HF_HUB_OFFLINE=1)."),
         template_name: str | None = typer.Option(None, "--template-name", help="Named template, e.g. tool_use."),
         chat_template: Path | None = typer.Option(None, "--chat-template", help="Audit this template file instead."),
-        date: str = typer.Option(DEFAULT_DATE.date().isoformat(), "--date", help="Date templates see (YYYY-MM-DD)."),
-        template_kwarg: list[str] = typer.Option(
-            [], "--template-kwarg", "-k", help="KEY=VALUE passed to the template."
+        date: str = typer.Option(
+            DEFAULT_DATE.date().isoformat(), "--date", help="Date templates see (YYYY-MM-DD).", callback=check_date
         ),
-        thinking: str = typer.Option("both", "--thinking", help="Reasoning modes to play: on | off | both | default."),
+        template_kwarg: list[str] = typer.Option(
+            [], "--template-kwarg", "-k", help="KEY=VALUE passed to the template.", callback=check_kwargs
+        ),
+        thinking: str = typer.Option(
+            "both", "--thinking", help="Reasoning modes to play: on | off | both | default.", callback=one_of(THINKING)
+        ),
         verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every finding with its token strip."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the verdict lines."),
         debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
@@ -139,14 +139,7 @@ def register(app: typer.Typer) -> None:
         if not specs:
             typer.echo("error: give at least one MODEL or --bundled", err=True)
             raise typer.Exit(EXIT_OPERATIONAL)
-        if fail_on not in ("warn", "error"):
-            raise typer.BadParameter("--fail-on must be warn or error")
-        if thinking not in ("on", "off", "both", "default"):
-            raise typer.BadParameter("--thinking must be on, off, both or default")
-        try:
-            when = dt.datetime.combine(dt.date.fromisoformat(date), DEFAULT_DATE.time())
-        except ValueError as exc:
-            raise typer.BadParameter(f"--date: {exc}") from exc
+        when = dt.datetime.combine(parse_date(date), DEFAULT_DATE.time())
         rl = None
         if rl_dir is not None:  # checked before any model is audited
             from tito_audit.formats.html import read_rl_dir
@@ -167,19 +160,19 @@ def register(app: typer.Typer) -> None:
         report = run_audit(specs, options, offline, template_name, chat_template, show_progress=not quiet, jobs=jobs)
         gate_lines = gate.apply(report, fail_on)
 
-        from tito_audit.formats import FORMATTERS, render_report
+        from tito_audit.formats import render_report
 
-        if fmt not in FORMATTERS:
-            typer.echo(f"error: unknown --format {fmt!r} (choose from {', '.join(FORMATTERS)})", err=True)
-            raise typer.Exit(EXIT_OPERATIONAL)
+        on_screen = False  # the terminal report went to the same terminal as stderr: it already shows the errors
         if fmt == "terminal" and output is None:
             console = Console()
             if not quiet:
                 console.print(f"[dim]templates see the date {when:%Y-%m-%d} (--date to change)[/dim]")
             render_report(report, "terminal", console=console, verbose=verbose, quiet=quiet)
+            on_screen = console.is_terminal and Console(stderr=True).is_terminal
         else:
             emit(render_report(report, fmt, verbose=verbose, quiet=quiet, rl=rl), output)
-        echo_model_errors(report.models, debug)
+        if not on_screen or debug:
+            echo_model_errors(report.models, debug)
         for line in gate_lines:
             typer.echo(line, err=True)
         raise typer.Exit(exit_code(report, fail_on))

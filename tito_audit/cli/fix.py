@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from tito_audit.cli.params import check_kwargs, one_of
 from tito_audit.errors import EXIT_OPERATIONAL, AuditError
 
 _STATUS_LINE = {
@@ -117,28 +118,27 @@ def _print_terminal(console: Console, result: object, output: Path | None) -> No
 def register(app: typer.Typer) -> None:
     @app.command("fix")
     def fix_command(
-        model: str = typer.Argument(..., help="Hub repo id (org/name[@revision]), local folder or bundled name."),
+        model: str = typer.Argument(..., help=r"Hub repo id (org/name\[@revision]), local folder or bundled name."),
         output: Path | None = typer.Option(None, "--output", "-o", help="Write the patched template (.jinja) here."),
         template_name: str | None = typer.Option(None, "--template-name", help="Named template, e.g. tool_use."),
         chat_template: Path | None = typer.Option(
             None, "--chat-template", help="Fix this template file (with MODEL's tokenizer) instead."
         ),
         template_kwarg: list[str] = typer.Option(
-            [], "--template-kwarg", "-k", help="KEY=VALUE passed to the template."
+            [], "--template-kwarg", "-k", help="KEY=VALUE passed to the template.", callback=check_kwargs
         ),
-        fmt: str = typer.Option("terminal", "--format", "-f", help="terminal | json"),
+        fmt: str = typer.Option(
+            "terminal", "--format", "-f", help="terminal | json", callback=one_of(("terminal", "json"))
+        ),
         offline: bool = typer.Option(False, "--offline", help="Never touch the network (like HF_HUB_OFFLINE=1)."),
         debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
     ) -> None:
         """Patch the chat template for the failures found, prove the patch, and print the diff."""
-        from tito_audit.cli.audit import parse_kwargs
+        from tito_audit.cli.params import parse_kwargs
         from tito_audit.context import AuditOptions
         from tito_audit.fix import propose_fix
         from tito_audit.sources.load import load
 
-        if fmt not in ("terminal", "json"):
-            typer.echo(f"error: {model}: unknown --format {fmt!r} (choose terminal or json)", err=True)
-            raise typer.Exit(EXIT_OPERATIONAL)
         err = Console(stderr=True)
         show = fmt == "terminal" and err.is_terminal
         try:

@@ -14,11 +14,13 @@ if TYPE_CHECKING:
 
 
 def emit(text: str, output: Path | None) -> None:
+    """The text on stdout, or in ``output`` with one ``wrote FILE`` line on stderr (as ``fix`` says it)."""
     if output is None:
         sys.stdout.write(text)
         return
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text, encoding="utf-8")
+    typer.echo(f"wrote {output}", err=True)
 
 
 def echo_model_errors(models: Iterable[ModelReport], debug: bool = False) -> None:

@@ -9,7 +9,12 @@ from typing import Any
 
 import typer
 
-from tito_audit.errors import AuditError
+from tito_audit.cli.params import one_of
+from tito_audit.errors import EXIT_OPERATIONAL, AuditError
+
+# What ``pip install -e ".[rl]"`` adds; torch first from the CPU index so that nothing pulls CUDA packages.
+RL_EXTRA = ("torch", "matplotlib")
+RL_INSTALL = 'pip install torch --index-url https://download.pytorch.org/whl/cpu && pip install -e ".[rl]"'
 
 
 def _fmt(x: Any, spec: str = ".6f") -> str:
@@ -79,7 +84,7 @@ def _print_summary(result: Any) -> None:
 def rl(
     model: str = typer.Argument(..., help="Tokenizer/template: local folder, bundled name or Hub id."),
     steps: int = typer.Option(3, "--steps", help="Policy-gradient steps."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda.", callback=one_of(("auto", "cpu", "cuda"))),
     weights: str | None = typer.Option(None, "--weights", help="Real causal LM weights (folder or Hub id)."),
     warmup: int = typer.Option(0, "--warmup", help="SFT steps on the scenarios before sampling real rollouts."),
     save_policy: Path | None = typer.Option(None, "--save-policy", help="Write the (warmed-up) policy here."),
@@ -90,7 +95,9 @@ def rl(
     group_size: int = typer.Option(4, "--group-size", help="Responses per group."),
     lr: float = typer.Option(1e-3, "--lr"),
     seed: int = typer.Option(0, "--seed"),
-    vocab: str = typer.Option("compact", "--vocab", help="compact (ids that occur) or full."),
+    vocab: str = typer.Option(
+        "compact", "--vocab", help="compact (ids that occur) or full.", callback=one_of(("compact", "full"))
+    ),
     max_new_tokens: int = typer.Option(48, "--max-new-tokens"),
     include_injection: bool = typer.Option(
         False, "--include-injection", help="Also use scenarios with control-token text in content."
@@ -103,7 +110,13 @@ def rl(
     """Run a short GRPO-style loop and compare the buffered (B) and re-tokenized (R) gradients."""
     from rich.progress import Progress
 
-    from tito_audit.rl import RLConfig, run_rl
+    try:
+        from tito_audit.rl import RLConfig, run_rl
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in RL_EXTRA:
+            raise
+        print(f"error: tito-audit rl needs {exc.name} (the rl extra): {RL_INSTALL}", file=sys.stderr)
+        raise typer.Exit(EXIT_OPERATIONAL) from None
 
     cfg = RLConfig(
         model=model,
@@ -136,7 +149,7 @@ def rl(
             )
     except AuditError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
-        raise typer.Exit(2) from None
+        raise typer.Exit(EXIT_OPERATIONAL) from None
     if json_out:
         print(json.dumps({"setup": result.setup, "summary": result.summary}, default=str))
     else:

@@ -8,10 +8,17 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from tito_audit.cli.params import many_of, one_of
 from tito_audit.errors import EXIT_FINDINGS, EXIT_OK, EXIT_OPERATIONAL, AuditError, UsageError
 
 if TYPE_CHECKING:
     from tito_audit.scan import PoolLimits, ScanSummary
+
+
+def _classes() -> tuple[str, ...]:
+    from tito_audit.scan.classify import CLASSES
+
+    return CLASSES
 
 
 def register(app: typer.Typer) -> None:
@@ -37,15 +44,20 @@ def scan(
     scenarios: Annotated[
         str,
         typer.Option(
+            callback=one_of(("quick", "full")),
             help="'quick': one scenario per conversation shape plus the variants checks read (about half the "
             "time; can miss a break that only another content variant shows); 'full': every scenario, as "
-            "`tito-audit audit` plays them (the verdict is the audit's)."
+            "`tito-audit audit` plays them (the verdict is the audit's).",
         ),
     ] = "quick",
     offline: Annotated[bool, typer.Option(help="Never touch the network.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
     fail_on: Annotated[
-        str, typer.Option(help="Exit 1 when any template is in these classes (comma-separated; '' never).")
+        str,
+        typer.Option(
+            help="Exit 1 when any template is in these classes (comma-separated; '' never).",
+            callback=many_of(_classes),
+        ),
     ] = "",
 ) -> None:
     from rich.console import Console
@@ -54,8 +66,6 @@ def scan(
     from tito_audit.scan import PoolLimits
 
     try:
-        if scenarios not in ("full", "quick"):
-            raise UsageError("scan", f"--scenarios must be 'full' or 'quick', not {scenarios!r}")
         if workers < 0 or render_timeout <= 0 or deadline <= 0 or memory_mb < 0 or (limit is not None and limit < 1):
             raise UsageError("scan", "--workers, --render-timeout, --deadline, --memory-mb, --limit must be positive")
         limits = PoolLimits(

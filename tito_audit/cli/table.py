@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
     @app.command("table")
     def table_command(
         models: list[str] = typer.Argument(
-            None, help="Hub repo ids (org/name[@revision]), local folders or bundled names."
+            None, help=r"Hub repo ids (org/name\[@revision]), local folders or bundled names."
         ),
         bundled: bool = typer.Option(False, "--bundled", help="Add every model in templates_cache/."),
         cached: bool = typer.Option(False, "--cached", help="Add every model in the Hub cache (HF_HUB_CACHE)."),
@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
         """Audit models and write a Markdown compatibility table with a note for every failure."""
         from tito_audit.cli.audit import run_audit
         from tito_audit.context import AuditOptions
-        from tito_audit.formats.markdown import compatibility_table
+        from tito_audit.formats.compatibility import compatibility_table
         from tito_audit.sources.bundled import bundled_names
 
         specs = list(models or []) + (bundled_names() if bundled else []) + (cached_models() if cached else [])

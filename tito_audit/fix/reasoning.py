@@ -100,6 +100,26 @@ def _candidates(src: Source) -> list[_Candidate]:
     return out
 
 
+# Atoms that change value for a turn once messages follow it (read statically; the patch measures it).
+_POSITIONAL = re.compile(r"\bloop\.(last|index0?|revindex0?|length)\b|last_\w*index")
+
+
+def positional_reasoning_conditions(text: str) -> list[tuple[int, str]]:
+    """``(line, condition)`` of each reasoning ``if`` in the message loop whose test reads the turn's position
+    (``loop.last``, ``loop.index0 > ns.last_query_index``): where a template decides to drop earlier reasoning.
+    Static (no render); empty when the template does not parse."""
+    try:
+        src = Source(text)
+    except Exception:
+        return []
+    found: dict[int, str] = {}
+    for cand in _candidates(src):
+        atom = src.span_text(cand.atom.toks)
+        if _POSITIONAL.search(atom):
+            found.setdefault(src.line(cand.branch.tag.start), atom)
+    return sorted(found.items())
+
+
 def _sentinels(text: str) -> list[tuple[int, bool]]:
     return [(int(i), v == "T") for i, v in re.findall(r"\x02(\d+):([TF])\x03", text)]
 

@@ -3,9 +3,10 @@
 from collections.abc import Callable
 
 from tito_audit.audit import AuditReport
+from tito_audit.formats.compatibility import compatibility_table
 from tito_audit.formats.html import to_html
 from tito_audit.formats.json import to_json
-from tito_audit.formats.markdown import compatibility_table, to_markdown
+from tito_audit.formats.markdown import to_markdown
 from tito_audit.formats.sarif import to_sarif
 from tito_audit.formats.terminal import to_terminal
 

@@ -43,6 +43,23 @@ def template_origin(m: ModelReport) -> str:
     return PurePath(origin).name if PurePath(origin).is_absolute() else origin
 
 
+# The checks whose findings make a model ``tito-required`` rather than ``safe`` (tito_audit.verdict.decide).
+_TITO_REQUIRED_BY = ("naive_rerender", "history_rewrite")
+
+
+def verdict_reasons(m: ModelReport) -> list[str]:
+    """Why the model got its verdict, in words, most important first: the error, the checks that fail or could
+    not run, then (``tito-required``) the checks whose findings rule out naive re-rendering. One function for
+    every format, so that a report that carries its own reasons needs changing only here."""
+    if m.error:
+        return [m.error]
+    out = [f"{c.id} fails: {c.summary}" for c in m.checks if c.status == "fail"]
+    out += [f"{c.id} could not run: {c.summary}" for c in m.checks if c.status == "error"]
+    if m.verdict == "tito-required":
+        out += [f"{c.id}: {c.summary}" for c in m.checks if c.id in _TITO_REQUIRED_BY and c.active_findings]
+    return out or [m.verdict_explanation]
+
+
 def first_active(c: CheckResult) -> Finding | None:
     """The finding that best explains a check: the first unsuppressed one with token windows, else any."""
     active = c.active_findings

@@ -1,4 +1,4 @@
-"""Markdown: the per-model report (``--format markdown``) and the cross-model compatibility table.
+"""Markdown: the per-model report (``--format markdown``); the cross-model table is ``formats.compatibility``.
 
 Tables go through pandas (``DataFrame.to_markdown``, tabulate's pipe format). Template-derived text is put in
 code spans or backslash-escaped so that it can neither break a table nor inject HTML into a rendered page.
@@ -8,26 +8,21 @@ Output is deterministic: no timings, no absolute paths, no dates other than the 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tito_audit import __version__
 from tito_audit.audit import AuditReport, ModelReport
-from tito_audit.checks import ordered_checks
 from tito_audit.checks.base import CheckResult, Finding
 from tito_audit.formats.common import (
     STATUS_ICON,
     STATUS_WORD,
     VERDICT_ICON,
-    divergence,
     finding_sentence,
     first_active,
     model_label,
-    short_revision,
     template_origin,
     visible,
 )
-from tito_audit.verdict import VERDICTS
 
 if TYPE_CHECKING:  # pandas is imported by the functions that build tables (a third of a second of a cold start)
     import pandas as pd
@@ -56,7 +51,7 @@ def _quote(text: str) -> str:
     return md_code(repr(text))
 
 
-def _table(df: pd.DataFrame) -> str:
+def table_markdown(df: pd.DataFrame) -> str:
     return str(df.to_markdown(index=False, disable_numparse=True))
 
 
@@ -107,7 +102,7 @@ def token_strip(f: Finding) -> str:
         left = f"{exp.ids[k]} {md_code(visible(exp.tokens[k]), True)}" if k < len(exp.ids) else NOT_RUN
         right = f"{act.ids[k]} {md_code(visible(act.tokens[k]), True)}" if k < len(act.ids) else NOT_RUN
         rows.append({"pos": str(pos), "": mark, "buffered": left, "re-rendered": right})
-    return _table(pd.DataFrame(rows))
+    return table_markdown(pd.DataFrame(rows))
 
 
 def _check_section(c: CheckResult, verbose: bool) -> list[str]:
@@ -140,7 +135,7 @@ def model_markdown(m: ModelReport, verbose: bool = False, quiet: bool = False) -
     out += [md_text(m.error) if m.error else md_text(m.verdict_explanation), ""]
     if m.error or quiet:
         return "\n".join(out)
-    out += [_table(pd.DataFrame(_provenance_rows(m), columns=["provenance", ""])), ""]
+    out += [table_markdown(pd.DataFrame(_provenance_rows(m), columns=["provenance", ""])), ""]
     checks = pd.DataFrame(
         [
             {
@@ -153,7 +148,7 @@ def model_markdown(m: ModelReport, verbose: bool = False, quiet: bool = False) -
             for c in m.checks
         ]
     )
-    out += ["### Checks", "", _table(checks), ""]
+    out += ["### Checks", "", table_markdown(checks), ""]
     flagged = [c for c in m.checks if c.findings and (verbose or c.status in ("fail", "warn"))]
     if flagged:
         out += ["### Findings", ""]
@@ -167,80 +162,3 @@ def to_markdown(report: AuditReport, verbose: bool = False, quiet: bool = False,
     head = ["# tito-audit report", "", f"tito-audit {__version__}; templates see the date {', '.join(dates) or '-'}."]
     body = [model_markdown(m, verbose=verbose, quiet=quiet) for m in report.models]
     return "\n".join([*head, "", *body]).rstrip() + "\n"
-
-
-# --- the compatibility table ------------------------------------------------------------------------------
-
-LEGEND = (
-    "✅ pass · ⚠️ warn (a warning-level check found something) · ❌ fail (an error-level check failed; "
-    f"the numbered note says where) · n/a not applicable · 💥 error (could not run) · {NOT_RUN} not run"
-)
-
-
-def _footnote(m: ModelReport, c: CheckResult) -> str:
-    """One sentence: the check's summary, then where it first broke and the first divergent text."""
-    f = first_active(c)
-    head = f"**{md_text(model_label(m))}** {md_code(c.id)}: {md_text(c.summary)}"
-    if c.status == "error" or f is None:
-        return head + "."
-    where = f"{md_text(f.scenario)}" + (f" at token {f.index}" if f.index is not None else "")
-    d = divergence(f)
-    if d is not None:
-        return f"{head}; first in {where}: {d.sentence(quote=_quote)}."
-    said = "" if f.message.strip() == c.summary.strip() else f": {md_text(f.message)}"
-    return f"{head}; first in {where}{said}."
-
-
-def compatibility_table(reports: Sequence[ModelReport], check_ids: Sequence[str] | None = None) -> str:
-    """One row per model, one column per check, numbered notes for every ❌ and 💥; a library function so
-    that ``tito-audit table`` and the corpus scan build the same document."""
-    import pandas as pd
-
-    ids = list(check_ids) if check_ids is not None else [s.id for s in ordered_checks()]
-    ids += [c.id for m in reports for c in m.checks if c.id not in ids]
-    notes: list[str] = []
-
-    def note(text: str) -> str:
-        notes.append(text)
-        return f"[^{len(notes)}]"
-
-    rows = []
-    for m in reports:
-        rev = short_revision(m)
-        row = {
-            "model": md_text(model_label(m)) + (f" @{rev}" if rev else ""),
-            "template": md_code(m.provenance.template_sha256[:8], True) if m.provenance else NOT_RUN,
-            "verdict": f"{VERDICT_ICON[m.verdict]} {m.verdict}",
-        }
-        if m.error:
-            row["verdict"] += note(f"**{md_text(model_label(m))}** could not be audited: {md_text(m.error)}.")
-        by_id = {c.id: c for c in m.checks}
-        for cid in ids:
-            c = by_id.get(cid)
-            if c is None:
-                row[cid] = NOT_RUN
-                continue
-            row[cid] = STATUS_ICON[c.status]
-            if c.status in ("fail", "error"):
-                row[cid] += note(_footnote(m, c))
-        rows.append(row)
-    df = pd.DataFrame(rows, columns=["model", "template", "verdict", *ids])
-    dates = sorted({_date(m) for m in reports if _date(m)})
-    verdicts = " ".join(f"{VERDICT_ICON[v]} **{v}**: {md_text(VERDICTS[v])}." for v in VERDICTS)
-    out = [
-        "# Chat-template compatibility",
-        "",
-        "Generated by `tito-audit table`; regenerate this file with `scripts/make_compatibility_table.sh`. "
-        f"Templates see the pinned date {', '.join(dates) or '-'}; `template` is the first 8 hex digits of the "
-        "audited template's sha256.",
-        "",
-        _table(df),
-        "",
-        f"Cells: {LEGEND}.",
-        "",
-        f"Verdicts: {verdicts}",
-        "",
-    ]
-    if notes:
-        out += ["## Notes", ""] + [f"[^{n}]: {text}" for n, text in enumerate(notes, 1)] + [""]
-    return "\n".join(out)

@@ -1,8 +1,11 @@
-"""SARIF 2.1.0, for code-scanning dashboards: one rule per check id, one result per finding.
+"""SARIF 2.1.0, for code-scanning dashboards: one rule per check id, one result per check and root cause.
 
-Each result points at the audited template file (line 1: a token-level divergence has no line of its own) and
-names the model and the scenario as logical locations; suppressed findings stay in the log with a SARIF
-``suppressions`` entry, as the standard asks, so that viewers show them as accepted instead of losing them.
+A check's findings of one class are one result (a template with one history rewrite is one alert, not one per
+scenario): the first finding says what diverges, the others are related locations (the first 20) and the
+``findings``/``scenarios`` properties count them all. Each result points at the audited template file: the
+user's own file when it is local (a local model folder, ``--chat-template``), on the Jinja line responsible
+when the template's code says which (``formats.template_lines``), else line 1. Suppressed findings stay in the
+log with a SARIF ``suppressions`` entry, as the standard asks, so that viewers show them as accepted.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from tito_audit.audit import AuditReport, ModelReport
 from tito_audit.checks import ordered_checks
 from tito_audit.checks.base import CheckResult, Finding
 from tito_audit.formats.common import finding_sentence, model_label, template_origin
+from tito_audit.formats.template_lines import MODEL_FILES, blame, local_template
+from tito_audit.quote import clipped
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVEL = {"error": "error", "warning": "warning"}
@@ -46,9 +51,6 @@ def _rules(report: AuditReport) -> list[dict[str, Any]]:
     ]
 
 
-_MODEL_FILES = ("chat_template.jinja", "chat_template.json", "tokenizer_config.json", "additional_chat_templates/")
-
-
 def _relative(path: PurePath) -> str:
     """Repository-relative when possible (code scanning accepts only those), never an absolute path."""
     if not path.is_absolute():
@@ -66,56 +68,88 @@ def artifact_uri(m: ModelReport) -> str:
     if p is None:
         return model_label(m)
     origin = p.template_file
-    if not origin.startswith(_MODEL_FILES):
+    if not origin.startswith(MODEL_FILES):
         return _relative(PurePath(origin))
     if p.source == "local":
         return _relative(PurePath(m.model) / origin)
     return f"{p.repo_id or model_label(m)}/{origin}"
 
 
-def _fingerprint(m: ModelReport, f: Finding) -> str:
-    """Stable across runs of the same template: what the finding is, not where the run happened."""
+def root_causes(c: CheckResult) -> list[list[Finding]]:
+    """A check's findings grouped by root cause (their class), suppressed ones apart: one SARIF result each,
+    instead of one per scenario (Qwen3's single history rewrite is 133 findings)."""
+    groups: dict[tuple[str, bool], list[Finding]] = {}
+    for f in c.findings:
+        groups.setdefault((f.cls, f.suppressed), []).append(f)
+    return list(groups.values())
+
+
+def _fingerprint(m: ModelReport, c: CheckResult, cls: str, suppressed: bool) -> str:
+    """Stable across runs of the same template: which root cause it is, not where the run happened nor how many
+    scenarios showed it."""
     sha = m.provenance.template_sha256 if m.provenance else ""
-    key = "\x1f".join([sha, f.check, f.scenario, f.cls, f.message])
+    key = "\x1f".join([sha, c.id, cls, "suppressed" if suppressed else ""])
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
 
 
-def _result(m: ModelReport, c: CheckResult, f: Finding, rule_index: int) -> dict[str, Any]:
+def _logical(label: str, scenario: str) -> dict[str, str]:
+    return {"name": scenario, "fullyQualifiedName": f"{label}/{scenario}", "kind": "member"}
+
+
+RELATED_SHOWN = 20  # related locations per result; the count of findings is always complete
+
+
+def _result(
+    m: ModelReport, c: CheckResult, group: list[Finding], rule_index: int, source: str | None
+) -> dict[str, Any]:
     label = model_label(m)
+    with_tokens = [f for f in group if f.expected is not None and f.actual is not None]
+    f = (with_tokens or group)[0]
+    scenarios = list(dict.fromkeys(g.scenario for g in group))
+    text = f"{label}: {finding_sentence(f)}"
+    if len(group) > 1:
+        text += f" ({len(group)} findings of this kind in {len(scenarios)} scenario(s))"
+    blamed = blame(source, c.id, f.cls) if source is not None else None
+    region: dict[str, Any] = {"startLine": blamed.line if blamed else 1}
+    if blamed:
+        text += f" Line {blamed.line}: {blamed.why}."
+    others = [g for g in group if g is not f]
+    related = [
+        {"id": k, "logicalLocations": [_logical(label, g.scenario)], "message": {"text": clipped(g.message, 300)}}
+        for k, g in enumerate(others[:RELATED_SHOWN], 1)
+    ]
     result: dict[str, Any] = {
         "ruleId": c.id,
         "ruleIndex": rule_index,
         "level": LEVEL[c.severity],
         "kind": "fail",
-        "message": {"text": f"{label}: {finding_sentence(f)}"},
+        "message": {"text": text},
         "locations": [
             {
-                # No line of a template can be blamed for a token-level divergence: the file is the location.
-                "physicalLocation": {"artifactLocation": {"uri": artifact_uri(m)}, "region": {"startLine": 1}},
-                "logicalLocations": [
-                    {
-                        "name": f.scenario,
-                        "fullyQualifiedName": f"{label}/{f.scenario}",
-                        "kind": "member",
-                    }
-                ],
+                "physicalLocation": {"artifactLocation": {"uri": artifact_uri(m)}, "region": region},
+                "logicalLocations": [_logical(label, f.scenario)],
                 "message": {"text": f"template {template_origin(m) or '-'} of {label}"},
             }
         ],
-        "partialFingerprints": {"titoFinding/v1": _fingerprint(m, f)},
+        "partialFingerprints": {"titoFinding/v1": _fingerprint(m, c, f.cls, f.suppressed)},
         "properties": {
             "model": label,
             "verdict": m.verdict,
             "templateSha256": m.provenance.template_sha256 if m.provenance else None,
             "class": f.cls,
+            "findings": len(group),
+            "scenarios": scenarios,
+            "lineKnown": blamed is not None,
             "index": f.index,
             "contextStart": f.context_start,
             "expected": f.expected.to_dict() if f.expected else None,
             "actual": f.actual.to_dict() if f.actual else None,
-            "affectedTrainable": f.affected_trainable,
+            "affectedTrainable": sum(g.affected_trainable for g in group),
             "rate": f.rate,
         },
     }
+    if related:
+        result["relatedLocations"] = related
     if f.suppressed:
         result["suppressions"] = [
             {"kind": "external", "status": "accepted", "justification": f.suppression_reason or ""}
@@ -129,6 +163,8 @@ def to_sarif_dict(report: AuditReport) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     notifications: list[dict[str, Any]] = []
     for m in report.models:
+        local = local_template(m)
+        source = local[1] if local else None
         if m.error:
             notifications.append({"level": "error", "message": {"text": m.error}})
         for c in m.checks:
@@ -140,7 +176,7 @@ def to_sarif_dict(report: AuditReport) -> dict[str, Any]:
                         "associatedRule": {"id": c.id, "index": index[c.id]},
                     }
                 )
-            results += [_result(m, c, f, index[c.id]) for f in c.findings]
+            results += [_result(m, c, group, index[c.id], source) for group in root_causes(c)]
     return {
         "$schema": SARIF_SCHEMA,
         "version": "2.1.0",

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from tito_audit.audit import AuditReport, ModelReport
 from tito_audit.checks.base import Finding
+from tito_audit.quote import clipped
 
 VERDICT_STYLE = {
     "unsafe": "bold red",
@@ -22,9 +23,41 @@ STATUS_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "not_applicabl
 STATUS_LABEL = {"pass": "pass", "warn": "warn", "fail": "FAIL", "not_applicable": "n/a", "error": "error"}
 
 
+FIRST_DIVERGENT = "→"  # marks the first divergent row of a token strip, with or without colour
+SUMMARY_LIMIT = 240  # characters of a check summary in the table (the checks bound quoted template text)
+
+
+def provenance_fields(m: ModelReport) -> list[str]:
+    """The provenance line's fields, each one unit that a wrap must not split."""
+    p = m.provenance
+    if p is None:
+        return []
+    where = f"{p.source} {p.repo_id}@{(p.revision or '-')[:12]}" if p.repo_id else p.source
+    named = f" (named {p.template_name})" if p.template_name else ""
+    return [
+        where,
+        f"template {p.template_file}{named}",
+        f"sha256:{p.template_sha256[:12]}",
+        f"{p.tokenizer_class} vocab {p.vocab_size}",
+        f"date {str(m.options.get('date', ''))[:10]}",
+    ]
+
+
+def packed(fields: list[str], width: int, sep: str = "  ") -> list[str]:
+    """Fields joined on as few lines of ``width`` as fit, breaking only between fields."""
+    lines: list[str] = []
+    for f in fields:
+        if lines and len(lines[-1]) + len(sep) + len(f) <= width:
+            lines[-1] += sep + f
+        else:
+            lines.append(f)
+    return lines
+
+
 def token_strip(finding: Finding) -> Table:
     """Buffered vs re-rendered tokens, aligned by position, divergent ones highlighted."""
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    table.add_column("", width=1, no_wrap=True)  # FIRST_DIVERGENT: readable without colour (--output, a pipe)
     table.add_column("pos", justify="right", style="dim")
     table.add_column("buffered (id: text)")
     table.add_column("re-rendered (id: text)")
@@ -39,7 +72,8 @@ def token_strip(finding: Finding) -> Table:
         style = "bold red" if diverged else ""
         left = f"{exp[k]}: {exp_t[k]!r}" if k < len(exp) else "—"
         right = f"{act[k]}: {act_t[k]!r}" if k < len(act) else "—"
-        table.add_row(str(pos), Text(left, style=style), Text(right, style=style))
+        mark = FIRST_DIVERGENT if finding.index is not None and pos == finding.index else ""
+        table.add_row(Text(mark, style=style), str(pos), Text(left, style=style), Text(right, style=style))
     return table
 
 
@@ -52,22 +86,16 @@ def model_section(console: Console, m: ModelReport, verbose: bool = False, quiet
         return
     if quiet:
         return
-    prov = m.provenance
-    if prov:
-        console.print(
-            Text(
-                f"  {prov.source} {prov.repo_id or ''}@{(prov.revision or '-')[:12]}  template "
-                f"{prov.template_file} sha256:{prov.template_sha256[:12]}  {prov.tokenizer_class} "
-                f"vocab {prov.vocab_size}  date {m.options.get('date', '')[:10]}",
-                style="dim",
-            )
-        )
+    if m.provenance:
+        for line in packed(provenance_fields(m), console.width - 2):
+            console.print(Text(f"  {line}", style="dim"), soft_wrap=True)
     table = Table(show_header=True, header_style="bold")
     table.add_column("check")
     table.add_column("status")
     table.add_column("summary", overflow="fold")
     for c in m.checks:
-        table.add_row(c.id, Text(STATUS_LABEL[c.status], style=STATUS_STYLE[c.status]), Text(c.summary))
+        summary = clipped(c.summary, SUMMARY_LIMIT)
+        table.add_row(c.id, Text(STATUS_LABEL[c.status], style=STATUS_STYLE[c.status]), Text(summary))
     console.print(table)
     for c in m.checks:
         shown = c.findings if verbose else [f for f in c.findings if f.expected is not None][:1]

@@ -9,6 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from tito_audit.quote import clipped
 from tito_audit.scan import classify as C
 from tito_audit.scan.one import TemplateResult
 
@@ -59,35 +60,50 @@ class ScanSummary:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, ensure_ascii=False)
 
+    def names(self, cls: str) -> list[str]:
+        """The templates in one class, sorted: a count alone does not say which template to look at."""
+        return sorted(r.name for r in self.results if r.cls == cls)
+
     def to_markdown(self, show: int = 20) -> str:
+        from tito_audit.formats.markdown import md_code, md_text
+
         lines = [
-            f"# Template scan: `{self.root}`",
+            f"# Template scan: {md_code(self.root)}",
             "",
-            f"{len(self.results)} templates, tokenizer `{self.tokenizer}`, {self.seconds:.1f}s "
+            f"{len(self.results)} templates, tokenizer {md_code(self.tokenizer)}, {self.seconds:.1f}s "
             f"with {self.workers} worker(s).",
             "",
             "| class | templates | meaning |",
             "|---|---:|---|",
         ]
-        lines += [f"| {c} | {n} | {C.DESCRIPTIONS.get(c, '')} |" for c, n in self.counts.items()]
+        lines += [f"| {c} | {n} | {md_text(C.DESCRIPTIONS.get(c, ''))} |" for c, n in self.counts.items()]
         if self.flag_counts:
             lines += ["", "| flag | templates |", "|---|---:|"]
-            lines += [f"| {k} | {n} |" for k, n in self.flag_counts.items()]
+            lines += [f"| {md_text(k)} | {n} |" for k, n in self.flag_counts.items()]
+        lines += ["", "## Templates by class"]
+        for c, n in self.counts.items():
+            lines += ["", f"**{c}** ({n}): " + ", ".join(md_code(name) for name in self.names(c))]
         errors = [r for r in self.results if r.cls in C.ERROR_CLASSES][:show]
         if errors:
             lines += ["", "| template | class | reason |", "|---|---|---|"]
-            lines += [f"| {r.name} | {r.cls} | {r.reason.replace('|', '/')[:120]} |" for r in errors]
+            lines += [
+                f"| {md_code(r.name, in_table=True)} | {r.cls} | {md_text(clipped(r.reason, 120))} |" for r in errors
+            ]
         return "\n".join(lines) + "\n"
 
-    def to_table(self) -> Any:
+    def to_table(self, names_shown: int = 4) -> Any:
+        from rich.markup import escape
         from rich.table import Table
 
         table = Table(title=f"{len(self.results)} templates · {self.seconds:.1f}s · {self.workers} worker(s)")
         table.add_column("class")
         table.add_column("templates", justify="right")
         table.add_column("meaning")
+        table.add_column("which", overflow="fold")
         for c, n in self.counts.items():
-            table.add_row(c, str(n), C.DESCRIPTIONS.get(c, ""))
+            names = self.names(c)
+            which = ", ".join(names[:names_shown]) + (f" and {n - names_shown} more" if n > names_shown else "")
+            table.add_row(c, str(n), C.DESCRIPTIONS.get(c, ""), escape(which))
         for k, n in self.flag_counts.items():
-            table.add_row(f"[dim]flag: {k}[/dim]", str(n), "")
+            table.add_row(f"[dim]flag: {k}[/dim]", str(n), "", "")
         return table

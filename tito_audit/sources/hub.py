@@ -36,6 +36,7 @@ class HubSource:
 
         repo_id, revision = split_revision(spec)
         offline = self.offline or constants.HF_HUB_OFFLINE
+        revision = cached_full_revision(repo_id, revision)
         try:
             folder = snapshot_download(
                 repo_id,
@@ -61,6 +62,21 @@ def _cached_repo_folder(repo_id: str) -> Path:
     from huggingface_hub import constants
 
     return Path(constants.HF_HUB_CACHE) / ("models--" + repo_id.replace("/", "--"))
+
+
+_SHORT_SHA = re.compile(r"^[0-9a-f]{4,39}$")
+
+
+def cached_full_revision(repo_id: str, revision: str | None) -> str | None:
+    """A short commit hash (as reports print it) -> the one cached snapshot it starts, else unchanged: the cache
+    is keyed by full hashes, so ``org/name@9b9325d`` would otherwise be "not in the local cache" offline."""
+    if revision is None or not _SHORT_SHA.match(revision):
+        return revision
+    snapshots = _cached_repo_folder(repo_id) / "snapshots"
+    if not snapshots.is_dir():
+        return revision
+    matches = [p.name for p in snapshots.iterdir() if p.name.startswith(revision)]
+    return matches[0] if len(matches) == 1 else revision
 
 
 def _status(exc: BaseException | None) -> int | None:

@@ -182,6 +182,20 @@ def compile_template(spec: str, template: str) -> Any:
         raise TemplateCompileError(spec, "chat template does not compile: nesting too deep") from exc
 
 
+def resolve_template_name(spec: str, templates: str | dict[str, str], name: str | None) -> str | None:
+    """The name of the template transformers will use for tool conversations, refusing a name the model lacks:
+    ``get_chat_template`` would take an unknown name as the template text itself and audit that."""
+    names = sorted(templates) if isinstance(templates, dict) else []
+    if name is None:
+        if not names:
+            return None
+        return "tool_use" if "tool_use" in names else "default" if "default" in names else None
+    if name not in names:
+        available = f"available: {', '.join(names)}" if names else "the model has one unnamed template"
+        raise UsageError(spec, f"no chat template named {name!r} ({available})")
+    return name
+
+
 def _generation_eos_ids(tokenizer: Any, parsed: dict[str, Any]) -> tuple[int, ...]:
     ids: list[int] = []
     for source in (parsed.get("generation_config.json", {}), parsed.get("config.json", {})):
@@ -214,6 +228,7 @@ def load_model(
     else:
         if not tokenizer.chat_template:
             raise NoChatTemplate(spec, "the model has no chat template (none in its tokenizer files)")
+        template_name = resolve_template_name(spec, tokenizer.chat_template, template_name)
         try:
             template = tokenizer.get_chat_template(template_name, tools=_TOOLS_PROBE)
         except ValueError as exc:
