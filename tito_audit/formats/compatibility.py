@@ -13,8 +13,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-import pandas as pd
-
 from tito_audit.audit import ModelReport
 from tito_audit.checks import ordered_checks
 from tito_audit.checks.base import CheckResult
@@ -127,6 +125,8 @@ def compatibility_table(reports: Sequence[ModelReport], check_ids: Sequence[str]
             if c.status in ("fail", "error"):
                 row[cid] += note(_footnote(m, c))
         rows.append(row)
+    import pandas as pd  # only for this table: a third of a second of every cold start otherwise
+
     df = pd.DataFrame(rows, columns=["model", "template", "verdict", "why", *columns])
     dates = sorted({_date(m) for m in reports if _date(m)})
     verdicts = " ".join(f"**{v}**: {md_text(VERDICTS[v])}." for v in VERDICTS)
