@@ -59,8 +59,8 @@ def test_identical_views_give_exact_control():
 
 
 def test_mask_flip_split():
-    b = View([10, 11, 12, 13, 14], [0, 1, 1, 0, 1])
-    r = View([10, 11, 12, 13, 14], [0, 1, 0, 1, 1])
+    b = View([10, 11, 12, 13, 14], [0, 1, 1, 0, 1])  # turns (1, 3) and (4, 5)
+    r = View([10, 11, 12, 13, 14], [0, 0, 1, 1, 1], [(2, 3), (3, 5)])
     a = dg.alignment(b, r)
     assert a["flip_sampled_dropped"] == 1 and a["flip_template_trained"] == 1 and not a["shape_mismatch"]
 
@@ -146,3 +146,39 @@ def test_parse_assistant_and_generation_settings():
         GenerationSettings.parse("{bad", 16)
     with pytest.raises(UsageError):
         GenerationSettings.parse('{"beam": 4}', 16)
+
+
+def test_alignment_is_per_turn_on_repeated_identical_turns():
+    # Three identical turns "7 8 9 <stop=2>"; R drops the sampled think tokens (5 6) of the first two turns.
+    # One global match may pair B's first turn with R's last; per turn, each turn loses exactly its 2 tokens.
+    u, think, body = [1, 3], [5, 6], [7, 8, 9, 2]
+    b_ids, b_mask, r_ids, r_mask = [], [], [], []
+    for k in range(3):
+        b_ids += u
+        b_mask += [0, 0]
+        b_ids += think + body
+        b_mask += [1] * 6
+        r_ids += u
+        r_mask += [0, 0]
+        r_ids += (think if k == 2 else []) + body
+        r_mask += [1] * (6 if k == 2 else 4)
+    b, r = View(b_ids, b_mask), View(r_ids, r_mask)
+    a = dg.alignment(b, r)
+    assert [t["mismatched_trained"] for t in a["turns"]] == [2, 2, 0]
+    assert a["mismatched_trained"] == 4 and a["turns_affected"] == 2
+    # Every aligned pair stays in its own turn and pairs equal ids.
+    for (pb, pr), k in zip(a["pairs"], a["pair_turns"], strict=True):
+        assert b_ids[pb] == r_ids[pr] and r.turns[k][0] <= pr < r.turns[k][1]
+
+
+def test_per_turn_count_on_qwen3_followup_differs_from_global_match(qwen3):
+    _m, r, stops = qwen3
+    sc = [s for s in build_scenarios() if s.id == "followup_user/plain"]
+    ep = canonical_episodes(r, sc, stops)[0][0]
+    per_turn = dg.alignment(ep.buffer, ep.naive)
+    whole = lambda v: View(v.ids, v.mask, [(0, len(v.ids))])  # noqa: E731
+    global_match = dg.alignment(whole(ep.buffer), whole(ep.naive))
+    think = len(r.encode("<think>\n\n</think>\n\n"))
+    # Every earlier turn loses exactly its empty think block; the last keeps it.
+    assert [t["mismatched_trained"] for t in per_turn["turns"]] == [think] * 3 + [0]
+    assert global_match["mismatched_trained"] > per_turn["mismatched_trained"]

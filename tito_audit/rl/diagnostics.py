@@ -1,6 +1,6 @@
 """Where the two views disagree, and probability diagnostics of the policy.
 
-- alignment: B and R id sequences aligned with difflib; mask flips are split into "sampled token dropped
+- alignment: B and R id sequences aligned turn by turn with difflib; mask flips are split into "sampled token dropped
   from the loss" (B trains it, R does not) and "template or tool token trained on" (R trains what B does not);
 - log-prob mismatch: |delta logp| and the importance ratio rho = exp(logp_R - logp_B) on aligned
   trained tokens;
@@ -28,38 +28,97 @@ MEANINGLESS = (
 )
 
 
+def _blocks(view: View) -> list[tuple[int, int]]:
+    """Block k runs from the end of turn k-1 to the end of turn k (its context, then its trained span);
+    the last block also takes whatever follows the last turn."""
+    ends = [e for _, e in view.turns]
+    starts = [0, *ends[:-1]]
+    blocks = list(zip(starts, ends, strict=True))
+    if blocks:
+        blocks[-1] = (blocks[-1][0], max(blocks[-1][1], len(view.ids)))
+    return blocks or [(0, len(view.ids))]
+
+
 def align(b: View, r: View) -> dict[int, int]:
-    """B position -> R position for tokens in matching blocks."""
-    sm = difflib.SequenceMatcher(None, b.ids, r.ids, autojunk=False)
+    """B position -> R position for tokens in matching blocks, matched turn by turn.
+
+    Turn k of B is matched only against turn k of R (and the context just before each), so that identical
+    repeated turns can never be paired across turns. Falls back to one whole-sequence match when the two
+    views do not have the same number of assistant turns (R could not be rebuilt).
+    """
+    bb, rb = _blocks(b), _blocks(r)
+    if len(bb) != len(rb):
+        bb, rb = [(0, len(b.ids))], [(0, len(r.ids))]
     out: dict[int, int] = {}
-    for blk in sm.get_matching_blocks():
-        for k in range(blk.size):
-            out[blk.a + k] = blk.b + k
+    for (b0, b1), (r0, r1) in zip(bb, rb, strict=True):
+        sm = difflib.SequenceMatcher(None, b.ids[b0:b1], r.ids[r0:r1], autojunk=False)
+        for blk in sm.get_matching_blocks():
+            for k in range(blk.size):
+                out[b0 + blk.a + k] = r0 + blk.b + k
     return out
 
 
+def _turn_of(view: View) -> list[int]:
+    """Block index of every position."""
+    turn = [0] * len(view.ids)
+    for k, (a, e) in enumerate(_blocks(view)):
+        for t in range(a, min(e, len(turn))):
+            turn[t] = k
+    return turn
+
+
 def alignment(b: View, r: View) -> dict[str, Any]:
+    """Per-turn and per-sequence token facts: trained tokens without a partner, mask flips, aligned pairs."""
     amap = align(b, r)
-    b_trained = [t for t, m in enumerate(b.mask) if m]
-    unmatched = [t for t in b_trained if t not in amap]
-    dropped = [t for t in b_trained if t in amap and not r.mask[amap[t]]]
     inv = {v: k for k, v in amap.items()}
-    r_trained = [t for t, m in enumerate(r.mask) if m]
-    trained_on = [t for t in r_trained if t in inv and not b.mask[inv[t]]]
-    r_unmatched = [t for t in r_trained if t not in inv]
+    tb, tr = _turn_of(b), _turn_of(r)
+    n_turns = max(len(_blocks(b)), len(_blocks(r)))
+    turns = [
+        {"b_trained": 0, "r_trained": 0, "b_unmatched": 0, "r_unmatched": 0, "dropped": 0, "template_trained": 0}
+        for _ in range(n_turns)
+    ]
+    pairs: list[tuple[int, int]] = []
+    for t, m in enumerate(b.mask):
+        if not m:
+            continue
+        row = turns[tb[t]]
+        row["b_trained"] += 1
+        if t not in amap:
+            row["b_unmatched"] += 1
+        elif not r.mask[amap[t]]:
+            row["dropped"] += 1
+        else:
+            pairs.append((t, amap[t]))
+    for t, m in enumerate(r.mask):
+        if not m:
+            continue
+        row = turns[min(tr[t], n_turns - 1)]
+        row["r_trained"] += 1
+        if t not in inv:
+            row["r_unmatched"] += 1
+        elif not b.mask[inv[t]]:
+            row["template_trained"] += 1
+    for row in turns:
+        row["mismatched_trained"] = row["b_unmatched"] + row["r_unmatched"]
+    tot = {k: sum(row[k] for row in turns) for k in turns[0]} if turns else {}
     return {
         "b_tokens": len(b.ids),
         "r_tokens": len(r.ids),
-        "b_trained": len(b_trained),
-        "r_trained": len(r_trained),
-        "mismatched_trained": len(unmatched) + len(r_unmatched),
-        "b_trained_unmatched": len(unmatched),
-        "r_trained_unmatched": len(r_unmatched),
-        "flip_sampled_dropped": len(dropped),
-        "flip_template_trained": len(trained_on),
+        "b_trained": tot.get("b_trained", 0),
+        "r_trained": tot.get("r_trained", 0),
+        "mismatched_trained": tot.get("mismatched_trained", 0),
+        "b_trained_unmatched": tot.get("b_unmatched", 0),
+        "r_trained_unmatched": tot.get("r_unmatched", 0),
+        "flip_sampled_dropped": tot.get("dropped", 0),
+        "flip_template_trained": tot.get("template_trained", 0),
         "shape_mismatch": len(b.ids) != len(r.ids) or b.n_trained != r.n_trained,
         "identical": b.ids == r.ids and b.mask == r.mask,
-        "pairs": [(t, amap[t]) for t in b_trained if t in amap and r.mask[amap[t]]],
+        "turns": turns,
+        "turns_affected": sum(
+            bool(row["mismatched_trained"] or row["dropped"] or row["template_trained"]) for row in turns
+        ),
+        "pairs": pairs,
+        "pair_turns": [tb[p] for p, _ in pairs],
     }
 
 
@@ -69,6 +128,8 @@ def batch_alignment(per_seq: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {
         "sequences": len(per_seq),
         "sequences_affected": sum(not a["identical"] for a in per_seq),
+        "turns": sum(len(a["turns"]) for a in per_seq),
+        "turns_affected": sum(a["turns_affected"] for a in per_seq),
         "mismatched_trained": mism,
         "mismatched_fraction": mism / bt,
         "flip_sampled_dropped": sum(a["flip_sampled_dropped"] for a in per_seq),

@@ -23,12 +23,35 @@ Message = dict[str, Any]
 
 @dataclass
 class View:
+    """Ids, loss mask and where each assistant turn's trained span lies (``turns[k]`` is turn k).
+
+    Without explicit ``turns`` the runs of the mask are the turns (true of a buffer: sampled ids are
+    contiguous and every turn is followed by untrained ids).
+    """
+
     ids: list[int]
     mask: list[int]
+    turns: list[tuple[int, int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.turns:
+            self.turns = mask_runs(self.mask)
 
     @property
     def n_trained(self) -> int:
         return sum(self.mask)
+
+
+def mask_runs(mask: Sequence[int]) -> list[tuple[int, int]]:
+    runs: list[tuple[int, int]] = []
+    start = None
+    for i, m in enumerate([*mask, 0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            runs.append((start, i))
+            start = None
+    return runs
 
 
 @dataclass
@@ -53,6 +76,7 @@ def naive_view(renderer: Renderer, messages: Sequence[Message], tools: Any, stop
     msgs = list(messages)
     ids = renderer.encode(renderer.render(msgs, tools=tools))
     mask = [0] * len(ids)
+    turns: list[tuple[int, int]] = []
     last_end = 0
     for i, m in enumerate(msgs):
         if m["role"] != "assistant":
@@ -61,11 +85,12 @@ def naive_view(renderer: Renderer, messages: Sequence[Message], tools: Any, stop
         end = next((j + 1 for j in range(start, len(ids)) if ids[j] in stops), len(ids))
         for j in range(start, end):
             mask[j] = 1
+        turns.append((min(start, len(ids)), max(min(start, len(ids)), end)))
         last_end = max(last_end, end)
     if msgs and msgs[-1]["role"] == "assistant" and 0 < last_end < len(ids):
         # The template renders text after the final stop token (Qwen's "\n"); no sampler emits it.
         ids, mask = ids[:last_end], mask[:last_end]
-    return View(ids, mask)
+    return View(ids, mask, turns)
 
 
 def noncanonical_split(tokenizer: Any, token_id: int) -> list[int] | None:

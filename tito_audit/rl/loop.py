@@ -7,7 +7,7 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from tito_audit.rl.model import (
     resolve_device,
     save_policy,
 )
+from tito_audit.rl.result import RLResult
 from tito_audit.rl.sampling import GenerationSettings, sample_episode
 from tito_audit.rl.warmup import warmup
 from tito_audit.rollout.stop import stop_token_ids
@@ -80,24 +81,6 @@ class RLConfig:
             raise UsageError("rl", "--warmup trains the small random model; it cannot be combined with --weights")
         if self.clip <= 1.0:
             raise UsageError("rl", "--clip must be > 1")
-
-
-@dataclass
-class RLResult:
-    config: dict[str, Any]
-    setup: dict[str, Any]
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    summary: dict[str, Any] = field(default_factory=dict)
-    files: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "config": self.config,
-            "setup": self.setup,
-            "summary": self.summary,
-            "steps": self.steps,
-            "files": self.files,
-        }
 
 
 def _flat_params(model: Any) -> torch.Tensor:
@@ -262,9 +245,19 @@ def run_rl(
             a = dg.alignment(e.buffer, e.naive)
             ib = {p: i for i, p in enumerate(tb.positions)}
             ir = {p: i for i, p in enumerate(tr.positions)}
-            pairs = [(ib[b], ir[r]) for b, r in a.pop("pairs") if b in ib and r in ir]
-            d = torch.tensor([float(tr.logp[j] - tb.logp[i]) for i, j in pairs], dtype=torch.float64)
+            kept = [
+                (ib[b], ir[r], k)
+                for (b, r), k in zip(a.pop("pairs"), a.pop("pair_turns"), strict=True)
+                if b in ib and r in ir
+            ]
+            d = torch.tensor([float(tr.logp[j] - tb.logp[i]) for i, j, _ in kept], dtype=torch.float64)
             dlogps.append(d)
+            for k, row in enumerate(a["turns"]):
+                dk = d[[n for n, (_, _, kk) in enumerate(kept) if kk == k]]
+                row["aligned"] = int(dk.numel())
+                row["abs_dlogp_max"] = float(dk.abs().max()) if dk.numel() else 0.0
+                row["rho_min"] = float(dk.exp().min()) if dk.numel() else 1.0
+                row["rho_max"] = float(dk.exp().max()) if dk.numel() else 1.0
             a["scenario"] = e.scenario_id
             a["dlogp_seq_sum"] = float(d.sum())
             per_seq.append(a)

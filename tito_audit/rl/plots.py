@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from tito_audit.rl.loop import RLResult
+from tito_audit.rl.result import RLResult
 
 
 def write_plots(result: RLResult, out: Path) -> list[Path]:
