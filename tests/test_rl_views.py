@@ -15,7 +15,7 @@ from tito_audit.rl.episodes import Episode, View, apply_noncanonical, canonical_
 from tito_audit.rl.gradients import compare, view_gradient
 from tito_audit.rl.kl import estimators, kl_summary
 from tito_audit.rl.model import VocabMap, build_small_model
-from tito_audit.rl.sampling import GenerationSettings, parse_assistant
+from tito_audit.rl.sampling import GenerationSettings
 from tito_audit.rollout import stop_token_ids
 from tito_audit.scenarios import build_scenarios
 from tito_audit.sources.load import load
@@ -133,13 +133,7 @@ def test_compact_vocab_unknown_ids_share_unk_row():
     assert vmap.unk == 3 and vmap.to_tok([0, 1]) == [5, 7]
 
 
-def test_parse_assistant_and_generation_settings():
-    msg = parse_assistant(
-        '<think>\nhmm\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
-        ["call00001"],
-    )
-    assert msg["reasoning_content"] == "hmm" and msg["tool_calls"][0]["id"] == "call00001"
-    assert msg["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"} and msg["content"] == ""
+def test_generation_settings():
     assert GenerationSettings.parse(None, 16).pure
     assert not GenerationSettings.parse('{"top_k": 50}', 16).pure
     with pytest.raises(UsageError):

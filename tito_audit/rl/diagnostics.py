@@ -31,6 +31,8 @@ MEANINGLESS = (
 def _blocks(view: View) -> list[tuple[int, int]]:
     """Block k runs from the end of turn k-1 to the end of turn k (its context, then its trained span);
     the last block also takes whatever follows the last turn."""
+    if not view.turns:
+        return [(0, len(view.ids))]
     ends = [e for _, e in view.turns]
     starts = [0, *ends[:-1]]
     blocks = list(zip(starts, ends, strict=True))

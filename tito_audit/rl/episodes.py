@@ -10,11 +10,12 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tito_audit.rendering.renderer import Renderer, RenderError
+from tito_audit.rl.toolformat import ToolCallFormat
 from tito_audit.rollout.simulate import simulate
 from tito_audit.scenarios.spec import Scenario
 
@@ -68,6 +69,46 @@ class Episode:
     noncanonical_tokens: int = 0  # sampled tokens emitted as a non-canonical split
     sampled_tokens: int = 0
     naive_error: str | None = None  # naive code could not even rebuild the conversation
+    parses: list[dict[str, Any]] = field(default_factory=list)  # per assistant turn: calls expected / parsed
+    canonical_turns: list[bool] = field(default_factory=list)  # per turn: encode(decode(ids)) == ids
+
+
+def _call_names(message: Message) -> list[str]:
+    return [c.get("function", c).get("name", "") for c in message.get("tool_calls") or []]
+
+
+def parse_turn(
+    renderer: Renderer, fmt: ToolCallFormat, ids: Sequence[int], stop_ids: Sequence[int], expected: Message
+) -> tuple[Message, dict[str, Any], bool]:
+    """What naive rollout code rebuilds from one sampled turn: decode (stop token off), parse with the format
+    learnt from the template. Returns the message, the parse facts and whether the ids are canonical."""
+    body = list(ids[:-1]) if ids and ids[-1] in set(stop_ids) else list(ids)
+    text = renderer.decode(body, skip_special_tokens=False)
+    want = _call_names(expected)
+    got = fmt.parse(text, [c.get("id", "") for c in expected.get("tool_calls") or []])
+    fact = {
+        "calls_expected": len(want),
+        "calls_parsed": len(got.get("tool_calls") or []),
+        # None: nothing to parse (no call expected, or the template cannot show this many calls in a turn)
+        "calls_ok": (_call_names(got) == want) if want and fmt.can_show(len(want)) else None,
+    }
+    return got, fact, renderer.encode(text) == body
+
+
+class FormatCache:
+    """One learnt format per template mode (kwargs such as enable_thinking change what a turn looks like)."""
+
+    def __init__(self, stop_ids: Sequence[int]) -> None:
+        self.stop_ids = tuple(stop_ids)
+        self._by_mode: dict[str, ToolCallFormat] = {}
+
+    def __call__(self, renderer: Renderer) -> ToolCallFormat:
+        from tito_audit.rl.toolformat import learn_format
+
+        key = repr(sorted(renderer.template_kwargs.items()))
+        if key not in self._by_mode:
+            self._by_mode[key] = learn_format(renderer, self.stop_ids)
+        return self._by_mode[key]
 
 
 def naive_view(renderer: Renderer, messages: Sequence[Message], tools: Any, stop_ids: Sequence[int]) -> View:
@@ -138,12 +179,14 @@ def canonical_episodes(
     stop_ids: Sequence[int],
     noncanonical_rate: float = 0.0,
     seed: int = 0,
+    format_for: Callable[[Renderer], ToolCallFormat] | None = None,
 ) -> tuple[list[Episode], list[str]]:
     """Episodes whose sampled ids are the template's own tokenization (the audit's simulator).
 
     Returns the episodes and the ids of scenarios the template cannot render.
     """
     rng = random.Random(seed)
+    format_for = format_for or FormatCache(stop_ids)
     episodes: list[Episode] = []
     skipped: list[str] = []
     for sc in scenarios:
@@ -156,8 +199,16 @@ def canonical_episodes(
         buffer = View(list(traj.input_ids), list(traj.loss_mask))
         lps: list[float | None] = list(traj.logprobs)
         buffer, lps, nc = apply_noncanonical(renderer.tokenizer, buffer, lps, noncanonical_rate, rng)
+        # R: decode each turn B sampled, parse it with the template's own format, re-render, re-encode.
+        parsed = list(sim.messages)
+        facts = []
+        spans = buffer.turns if len(buffer.turns) == len(sim.turns) else []
+        for (a, e), turn in zip(spans, sim.turns, strict=False):
+            msg, fact, _ = parse_turn(r, format_for(r), buffer.ids[a:e], stop_ids, sim.messages[turn.index])
+            parsed[turn.index] = msg
+            facts.append(fact)
         try:
-            naive = naive_view(r, sim.messages, list(sc.tools), stop_ids)
+            naive = naive_view(r, parsed, list(sc.tools), stop_ids)
             err = None
         except RenderError as exc:
             naive, err = View([], []), f"{exc.kind}: {exc.message}"
@@ -171,6 +222,7 @@ def canonical_episodes(
                 noncanonical_tokens=nc,
                 sampled_tokens=buffer.n_trained,
                 naive_error=err,
+                parses=facts,
             )
         )
     return episodes, skipped

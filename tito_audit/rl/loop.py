@@ -16,7 +16,14 @@ import torch
 from tito_audit.errors import UsageError
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.rl import diagnostics as dg
-from tito_audit.rl.episodes import Episode, View, assign_groups, canonical_episodes, group_advantages
+from tito_audit.rl.episodes import (
+    Episode,
+    FormatCache,
+    View,
+    assign_groups,
+    canonical_episodes,
+    group_advantages,
+)
 from tito_audit.rl.gradients import compare, token_logps, view_gradient
 from tito_audit.rl.kl import NEGATIVE_KL_EXPLANATION, kl_summary
 from tito_audit.rl.model import (
@@ -102,8 +109,9 @@ class _Context:
             scenarios = [s for s in scenarios if any(s.id.startswith(p) for p in cfg.scenarios)]
         if not scenarios:
             raise UsageError(cfg.model, "no scenario matches --scenario")
+        self.formats = FormatCache(self.stops)
         self.episodes, self.skipped = canonical_episodes(
-            self.renderer, scenarios, self.stops, cfg.noncanonical_rate, cfg.seed
+            self.renderer, scenarios, self.stops, cfg.noncanonical_rate, cfg.seed, self.formats
         )
         if len(self.episodes) < 2:
             raise UsageError(cfg.model, f"the template renders only {len(self.episodes)} scenario(s)")
@@ -207,6 +215,7 @@ def run_rl(
                         ctx.stops,
                         settings,
                         gen,
+                        ctx.formats,
                     )
                     ep.group = g
                     eps.append(ep)

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,8 +18,9 @@ import torch
 
 from tito_audit.errors import UsageError
 from tito_audit.rendering.renderer import Renderer, RenderError
-from tito_audit.rl.episodes import Episode, View, naive_view
+from tito_audit.rl.episodes import Episode, View, naive_view, parse_turn
 from tito_audit.rl.model import VocabMap
+from tito_audit.rl.toolformat import ToolCallFormat
 from tito_audit.rollout.bridge import BridgeError
 from tito_audit.rollout.buffer import Trajectory
 from tito_audit.scenarios.spec import Scenario
@@ -138,35 +138,6 @@ def sample_completion(
     return vmap.to_tok(out_ids), out_lp
 
 
-_THINK = re.compile(r"^\s*<think>(.*?)</think>\s*", re.S)
-_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
-
-
-def parse_assistant(text: str, call_ids: Sequence[str] = ()) -> Message:
-    """Hermes/Qwen-style parse: a leading <think> block, then <tool_call>{json}</tool_call> blocks."""
-    msg: Message = {"role": "assistant", "content": ""}
-    m = _THINK.match(text)
-    if m:
-        msg["reasoning_content"] = m.group(1).strip()
-        text = text[m.end() :]
-    calls: list[dict[str, Any]] = []
-    rest = text
-    for hit in _CALL.finditer(text):
-        try:
-            obj = json.loads(hit.group(1))
-            name, args = obj["name"], obj.get("arguments", {})
-        except (json.JSONDecodeError, KeyError, TypeError):
-            continue
-        n = len(calls)
-        cid = call_ids[n] if n < len(call_ids) else f"call{n + 1:05d}"
-        calls.append({"id": cid, "type": "function", "function": {"name": str(name), "arguments": args}})
-        rest = rest.replace(hit.group(0), "", 1)
-    msg["content"] = rest.strip()
-    if calls:
-        msg["tool_calls"] = calls
-    return msg
-
-
 def _names(m: Message) -> list[str]:
     return [c.get("function", c).get("name", "") for c in m.get("tool_calls") or []]
 
@@ -187,6 +158,7 @@ def sample_episode(
     stop_ids: Sequence[int],
     settings: GenerationSettings,
     generator: torch.Generator,
+    format_for: Callable[[Renderer], ToolCallFormat],
 ) -> Episode:
     """Play ``messages``' assistant turns with the policy; environment messages come from the scenario."""
     r = renderer.with_kwargs(**scenario.kwargs) if scenario.kwargs else renderer
@@ -195,15 +167,13 @@ def sample_episode(
     assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     traj.start(messages[: assistants[0]])
     score = 0.0
-    nc = 0
+    facts: list[dict[str, Any]] = []
+    canonical: list[bool] = []
     for n, idx in enumerate(assistants):
         ids, lps = sample_completion(model, vmap, traj.input_ids, stop_ids, settings, generator)
-        body = ids[:-1] if ids and ids[-1] in set(stop_ids) else ids
-        text = r.decode(body, skip_special_tokens=False)
-        if r.encode(text) != body:
-            nc += 1
-        want_ids = [c.get("id", "") for c in messages[idx].get("tool_calls") or []]
-        parsed = parse_assistant(text, want_ids)
+        parsed, fact, is_canonical = parse_turn(r, format_for(r), ids, stop_ids, messages[idx])
+        facts.append(fact)
+        canonical.append(is_canonical)
         score += turn_reward(messages[idx], parsed)
         traj.append_sampled(ids, lps, message=parsed)
         nxt = assistants[n + 1] if n + 1 < len(assistants) else len(messages)
@@ -229,8 +199,10 @@ def sample_episode(
         traj.messages,
         list(traj.logprobs),
         reward=score / len(assistants) + 0.01 * distinct,
-        noncanonical_tokens=nc,
+        noncanonical_tokens=canonical.count(False),
         sampled_tokens=sampled,
         naive_error=err,
+        parses=facts,
+        canonical_turns=canonical,
     )
     return ep
