@@ -1,6 +1,7 @@
 """Real rollouts from the policy: pure sampling by default, the trajectory kept as a token buffer.
 
-Pure sampling means temperature 1, top_k=0 (off), top_p=1, no min_new_tokens. ``--generation-kwargs`` lets a
+Pure sampling means temperature 1, top_k=0 (off), top_p=1, no min_new_tokens / min_length.
+``--generation-kwargs`` lets a
 user reproduce their own settings; anything else makes samples that the policy rates lower than plain
 sampling would, which is what turns the k1 KL estimator negative. On CUDA, sampling runs under bf16 autocast
 (as an inference engine would) while the gradient is recomputed in fp32.
@@ -34,11 +35,22 @@ class GenerationSettings:
     top_k: int = 0
     top_p: float = 1.0
     min_new_tokens: int = 0
-    max_new_tokens: int = 48
+    max_new_tokens: int = 96
+    min_length: int = 0  # transformers' min_length counts the prompt too
 
     @property
     def pure(self) -> bool:
-        return self.temperature == 1.0 and self.top_k == 0 and self.top_p >= 1.0 and self.min_new_tokens == 0
+        return (
+            self.temperature == 1.0
+            and self.top_k == 0
+            and self.top_p >= 1.0
+            and self.min_new_tokens == 0
+            and self.min_length == 0
+        )
+
+    def min_new(self, prompt_len: int) -> int:
+        """Stop tokens are suppressed for this many new tokens (min_length minus the prompt, as transformers)."""
+        return max(self.min_new_tokens, self.min_length - prompt_len)
 
     @classmethod
     def parse(cls, text: str | None, max_new_tokens: int) -> GenerationSettings:
@@ -69,8 +81,9 @@ class GenerationSettings:
                 float(raw.get("temperature", 1.0)),
                 int(raw.get("top_k", 0) or 0),
                 float(raw.get("top_p", 1.0)),
-                int(raw.get("min_new_tokens", raw.get("min_length", 0)) or 0),
+                int(raw.get("min_new_tokens", 0) or 0),
                 int(raw.get("max_new_tokens", max_new_tokens)),
+                int(raw.get("min_length", 0) or 0),
             )
         except (TypeError, ValueError) as exc:
             raise UsageError("rl", f"--generation-kwargs: {exc}") from exc
@@ -82,9 +95,11 @@ class GenerationSettings:
         return s
 
 
-def _process(logits: torch.Tensor, s: GenerationSettings, step: int, stop_model_ids: list[int]) -> torch.Tensor:
+def _process(
+    logits: torch.Tensor, s: GenerationSettings, step: int, stop_model_ids: list[int], min_new: int
+) -> torch.Tensor:
     x = logits / s.temperature
-    if step < s.min_new_tokens and stop_model_ids:
+    if step < min_new and stop_model_ids:
         x[stop_model_ids] = float("-inf")
     if s.top_k > 0 and s.top_k < x.numel():
         kth = torch.topk(x, s.top_k).values[-1]
@@ -124,8 +139,10 @@ def sample_completion(
             res = model(input_ids=ids, past_key_values=past, use_cache=True)
             past = res.past_key_values
             logits = res.logits[0, -1].float()
+            if vmap.valid is not None:
+                logits[vmap.valid :] = float("-inf")  # padded embedding rows are no tokens
             logp = torch.log_softmax(logits, -1)
-            processed = _process(logits, settings, step, stops_model)
+            processed = _process(logits, settings, step, stops_model, settings.min_new(len(prompt)))
             if vmap.unk is not None:
                 processed[vmap.unk] = float("-inf")
             probs = processed.softmax(-1)

@@ -272,7 +272,7 @@ def learn_format(renderer: Renderer, stop_ids: Sequence[int]) -> ToolCallFormat:
         at = text.index(_CONTENT)
         fmt.content = (text[:at], text[at + len(_CONTENT) :])
     for field_name in ("reasoning_content", "thinking", "reasoning"):
-        msg = {"role": "assistant", "content": _CONTENT, field_name: _REASONING}
+        msg: Message = {"role": "assistant", "content": _CONTENT, field_name: _REASONING}
         text = _turn_text(renderer, msg, stops, None)
         if text and _REASONING in text and _CONTENT in text and text.index(_REASONING) < text.index(_CONTENT):
             r, c = text.index(_REASONING), text.index(_CONTENT)
@@ -281,6 +281,7 @@ def learn_format(renderer: Renderer, stop_ids: Sequence[int]) -> ToolCallFormat:
             break
     one: list[Piece] | None = None
     content: str | None = ""
+    msg = {}
     for as_string, content in ((False, ""), (True, ""), (False, None), (True, None)):
         msg = {"role": "assistant", "content": content, "tool_calls": [_call(0, as_string)]}
         text = _turn_text(renderer, msg, stops, _tool_result(0))
