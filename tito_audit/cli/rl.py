@@ -143,6 +143,9 @@ def rl(
         False, "--include-injection", help="Also use scenarios with control-token text in content."
     ),
     scenario: list[str] = typer.Option([], "--scenario", help="Scenario id prefix (repeatable)."),
+    rollouts: str = typer.Option(
+        "auto", "--rollouts", help="auto, sample (the policy samples) or template (the template's own turns)."
+    ),
     control: bool = typer.Option(False, "--control", help="R := B (must be identical within the noise floor)."),
     out: Path | None = typer.Option(None, "--out", help="Folder for metrics.json and PNG plots."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
@@ -174,6 +177,7 @@ def rl(
         include_injection=include_injection,
         scenarios=tuple(scenario),
         control=control,
+        rollouts=rollouts,
         out_dir=str(out) if out else None,
     )
     try:

@@ -24,6 +24,9 @@ MEANINGLESS = (
 )
 
 
+NOT_SAMPLED = "not computed with --rollouts template: the episodes are the template's, not the policy's own samples"
+
+
 def _blocks(view: View) -> list[tuple[int, int]]:
     """Block k runs from the end of turn k-1 to the end of turn k (its context, then its trained span);
     the last block also takes whatever follows the last turn."""

@@ -85,6 +85,7 @@ class RLConfig:
     eta: float = 0.5  # Lopti's probability threshold
     alpha: float = 0.3  # Advantage Reweighting's alpha
     critical_budget: int = 24  # positions per step tested for critical tokens
+    rollouts: str = "auto"  # auto (sample when the policy is trained) | sample | template
 
     def validate(self) -> None:
         if self.steps < 1:
@@ -101,7 +102,11 @@ class RLConfig:
             raise UsageError("rl", "--warmup trains the small random model; it cannot be combined with --weights")
         if self.clip <= 1.0:
             raise UsageError("rl", "--clip must be > 1")
-        if self.generation_kwargs and not (self.weights or self.warmup):
+        if self.rollouts not in ("auto", "sample", "template"):
+            raise UsageError("rl", "--rollouts must be auto, sample or template")
+        if self.rollouts == "sample" and not (self.weights or self.warmup):
+            raise UsageError("rl", "--rollouts sample needs a policy that can sample: add --warmup N or --weights PATH")
+        if self.generation_kwargs and (self.rollouts == "template" or not (self.weights or self.warmup)):
             raise UsageError(
                 "rl",
                 "--generation-kwargs sets how a policy samples, but nothing is sampled without a policy (the "
@@ -249,7 +254,7 @@ def run_rl(
         setup["saved_policy"] = cfg.save_policy
         log(f"policy saved to {cfg.save_policy}")
 
-    sampled = trained_policy
+    sampled = trained_policy and cfg.rollouts != "template"
     settings = GenerationSettings.parse(cfg.generation_kwargs, cfg.max_new_tokens)
     setup["sampling"] = asdict(settings) | {"pure": settings.pure} if sampled else "template (simulated rollouts)"
     gates = QualityGates(warm["loss_final"] if warm else None) if sampled else None
@@ -372,7 +377,7 @@ def run_rl(
             elif gates is not None:
                 rec["probability_diagnostics"] = f"withheld: {gates.failed_line()}"
         else:
-            rec["probability_diagnostics"] = dg.MEANINGLESS
+            rec["probability_diagnostics"] = dg.MEANINGLESS if not trained_policy else dg.NOT_SAMPLED
 
         opt.step()
         if shadow is not None and shadow_opt is not None and theta0 is not None:
