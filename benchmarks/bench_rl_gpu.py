@@ -7,7 +7,8 @@ a warm-up of the small stand-in that must pass its quality gates. Records wall t
 measured noise floor (two computations of the same B gradient) of each. Writes benchmarks/results/rl-gpu.json.
 
 Run (on a CUDA machine): python benchmarks/bench_rl_gpu.py QWEN3_TOKENIZER_DIR QWEN25_TOKENIZER_DIR [OUT.json]
-`--tiny` runs the same on CPU with a 2-layer model (a smoke test of this script).
+`--tiny` runs the same on CPU with a 2-layer model (a smoke test of this script); `--warmup-only
+--warmup-steps=N --warmup-scenarios=a,b --seeds=0,1` runs only the stand-in warm-ups.
 """
 
 from __future__ import annotations
@@ -95,7 +96,9 @@ def _run(label: str, cfg: RLConfig) -> dict[str, Any]:
 
 def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    tiny = "--tiny" in sys.argv
+    flags = dict(a[2:].split("=", 1) if "=" in a else (a[2:], "1") for a in sys.argv[1:] if a.startswith("--"))
+    tiny = "tiny" in flags
+    warmup_only = "warmup-only" in flags  # only the stand-in warm-ups (their own call: they take minutes)
     q3, q25 = args[0], args[1]
     out = Path(args[2]) if len(args) > 2 else Path(__file__).parent / "results" / "rl-gpu.json"
     from transformers import AutoModelForCausalLM, Qwen3Config
@@ -104,13 +107,14 @@ def main() -> None:
     t = time.perf_counter()
     folder = Path(tempfile.mkdtemp()) / "qwen3-0.6b-random"
     torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(Qwen3Config(**(TINY if tiny else QWEN3_06B)), dtype=torch.float32).save_pretrained(
-        folder
-    )
+    if not warmup_only:
+        model = AutoModelForCausalLM.from_config(Qwen3Config(**(TINY if tiny else QWEN3_06B)), dtype=torch.float32)
+        model.save_pretrained(folder)
+        del model
     build_s = time.perf_counter() - t
     common = dict(device=device, weights=str(folder), steps=2, groups=2, group_size=4)
     result: dict[str, Any] = {
-        "command": "python benchmarks/bench_rl_gpu.py QWEN3_TOKENIZER QWEN25_TOKENIZER",
+        "command": "python benchmarks/bench_rl_gpu.py QWEN3_TOKENIZER QWEN25_TOKENIZER " + " ".join(sys.argv[3:]),
         "architecture": "Qwen3-0.6B (random init from transformers config)" if not tiny else "tiny Qwen3",
         "build_and_save_seconds": build_s,
         "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() and not tiny else "cpu",
@@ -123,22 +127,25 @@ def main() -> None:
         result["runs"].append(_run(label, cfg))
         out.write_text(json.dumps(result, indent=1))  # after every run: a run cut short keeps the others
 
-    record("control", RLConfig(model=q3, rollouts="template", control=True, **common))
-    record("qwen3", RLConfig(model=q3, rollouts="template", **common))
-    record("qwen2.5", RLConfig(model=q25, rollouts="template", **common))
-    record("qwen3 sampled", RLConfig(model=q3, rollouts="sample", max_new_tokens=48, **{**common, "steps": 1}))
+    if not warmup_only:
+        record("control", RLConfig(model=q3, rollouts="template", control=True, **common))
+        record("qwen3", RLConfig(model=q3, rollouts="template", **common))
+        record("qwen2.5", RLConfig(model=q25, rollouts="template", **common))
+        record("qwen3 sampled", RLConfig(model=q3, rollouts="sample", max_new_tokens=48, **{**common, "steps": 1}))
     warm = dict(
         device=device,
-        warmup=40 if tiny else 1500,
+        warmup=int(flags.get("warmup-steps", 40 if tiny else 1500)),
         warmup_lr=3e-3,
         hidden=32 if tiny else 256,
         layers=2 if tiny else 4,
         steps=2,
         groups=2,
         group_size=4,
-        scenarios=("single_call", "two_calls", "system_single_call", "followup_user"),
+        scenarios=tuple(
+            flags.get("warmup-scenarios", "single_call,two_calls,system_single_call,followup_user").split(",")
+        ),
     )
-    for seed in (0,) if tiny else (0, 1):
+    for seed in [int(x) for x in flags.get("seeds", "0" if tiny else "0,1").split(",")]:
         record(f"warm-up stand-in seed {seed}", RLConfig(model=q3, seed=seed, **warm))
     print(f"wrote {out}")
 
