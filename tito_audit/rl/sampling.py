@@ -197,7 +197,15 @@ def sample_episode(
         env = messages[idx + 1 : nxt]
         if env:
             try:
-                traj.append_messages(env)
+                try:
+                    traj.append_messages(env)
+                except RenderError:
+                    # The template cannot render what was parsed (a call it rejects): rollout code keeps the
+                    # turn as plain text, and so do we.
+                    text = r.decode(ids[:-1] if ids and ids[-1] in set(stop_ids) else ids, skip_special_tokens=False)
+                    traj.messages[-1] = {"role": "assistant", "content": text}
+                    facts[-1]["render_error"] = True
+                    traj.append_messages(env)
             except BridgeError as exc:
                 # Code without the prefix check appends anyway; the buffer then holds what it would hold.
                 traj.messages.extend(env)

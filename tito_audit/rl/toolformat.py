@@ -176,10 +176,10 @@ class ToolCallFormat:
 
 
 def _read_args(text: str, i: int, nxt: str) -> tuple[str, Any, int] | None:
-    """Arguments at ``text[i:]``: a JSON value, else a Python literal up to the next literal piece."""
+    """Arguments at ``text[i:]``: a JSON object, else a Python dict literal up to the next literal piece."""
     try:
         obj, end = json.JSONDecoder().raw_decode(text, i)
-        return text[i:end], obj, end
+        return (text[i:end], obj, end) if isinstance(obj, dict) else None
     except json.JSONDecodeError:
         pass
     if not nxt:
@@ -188,9 +188,10 @@ def _read_args(text: str, i: int, nxt: str) -> tuple[str, Any, int] | None:
     if end <= i:
         return None
     try:
-        return text[i:end], ast.literal_eval(text[i:end]), end
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        obj = ast.literal_eval(text[i:end])
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
+    return (text[i:end], obj, end) if isinstance(obj, dict) else None  # arguments are an object
 
 
 def _stop_texts(renderer: Renderer, stop_ids: Sequence[int]) -> list[str]:
