@@ -206,7 +206,13 @@ def _turn_text(renderer: Renderer, message: Message, stops: Sequence[str], follo
             full = renderer.render([_USER, message, *after], tools=_PROBE_TOOLS)
         except RenderError:
             continue
-        text = full[common_prefix_len(prompt, full) :]
+        start = common_prefix_len(prompt, full)
+        if start < len(prompt):
+            # The generation prompt is not a prefix of the history render (QwQ's forced "<think>\n"): the
+            # shared characters may end inside a tag ("<t" of "<think>" and "<tool_call>"); back up to the
+            # last line or tag end.
+            start = max(full.rfind("\n", 0, start), full.rfind(">", 0, start)) + 1
+        text = full[start:]
         hits = [text.find(s) for s in stops if s in text]
         return text[: min(hits)] if hits else text
     return None
