@@ -175,11 +175,22 @@ class ToolCallFormat:
         return msg
 
 
+def _object_string(obj: Any) -> bool:
+    """A JSON string holding a JSON object: string arguments as a template writes them (Qwen's ``tojson``)."""
+    if not isinstance(obj, str):
+        return False
+    try:
+        return isinstance(json.loads(obj), dict)
+    except json.JSONDecodeError:
+        return False
+
+
 def _read_args(text: str, i: int, nxt: str) -> tuple[str, Any, int] | None:
-    """Arguments at ``text[i:]``: a JSON object, else a Python dict literal up to the next literal piece."""
+    """Arguments at ``text[i:]``: a JSON object (or a JSON string holding one), else a Python dict literal up to
+    the next literal piece."""
     try:
         obj, end = json.JSONDecoder().raw_decode(text, i)
-        return (text[i:end], obj, end) if isinstance(obj, dict) else None
+        return (text[i:end], obj, end) if isinstance(obj, dict) or _object_string(obj) else None
     except json.JSONDecodeError:
         pass
     if not nxt:
