@@ -261,6 +261,8 @@ def run_rl(
     settings = GenerationSettings.parse(cfg.generation_kwargs, cfg.max_new_tokens)
     setup["sampling"] = asdict(settings) | {"pure": settings.pure} if sampled else "template (simulated rollouts)"
     gates = QualityGates(warm["loss_final"] if warm else None) if sampled else None
+    if not sampled:
+        setup["probability_diagnostics"] = dg.MEANINGLESS if not trained_policy else dg.NOT_SAMPLED
 
     ref = clone_frozen(policy)
     shadow = clone_frozen(policy) if cfg.shadow else None
@@ -324,6 +326,10 @@ def run_rl(
 
         per_seq, dlogps = dg.align_batch(eps, g_b.tokens, r_tokens)
         rec["alignment"] = dg.batch_alignment(per_seq)
+        if not sampled:  # sampled turns report canonical_turn_fraction instead
+            rec["alignment"]["noncanonical_rate"] = sum(e.noncanonical_tokens for e in eps) / max(
+                1, sum(e.sampled_tokens for e in eps)
+            )
         rec["tool_calls"] = dg.parse_rate(eps)
         if sampled:
             turns = [c for e in eps for c in e.canonical_turns]
@@ -344,6 +350,7 @@ def run_rl(
             if step == 0 and gates is not None:
                 gates.measure(rec)
                 setup["quality_gates"] = gates.to_dict()
+                setup["probability_diagnostics"] = "computed" if gates.passed else f"withheld: {gates.failed_line()}"
                 if not gates.passed:
                     log(f"probability diagnostics withheld: {gates.failed_line()}")
             if gates is not None and gates.passed:
