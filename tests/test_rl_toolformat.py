@@ -61,3 +61,19 @@ def test_qwen3_reasoning_and_content_come_back_apart(loaded):
     assert got["reasoning_content"] == "hmm" and got["content"] == ""
     assert got["tool_calls"][0]["id"] == "call00001"
     assert fmt.parse("<think>\n\n</think>\n\nIt is sunny.")["content"] == "It is sunny."
+
+
+@pytest.mark.parametrize("repo", SHARED_MODELS)
+def test_rl_runs_on_every_shared_model_with_per_turn_token_facts(repo):
+    from conftest import snapshot
+
+    from tito_audit.rl import RLConfig, run_rl
+
+    res = run_rl(RLConfig(model=str(snapshot(repo)), steps=1, groups=1, group_size=2))
+    facts = res.setup["token_facts"]
+    assert facts["scenarios"] >= 30 and facts["turns"] > facts["sequences"]
+    assert res.summary["tool_call_parse_rate"] in (1.0, None)
+    rows = res.steps[0]["worst_sequences"][0]["turns"]
+    assert rows and all("mismatched_trained" in t for t in rows)
+    # Corrupted exactly when the played batch holds a sequence R changes.
+    assert res.summary["corrupted"] == (res.steps[0]["alignment"]["sequences_affected"] > 0)
