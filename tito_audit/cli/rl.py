@@ -24,21 +24,55 @@ def _fmt(x: Any, spec: str = ".6f") -> str:
 def _print_summary(result: Any) -> None:
     from rich.console import Console
 
-    con = Console(soft_wrap=True)  # one line per step, also in CI logs
+    con = Console(soft_wrap=True)  # one line per item, also in CI logs
     s, setup = result.summary, result.setup
     con.print(
         f"[bold]{result.config['model']}[/]  policy: {setup['policy']}  vocab: {setup['vocab']} "
-        f"({setup['model_vocab']:,} ids)  device: {setup['device']}"
+        f"({setup['model_vocab']:,} ids)  device: {setup['device']}  threads: {setup['torch_threads']}"
     )
+    facts = setup.get("sampled_token_facts") or setup["token_facts"]
+    where = "sampled episodes" if "sampled_token_facts" in setup else "every scenario, template as the model"
+    rate = s["tool_call_parse_rate"]
+    con.print(
+        f"token facts ({where}; model-free, exact): {facts['scenarios_affected']}/{facts['scenarios']} scenarios, "
+        f"{facts['sequences_affected']}/{facts['sequences']} sequences, {facts['turns_affected']}/{facts['turns']} "
+        f"turns affected; {facts['mismatched_trained']} of {facts['b_trained']} trained tokens without partner; "
+        f"flips: sampled dropped {facts['flip_sampled_dropped']}, template trained {facts['flip_template_trained']}; "
+        f"shape mismatches {facts['shape_mismatch_sequences']}; R tool-call parse rate "
+        + ("n/a (no call the template can show)" if rate is None else f"{rate:.0%}"),
+        highlight=False,
+    )
+    affected = sorted(
+        ((n, r) for n, r in facts["by_scenario"].items() if r["sequences_affected"]),
+        key=lambda nr: -nr[1]["mismatched_trained"] - nr[1]["flip_sampled_dropped"] - nr[1]["flip_template_trained"],
+    )
+    for name, row in affected[:6]:
+        if row["sequences_affected"]:
+            con.print(
+                f"    {name}: {row['mismatched_trained']} tokens without partner, dropped "
+                f"{row['flip_sampled_dropped']}, template-trained {row['flip_template_trained']} "
+                f"({row['turns_affected']}/{row['turns']} turns)",
+                highlight=False,
+            )
+    if len(affected) > 6:
+        con.print(f"    ... and {len(affected) - 6} more affected scenarios (metrics.json: token_facts)")
+    gates = setup.get("quality_gates")
+    if gates:
+        m = gates["measured"]
+        con.print(
+            "quality gates "
+            + ("[green]passed[/]" if gates["passed"] else "[red]failed[/]: " + "; ".join(gates["failed"]))
+            + f" (SFT loss {_fmt(m['sft_loss_final'], '.3f')}, canonical turns "
+            f"{_fmt(m['canonical_turn_fraction'], '.0%')}, parse rate {_fmt(m['tool_call_parse_rate'], '.0%')}, "
+            f"p<0.5 {_fmt(m['p_below_0.5_fraction'], '.0%')})"
+        )
     for rec in result.steps:
         g, a, lm = rec["gradient"], rec["alignment"], rec["logp_mismatch"]
         line = (
-            f"step {rec['step']}: cosine {_fmt(g['cosine'])}  rel.error {_fmt(g['rel_error'])}  "
-            f"affected {a['sequences_affected']}/{a['sequences']} seq  mismatched trained "
-            f"{a['mismatched_trained']} ({a['mismatched_fraction']:.1%})  flips: dropped "
-            f"{a['flip_sampled_dropped']}, template-trained {a['flip_template_trained']}  "
-            f"|dlogp| max {_fmt(lm.get('abs_dlogp_max'), '.4f')}  rho [{_fmt(lm.get('rho_min'), '.3f')}, "
-            f"{_fmt(lm.get('rho_max'), '.3f')}]"
+            f"batch {rec['step']}: rel.error {_fmt(g['rel_error'], '.3g')} (noise floor {rec['noise_floor']:.1g}) "
+            f"cosine {_fmt(g['cosine'], '.4f')}  affected {a['sequences_affected']}/{a['sequences']} seq, "
+            f"{a['turns_affected']}/{a['turns']} turns  |dlogp| max {_fmt(lm.get('abs_dlogp_max'), '.4f')}  "
+            f"rho [{_fmt(lm.get('rho_min'), '.3f')}, {_fmt(lm.get('rho_max'), '.3f')}]"
         )
         if "shadow_drift" in rec:
             line += f"  drift {_fmt(rec['shadow_drift'], '.4f')}"
@@ -46,36 +80,46 @@ def _print_summary(result: Any) -> None:
         if "kl" in rec:
             kl = rec["kl"]
             con.print(
-                f"    KL token mean k1 {kl['k1_token_mean']:+.3e} k2 {kl['k2_token_mean']:.3e} "
-                f"k3 {kl['k3_token_mean']:.3e}",
+                "    KL token mean ± SE: "
+                + "  ".join(f"{k} {kl[k + '_mean']:+.2e} ± {kl[k + '_se']:.1e}" for k in ("k1", "k2", "k3", "exact")),
                 highlight=False,
             )
             if kl.get("warning"):
                 con.print(f"    [yellow]warning:[/] {kl['warning']}")
-            lp = rec["low_prob"]
-            if "share" in lp:
-                con.print(
-                    "    gradient share per p quartile (low->high): "
-                    + " ".join(f"{x:.1%}" for x in lp["share"])
-                    + "  reweighted: "
-                    + " ".join(f"{x:.1%}" for x in lp["share_advantage_reweighted"])
-                    + f"  Lopti p<{lp['lopti_eta']}: {lp['lopti_low_fraction']:.0%} of tokens, "
-                    f"{lp['lopti_low_grad_share']:.0%} of gradient",
-                    highlight=False,
+        lp = rec.get("low_prob", {})
+        if "grad_norm_low" in lp:
+            ar = lp["advantage_reweighted"]
+            text = (
+                f"    p<{lp['eta']}: {lp['low_fraction']:.0%} of tokens, gradient norm {lp['grad_norm_low']:.3g} vs "
+                f"{lp['grad_norm_high']:.3g} for p>={lp['eta']}; AR(alpha={lp['alpha']}) cosine to plain "
+                f"{_fmt(ar['cosine'], '.3f')}"
+            )
+            if "lopti" in lp:
+                lo = lp["lopti"]
+                text += (
+                    f"; Lopti vs joint update cosine {_fmt(lo['update_vs_joint']['cosine'], '.3f')}, high-p "
+                    f"dlogp {lo['high_mean_dlogp_lopti']:+.2e} vs {lo['high_mean_dlogp_joint']:+.2e}"
                 )
-            crit = rec["critical"]
-            low = ", ".join(f"{r['text']!r} dJ={r['dJ']:+.3f}" for r in crit["lowest"][:4])
-            con.print(f"    critical tokens (lowest dJ): {low}", highlight=False)
+            con.print(text, highlight=False)
+        if "critical" in rec:
+            c, mo = rec["critical"], rec["mismatch_on"]
+            con.print(
+                f"    critical tokens: {c['critical']}/{c['tested_positions']} tested positions flip the outcome "
+                f"(certainty J {_fmt(c['J_mean_critical'], '.3f')} vs {_fmt(c['J_mean_other'], '.3f')}); "
+                f"R-mistrained B tokens: {mo['mismatched_b_tokens']}, of which p<{mo['eta']}: "
+                f"{mo['low_probability']}, critical: {mo['critical']}/{mo['tested_for_critical']} tested",
+                highlight=False,
+            )
     if result.steps and "probability_diagnostics" in result.steps[0]:
         con.print(f"probability diagnostics: {result.steps[0]['probability_diagnostics']}")
     verdict = (
         "[red]R gradient corrupted[/] (re-tokenization changes what is trained)"
         if s["corrupted"]
-        else "[green]R gradient identical to B[/]"
+        else "[green]R gradient identical to B[/] within the noise floor"
     )
     con.print(
-        f"{verdict}: min cosine {_fmt(s['cosine_min'])}, max rel.error {_fmt(s['rel_error_max'])}, "
-        f"{s['step_seconds_mean']:.2f} s/step"
+        f"{verdict}: max rel.error {_fmt(s['rel_error_max'], '.3g')}, tolerance {s['identical_tolerance']:.1g} "
+        f"(10 x noise floor), min cosine {_fmt(s['cosine_min'], '.4f')}, {s['step_seconds_mean']:.2f} s/step"
     )
     for f in result.files:
         con.print(f"wrote {f}")
@@ -94,16 +138,22 @@ def rl(
     groups: int = typer.Option(2, "--groups", help="GRPO groups per step."),
     group_size: int = typer.Option(4, "--group-size", help="Responses per group."),
     lr: float = typer.Option(1e-3, "--lr"),
+    warmup_lr: float = typer.Option(3e-3, "--warmup-lr"),
     seed: int = typer.Option(0, "--seed"),
     vocab: str = typer.Option(
         "compact", "--vocab", help="compact (ids that occur) or full.", callback=one_of(("compact", "full"))
     ),
-    max_new_tokens: int = typer.Option(48, "--max-new-tokens"),
+    max_new_tokens: int = typer.Option(96, "--max-new-tokens"),
+    hidden: int = typer.Option(64, "--hidden", help="Stand-in model width (no --weights)."),
+    layers: int = typer.Option(2, "--layers", help="Stand-in model depth (no --weights)."),
     include_injection: bool = typer.Option(
         False, "--include-injection", help="Also use scenarios with control-token text in content."
     ),
     scenario: list[str] = typer.Option([], "--scenario", help="Scenario id prefix (repeatable)."),
-    control: bool = typer.Option(False, "--control", help="R := B (cosine must be exactly 1)."),
+    rollouts: str = typer.Option(
+        "auto", "--rollouts", help="auto, sample (the policy samples) or template (the template's own turns)."
+    ),
+    control: bool = typer.Option(False, "--control", help="R := B (must be identical within the noise floor)."),
     out: Path | None = typer.Option(None, "--out", help="Folder for metrics.json and PNG plots."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
@@ -131,12 +181,16 @@ def rl(
         groups=groups,
         group_size=group_size,
         lr=lr,
+        warmup_lr=warmup_lr,
         seed=seed,
         vocab=vocab,
         max_new_tokens=max_new_tokens,
+        hidden=hidden,
+        layers=layers,
         include_injection=include_injection,
         scenarios=tuple(scenario),
         control=control,
+        rollouts=rollouts,
         out_dir=str(out) if out else None,
     )
     try:

@@ -1,20 +1,16 @@
 """Where the two views disagree, and probability diagnostics of the policy.
 
-- alignment: B and R id sequences aligned with difflib; mask flips are split into "sampled token dropped
+- alignment: B and R id sequences aligned turn by turn with difflib; mask flips are split into "sampled token dropped
   from the loss" (B trains it, R does not) and "template or tool token trained on" (R trains what B does not);
 - log-prob mismatch: |delta logp| and the importance ratio rho = exp(logp_R - logp_B) on aligned
   trained tokens;
-- low-probability-token dominance (Yang et al. 2025): the gradient of the surrogate on the logits of token t
-  is A_t * (p - e_y) / N, whose norm is |A_t| * sqrt(sum p^2 - 2 p_y + 1) / N; its share per quartile of p_y,
-  and what Advantage Reweighting and Lopti would change;
-- critical tokens (Vassoyan et al. 2025): certainty J = (log|V| - H(pi_ref)) / log|V| and dJ against the
-  mean of the other tokens of the sequence.
+- token facts per scenario (model-free, exact), the tool-call parse rate, sampler vs trainer log-probs, and
+  whether the tokens R mistrains are low-probability or critical (``probability.py`` measures those).
 """
 
 from __future__ import annotations
 
 import difflib
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,38 +24,106 @@ MEANINGLESS = (
 )
 
 
+NOT_SAMPLED = "not computed with --rollouts template: the episodes are the template's, not the policy's own samples"
+
+
+def _blocks(view: View) -> list[tuple[int, int]]:
+    """Block k runs from the end of turn k-1 to the end of turn k (its context, then its trained span);
+    the last block also takes whatever follows the last turn."""
+    if not view.turns:
+        return [(0, len(view.ids))]
+    ends = [e for _, e in view.turns]
+    starts = [0, *ends[:-1]]
+    blocks = list(zip(starts, ends, strict=True))
+    if blocks:
+        blocks[-1] = (blocks[-1][0], max(blocks[-1][1], len(view.ids)))
+    return blocks or [(0, len(view.ids))]
+
+
 def align(b: View, r: View) -> dict[int, int]:
-    """B position -> R position for tokens in matching blocks."""
-    sm = difflib.SequenceMatcher(None, b.ids, r.ids, autojunk=False)
+    """B position -> R position for tokens in matching blocks, matched turn by turn.
+
+    Turn k of B is matched only against turn k of R (and the context just before each), so that identical
+    repeated turns can never be paired across turns. Falls back to one whole-sequence match when the two
+    views do not have the same number of assistant turns (R could not be rebuilt).
+    """
+    bb, rb = _blocks(b), _blocks(r)
+    if len(bb) != len(rb):
+        bb, rb = [(0, len(b.ids))], [(0, len(r.ids))]
     out: dict[int, int] = {}
-    for blk in sm.get_matching_blocks():
-        for k in range(blk.size):
-            out[blk.a + k] = blk.b + k
+    for (b0, b1), (r0, r1) in zip(bb, rb, strict=True):
+        sm = difflib.SequenceMatcher(None, b.ids[b0:b1], r.ids[r0:r1], autojunk=False)
+        for blk in sm.get_matching_blocks():
+            for k in range(blk.size):
+                out[b0 + blk.a + k] = r0 + blk.b + k
     return out
 
 
+def _turn_of(view: View) -> list[int]:
+    """Block index of every position."""
+    turn = [0] * len(view.ids)
+    for k, (a, e) in enumerate(_blocks(view)):
+        for t in range(a, min(e, len(turn))):
+            turn[t] = k
+    return turn
+
+
 def alignment(b: View, r: View) -> dict[str, Any]:
+    """Per-turn and per-sequence token facts: trained tokens without a partner, mask flips, aligned pairs."""
     amap = align(b, r)
-    b_trained = [t for t, m in enumerate(b.mask) if m]
-    unmatched = [t for t in b_trained if t not in amap]
-    dropped = [t for t in b_trained if t in amap and not r.mask[amap[t]]]
     inv = {v: k for k, v in amap.items()}
-    r_trained = [t for t, m in enumerate(r.mask) if m]
-    trained_on = [t for t in r_trained if t in inv and not b.mask[inv[t]]]
-    r_unmatched = [t for t in r_trained if t not in inv]
+    tb, tr = _turn_of(b), _turn_of(r)
+    n_turns = max(len(_blocks(b)), len(_blocks(r)))
+    turns = [
+        {"b_trained": 0, "r_trained": 0, "b_unmatched": 0, "r_unmatched": 0, "dropped": 0, "template_trained": 0}
+        for _ in range(n_turns)
+    ]
+    pairs: list[tuple[int, int]] = []
+    b_mismatched: list[int] = []
+    for t, m in enumerate(b.mask):
+        if not m:
+            continue
+        row = turns[tb[t]]
+        row["b_trained"] += 1
+        if t not in amap:
+            row["b_unmatched"] += 1
+            b_mismatched.append(t)
+        elif not r.mask[amap[t]]:
+            row["dropped"] += 1
+            b_mismatched.append(t)
+        else:
+            pairs.append((t, amap[t]))
+    for t, m in enumerate(r.mask):
+        if not m:
+            continue
+        row = turns[min(tr[t], n_turns - 1)]
+        row["r_trained"] += 1
+        if t not in inv:
+            row["r_unmatched"] += 1
+        elif not b.mask[inv[t]]:
+            row["template_trained"] += 1
+    for row in turns:
+        row["mismatched_trained"] = row["b_unmatched"] + row["r_unmatched"]
+    tot = {k: sum(row[k] for row in turns) for k in turns[0]} if turns else {}
     return {
         "b_tokens": len(b.ids),
         "r_tokens": len(r.ids),
-        "b_trained": len(b_trained),
-        "r_trained": len(r_trained),
-        "mismatched_trained": len(unmatched) + len(r_unmatched),
-        "b_trained_unmatched": len(unmatched),
-        "r_trained_unmatched": len(r_unmatched),
-        "flip_sampled_dropped": len(dropped),
-        "flip_template_trained": len(trained_on),
+        "b_trained": tot.get("b_trained", 0),
+        "r_trained": tot.get("r_trained", 0),
+        "mismatched_trained": tot.get("mismatched_trained", 0),
+        "b_trained_unmatched": tot.get("b_unmatched", 0),
+        "r_trained_unmatched": tot.get("r_unmatched", 0),
+        "flip_sampled_dropped": tot.get("dropped", 0),
+        "flip_template_trained": tot.get("template_trained", 0),
         "shape_mismatch": len(b.ids) != len(r.ids) or b.n_trained != r.n_trained,
         "identical": b.ids == r.ids and b.mask == r.mask,
-        "pairs": [(t, amap[t]) for t in b_trained if t in amap and r.mask[amap[t]]],
+        "turns": turns,
+        "turns_affected": sum(
+            bool(row["mismatched_trained"] or row["dropped"] or row["template_trained"]) for row in turns
+        ),
+        "pairs": pairs,
+        "pair_turns": [tb[p] for p, _ in pairs],
+        "b_mismatched_positions": b_mismatched,  # B trains them; R has no partner or does not train it
     }
 
 
@@ -69,6 +133,8 @@ def batch_alignment(per_seq: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {
         "sequences": len(per_seq),
         "sequences_affected": sum(not a["identical"] for a in per_seq),
+        "turns": sum(len(a["turns"]) for a in per_seq),
+        "turns_affected": sum(a["turns_affected"] for a in per_seq),
         "mismatched_trained": mism,
         "mismatched_fraction": mism / bt,
         "flip_sampled_dropped": sum(a["flip_sampled_dropped"] for a in per_seq),
@@ -98,82 +164,115 @@ def logp_mismatch(pairs_dlogp: Sequence[torch.Tensor], clip: float) -> dict[str,
     }
 
 
-def logit_grad_norms(p_y: torch.Tensor, sum_p2: torch.Tensor, adv: torch.Tensor) -> torch.Tensor:
-    """|A| * ||p - e_y||_2 per token (the gradient of -A log p_y on the logits)."""
-    return adv.abs() * (sum_p2 - 2 * p_y + 1).clamp_min(0).sqrt()
+def align_batch(
+    eps: Sequence[Any], b_tokens: Sequence[Any], r_tokens: Sequence[Any]
+) -> tuple[list[dict[str, Any]], list[torch.Tensor]]:
+    """Per-sequence alignment facts (with per-turn rows) and logp_R - logp_B on aligned trained tokens."""
+    per_seq: list[dict[str, Any]] = []
+    dlogps: list[torch.Tensor] = []
+    for e, tb, tr in zip(eps, b_tokens, r_tokens, strict=True):
+        a = alignment(e.buffer, e.naive)
+        ib = {p: i for i, p in enumerate(tb.positions)}
+        ir = {p: i for i, p in enumerate(tr.positions)}
+        kept = [
+            (ib[b], ir[r], k)
+            for (b, r), k in zip(a.pop("pairs"), a.pop("pair_turns"), strict=True)
+            if b in ib and r in ir
+        ]
+        d = torch.tensor([float(tr.logp[j] - tb.logp[i]) for i, j, _ in kept], dtype=torch.float64)
+        dlogps.append(d)
+        for k, row in enumerate(a["turns"]):
+            dk = d[[n for n, (_, _, kk) in enumerate(kept) if kk == k]]
+            row["aligned"] = int(dk.numel())
+            row["abs_dlogp_max"] = float(dk.abs().max()) if dk.numel() else 0.0
+            row["rho_min"] = float(dk.exp().min()) if dk.numel() else 1.0
+            row["rho_max"] = float(dk.exp().max()) if dk.numel() else 1.0
+        a["scenario"] = e.scenario_id
+        a["dlogp_seq_sum"] = float(d.sum())
+        per_seq.append(a)
+    return per_seq, dlogps
 
 
-def quartile_shares(
-    p_y: torch.Tensor, sum_p2: torch.Tensor, adv: torch.Tensor, alpha: float = 0.3, eta: float = 0.5
-) -> dict[str, Any]:
-    """Gradient-norm share per p_y quartile, with Advantage Reweighting and Lopti's split."""
-    if p_y.numel() < 4:
-        return {"tokens": int(p_y.numel())}
-    p_y, sum_p2, adv = p_y.double(), sum_p2.double(), adv.double()
-    edges = torch.quantile(p_y, torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64))
-    q = torch.bucketize(p_y, edges, right=True)
-    g = logit_grad_norms(p_y, sum_p2, adv)
-    g_rw = logit_grad_norms(p_y, sum_p2, (alpha * p_y + (1 - alpha)) * adv)
-
-    def shares(x: torch.Tensor) -> list[float]:
-        tot = float(x.sum()) or 1.0
-        return [float(x[q == k].sum()) / tot for k in range(4)]
-
-    low = p_y < eta
-    tot = float(g.sum()) or 1.0
+def token_facts(episodes: Sequence[Any]) -> dict[str, Any]:
+    """Model-free, exact: per scenario, what the R view changes in the trained tokens (summed over episodes)."""
+    rows: dict[str, dict[str, int]] = {}
+    for e in episodes:
+        a = alignment(e.buffer, e.naive)
+        row = rows.setdefault(
+            e.scenario_id,
+            {
+                "sequences": 0,
+                "sequences_affected": 0,
+                "turns": 0,
+                "turns_affected": 0,
+                "b_trained": 0,
+                "mismatched_trained": 0,
+                "flip_sampled_dropped": 0,
+                "flip_template_trained": 0,
+                "shape_mismatch_sequences": 0,
+                "naive_crashes": 0,
+            },
+        )
+        row["sequences"] += 1
+        row["sequences_affected"] += int(not a["identical"])
+        row["turns"] += len(a["turns"])
+        row["turns_affected"] += a["turns_affected"]
+        row["b_trained"] += a["b_trained"]
+        row["mismatched_trained"] += a["mismatched_trained"]
+        row["flip_sampled_dropped"] += a["flip_sampled_dropped"]
+        row["flip_template_trained"] += a["flip_template_trained"]
+        row["shape_mismatch_sequences"] += int(a["shape_mismatch"])
+        row["naive_crashes"] += int(e.naive_error is not None)
+    totals = {k: sum(r[k] for r in rows.values()) for k in next(iter(rows.values()), {})}
     return {
-        "tokens": int(p_y.numel()),
-        "quartile_upper_p": [float(e) for e in edges] + [float(p_y.max())],
-        "quartile_mean_grad_norm": [float(g[q == k].mean()) if bool((q == k).any()) else 0.0 for k in range(4)],
-        "share": shares(g),
-        "share_advantage_reweighted": shares(g_rw),
-        "alpha": alpha,
-        "lopti_eta": eta,
-        "lopti_low_fraction": float(low.double().mean()),
-        "lopti_low_grad_share": float(g[low].sum()) / tot,
+        **totals,
+        "scenarios": len(rows),
+        "scenarios_affected": sum(r["sequences_affected"] > 0 for r in rows.values()),
+        "by_scenario": rows,
     }
 
 
-def critical_tokens(
-    entropies: Sequence[torch.Tensor],
-    vocab_size: int,
-    texts: Sequence[Sequence[str]],
-    beta: float,
-    top: int = 8,
+def parse_rate(eps: Sequence[Any]) -> dict[str, Any]:
+    """Sampled turns with calls the template can show, and how many R parsed back to the expected calls."""
+    facts = [f for e in eps for f in e.parses if f["calls_ok"] is not None]
+    ok = sum(bool(f["calls_ok"]) for f in facts)
+    return {"turns_expected": len(facts), "turns_parsed": ok, "rate": ok / len(facts) if facts else None}
+
+
+def sampler_vs_trainer(eps: Sequence[Any], b_tokens: Sequence[Any], clip: float) -> dict[str, Any]:
+    """Sampler log p (bf16 autocast on GPU) against the trainer's recompute on the same tokens."""
+    diffs = [
+        torch.tensor(
+            [
+                float(b.logp[i]) - float(e.rollout_logprobs[p])
+                for i, p in enumerate(b.positions)
+                if e.rollout_logprobs[p] is not None
+            ],
+            dtype=torch.float64,
+        )
+        for e, b in zip(eps, b_tokens, strict=True)
+    ]
+    return logp_mismatch(diffs, clip)
+
+
+def mismatch_on(
+    per_seq: Sequence[dict[str, Any]], stats: Sequence[Any], eta: float, tested: Sequence[tuple[int, int, bool]]
 ) -> dict[str, Any]:
-    """Certainty J under the reference, dJ against the sequence mean of the other tokens, lowest dJ listed."""
-    hmax = math.log(vocab_size)
-    rows: list[dict[str, Any]] = []
-    all_dj: list[float] = []
-    per_seq_j: list[list[float]] = []
-    for s, (ent, txt) in enumerate(zip(entropies, texts, strict=True)):
-        j = (hmax - ent.double()) / hmax
-        per_seq_j.append([float(x) for x in j])
-        n = j.numel()
-        if n < 2:
-            continue
-        others = (j.sum() - j) / (n - 1)
-        dj = j - others
-        all_dj.extend(float(x) for x in dj)
-        for t in range(n):
-            rows.append(
-                {
-                    "seq": s,
-                    "index": t,
-                    "text": txt[t],
-                    "J": float(j[t]),
-                    "dJ": float(dj[t]),
-                    "weight": float(j[t]) ** beta,
-                }
-            )
-    rows.sort(key=lambda r: r["dJ"])
-    mean_w = sum(r["weight"] for r in rows) / len(rows) if rows else 0.0
+    """How many B tokens that R mistrains are low-probability (p < eta) or critical (among the tested ones)."""
+    low = total = 0
+    for a, st in zip(per_seq, stats, strict=True):
+        idx = {p: i for i, p in enumerate(st.positions)}
+        for t in a["b_mismatched_positions"]:
+            if t in idx:
+                total += 1
+                low += int(float(st.logp[idx[t]].exp()) < eta)
+    crit = {(n, t): c for n, t, c in tested}
+    mism = {(n, t) for n, a in enumerate(per_seq) for t in a["b_mismatched_positions"]}
+    tested_m = [crit[k] for k in mism if k in crit]
     return {
-        "tokens": len(rows),
-        "beta": beta,
-        "dJ_mean": sum(all_dj) / len(all_dj) if all_dj else 0.0,
-        "dJ_min": min(all_dj) if all_dj else 0.0,
-        "mean_weight": mean_w,
-        "lowest": rows[:top],
-        "J": per_seq_j,
+        "mismatched_b_tokens": total,
+        "low_probability": low,
+        "eta": eta,
+        "tested_for_critical": len(tested_m),
+        "critical": sum(tested_m),
     }

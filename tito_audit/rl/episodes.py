@@ -10,11 +10,12 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tito_audit.rendering.renderer import Renderer, RenderError
+from tito_audit.rl.toolformat import ToolCallFormat
 from tito_audit.rollout.simulate import simulate
 from tito_audit.scenarios.spec import Scenario
 
@@ -23,12 +24,35 @@ Message = dict[str, Any]
 
 @dataclass
 class View:
+    """Ids, loss mask and where each assistant turn's trained span lies (``turns[k]`` is turn k).
+
+    Without explicit ``turns`` the runs of the mask are the turns (true of a buffer: sampled ids are
+    contiguous and every turn is followed by untrained ids).
+    """
+
     ids: list[int]
     mask: list[int]
+    turns: list[tuple[int, int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.turns:
+            self.turns = mask_runs(self.mask)
 
     @property
     def n_trained(self) -> int:
         return sum(self.mask)
+
+
+def mask_runs(mask: Sequence[int]) -> list[tuple[int, int]]:
+    runs: list[tuple[int, int]] = []
+    start = None
+    for i, m in enumerate([*mask, 0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            runs.append((start, i))
+            start = None
+    return runs
 
 
 @dataclass
@@ -45,6 +69,46 @@ class Episode:
     noncanonical_tokens: int = 0  # sampled tokens emitted as a non-canonical split
     sampled_tokens: int = 0
     naive_error: str | None = None  # naive code could not even rebuild the conversation
+    parses: list[dict[str, Any]] = field(default_factory=list)  # per assistant turn: calls expected / parsed
+    canonical_turns: list[bool] = field(default_factory=list)  # per turn: encode(decode(ids)) == ids
+
+
+def _call_names(message: Message) -> list[str]:
+    return [c.get("function", c).get("name", "") for c in message.get("tool_calls") or []]
+
+
+def parse_turn(
+    renderer: Renderer, fmt: ToolCallFormat, ids: Sequence[int], stop_ids: Sequence[int], expected: Message
+) -> tuple[Message, dict[str, Any], bool]:
+    """What naive rollout code rebuilds from one sampled turn: decode (stop token off), parse with the format
+    learnt from the template. Returns the message, the parse facts and whether the ids are canonical."""
+    body = list(ids[:-1]) if ids and ids[-1] in set(stop_ids) else list(ids)
+    text = renderer.decode(body, skip_special_tokens=False)
+    want = _call_names(expected)
+    got = fmt.parse(text, [c.get("id", "") for c in expected.get("tool_calls") or []])
+    fact = {
+        "calls_expected": len(want),
+        "calls_parsed": len(got.get("tool_calls") or []),
+        # None: nothing to parse (no call expected, or the template cannot show this many calls in a turn)
+        "calls_ok": (_call_names(got) == want) if want and fmt.can_show(len(want)) else None,
+    }
+    return got, fact, renderer.encode(text) == body
+
+
+class FormatCache:
+    """One learnt format per template mode (kwargs such as enable_thinking change what a turn looks like)."""
+
+    def __init__(self, stop_ids: Sequence[int]) -> None:
+        self.stop_ids = tuple(stop_ids)
+        self._by_mode: dict[str, ToolCallFormat] = {}
+
+    def __call__(self, renderer: Renderer) -> ToolCallFormat:
+        from tito_audit.rl.toolformat import learn_format
+
+        key = repr(sorted(renderer.template_kwargs.items()))
+        if key not in self._by_mode:
+            self._by_mode[key] = learn_format(renderer, self.stop_ids)
+        return self._by_mode[key]
 
 
 def naive_view(renderer: Renderer, messages: Sequence[Message], tools: Any, stop_ids: Sequence[int]) -> View:
@@ -53,6 +117,7 @@ def naive_view(renderer: Renderer, messages: Sequence[Message], tools: Any, stop
     msgs = list(messages)
     ids = renderer.encode(renderer.render(msgs, tools=tools))
     mask = [0] * len(ids)
+    turns: list[tuple[int, int]] = []
     last_end = 0
     for i, m in enumerate(msgs):
         if m["role"] != "assistant":
@@ -61,11 +126,12 @@ def naive_view(renderer: Renderer, messages: Sequence[Message], tools: Any, stop
         end = next((j + 1 for j in range(start, len(ids)) if ids[j] in stops), len(ids))
         for j in range(start, end):
             mask[j] = 1
+        turns.append((min(start, len(ids)), max(min(start, len(ids)), end)))
         last_end = max(last_end, end)
     if msgs and msgs[-1]["role"] == "assistant" and 0 < last_end < len(ids):
         # The template renders text after the final stop token (Qwen's "\n"); no sampler emits it.
         ids, mask = ids[:last_end], mask[:last_end]
-    return View(ids, mask)
+    return View(ids, mask, turns)
 
 
 def noncanonical_split(tokenizer: Any, token_id: int) -> list[int] | None:
@@ -113,12 +179,14 @@ def canonical_episodes(
     stop_ids: Sequence[int],
     noncanonical_rate: float = 0.0,
     seed: int = 0,
+    format_for: Callable[[Renderer], ToolCallFormat] | None = None,
 ) -> tuple[list[Episode], list[str]]:
     """Episodes whose sampled ids are the template's own tokenization (the audit's simulator).
 
     Returns the episodes and the ids of scenarios the template cannot render.
     """
     rng = random.Random(seed)
+    format_for = format_for or FormatCache(stop_ids)
     episodes: list[Episode] = []
     skipped: list[str] = []
     for sc in scenarios:
@@ -131,8 +199,16 @@ def canonical_episodes(
         buffer = View(list(traj.input_ids), list(traj.loss_mask))
         lps: list[float | None] = list(traj.logprobs)
         buffer, lps, nc = apply_noncanonical(renderer.tokenizer, buffer, lps, noncanonical_rate, rng)
+        # R: decode each turn B sampled, parse it with the template's own format, re-render, re-encode.
+        parsed = list(sim.messages)
+        facts = []
+        spans = buffer.turns if len(buffer.turns) == len(sim.turns) else []
+        for (a, e), turn in zip(spans, sim.turns, strict=False):
+            msg, fact, _ = parse_turn(r, format_for(r), buffer.ids[a:e], stop_ids, sim.messages[turn.index])
+            parsed[turn.index] = msg
+            facts.append(fact)
         try:
-            naive = naive_view(r, sim.messages, list(sc.tools), stop_ids)
+            naive = naive_view(r, parsed, list(sc.tools), stop_ids)
             err = None
         except RenderError as exc:
             naive, err = View([], []), f"{exc.kind}: {exc.message}"
@@ -146,6 +222,7 @@ def canonical_episodes(
                 noncanonical_tokens=nc,
                 sampled_tokens=buffer.n_trained,
                 naive_error=err,
+                parses=facts,
             )
         )
     return episodes, skipped

@@ -1,8 +1,9 @@
 """The policy: a small randomly initialised causal LM on the model's real tokenizer, or real weights.
 
-The small model may use a compacted vocabulary (only the ids that occur in the episodes): logits over the
-other ids never enter the comparison of the two views, so the B/R gradient comparison is unchanged in kind,
-and a step costs far less. ``VocabMap`` translates between tokenizer ids and model ids.
+The small model may use a compacted vocabulary (only the ids that occur in the episodes, plus one shared row for
+any other id): a step costs far less. It is a different stand-in model from the full-vocabulary one (another
+softmax, other random rows), so its gradient figures differ too; only the token facts (which tokens differ,
+mask flips) are the same under both. ``VocabMap`` translates between tokenizer ids and model ids.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ class VocabMap:
 
     model_to_tok: list[int] | None  # None = identity
     size: int
+    valid: int | None = None  # model ids >= valid are padding rows (never sampled)
 
     @classmethod
-    def full(cls, size: int) -> VocabMap:
-        return cls(None, size)
+    def full(cls, size: int, valid: int | None = None) -> VocabMap:
+        return cls(None, size, valid if valid is not None and valid < size else None)
 
     @classmethod
     def compact(cls, used: Iterable[int]) -> VocabMap:
@@ -120,11 +122,12 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def load_weights(path_or_repo: str, device: torch.device) -> tuple[Any, VocabMap]:
+def load_weights(path_or_repo: str, device: torch.device, tokenizer_size: int) -> tuple[Any, VocabMap]:
     """A real causal LM (local folder or Hub id), fp32 master weights for the gradient.
 
     On CUDA, sampling runs under bf16 autocast and the gradient is recomputed in fp32 (see ``sampling``).
-    A folder written by ``--save-policy`` carries its vocabulary map.
+    A folder written by ``--save-policy`` carries its vocabulary map. The weights must cover every id of the
+    tokenizer; rows past ``len(tokenizer)`` (padding to a multiple of 64 or 128) are never sampled.
     """
     from transformers import AutoModelForCausalLM
 
@@ -139,9 +142,19 @@ def load_weights(path_or_repo: str, device: torch.device) -> tuple[Any, VocabMap
     vmap_file = folder / VOCAB_MAP_FILE
     if folder.is_dir() and vmap_file.is_file():
         ids = json.loads(vmap_file.read_text())["model_to_tok"]
-        vmap = VocabMap(ids, len(ids)) if ids is not None else VocabMap.full(model.config.vocab_size)
+        vmap = (
+            VocabMap(ids, len(ids)) if ids is not None else VocabMap.full(model.config.vocab_size, valid=tokenizer_size)
+        )
     else:
-        vmap = VocabMap.full(model.get_input_embeddings().weight.shape[0])
+        rows = model.get_input_embeddings().weight.shape[0]
+        out_rows = model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None else rows
+        if min(rows, out_rows) < tokenizer_size:
+            raise UsageError(
+                path_or_repo,
+                f"the weights have {min(rows, out_rows):,} vocabulary rows but the tokenizer has {tokenizer_size:,} "
+                "ids: these weights do not belong to this tokenizer",
+            )
+        vmap = VocabMap.full(rows, valid=tokenizer_size)
     return model.to(device), vmap
 
 
@@ -156,13 +169,29 @@ def save_policy(model: Any, vmap: VocabMap, tokenizer: Any, chat_template: str, 
     return out
 
 
-def clone_frozen(model: Any, dtype: torch.dtype | None = None) -> Any:
+def clone_frozen(model: Any) -> Any:
+    """A frozen copy at the policy's own precision (a bf16 reference against an fp32 policy makes the step-0
+    KL rounding noise)."""
     import copy
 
     ref = copy.deepcopy(model)
-    if dtype is not None:
-        ref = ref.to(dtype)
     ref.eval()
     for p in ref.parameters():
         p.requires_grad_(False)
     return ref
+
+
+def cap_threads(device: torch.device, parameters: int) -> int:
+    """Torch CPU threads for this run: one for the small stand-in (its matrices are too small to split, and on
+    a busy 2-core machine a step took 1.9-5.2 s with the default threads against 0.17 s with one), otherwise
+    the cores this process may use. ``OMP_NUM_THREADS`` wins when set."""
+    import os
+
+    if os.environ.get("OMP_NUM_THREADS"):
+        n = max(1, int(os.environ["OMP_NUM_THREADS"]))
+    elif device.type == "cpu" and parameters < 50_000_000:
+        n = 1
+    else:
+        n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    torch.set_num_threads(n)
+    return n

@@ -1,6 +1,7 @@
 """Real rollouts from the policy: pure sampling by default, the trajectory kept as a token buffer.
 
-Pure sampling means temperature 1, top_k=0 (off), top_p=1, no min_new_tokens. ``--generation-kwargs`` lets a
+Pure sampling means temperature 1, top_k=0 (off), top_p=1, no min_new_tokens / min_length.
+``--generation-kwargs`` lets a
 user reproduce their own settings; anything else makes samples that the policy rates lower than plain
 sampling would, which is what turns the k1 KL estimator negative. On CUDA, sampling runs under bf16 autocast
 (as an inference engine would) while the gradient is recomputed in fp32.
@@ -10,8 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,8 +19,9 @@ import torch
 
 from tito_audit.errors import UsageError
 from tito_audit.rendering.renderer import Renderer, RenderError
-from tito_audit.rl.episodes import Episode, View, naive_view
+from tito_audit.rl.episodes import Episode, View, naive_view, parse_turn
 from tito_audit.rl.model import VocabMap
+from tito_audit.rl.toolformat import ToolCallFormat
 from tito_audit.rollout.bridge import BridgeError
 from tito_audit.rollout.buffer import Trajectory
 from tito_audit.scenarios.spec import Scenario
@@ -34,11 +35,22 @@ class GenerationSettings:
     top_k: int = 0
     top_p: float = 1.0
     min_new_tokens: int = 0
-    max_new_tokens: int = 48
+    max_new_tokens: int = 96
+    min_length: int = 0  # transformers' min_length counts the prompt too
 
     @property
     def pure(self) -> bool:
-        return self.temperature == 1.0 and self.top_k == 0 and self.top_p >= 1.0 and self.min_new_tokens == 0
+        return (
+            self.temperature == 1.0
+            and self.top_k == 0
+            and self.top_p >= 1.0
+            and self.min_new_tokens == 0
+            and self.min_length == 0
+        )
+
+    def min_new(self, prompt_len: int) -> int:
+        """Stop tokens are suppressed for this many new tokens (min_length minus the prompt, as transformers)."""
+        return max(self.min_new_tokens, self.min_length - prompt_len)
 
     @classmethod
     def parse(cls, text: str | None, max_new_tokens: int) -> GenerationSettings:
@@ -69,8 +81,9 @@ class GenerationSettings:
                 float(raw.get("temperature", 1.0)),
                 int(raw.get("top_k", 0) or 0),
                 float(raw.get("top_p", 1.0)),
-                int(raw.get("min_new_tokens", raw.get("min_length", 0)) or 0),
+                int(raw.get("min_new_tokens", 0) or 0),
                 int(raw.get("max_new_tokens", max_new_tokens)),
+                int(raw.get("min_length", 0) or 0),
             )
         except (TypeError, ValueError) as exc:
             raise UsageError("rl", f"--generation-kwargs: {exc}") from exc
@@ -82,9 +95,11 @@ class GenerationSettings:
         return s
 
 
-def _process(logits: torch.Tensor, s: GenerationSettings, step: int, stop_model_ids: list[int]) -> torch.Tensor:
+def _process(
+    logits: torch.Tensor, s: GenerationSettings, step: int, stop_model_ids: list[int], min_new: int
+) -> torch.Tensor:
     x = logits / s.temperature
-    if step < s.min_new_tokens and stop_model_ids:
+    if step < min_new and stop_model_ids:
         x[stop_model_ids] = float("-inf")
     if s.top_k > 0 and s.top_k < x.numel():
         kth = torch.topk(x, s.top_k).values[-1]
@@ -124,8 +139,10 @@ def sample_completion(
             res = model(input_ids=ids, past_key_values=past, use_cache=True)
             past = res.past_key_values
             logits = res.logits[0, -1].float()
+            if vmap.valid is not None:
+                logits[vmap.valid :] = float("-inf")  # padded embedding rows are no tokens
             logp = torch.log_softmax(logits, -1)
-            processed = _process(logits, settings, step, stops_model)
+            processed = _process(logits, settings, step, stops_model, settings.min_new(len(prompt)))
             if vmap.unk is not None:
                 processed[vmap.unk] = float("-inf")
             probs = processed.softmax(-1)
@@ -136,35 +153,6 @@ def sample_completion(
                 break
             ids = torch.tensor([[tok]], device=device)
     return vmap.to_tok(out_ids), out_lp
-
-
-_THINK = re.compile(r"^\s*<think>(.*?)</think>\s*", re.S)
-_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
-
-
-def parse_assistant(text: str, call_ids: Sequence[str] = ()) -> Message:
-    """Hermes/Qwen-style parse: a leading <think> block, then <tool_call>{json}</tool_call> blocks."""
-    msg: Message = {"role": "assistant", "content": ""}
-    m = _THINK.match(text)
-    if m:
-        msg["reasoning_content"] = m.group(1).strip()
-        text = text[m.end() :]
-    calls: list[dict[str, Any]] = []
-    rest = text
-    for hit in _CALL.finditer(text):
-        try:
-            obj = json.loads(hit.group(1))
-            name, args = obj["name"], obj.get("arguments", {})
-        except (json.JSONDecodeError, KeyError, TypeError):
-            continue
-        n = len(calls)
-        cid = call_ids[n] if n < len(call_ids) else f"call{n + 1:05d}"
-        calls.append({"id": cid, "type": "function", "function": {"name": str(name), "arguments": args}})
-        rest = rest.replace(hit.group(0), "", 1)
-    msg["content"] = rest.strip()
-    if calls:
-        msg["tool_calls"] = calls
-    return msg
 
 
 def _names(m: Message) -> list[str]:
@@ -187,6 +175,7 @@ def sample_episode(
     stop_ids: Sequence[int],
     settings: GenerationSettings,
     generator: torch.Generator,
+    format_for: Callable[[Renderer], ToolCallFormat],
 ) -> Episode:
     """Play ``messages``' assistant turns with the policy; environment messages come from the scenario."""
     r = renderer.with_kwargs(**scenario.kwargs) if scenario.kwargs else renderer
@@ -195,22 +184,28 @@ def sample_episode(
     assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     traj.start(messages[: assistants[0]])
     score = 0.0
-    nc = 0
+    facts: list[dict[str, Any]] = []
+    canonical: list[bool] = []
     for n, idx in enumerate(assistants):
         ids, lps = sample_completion(model, vmap, traj.input_ids, stop_ids, settings, generator)
-        body = ids[:-1] if ids and ids[-1] in set(stop_ids) else ids
-        text = r.decode(body, skip_special_tokens=False)
-        if r.encode(text) != body:
-            nc += 1
-        want_ids = [c.get("id", "") for c in messages[idx].get("tool_calls") or []]
-        parsed = parse_assistant(text, want_ids)
+        parsed, fact, is_canonical = parse_turn(r, format_for(r), ids, stop_ids, messages[idx])
+        facts.append(fact)
+        canonical.append(is_canonical)
         score += turn_reward(messages[idx], parsed)
         traj.append_sampled(ids, lps, message=parsed)
         nxt = assistants[n + 1] if n + 1 < len(assistants) else len(messages)
         env = messages[idx + 1 : nxt]
         if env:
             try:
-                traj.append_messages(env)
+                try:
+                    traj.append_messages(env)
+                except RenderError:
+                    # The template cannot render what was parsed (a call it rejects): rollout code keeps the
+                    # turn as plain text, and so do we.
+                    text = r.decode(ids[:-1] if ids and ids[-1] in set(stop_ids) else ids, skip_special_tokens=False)
+                    traj.messages[-1] = {"role": "assistant", "content": text}
+                    facts[-1]["render_error"] = True
+                    traj.append_messages(env)
             except BridgeError as exc:
                 # Code without the prefix check appends anyway; the buffer then holds what it would hold.
                 traj.messages.extend(env)
@@ -229,8 +224,10 @@ def sample_episode(
         traj.messages,
         list(traj.logprobs),
         reward=score / len(assistants) + 0.01 * distinct,
-        noncanonical_tokens=nc,
+        noncanonical_tokens=canonical.count(False),
         sampled_tokens=sampled,
         naive_error=err,
+        parses=facts,
+        canonical_turns=canonical,
     )
     return ep
