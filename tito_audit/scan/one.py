@@ -173,7 +173,7 @@ def _audit(
         result.cls, result.error_kind = C.SECURITY, "security"
         result.reason = f"line {security[0].line}: {security[0].detail}"
         return
-    result.missing_tokens = missing_tokens(model.tokenizer, literal_text(text))
+    result.missing_tokens = missing_tokens(model.tokenizer, literal_text(text), model.hidden_specials)
     if result.missing_tokens and synthesizer is not None:
         model = _synthesized(synthesizer, text, result)
 
@@ -202,7 +202,7 @@ def _synthesized(synthesizer: Synthesizer, text: str, result: TemplateResult) ->
     """The template's own synthesized model; the result says so (the verdict it gets is approximate)."""
     from tito_audit.sources.synthesized import choose_base
 
-    base = choose_base(text, {n: m.tokenizer for n, m in synthesizer.candidates.items()})
+    base = choose_base(text, synthesizer.candidates)
     model = synthesizer.model(text, result.path, base)
     result.tokenizer, result.tokenizer_kind, result.tokenizer_base = model.name, "synthesized", base.name
     result.tokenizer_reason = f"no candidate has {', '.join(result.missing_tokens[:3])}: synthesized; {base.reason}"

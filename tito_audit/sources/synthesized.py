@@ -91,7 +91,8 @@ class BaseFit:
         )
 
 
-def fit(name: str, tokenizer: Any, template: str, order: int = 0) -> BaseFit:
+def fit(name: str, tokenizer: Any, template: str, order: int = 0, hidden: frozenset[str] = frozenset()) -> BaseFit:
+    """``hidden``: tokens added to the tokenizer by synthesis (not its own)."""
     from tito_audit.scan.hazards import literal_text
     from tito_audit.scan.pick import token_in_vocab
 
@@ -103,7 +104,7 @@ def fit(name: str, tokenizer: Any, template: str, order: int = 0) -> BaseFit:
     back = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
     return BaseFit(
         name=name,
-        atomic=sum(1 for t in controls if token_in_vocab(tokenizer, t)),
+        atomic=sum(1 for t in controls if t not in hidden and token_in_vocab(tokenizer, t)),
         provides=sum(1 for v in read_special_variables(template) if getattr(tokenizer, v, None) is not None),
         lossless=back == text,
         tokens=len(ids),
@@ -111,30 +112,26 @@ def fit(name: str, tokenizer: Any, template: str, order: int = 0) -> BaseFit:
     )
 
 
-def choose_base(template: str, candidates: Mapping[str, Any]) -> BaseFit:
-    """The candidate (name -> tokenizer) that fits ``template`` best (see the module's docstring)."""
+def choose_base(template: str, candidates: Mapping[str, LoadedModel]) -> BaseFit:
+    """The candidate that fits ``template`` best (see the module's docstring)."""
     if not candidates:
         raise ValueError("no candidate tokenizers to synthesize from")
-    fits = [fit(name, tok, template, i) for i, (name, tok) in enumerate(candidates.items())]
+    fits = [fit(name, m.tokenizer, template, i, m.hidden_specials) for i, (name, m) in enumerate(candidates.items())]
     return max(fits, key=lambda f: f.key)
 
 
-def _added(tokenizer: Any, tokens: Iterable[str]) -> list[str]:
-    from tito_audit.scan.pick import token_in_vocab
-
-    return [t for t in dict.fromkeys(tokens) if not token_in_vocab(tokenizer, t)]
+PLACEHOLDERS = {"bos_token": "<|bos_token|>", "eos_token": "<|eos_token|>"}  # for a base without bos / eos
 
 
-def _synthesize_tokenizer(base: Any, tokens: Sequence[str]) -> Any:
-    """A copy of ``base`` with ``tokens`` as atomic special tokens and a bos and eos (placeholders if it has none)."""
+def _add(tokenizer: Any, tokens: Iterable[str]) -> frozenset[str]:
+    """Add ``tokens`` the tokenizer lacks as atomic special tokens (in place); the ones added."""
     from tokenizers import AddedToken
 
-    tok = copy.deepcopy(base)
-    tok.add_tokens([AddedToken(t, special=True, normalized=False) for t in tokens], special_tokens=True)
-    for name in ("bos_token", "eos_token"):
-        if getattr(tok, name, None) is None:
-            tok.add_special_tokens({name: AddedToken(f"<|{name}|>", special=True, normalized=False)})
-    return tok
+    from tito_audit.scan.pick import token_in_vocab
+
+    new = [t for t in dict.fromkeys(tokens) if not token_in_vocab(tokenizer, t)]
+    tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in new], special_tokens=True)
+    return frozenset(new)
 
 
 def template_eos(tokenizer: Any, template: str) -> str | None:
@@ -153,50 +150,75 @@ def template_eos(tokenizer: Any, template: str) -> str | None:
     return ends[0] if ends else None
 
 
-def _with_eos(tokenizer: Any, eos: str) -> Any:
-    """``tokenizer`` with another eos, sharing its backend (a shallow copy: its own special-token map)."""
+def _with_specials(tokenizer: Any, specials: dict[str, str]) -> Any:
+    """``tokenizer`` with other bos/eos, sharing its backend (a shallow copy with its own special-token map)."""
     clone = copy.copy(tokenizer)
     clone.__dict__ = {
         k: copy.copy(v) if isinstance(v, dict | list) and k != "_tokenizer" else v for k, v in vars(tokenizer).items()
     }
-    clone.eos_token = eos
+    for name, text in specials.items():
+        setattr(clone, name, text)
     return clone
 
 
 class Synthesizer:
     """Synthesized models over a fixed set of candidates (name -> ``LoadedModel``).
 
-    ``vocabulary``: control tokens of every template this synthesizer will see (a scan's corpus). Given, each
-    base is copied once and all of them are added to it, so that a scan pays one copy per base rather than one
-    per template; the tokens a template does not write are hidden from its audit (``LoadedModel.hidden_specials``),
-    which is then the audit of the template's own synthesized tokenizer (``tests/test_synthesized.py``).
+    By default each synthesis copies its base and adds the template's control tokens to the copy. A scan instead
+    passes ``vocabulary`` (the control tokens of every template it will see) with ``in_place``: they are added once
+    to each candidate itself, before the workers fork, and hidden (``LoadedModel.hidden_specials``) from every
+    audit of a template that does not write them: the candidates' own audits and missing-token checks see their
+    original vocabulary, and a synthesized audit sees its template's tokens only. No copy, and the synthesized
+    audits share the candidates' caches (``tests/test_synthesized.py`` shows both audits unchanged).
     """
 
-    def __init__(self, candidates: Mapping[str, LoadedModel], vocabulary: Iterable[str] = ()) -> None:
+    def __init__(
+        self, candidates: Mapping[str, LoadedModel], vocabulary: Iterable[str] = (), in_place: bool = False
+    ) -> None:
         self.candidates = dict(candidates)
-        self.vocabulary = tuple(dict.fromkeys(vocabulary))
-        self._tokenizers: dict[tuple[str, tuple[str, ...]], Any] = {}
+        self._copies: dict[tuple[str, tuple[str, ...]], tuple[Any, frozenset[str]]] = {}
+        self._clones: dict[tuple[int, tuple[tuple[str, str], ...]], Any] = {}
+        if in_place:
+            for model in self.candidates.values():
+                added = _add(model.tokenizer, [*vocabulary, *PLACEHOLDERS.values()])
+                model.hidden_specials = model.hidden_specials | added
 
-    def tokenizer(self, base: str, own: Sequence[str]) -> tuple[Any, list[str]]:
-        """The synthesized tokenizer on ``base`` holding ``own`` atomic, and the tokens added to the base."""
-        real = self.candidates[base].tokenizer
-        wanted = _added(real, [*self.vocabulary, *own]) if set(own) <= set(self.vocabulary) else _added(real, own)
-        key = (base, tuple(wanted))
-        if key not in self._tokenizers:
-            self._tokenizers[key] = _synthesize_tokenizer(real, wanted)
-        return self._tokenizers[key], wanted
+    def tokenizer(self, base: str, own: Sequence[str]) -> tuple[Any, frozenset[str]]:
+        """A tokenizer on ``base`` holding ``own`` atomic, and every token it holds that the real base lacks."""
+        from tito_audit.scan.pick import token_in_vocab
+
+        real = self.candidates[base]
+        if all(token_in_vocab(real.tokenizer, t) for t in [*own, *PLACEHOLDERS.values()]):
+            return real.tokenizer, real.hidden_specials  # added in place (or the base has them all)
+        key = (base, tuple(own))
+        if key not in self._copies:
+            tok = copy.deepcopy(real.tokenizer)
+            self._copies[key] = (tok, real.hidden_specials | _add(tok, [*own, *PLACEHOLDERS.values()]))
+        return self._copies[key]
+
+    def _specials(self, tok: Any, template: str) -> Any:
+        """``tok`` with the template's eos (``template_eos``) and a bos and eos where the base has none."""
+        wanted = {n: text for n, text in PLACEHOLDERS.items() if getattr(tok, n, None) is None}
+        eos = template_eos(tok, template)
+        if eos is not None and eos != tok.eos_token:
+            wanted["eos_token"] = eos
+        if not wanted:
+            return tok
+        key = (id(tok), tuple(sorted(wanted.items())))
+        if key not in self._clones:
+            self._clones[key] = _with_specials(tok, wanted)
+        return self._clones[key]
 
     def model(self, template: str, origin: str, base: BaseFit | None = None) -> LoadedModel:
         """``template`` on the tokenizer synthesized from its control tokens (base chosen by ``choose_base``)."""
         if base is None:
-            base = choose_base(template, {n: m.tokenizer for n, m in self.candidates.items()})
+            base = choose_base(template, self.candidates)
         own = template_controls(template)
-        tok, added = self.tokenizer(base.name, own)
-        eos = template_eos(tok, template)
-        if eos is not None and eos != tok.eos_token:
-            tok = _with_eos(tok, eos)
+        tok, synthetic = self.tokenizer(base.name, own)
+        tok = self._specials(tok, template)
         real = self.candidates[base.name]
-        mine = [t for t in added if t in own]
+        mine = [t for t in own if t in synthetic]
+        used = {tok.bos_token, tok.eos_token, *mine}
         prov = replace(
             real.provenance,
             template_file=origin,
@@ -205,19 +227,12 @@ class Synthesizer:
             tokenizer_class=type(tok).__name__,
             bos_token=tok.bos_token,
             eos_token=tok.eos_token,
-            vocab_size=len(tok),
+            vocab_size=len(tok) - len(synthetic - used),
             tokenizer=SYNTHESIZED,
             tokenizer_base=real.name,
             synthesized_tokens=tuple(mine),
         )
-        return LoadedModel(
-            f"{SYNTHESIZED}:{real.name}",
-            tok,
-            template,
-            prov,
-            (),
-            hidden_specials=frozenset(added) - set(mine),
-        )
+        return LoadedModel(f"{SYNTHESIZED}:{real.name}", tok, template, prov, (), frozenset(synthetic - used))
 
 
 def is_synthesized(provenance: Provenance | None) -> bool:
