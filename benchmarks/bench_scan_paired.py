@@ -30,6 +30,7 @@ VERDICTS = ("unsafe", "tito-required", "safe")
 
 def export(ref: str, into: Path) -> Path:
     """The tree of commit ``ref`` in ``into`` (git archive: tracked files only, as committed)."""
+    into.mkdir(parents=True)
     archive = subprocess.run(["git", "archive", ref], cwd=ROOT, check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     return into
