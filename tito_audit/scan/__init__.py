@@ -54,8 +54,8 @@ def plan(templates: Sequence[TemplateFile], models: dict[str, Any], tokenizer: s
 
 
 def synthesizer_for(templates: Sequence[TemplateFile], models: dict[str, Any]) -> Synthesizer:
-    """One synthesizer for the scan: the control tokens of every template scanned are added to every candidate
-    once, here, before the workers fork (``Synthesizer``'s ``in_place``: each audit sees only its own)."""
+    """One synthesizer for the scan: each base is copied once per worker with the control tokens of every template
+    scanned (``Synthesizer``'s ``vocabulary``; each audit sees only its own)."""
     from tito_audit.scan.pick import control_literals
 
     vocabulary: dict[str, None] = {}
@@ -64,7 +64,7 @@ def synthesizer_for(templates: Sequence[TemplateFile], models: dict[str, Any]) -
             vocabulary.update(dict.fromkeys(control_literals(read_template(t.path))))
         except (OSError, ValueError):
             continue  # the worker classifies it
-    return Synthesizer(models, sorted(vocabulary), in_place=True)
+    return Synthesizer(models, sorted(vocabulary))
 
 
 def scan_directory(

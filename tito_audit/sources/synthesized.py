@@ -162,38 +162,32 @@ def _with_specials(tokenizer: Any, specials: dict[str, str]) -> Any:
 
 
 class Synthesizer:
-    """Synthesized models over a fixed set of candidates (name -> ``LoadedModel``).
+    """Synthesized models over a fixed set of candidates (name -> ``LoadedModel``), which it never changes.
 
-    By default each synthesis copies its base and adds the template's control tokens to the copy. A scan instead
-    passes ``vocabulary`` (the control tokens of every template it will see) with ``in_place``: they are added once
-    to each candidate itself, before the workers fork, and hidden (``LoadedModel.hidden_specials``) from every
-    audit of a template that does not write them: the candidates' own audits and missing-token checks see their
-    original vocabulary, and a synthesized audit sees its template's tokens only. No copy, and the synthesized
-    audits share the candidates' caches (``tests/test_synthesized.py`` shows both audits unchanged).
+    Each base is copied (once per distinct token set) and the template's control tokens are added to the copy. A
+    scan passes ``vocabulary``, the control tokens of every template it will see: then each base is copied once
+    (per worker) with all of them, and the tokens a template does not write are hidden from its audit
+    (``LoadedModel.hidden_specials``), which is then the audit of its own synthesized tokenizer
+    (``tests/test_synthesized.py``). The candidates themselves are never given these tokens: a template that builds
+    control tokens at render time (``'<|' + role + '|>'``) would otherwise get them atomic on a real tokenizer too.
     """
 
-    def __init__(
-        self, candidates: Mapping[str, LoadedModel], vocabulary: Iterable[str] = (), in_place: bool = False
-    ) -> None:
+    def __init__(self, candidates: Mapping[str, LoadedModel], vocabulary: Iterable[str] = ()) -> None:
         self.candidates = dict(candidates)
+        self.vocabulary = tuple(dict.fromkeys(vocabulary))
         self._copies: dict[tuple[str, tuple[str, ...]], tuple[Any, frozenset[str]]] = {}
         self._clones: dict[tuple[int, tuple[tuple[str, str], ...]], Any] = {}
-        if in_place:
-            for model in self.candidates.values():
-                added = _add(model.tokenizer, [*vocabulary, *PLACEHOLDERS.values()])
-                model.hidden_specials = model.hidden_specials | added
 
     def tokenizer(self, base: str, own: Sequence[str]) -> tuple[Any, frozenset[str]]:
-        """A tokenizer on ``base`` holding ``own`` atomic, and every token it holds that the real base lacks."""
+        """A copy of ``base`` holding ``own`` atomic, and every token it holds that the real base lacks."""
         from tito_audit.scan.pick import token_in_vocab
 
         real = self.candidates[base]
-        if all(token_in_vocab(real.tokenizer, t) for t in [*own, *PLACEHOLDERS.values()]):
-            return real.tokenizer, real.hidden_specials  # added in place (or the base has them all)
-        key = (base, tuple(own))
+        wanted = [*self.vocabulary, *own] if set(own) <= set(self.vocabulary) else list(own)
+        key = (base, tuple(t for t in dict.fromkeys(wanted) if not token_in_vocab(real.tokenizer, t)))
         if key not in self._copies:
             tok = copy.deepcopy(real.tokenizer)
-            self._copies[key] = (tok, real.hidden_specials | _add(tok, [*own, *PLACEHOLDERS.values()]))
+            self._copies[key] = (tok, _add(tok, [*key[1], *PLACEHOLDERS.values()]))
         return self._copies[key]
 
     def _specials(self, tok: Any, template: str) -> Any:
