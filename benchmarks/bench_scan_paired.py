@@ -37,9 +37,11 @@ def export(ref: str, into: Path) -> Path:
 
 
 def scan_once(tree: Path, corpus: Path, workers: int, out: Path) -> dict[str, Any]:
-    """One scan with the code of ``tree`` (run from there, so that its ``tito_audit`` is the one imported)."""
+    """One scan with the code of ``tree`` (run from there, so that its ``tito_audit`` is the one imported); its
+    Markdown summary goes beside ``out``."""
     cmd = (
-        f"cd {tree} && exec {sys.executable} -m tito_audit scan {corpus} --workers {workers} --json {out} --no-progress"
+        f"cd {tree} && exec {sys.executable} -m tito_audit scan {corpus} --workers {workers} --json {out} "
+        f"--markdown {out.with_suffix('.md')} --no-progress"
     )
     result = _run_once(["sh", "-c", cmd], 3600, sample=False)
     summary = json.loads(out.read_text())
@@ -80,6 +82,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--corpus", type=Path, default=CORPUS)
     ap.add_argument("--name", default="scan-paired")
+    ap.add_argument("--markdown-after", type=Path, help="copy the last after-run's Markdown summary here")
     args = ap.parse_args()
     results: dict[str, Any] = {
         "machine": machine(),
@@ -99,6 +102,9 @@ def main() -> None:
                 run = scan_once(tree, args.corpus, args.workers, Path(tmp) / f"{name}-{i}.json")
                 run["side"], run["pair"] = name, i
                 results["runs"].append(run)
+                if name == "after" and args.markdown_after:
+                    text = (Path(tmp) / f"{name}-{i}.md").read_text().replace(str(args.corpus), "template-corpus")
+                    args.markdown_after.write_text(text)
                 print(
                     f"{name} {i}: {run['wall_seconds']}s wall, {run['cpu_seconds']}s CPU, {run['counts']}", flush=True
                 )
