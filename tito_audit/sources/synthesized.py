@@ -170,6 +170,8 @@ class Synthesizer:
     (``LoadedModel.hidden_specials``), which is then the audit of its own synthesized tokenizer
     (``tests/test_synthesized.py``). The candidates themselves are never given these tokens: a template that builds
     control tokens at render time (``'<|' + role + '|>'``) would otherwise get them atomic on a real tokenizer too.
+    On the scan's shared copy such a template does get atomic the tokens it builds if another scanned template
+    writes them literally (closer to its real tokenizer, but not what a synthesis from it alone gives).
     """
 
     def __init__(self, candidates: Mapping[str, LoadedModel], vocabulary: Iterable[str] = ()) -> None:
