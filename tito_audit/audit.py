@@ -13,13 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tito_audit import __version__
-from tito_audit.checks import CheckResult, ordered_checks, run_check
+from tito_audit.checks import CheckResult, ordered_checks
 from tito_audit.context import AuditContext, AuditOptions
 from tito_audit.errors import AuditError, TemplateAlwaysRaises
 from tito_audit.sources.load import LoadedModel, Provenance, load
+from tito_audit.sources.synthesized import run_on
 from tito_audit.verdict import VERDICTS, decide
 
-SCHEMA_VERSION = "1.1"  # 1.1: top-level suppressions/baseline keys, finding.baseline (tito_audit.gate)
+SCHEMA_VERSION = "1.2"  # 1.1: suppressions/baseline keys, finding.baseline; 1.2: provenance.tokenizer (synthesized)
 
 
 @dataclass
@@ -120,7 +121,7 @@ def audit_context(ctx: AuditContext, started: float | None = None) -> ModelRepor
     specs = ordered_checks()
     if options.only_checks:
         specs = [s for s in specs if s.id in options.only_checks or s.id in ("tool_append_prefix", "naive_rerender")]
-    report.checks = [run_check(spec, ctx) for spec in specs]
+    report.checks = [run_on(spec, ctx) for spec in specs]  # run_check, but for synthesized tokenizers
     report.verdict = decide(report.checks)
     report.seconds = time.perf_counter() - started
     return report

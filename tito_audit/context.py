@@ -148,7 +148,7 @@ class AuditContext:
     @cached_property
     def special_texts(self) -> list[str]:
         """Control-token texts, those the template itself writes first: forging them is what hurts."""
-        texts = special_token_strings(self.tokenizer)
+        texts = [t for t in special_token_strings(self.tokenizer) if t not in self.model.hidden_specials]
         template = self.model.chat_template or ""
         return sorted(texts, key=lambda t: t not in template)
 

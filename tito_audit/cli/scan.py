@@ -50,6 +50,13 @@ def scan(
             "`tito-audit audit` plays them (the verdict is the audit's).",
         ),
     ] = "quick",
+    synthesize: Annotated[
+        bool,
+        typer.Option(
+            help="With --tokenizer auto: a template whose control tokens no candidate has is audited on a tokenizer "
+            "synthesized from them (an approximate verdict, counted apart) instead of ending as missing_tokens."
+        ),
+    ] = True,
     offline: Annotated[bool, typer.Option(help="Never touch the network.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
     fail_on: Annotated[
@@ -74,6 +81,7 @@ def scan(
             memory_bytes=memory_mb << 20,
             render=RenderLimits(seconds=render_timeout),
             scenarios=scenarios,
+            synthesize=synthesize,
         )
         summary = _run(folder, tokenizer, candidate or [], limits, offline, limit, progress and sys.stderr.isatty())
         if json_out is not None:

@@ -30,6 +30,18 @@ def model_label(m: ModelReport) -> str:
     return m.model
 
 
+def approximate_note(m: ModelReport) -> str | None:
+    """One line for a verdict given on a synthesized tokenizer (``sources.synthesized``); None for a real one."""
+    p = m.provenance
+    if p is None or p.tokenizer != "synthesized":
+        return None
+    added = ", ".join(p.synthesized_tokens[:4]) + (" ..." if len(p.synthesized_tokens) > 4 else "")
+    return (
+        f"approximate verdict: tokenizer synthesized from the template's control tokens ({added or 'none'}) "
+        f"on base {p.tokenizer_base}; merge-dependent checks not judged"
+    )
+
+
 def short_revision(m: ModelReport, n: int = 7) -> str | None:
     rev = m.provenance.revision if m.provenance else None
     return rev[:n] if rev else None

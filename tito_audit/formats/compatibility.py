@@ -16,7 +16,14 @@ from collections.abc import Sequence
 from tito_audit.audit import ModelReport
 from tito_audit.checks import ordered_checks
 from tito_audit.checks.base import CheckResult
-from tito_audit.formats.common import divergence, first_active, model_label, short_revision, verdict_reasons
+from tito_audit.formats.common import (
+    approximate_note,
+    divergence,
+    first_active,
+    model_label,
+    short_revision,
+    verdict_reasons,
+)
 from tito_audit.formats.markdown import md_code, md_text, table_markdown
 from tito_audit.quote import clipped
 from tito_audit.verdict import VERDICTS
@@ -113,6 +120,9 @@ def compatibility_table(reports: Sequence[ModelReport], check_ids: Sequence[str]
             "verdict": VERDICT_CELL[m.verdict],
             "why": "; ".join(md_text(clipped(r, REASON_LIMIT)) for r in verdict_reasons(m)[:2]),
         }
+        approx = approximate_note(m)
+        if approx:
+            row["verdict"] += " (approximate)" + note(f"**{md_text(model_label(m))}**: {md_text(approx)}.")
         if m.error:
             row["verdict"] += note(f"**{md_text(model_label(m))}** could not be audited: {md_text(m.error)}.")
         by_id = {c.id: c for c in m.checks}

@@ -21,6 +21,7 @@ from tito_audit.checks.base import CheckResult, Finding
 from tito_audit.formats.common import (
     STATUS_WORD,
     VISIBLE_WS,
+    approximate_note,
     divergence,
     model_label,
     template_origin,
@@ -238,7 +239,11 @@ def _provenance(m: ModelReport) -> str:
         ("repository", f"{p.repo_id} @ {p.revision or '-'}" if p.repo_id else "-"),
         ("template", template_origin(m) + (f" (named {p.template_name})" if p.template_name else "")),
         ("template sha256", p.template_sha256),
-        ("tokenizer", f"{p.tokenizer_class}, vocab {p.vocab_size:,}"),
+        (
+            "tokenizer",
+            f"{p.tokenizer_class}, vocab {p.vocab_size:,}"
+            + (f", synthesized on base {p.tokenizer_base}" if p.tokenizer == "synthesized" else ""),
+        ),
         ("bos / eos", f"{p.bos_token!r} / {p.eos_token!r}"),
         ("license", p.license or "-"),
         ("date templates see", str(m.options.get("date", ""))[:10]),
@@ -258,7 +263,11 @@ def _model(m: ModelReport, verbose: bool) -> str:
     )
     if m.error:
         return f'<section class="model">{header}<p class="errline">{esc(m.error)}</p></section>'
-    parts = [header, f'<p class="why">{esc(m.verdict_explanation)}</p>', _provenance(m), "<h3>Checks</h3>"]
+    parts = [header, f'<p class="why">{esc(m.verdict_explanation)}</p>']
+    approx = approximate_note(m)
+    if approx:
+        parts.append(f'<p class="why approx">≈ {esc(approx)}</p>')
+    parts += [_provenance(m), "<h3>Checks</h3>"]
     parts += [_check(c, verbose) for c in m.checks]
     return f'<section class="model">{"".join(parts)}</section>'
 

@@ -17,6 +17,7 @@ from tito_audit.formats.common import (
     STATUS_ICON,
     STATUS_WORD,
     VERDICT_ICON,
+    approximate_note,
     finding_sentence,
     first_active,
     model_label,
@@ -62,6 +63,10 @@ def _date(m: ModelReport) -> str:
 # --- the per-model report ---------------------------------------------------------------------------------
 
 
+def _synthesized_md(p: Any) -> str:
+    return f", synthesized on base {md_code(p.tokenizer_base, True)}" if p.tokenizer == "synthesized" else ""
+
+
 def _provenance_rows(m: ModelReport) -> list[tuple[str, str]]:
     p = m.provenance
     if p is None:
@@ -75,7 +80,7 @@ def _provenance_rows(m: ModelReport) -> list[tuple[str, str]]:
         ("repository", repo),
         ("template", template),
         ("template sha256", md_code(p.template_sha256, True)),
-        ("tokenizer", f"{md_text(p.tokenizer_class)}, vocab {p.vocab_size}"),
+        ("tokenizer", f"{md_text(p.tokenizer_class)}, vocab {p.vocab_size}" + _synthesized_md(p)),
         ("bos / eos", f"{md_code(repr(p.bos_token), True)} / {md_code(repr(p.eos_token), True)}"),
         ("license", md_text(p.license or "-")),
         ("date templates see", _date(m)),
@@ -133,6 +138,9 @@ def model_markdown(m: ModelReport, verbose: bool = False, quiet: bool = False) -
 
     out = [f"## {md_code(model_label(m))} — {VERDICT_ICON[m.verdict]} {m.verdict.upper()}", ""]
     out += [md_text(m.error) if m.error else md_text(m.verdict_explanation), ""]
+    approx = approximate_note(m)
+    if approx:
+        out += [f"> ≈ {md_text(approx)}", ""]
     if m.error or quiet:
         return "\n".join(out)
     out += [table_markdown(pd.DataFrame(_provenance_rows(m), columns=["provenance", ""])), ""]

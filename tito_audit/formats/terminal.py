@@ -11,6 +11,7 @@ from rich.text import Text
 
 from tito_audit.audit import AuditReport, ModelReport
 from tito_audit.checks.base import Finding
+from tito_audit.formats.common import approximate_note
 from tito_audit.quote import clipped
 
 VERDICT_STYLE = {
@@ -81,6 +82,9 @@ def model_section(console: Console, m: ModelReport, verbose: bool = False, quiet
     verdict = Text(f"{m.verdict.upper()}", style=VERDICT_STYLE[m.verdict])
     head = Text.assemble(Text(f"{m.model}  "), verdict, Text(f"  {m.verdict_explanation}", style="dim"))
     console.print(head, soft_wrap=True)  # one line per model, also in CI logs and pipes
+    approx = approximate_note(m)
+    if approx:
+        console.print(Text(f"  ≈ {approx}", style="yellow"), soft_wrap=True)
     if m.error:
         console.print(Text(f"  error: {m.error}", style="magenta"))
         return

@@ -14,10 +14,11 @@ from typing import Any
 
 from tito_audit.errors import UsageError
 from tito_audit.scan.classify import CLASSES, DESCRIPTIONS
-from tito_audit.scan.discover import TemplateFile, discover
+from tito_audit.scan.discover import TemplateFile, discover, read_template
 from tito_audit.scan.one import TemplateResult, audit_template
 from tito_audit.scan.pool import AUTO, Job, PoolLimits, run_jobs
 from tito_audit.scan.summary import ScanSummary
+from tito_audit.sources.synthesized import Synthesizer
 
 __all__ = [
     "AUTO",
@@ -52,6 +53,20 @@ def plan(templates: Sequence[TemplateFile], models: dict[str, Any], tokenizer: s
     return [Job(i, t, tokenizer, "" if tokenizer == AUTO else "given") for i, t in enumerate(templates)]
 
 
+def synthesizer_for(templates: Sequence[TemplateFile], models: dict[str, Any]) -> Synthesizer:
+    """One synthesizer for the scan: each base is copied once per worker with the control tokens of every template
+    scanned (``Synthesizer``'s ``vocabulary``; each audit sees only its own)."""
+    from tito_audit.scan.pick import control_literals
+
+    vocabulary: dict[str, None] = {}
+    for t in templates:
+        try:
+            vocabulary.update(dict.fromkeys(control_literals(read_template(t.path))))
+        except (OSError, ValueError):
+            continue  # the worker classifies it
+    return Synthesizer(models, sorted(vocabulary))
+
+
 def scan_directory(
     root: str,
     tokenizer: str,
@@ -80,7 +95,8 @@ def scan_directory(
     jobs = plan(templates, models, tokenizer)
     if on_planned is not None:
         on_planned(len(jobs))
-    results = run_jobs(jobs, models, limits, on_result)
+    synthesizer = synthesizer_for(templates, models) if tokenizer == AUTO and limits.synthesize else None
+    results = run_jobs(jobs, models, limits, on_result, synthesizer)
     return ScanSummary(
         root=str(root),
         tokenizer=tokenizer,

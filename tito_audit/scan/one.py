@@ -14,7 +14,7 @@ import datetime as dt
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tito_audit.errors import AuditError
 from tito_audit.rendering import Renderer, RenderError, RenderLimits
@@ -23,6 +23,9 @@ from tito_audit.scan import classify as C
 from tito_audit.scan.discover import TemplateFile, read_template
 from tito_audit.scan.hazards import hazards, literal_text
 from tito_audit.scan.pick import Choice, Picker, missing_tokens
+
+if TYPE_CHECKING:
+    from tito_audit.sources.synthesized import Synthesizer
 
 _SMOKE = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hello"}]
 _OTHER_DATE = dt.datetime(1999, 12, 31, 23, 59, 0)
@@ -44,6 +47,13 @@ class TemplateResult:
     tokenizer_reason: str = ""
     engine: str = ""
     seconds: float = 0.0
+    # "synthesized": audited on a tokenizer synthesized from the template's control tokens (approximate verdict)
+    tokenizer_kind: str = "real"
+    tokenizer_base: str | None = None
+    synthesized_tokens: list[str] = field(default_factory=list)
+    # always_raises: the conversation shapes the template rejected, each with its error (first few)
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+    approximate: bool = False  # a verdict on a synthesized tokenizer
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -55,12 +65,16 @@ def audit_template(
     tokenizer_reason: str = "",
     limits: RenderLimits | None = None,
     scenarios: str = "full",
+    synthesizer: Synthesizer | None = None,
 ) -> TemplateResult:
-    """One template's result; never raises for anything the template does. ``scenarios``: AuditOptions'."""
+    """One template's result; never raises for anything the template does. ``scenarios``: AuditOptions'.
+
+    With a ``synthesizer``, a template whose control tokens ``model`` lacks is audited on a tokenizer synthesized
+    from them (``sources.synthesized``): an approximate verdict instead of ``missing_tokens``."""
     started = time.perf_counter()
     result = TemplateResult(template.name, str(template.path), model.name, cls="", tokenizer_reason=tokenizer_reason)
     try:
-        _audit(template, model, limits or RenderLimits(), result, scenarios)
+        _audit(template, model, limits or RenderLimits(), result, scenarios, synthesizer)
     except RenderError as err:  # a render outside the guarded scenario loop
         result.cls = C.class_of_render_kind(err.kind) or C.AUDIT_ERROR
         result.error_kind, result.reason = err.kind, err.message
@@ -92,6 +106,7 @@ def audit_template(
         )
         if result.cls == C.MISSING_TOKENS:
             result.reason = "vocabulary lacks " + ", ".join(result.missing_tokens[:5])
+    result.approximate = result.tokenizer_kind == "synthesized" and result.cls in C.VERDICTS
     result.seconds = round(time.perf_counter() - started, 4)
     return result
 
@@ -102,6 +117,7 @@ def audit_auto(
     limits: RenderLimits | None = None,
     on_pick: Callable[[Choice], None] | None = None,
     scenarios: str = "full",
+    synthesizer: Synthesizer | None = None,
 ) -> TemplateResult:
     """``--tokenizer auto``: pick the candidate whose control tokens the template writes, then ``audit_template``.
 
@@ -119,12 +135,19 @@ def audit_auto(
     choice = picker.choose(literal)
     if on_pick is not None:
         on_pick(choice)
-    result = audit_template(template, picker.models[choice.name], choice.reason, limits, scenarios)
+    result = audit_template(template, picker.models[choice.name], choice.reason, limits, scenarios, synthesizer)
     result.seconds = round(time.perf_counter() - started, 4)
     return result
 
 
-def _audit(template: TemplateFile, model: Any, limits: RenderLimits, result: TemplateResult, scenarios: str) -> None:
+def _audit(
+    template: TemplateFile,
+    model: Any,
+    limits: RenderLimits,
+    result: TemplateResult,
+    scenarios: str,
+    synthesizer: Synthesizer | None = None,
+) -> None:
     from tito_audit.audit import audit_context
     from tito_audit.context import AuditContext, AuditOptions
     from tito_audit.sources.load import compile_template
@@ -150,7 +173,9 @@ def _audit(template: TemplateFile, model: Any, limits: RenderLimits, result: Tem
         result.cls, result.error_kind = C.SECURITY, "security"
         result.reason = f"line {security[0].line}: {security[0].detail}"
         return
-    result.missing_tokens = missing_tokens(model.tokenizer, literal_text(text))
+    result.missing_tokens = missing_tokens(model.tokenizer, literal_text(text), model.hidden_specials)
+    if result.missing_tokens and synthesizer is not None:
+        model = _synthesized(synthesizer, text, result)
 
     started = time.perf_counter()
     ctx = AuditContext(model.with_template(text, result.path), AuditOptions(limits=limits, scenarios=scenarios))
@@ -169,6 +194,52 @@ def _audit(template: TemplateFile, model: Any, limits: RenderLimits, result: Tem
     result.error_kind = report.error_kind or "error"
     result.reason = str(report.error or "audit error").splitlines()[0][:300]
     result.cls = C.class_of_error_kind(result.error_kind)
+    if result.cls == C.ALWAYS_RAISES:
+        _name_rejected(ctx, result)
+
+
+def _synthesized(synthesizer: Synthesizer, text: str, result: TemplateResult) -> Any:
+    """The template's own synthesized model; the result says so (the verdict it gets is approximate)."""
+    from tito_audit.sources.synthesized import choose_base
+
+    base = choose_base(text, synthesizer.candidates)
+    model = synthesizer.model(text, result.path, base)
+    result.tokenizer, result.tokenizer_kind, result.tokenizer_base = model.name, "synthesized", base.name
+    result.tokenizer_reason = f"no candidate has {', '.join(result.missing_tokens[:3])}: synthesized; {base.reason}"
+    result.synthesized_tokens, result.missing_tokens = list(model.provenance.synthesized_tokens), []
+    return model
+
+
+def _name_rejected(ctx: Any, result: TemplateResult) -> None:
+    """An always_raises result names the input shape it rejected (in ``rejected`` and in its reason)."""
+    result.rejected = rejected_shapes(ctx)
+    if result.rejected:
+        first = result.rejected[0]
+        shape = f"{first['scenario']} ({', '.join(first['roles'])}{', with tools' if first['tools'] else ''})"
+        result.reason = f"rejects every conversation, e.g. {shape}: {first['error']}"[:300]
+
+
+def rejected_shapes(ctx: Any, limit: int = 3) -> list[dict[str, Any]]:
+    """The conversation shapes a template rejected (scenario, its roles, the error), one per distinct error."""
+    seen: dict[str, dict[str, Any]] = {}
+    for sim in ctx.simulations:
+        if sim.error is None or sim.error.message in seen:
+            continue
+        roles = [
+            m["role"]
+            + ("+tool_calls" if m.get("tool_calls") else "")
+            + ("+reasoning" if m.get("reasoning_content") else "")
+            for m in sim.scenario.messages
+        ]
+        seen[sim.error.message] = {
+            "scenario": sim.scenario.id,
+            "roles": roles,
+            "tools": bool(sim.scenario.tools),
+            "error": sim.error.message[:200],
+        }
+        if len(seen) >= limit:
+            break
+    return list(seen.values())
 
 
 def _playable(ctx: Any, result: TemplateResult) -> None:
@@ -188,6 +259,8 @@ def _playable(ctx: Any, result: TemplateResult) -> None:
         kind = "template_" + first.kind if first.kind in ("security", "timeout", "too_large") else "always_raises"
         result.cls, result.error_kind = C.class_of_error_kind(kind), kind
         result.reason = f"the template fails for every conversation ({first.kind}): {first.message}"
+        if result.cls == C.ALWAYS_RAISES:
+            _name_rejected(ctx, result)
 
 
 def _scenario_flags(ctx: Any, result: TemplateResult) -> None:

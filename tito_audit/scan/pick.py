@@ -35,9 +35,10 @@ def token_in_vocab(tokenizer: Any, token: str) -> bool:
     return isinstance(tid, int) and tid != getattr(tokenizer, "unk_token_id", None)
 
 
-def missing_tokens(tokenizer: Any, literal: str) -> list[str]:
-    """Control-token literals of the template that the vocabulary does not have as single tokens."""
-    return [t for t in control_literals(literal) if not token_in_vocab(tokenizer, t)]
+def missing_tokens(tokenizer: Any, literal: str, hidden: frozenset[str] = frozenset()) -> list[str]:
+    """Control-token literals of the template that the vocabulary does not have as single tokens (``hidden``:
+    tokens a scan's synthesis added to it, which are not its own: ``sources.synthesized``)."""
+    return [t for t in control_literals(literal) if t in hidden or not token_in_vocab(tokenizer, t)]
 
 
 @dataclass(frozen=True)
@@ -46,9 +47,9 @@ class Candidate:
     added: frozenset[str]  # added-token text (special or not), at least 3 characters
 
     @classmethod
-    def of(cls, name: str, tokenizer: Any) -> Candidate:
+    def of(cls, name: str, tokenizer: Any, hidden: frozenset[str] = frozenset()) -> Candidate:
         decoder = getattr(tokenizer, "added_tokens_decoder", {}) or {}
-        texts = {t.content for t in decoder.values() if len(t.content.strip()) >= 3}
+        texts = {t.content for t in decoder.values() if len(t.content.strip()) >= 3 and t.content not in hidden}
         for attr in ("bos_token", "eos_token"):
             tok = getattr(tokenizer, attr, None)
             if isinstance(tok, str) and len(tok) >= 3:
@@ -63,7 +64,12 @@ class Choice:
     reason: str
 
 
-def pick(literal: str, candidates: Sequence[Candidate], tokenizers: dict[str, Any] | None = None) -> Choice:
+def pick(
+    literal: str,
+    candidates: Sequence[Candidate],
+    tokenizers: dict[str, Any] | None = None,
+    hidden: dict[str, frozenset[str]] | None = None,
+) -> Choice:
     """The candidate that best matches a template's literal text (from ``hazards.literal_text``)."""
     if not candidates:
         raise ValueError("no candidate tokenizers")
@@ -75,7 +81,7 @@ def pick(literal: str, candidates: Sequence[Candidate], tokenizers: dict[str, An
         lacking = (
             sum(1 for t in controls if t not in cand.added)
             if tokenizers is None
-            else sum(1 for t in controls if not token_in_vocab(tokenizers[cand.name], t))
+            else len(missing_tokens(tokenizers[cand.name], literal, (hidden or {}).get(cand.name, frozenset())))
         )
         key = (score, -lacking, -order)
         if best is None or key > best:
@@ -91,8 +97,9 @@ class Picker:
 
     def __init__(self, models: dict[str, Any]) -> None:
         self.models = models
-        self.candidates = [Candidate.of(name, m.tokenizer) for name, m in models.items()]
+        self.candidates = [Candidate.of(name, m.tokenizer, m.hidden_specials) for name, m in models.items()]
         self.tokenizers = {name: m.tokenizer for name, m in models.items()}
+        self.hidden = {name: m.hidden_specials for name, m in models.items()}
 
     def choose(self, literal: str) -> Choice:
-        return pick(literal, self.candidates, self.tokenizers)
+        return pick(literal, self.candidates, self.tokenizers, self.hidden)

@@ -26,6 +26,7 @@ from tito_audit.scan import classify as C
 from tito_audit.scan.discover import TemplateFile
 from tito_audit.scan.one import TemplateResult, audit_auto, audit_template
 from tito_audit.scan.pick import Picker
+from tito_audit.sources.synthesized import Synthesizer
 
 AUTO = "auto"
 
@@ -45,17 +46,27 @@ class PoolLimits:
     memory_bytes: int = 3 << 30  # address space a worker may add to what it inherited
     render: RenderLimits = field(default_factory=RenderLimits)
     scenarios: str = "quick"  # AuditOptions.scenarios: "quick" (the scan's default) or "full" (what `audit` plays)
+    synthesize: bool = True  # with auto: a template no candidate matches gets a synthesized tokenizer (approximate)
 
 
-def _run_job(job: Job, models: dict[str, Any], limits: PoolLimits, pickers: dict[str, Picker], on_pick: Any) -> Any:
+def _run_job(
+    job: Job,
+    models: dict[str, Any],
+    limits: PoolLimits,
+    pickers: dict[str, Picker],
+    on_pick: Any,
+    synthesizer: Synthesizer | None = None,
+) -> Any:
     if job.tokenizer != AUTO:
         return audit_template(job.template, models[job.tokenizer], job.reason, limits.render, limits.scenarios)
     if AUTO not in pickers:
         pickers[AUTO] = Picker(models)
-    return audit_auto(job.template, pickers[AUTO], limits.render, on_pick, limits.scenarios)
+    return audit_auto(job.template, pickers[AUTO], limits.render, on_pick, limits.scenarios, synthesizer)
 
 
-def _worker_main(conn: Connection, models: dict[str, Any], limits: PoolLimits) -> None:
+def _worker_main(
+    conn: Connection, models: dict[str, Any], limits: PoolLimits, synthesizer: Synthesizer | None = None
+) -> None:
     """Messages to the parent: ("picked", tokenizer, reason) when auto picks, then ("done", index, result)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles ^C and kills us
     if limits.memory_bytes > 0:
@@ -68,14 +79,14 @@ def _worker_main(conn: Connection, models: dict[str, Any], limits: PoolLimits) -
             return
         if job is None:
             return
-        result = _run_job(job, models, limits, pickers, lambda c: conn.send(("picked", c.name, c.reason)))
+        result = _run_job(job, models, limits, pickers, lambda c: conn.send(("picked", c.name, c.reason)), synthesizer)
         conn.send(("done", job.index, result.to_dict()))
 
 
 class _Slot:
-    def __init__(self, ctx: Any, models: dict[str, Any], limits: PoolLimits) -> None:
+    def __init__(self, ctx: Any, models: dict[str, Any], limits: PoolLimits, synthesizer: Any = None) -> None:
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, models, limits), daemon=True)
+        self.proc = ctx.Process(target=_worker_main, args=(child, models, limits, synthesizer), daemon=True)
         self.proc.start()
         child.close()
         self.job: Job | None = None
@@ -118,8 +129,10 @@ def run_jobs(
     models: dict[str, Any],
     limits: PoolLimits | None = None,
     on_result: Callable[[TemplateResult], None] | None = None,
+    synthesizer: Synthesizer | None = None,
 ) -> list[TemplateResult]:
-    """Results in job order. ``limits.workers == 0`` runs in this process (no kill, no address-space cap)."""
+    """Results in job order. ``limits.workers == 0`` runs in this process (no kill, no address-space cap).
+    ``synthesizer``: for auto jobs whose template no candidate matches (workers inherit it)."""
     limits = limits or PoolLimits()
     results: dict[int, TemplateResult] = {}
 
@@ -131,13 +144,13 @@ def run_jobs(
     if limits.workers <= 0:
         pickers: dict[str, Picker] = {}
         for job in jobs:
-            done(job.index, _run_job(job, models, limits, pickers, None))
+            done(job.index, _run_job(job, models, limits, pickers, None, synthesizer))
         return [results[j.index] for j in jobs]
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     ctx = mp.get_context("fork")
     pending = sorted(jobs, key=_size)  # popped from the end: the largest templates first, so none is left to run alone
-    slots = [_Slot(ctx, models, limits) for _ in range(min(limits.workers, max(1, len(jobs))))]
+    slots = [_Slot(ctx, models, limits, synthesizer) for _ in range(min(limits.workers, max(1, len(jobs))))]
     try:
         while pending or any(s.job for s in slots):
             for i, slot in enumerate(slots):
@@ -147,7 +160,7 @@ def run_jobs(
                         pending.pop()
                     except (BrokenPipeError, OSError):
                         slot.kill()
-                        slots[i] = _Slot(ctx, models, limits)
+                        slots[i] = _Slot(ctx, models, limits, synthesizer)
             busy = [s for s in slots if s.job is not None]
             now = time.monotonic()
             timeout = max(0.05, min(s.since + limits.deadline_s - now for s in busy)) if busy else 0.05
@@ -181,7 +194,7 @@ def run_jobs(
                             elapsed,
                         ),
                     )
-                    slots[i] = _Slot(ctx, models, limits)
+                    slots[i] = _Slot(ctx, models, limits, synthesizer)
                 elif elapsed > limits.deadline_s:
                     slot.kill()
                     done(
@@ -194,7 +207,7 @@ def run_jobs(
                             elapsed,
                         ),
                     )
-                    slots[i] = _Slot(ctx, models, limits)
+                    slots[i] = _Slot(ctx, models, limits, synthesizer)
     finally:
         for slot in slots:
             try:

@@ -29,6 +29,16 @@ class ScanSummary:
         return {c: got[c] for c in C.CLASSES if got[c]} | {c: n for c, n in got.items() if c not in C.CLASSES}
 
     @property
+    def approximate_counts(self) -> dict[str, int]:
+        """Verdicts given on a synthesized tokenizer (``counts`` includes them): counted apart, as approximate."""
+        got = Counter(r.cls for r in self.results if r.approximate)
+        return {c: got[c] for c in C.VERDICTS if got[c]}
+
+    def _split(self, cls: str, n: int) -> str:
+        approx = self.approximate_counts.get(cls, 0)
+        return f"{n - approx} + {approx} approximate" if approx else str(n)
+
+    @property
     def flag_counts(self) -> dict[str, int]:
         got = Counter(k for r in self.results for k in {f["kind"] for f in r.flags})
         return dict(sorted(got.items()))
@@ -50,6 +60,11 @@ class ScanSummary:
             "templates_per_second": round(len(self.results) / self.seconds, 2) if self.seconds else None,
             "workers": self.workers,
             "counts": self.counts,
+            "approximate": self.approximate_counts,
+            "verdicts": {
+                "real": sum(1 for r in self.results if r.cls in C.VERDICTS and not r.approximate),
+                "approximate": sum(self.approximate_counts.values()),
+            },
             "flags": self.flag_counts,
             "tokenizers": self.tokenizer_counts,
             "crashes": self.crashes,
@@ -76,7 +91,15 @@ class ScanSummary:
             "| class | templates | meaning |",
             "|---|---:|---|",
         ]
-        lines += [f"| {c} | {n} | {md_text(C.DESCRIPTIONS.get(c, ''))} |" for c, n in self.counts.items()]
+        lines += [
+            f"| {c} | {self._split(c, n)} | {md_text(C.DESCRIPTIONS.get(c, ''))} |" for c, n in self.counts.items()
+        ]
+        if self.approximate_counts:
+            lines += [
+                "",
+                f"Approximate: {sum(self.approximate_counts.values())} verdicts on a tokenizer synthesized from the "
+                "template's own control tokens (no candidate tokenizer had them; see docs/checks.md).",
+            ]
         if self.flag_counts:
             lines += ["", "| flag | templates |", "|---|---:|"]
             lines += [f"| {md_text(k)} | {n} |" for k, n in self.flag_counts.items()]
@@ -103,7 +126,7 @@ class ScanSummary:
         for c, n in self.counts.items():
             names = self.names(c)
             which = ", ".join(names[:names_shown]) + (f" and {n - names_shown} more" if n > names_shown else "")
-            table.add_row(c, str(n), C.DESCRIPTIONS.get(c, ""), escape(which))
+            table.add_row(c, self._split(c, n), C.DESCRIPTIONS.get(c, ""), escape(which))
         for k, n in self.flag_counts.items():
             table.add_row(f"[dim]flag: {k}[/dim]", str(n), "", "")
         return table

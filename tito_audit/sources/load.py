@@ -56,6 +56,10 @@ class Provenance:
     vocab_size: int
     license: str | None = None
     files: dict[str, str] = field(default_factory=dict)
+    # "real", or "synthesized" (``sources.synthesized``): the base named, the control tokens added to it
+    tokenizer: str = "real"
+    tokenizer_base: str | None = None
+    synthesized_tokens: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,6 +74,7 @@ class LoadedModel:
     chat_template: str
     provenance: Provenance
     generation_eos_ids: tuple[int, ...] = ()
+    hidden_specials: frozenset[str] = frozenset()  # special tokens of the tokenizer that the audit must not use
 
     def with_template(self, template: str, origin: str) -> LoadedModel:
         """The same tokenizer with another template (a patched one, a scanned one)."""
@@ -81,7 +86,7 @@ class LoadedModel:
                 "template_sha256": sha256_text(template),
             }
         )
-        return LoadedModel(self.name, self.tokenizer, template, prov, self.generation_eos_ids)
+        return LoadedModel(self.name, self.tokenizer, template, prov, self.generation_eos_ids, self.hidden_specials)
 
 
 def sha256_text(text: str) -> str:
