@@ -88,16 +88,21 @@ def test_markdown_report_has_verdicts_checks_and_findings(both):
 def test_compatibility_table_cells_and_footnotes(both):
     md = compatibility_table(both.models)
     header, *rows = _table_rows(md)
-    assert header[:3] == ["model", "template", "verdict"] and header[3:] == [s.id for s in ordered_checks()]
+    assert header[:4] == ["model", "template", "verdict", "scenarios"]
+    assert header[4:] == [s.id for s in ordered_checks()]
     col = header.index("tool_append_prefix")
     by_model = {r[0].split(" @")[0]: r for r in rows}
-    assert by_model[UNSAFE][col] == "❌[^1]" and by_model[UNSAFE][2] == "❌ unsafe"
+    # the verdict's reasons are the first note of the row, the failing check's the next one
+    assert by_model[UNSAFE][2] == "❌ unsafe[^1]" and by_model[UNSAFE][col] == "❌[^2]"
     assert by_model[SAFE][col] == "✅" and by_model[SAFE][2] == "✅ safe"
+    assert by_model[UNSAFE][3] == "54/54" and by_model[SAFE][3] == "40/40"  # scenarios played / catalogue
     assert by_model[UNSAFE][0] == f"{UNSAFE} @9b9325d"  # name with short revision
-    note = next(ln for ln in md.splitlines() if ln.startswith("[^1]:"))
+    verdict_note = next(ln for ln in md.splitlines() if ln.startswith("[^1]:"))
+    assert "rewrites the history when tool results are appended" in verdict_note
+    note = next(ln for ln in md.splitlines() if ln.startswith("[^2]:"))
     assert "`tool_append_prefix`" in note and "buffer has `'<think>\\n\\n</think>" in note
     assert "where the re-render has `''`" in note
-    cells = {c for r in rows for c in r[3:]}
+    cells = {c for r in rows for c in r[4:]}
     assert cells <= {"✅", "⚠️", "n/a", "💥", "—"} | {f"❌[^{n}]" for n in range(1, 20)}
 
 
@@ -325,7 +330,7 @@ def test_table_command(tmp_path):
     r = CliRunner().invoke(app, ["table", "qwen3-0.6b", "qwen2.5-7b-instruct", "--output", str(out)])
     assert r.exit_code == 0 and r.stdout == ""
     rows = {row[0].split(" @")[0]: row for row in _table_rows(out.read_text())[1:]}
-    assert rows["qwen3-0.6b"][2] == "❌ unsafe" and rows["qwen2.5-7b-instruct"][2] == "✅ safe"
+    assert rows["qwen3-0.6b"][2].startswith("❌ unsafe[^") and rows["qwen2.5-7b-instruct"][2] == "✅ safe"
 
 
 def test_table_command_reports_bad_models_in_one_line(tmp_path):

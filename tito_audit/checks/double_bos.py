@@ -42,5 +42,5 @@ def double_bos(ctx: AuditContext) -> Outcome:
             f"encoding with add_special_tokens=True doubles {tok.bos_token!r}",
             cls="special_token",
         )
-        return Outcome([f] if f else [], f"encoding with special tokens doubles {tok.bos_token!r}")
-    return Outcome([], "BOS appears once")
+        return Outcome([f] if f else [], f"encoding with special tokens doubles {tok.bos_token!r}", comparisons=1)
+    return Outcome([], "BOS appears once", comparisons=1)

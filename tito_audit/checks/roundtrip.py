@@ -205,4 +205,4 @@ def roundtrip(ctx: AuditContext) -> Outcome:
         f"{rates['noncanonical_lost_rate']:.0%} of those are lost; "
         f"skip_special_tokens breaks {rates['skip_special_tokens_failure_rate']:.0%} of turns"
     )
-    return Outcome(findings, summary, data=rates)
+    return Outcome(findings, summary, data=rates, comparisons=n)

@@ -39,8 +39,10 @@ def stop_boundary(ctx: AuditContext) -> Outcome:
             )
         )
     trailing: dict[str, str] = {}
+    compared = 0
     for sim in ctx.ok_simulations():
         for turn in sim.turns:
+            compared += 1
             if not turn.stop_rendered:
                 findings.append(
                     Finding(
@@ -72,6 +74,7 @@ def stop_boundary(ctx: AuditContext) -> Outcome:
             if not left or left[0] not in ctx.stop_ids:
                 continue
             right = bridge.ids[:6]
+            compared += 1
             joined = ctx.renderer.encode(
                 ctx.renderer.decode(left + right, skip_special_tokens=False, clean_up_tokenization_spaces=False)
             )
@@ -103,4 +106,5 @@ def stop_boundary(ctx: AuditContext) -> Outcome:
             "trailing_after_stop": sorted(trailing),
             "notes": notes,
         },
+        comparisons=compared,
     )

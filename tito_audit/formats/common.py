@@ -13,6 +13,7 @@ from pathlib import PurePath
 
 from tito_audit.audit import ModelReport
 from tito_audit.checks.base import CheckResult, Finding
+from tito_audit.verdict import MIN_COVERAGE, describe_reason
 
 STATUS_ICON = {"pass": "✅", "warn": "⚠️", "fail": "❌", "not_applicable": "n/a", "error": "💥"}
 STATUS_WORD = {"pass": "pass", "warn": "warn", "fail": "fail", "not_applicable": "n/a", "error": "error"}
@@ -28,6 +29,24 @@ def model_label(m: ModelReport) -> str:
     if m.provenance is None and PurePath(m.model).is_absolute():
         return PurePath(m.model).name or m.model
     return m.model
+
+
+def verdict_reasons_text(m: ModelReport) -> str:
+    """The verdict's reasons in words, for the verdict line ("" when there are none)."""
+    return "; ".join(describe_reason(r) for r in m.verdict_reasons)
+
+
+def coverage_text(m: ModelReport) -> str:
+    """Scenarios played out of the catalogue and the adaptations used; says so when fewer than MIN_COVERAGE."""
+    s = m.scenarios
+    if not s or "catalogue" not in s:
+        return ""
+    text = f"{s.get('played', 0)}/{s['catalogue']} scenarios played"
+    if s.get("adaptations"):
+        text += f"; adaptations: {', '.join(s['adaptations'])}"
+    if s.get("low_coverage"):
+        text += f"; fewer than {MIN_COVERAGE} played: the verdict rests on few conversations"
+    return text
 
 
 def short_revision(m: ModelReport, n: int = 7) -> str | None:

@@ -21,9 +21,11 @@ from tito_audit.checks.base import CheckResult, Finding
 from tito_audit.formats.common import (
     STATUS_WORD,
     VISIBLE_WS,
+    coverage_text,
     divergence,
     model_label,
     template_origin,
+    verdict_reasons_text,
 )
 
 FINDINGS_SHOWN = 4  # distinct divergences shown with a token strip per check (all with verbose)
@@ -258,7 +260,12 @@ def _model(m: ModelReport, verbose: bool) -> str:
     )
     if m.error:
         return f'<section class="model">{header}<p class="errline">{esc(m.error)}</p></section>'
-    parts = [header, f'<p class="why">{esc(m.verdict_explanation)}</p>', _provenance(m), "<h3>Checks</h3>"]
+    parts = [header, f'<p class="why">{esc(m.verdict_explanation)}</p>']
+    if verdict_reasons_text(m):
+        parts.append(f'<p class="why">Why: {esc(verdict_reasons_text(m))}</p>')
+    if coverage_text(m):
+        parts.append(f'<p class="why">Coverage: {esc(coverage_text(m))}</p>')
+    parts += [_provenance(m), "<h3>Checks</h3>"]
     parts += [_check(c, verbose) for c in m.checks]
     return f'<section class="model">{"".join(parts)}</section>'
 

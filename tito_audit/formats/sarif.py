@@ -16,7 +16,7 @@ from tito_audit import __version__
 from tito_audit.audit import AuditReport, ModelReport
 from tito_audit.checks import ordered_checks
 from tito_audit.checks.base import CheckResult, Finding
-from tito_audit.formats.common import finding_sentence, model_label, template_origin
+from tito_audit.formats.common import coverage_text, finding_sentence, model_label, template_origin
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVEL = {"error": "error", "warning": "warning"}
@@ -166,6 +166,8 @@ def to_sarif_dict(report: AuditReport) -> dict[str, Any]:
                         {
                             "model": model_label(m),
                             "verdict": m.verdict,
+                            "verdict_reasons": m.verdict_reasons,
+                            "coverage": coverage_text(m),
                             "provenance": m.provenance.to_dict() if m.provenance else None,
                         }
                         for m in report.models
