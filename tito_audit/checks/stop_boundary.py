@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tito_audit.checks.base import Finding, Outcome, check
 from tito_audit.context import AuditContext
+from tito_audit.findings import Collector
 from tito_audit.rollout.stop import template_turn_end_tokens
 
 
@@ -23,7 +24,8 @@ each bridge right after the sampled stop token (include the template's trailing 
 the stop token inside the loss mask.""",
 )
 def stop_boundary(ctx: AuditContext) -> Outcome:
-    findings: list[Finding] = []
+    found = Collector(ctx, "stop_boundary")
+    findings = found.findings
     tok = ctx.tokenizer
     turn_ends = template_turn_end_tokens(ctx.renderer)
     eos = tok.eos_token
@@ -79,16 +81,13 @@ def stop_boundary(ctx: AuditContext) -> Outcome:
                 ctx.renderer.decode(left + right, skip_special_tokens=False, clean_up_tokenization_spaces=False)
             )
             if joined != left + right:
-                f = ctx.divergence(
-                    "stop_boundary",
+                found.compare(
                     sim.scenario.id,
                     left + right,
                     joined,
                     "the buffer/delta seam is not atomic: encoding the joined text gives other ids",
                     cls="stop_seam",
                 )
-                if f:
-                    findings.append(f)
     for text in trailing:
         notes.append(f"renders {text!r} after the stop token (never sampled; the delta starts with it)")
     unique: dict[str, Finding] = {}

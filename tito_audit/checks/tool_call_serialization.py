@@ -7,6 +7,7 @@ from typing import Any
 
 from tito_audit.checks.base import Finding, Outcome, check
 from tito_audit.context import AuditContext
+from tito_audit.findings import Collector
 from tito_audit.rendering.renderer import RenderError
 from tito_audit.scenarios.adapt import call_function, with_arguments
 
@@ -37,7 +38,8 @@ Keep the sampled ids; if you must re-render, keep the raw argument string the mo
 a string (templates that print string arguments verbatim then reproduce it).""",
 )
 def tool_call_serialization(ctx: AuditContext) -> Outcome:
-    findings: list[Finding] = []
+    found = Collector(ctx, "tool_call_serialization")
+    findings = found.findings
     tried = drifted = failed = 0
     sim = next((s for s in ctx.ok_simulations() if s.scenario.id.startswith("single_call/booleans")), None)
     sim = sim or next((s for s in ctx.ok_simulations() if "tool" in s.scenario.tags), None)
@@ -67,16 +69,13 @@ def tool_call_serialization(ctx: AuditContext) -> Outcome:
             continue  # the template does not print string arguments verbatim; covered below
         if as_text != canonical:
             drifted += 1
-            f = ctx.divergence(
-                "tool_call_serialization",
+            found.compare(
                 sim.scenario.id,
                 renderer.encode(as_text),
                 renderer.encode(canonical),
                 f"a call emitted with {name} is re-serialized differently after parsing",
                 cls="serialization",
             )
-            if f:
-                findings.append(f)
     leak = [s for s in ("True", "False", "None", "'") if s in canonical and s not in json.dumps(args)]
     rendered_args = canonical[len(renderer.render(history, tools=tools, add_generation_prompt=True)) :]
     if any(s in rendered_args for s in ("True", "False", "None")) or "{'" in rendered_args:
