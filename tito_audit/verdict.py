@@ -46,6 +46,7 @@ _WORDS = {
     "rejects_tool_traffic": "rejects every tool conversation",
     "rewrites_on_tool_append": "rewrites the history when tool results are appended",
     "tool_calls_with_empty_content": 'tool calls next to content "" (send content None)',
+    "tool_calls_with_content": "tool calls next to text content (the template drops them)",
     "parallel_calls": "parallel tool calls (the template drops all but the first)",
     "tool_as_user": "tool results sent as user turns",
     "system_into_user": "the system prompt merged into the first user turn",

@@ -16,7 +16,7 @@ from tito_audit.findings import Collector
     verdict="caveat",
     explanation="""
 Some templates render tool calls in their canonical form but drop them in another one: only when `content` is
-`""` next to the calls, or every call of a parallel pair but the first. The verdict stands, but rollouts that
+`""` (or text) next to the calls, or every call of a parallel pair but the first. The verdict stands, but rollouts that
 produce that form train on calls the model never sees: the verdict line names the form to avoid.""",
     fix_hint="""
 Avoid the named form in rollouts (send `content` None next to tool calls; one call per assistant turn), or
@@ -40,7 +40,8 @@ def tool_forms(ctx: AuditContext) -> Outcome:
             if not sim.messages[turn.index].get("tool_calls"):
                 continue
             found.compared()
-            form = call_form(sim.messages[turn.index], turn.dropped_calls) if turn.tool_calls_dropped else None
+            message = sim.messages[turn.index]
+            form = call_form(message, turn.dropped_calls, shapes.canonical_content) if turn.tool_calls_dropped else None
             if form is not None:
                 found.add(sim.scenario.id, "template", dropped_message(sim.messages, turn), reason=form)
     unique = {f.reason: f for f in reversed(found.findings)}

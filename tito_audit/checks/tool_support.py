@@ -28,14 +28,16 @@ def _shown(value: str, text: str) -> bool:
     return any(form in text for form in (value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]))
 
 
-def call_form(message: dict[str, Any], dropped: list[int]) -> str | None:
-    """The form a drop is confined to, when it is not the canonical one: None when the canonical form drops."""
+def call_form(message: dict[str, Any], dropped: list[int], canonical_content: str | None = None) -> str | None:
+    """The form a drop is confined to, when it is not the canonical one (content ``canonical_content`` next to
+    the calls, all of them dropped): None when the canonical form drops."""
     calls = message.get("tool_calls") or []
     if dropped and len(dropped) < len(calls) and 0 not in dropped:
         return "parallel_calls"
-    if message.get("content") == "":
-        return "tool_calls_with_empty_content"
-    return None
+    content = message.get("content")
+    if content == canonical_content or (not content and not canonical_content):
+        return None
+    return "tool_calls_with_empty_content" if content == "" else "tool_calls_with_content"
 
 
 @check(
@@ -78,7 +80,8 @@ def tool_support(ctx: AuditContext) -> Outcome:
         if "tool" not in sim.scenario.tags:
             continue
         for turn in sim.turns:
-            if turn.tool_calls_dropped and call_form(sim.messages[turn.index], turn.dropped_calls) is None:
+            form = call_form(sim.messages[turn.index], turn.dropped_calls, shapes.canonical_content)
+            if turn.tool_calls_dropped and form is None:
                 found.add(sim.scenario.id, "template", dropped_message(sim.messages, turn), reason="drops_tool_calls")
         try:
             full = ctx.renderer_for(sim.scenario).render(sim.messages, tools=list(sim.scenario.tools))

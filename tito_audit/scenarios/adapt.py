@@ -119,6 +119,11 @@ class Shapes:
     think_tags: tuple[str, str] = ("<think>", "</think>")
 
     @property
+    def canonical_content(self) -> str | None:
+        """The content sent next to tool calls in this shape."""
+        return "" if self.content == "empty" else None
+
+    @property
     def adaptations(self) -> tuple[str, ...]:
         out = []
         if self.calls == "flat":
