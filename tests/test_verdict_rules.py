@@ -158,6 +158,18 @@ TEMPLATES = {
     ),
     # think text stripped from every assistant turn, the last included; reasoning_content never read
     "strips_think": chatml(content="((m.content or '').split('</think>')[-1].lstrip('\\n'))"),
+    # multimodal: content must be a list of text parts
+    "needs_content_parts": chatml(content="(m.content | map(attribute='text') | join)")
+    .replace("+ m.content +", "+ (m.content | map(attribute='text') | join) +")
+    .replace(
+        "{%- for m in messages %}",
+        "{%- for m in messages %}{%- if m.content is string %}"
+        "{{- raise_exception('content must be a list of parts') }}{%- endif %}",
+        1,
+    ),
+    # reads messages[0] as the system prompt, with no default
+    "needs_system_prompt": "{%- if messages[0]['role'] == 'system' %}{%- set sys = messages[0]['content'] %}{%- endif %}"
+    "{{- '<|im_start|>system\\n' + sys + '<|im_end|>\\n' }}" + chatml(),
     # the tool role refused: results must come as user turns
     "rejects_tool_role": chatml(tool="{{- raise_exception('roles must alternate user/assistant') }}"),
 }
@@ -191,6 +203,8 @@ EXPECTED = {
     "needs_flat_calls": ("safe", ["adapt:flat_tool_calls"], "flat_tool_calls"),
     "strips_think": ("tito-required", ["tito-required:naive_rerender", "adapt:reasoning_emitted"], "reasoning_emitted"),
     "rejects_tool_role": ("safe", ["adapt:tool_as_user"], "tool_as_user"),
+    "needs_content_parts": ("safe", ["adapt:content_parts"], "content_parts"),
+    "needs_system_prompt": ("safe", ["adapt:system_prompt"], "system_prompt"),
 }
 
 

@@ -54,6 +54,8 @@ _WORDS = {
     "flat_tool_calls": "flat tool calls (name/arguments/parameters, no `function`)",
     "content_none": "content None next to tool calls",
     "content_empty": 'content "" next to tool calls',
+    "system_prompt": "a system message first (the template reads messages[0] as one)",
+    "content_parts": "content as a list of text parts",
     "reasoning_inline": "reasoning inline as <think>...</think> in content",
     "reasoning_emitted": "reasoning the template never renders, kept in the sampled text",
 }

@@ -9,7 +9,7 @@ from tito_audit.checks.base import Outcome, check
 from tito_audit.context import AuditContext
 from tito_audit.findings import Collector
 from tito_audit.rendering.renderer import RenderError
-from tito_audit.scenarios.adapt import call_function
+from tito_audit.scenarios.adapt import call_function, content_text
 
 
 def _arg_values(arguments: object) -> list[str]:
@@ -34,7 +34,7 @@ def call_form(message: dict[str, Any], dropped: list[int], canonical_content: st
     calls = message.get("tool_calls") or []
     if dropped and len(dropped) < len(calls) and 0 not in dropped:
         return "parallel_calls"
-    content = message.get("content")
+    content = content_text(message)
     if content == canonical_content or (not content and not canonical_content):
         return None
     return "tool_calls_with_empty_content" if content == "" else "tool_calls_with_content"
@@ -89,8 +89,8 @@ def tool_support(ctx: AuditContext) -> Outcome:
             found.failed(sim.scenario.id, err)
             continue
         found.compared()
-        for i, m in enumerate(sim.scenario.messages):
-            text = (m.get("content") or "").strip()[:40] if m["role"] == "tool" else ""
+        for i, m in enumerate(sim.messages):  # as played (adapted), so that indices match the turns
+            text = (content_text(m) or "").strip()[:40] if m["role"] == "tool" else ""
             if text and not _shown(text, full):
                 found.add(
                     sim.scenario.id,

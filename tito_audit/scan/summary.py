@@ -11,6 +11,7 @@ from typing import Any
 
 from tito_audit.scan import classify as C
 from tito_audit.scan.one import TemplateResult
+from tito_audit.verdict import MIN_COVERAGE
 
 
 @dataclass
@@ -37,6 +38,18 @@ class ScanSummary:
         return dict(Counter(r.tokenizer for r in self.results).most_common())
 
     @property
+    def coverage(self) -> dict[str, int]:
+        """Templates with a verdict that played fewer than MIN_COVERAGE scenarios, that reject every tool
+        conversation, and that needed an adaptation (per adaptation)."""
+        judged = [r for r in self.results if r.verdict]
+        out = {
+            f"verdict_on_fewer_than_{MIN_COVERAGE}_scenarios": sum(1 for r in judged if r.scenarios_ok < MIN_COVERAGE),
+            "rejects_tool_traffic": sum(1 for r in self.results if "unsafe:rejects_tool_traffic" in r.verdict_reasons),
+        }
+        adapted = Counter(a for r in judged for a in r.adaptations)
+        return out | {f"adapted_{a}": n for a, n in sorted(adapted.items())}
+
+    @property
     def crashes(self) -> int:
         return sum(1 for r in self.results if r.cls == C.WORKER_CRASH or not r.cls)
 
@@ -50,6 +63,7 @@ class ScanSummary:
             "workers": self.workers,
             "counts": self.counts,
             "flags": self.flag_counts,
+            "coverage": self.coverage,
             "tokenizers": self.tokenizer_counts,
             "crashes": self.crashes,
             **self.meta,
@@ -73,6 +87,8 @@ class ScanSummary:
         if self.flag_counts:
             lines += ["", "| flag | templates |", "|---|---:|"]
             lines += [f"| {k} | {n} |" for k, n in self.flag_counts.items()]
+        lines += ["", "| coverage | templates |", "|---|---:|"]
+        lines += [f"| {k.replace('_', ' ')} | {n} |" for k, n in self.coverage.items()]
         errors = [r for r in self.results if r.cls in C.ERROR_CLASSES][:show]
         if errors:
             lines += ["", "| template | class | reason |", "|---|---|---|"]
@@ -90,4 +106,6 @@ class ScanSummary:
             table.add_row(c, str(n), C.DESCRIPTIONS.get(c, ""))
         for k, n in self.flag_counts.items():
             table.add_row(f"[dim]flag: {k}[/dim]", str(n), "")
+        for k, n in self.coverage.items():
+            table.add_row(f"[dim]coverage: {k.replace('_', ' ')}[/dim]", str(n), "")
         return table

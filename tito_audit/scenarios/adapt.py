@@ -52,9 +52,34 @@ def _calls_as_content(messages: list[Message]) -> list[Message]:
         if m["role"] == "assistant" and m.get("tool_calls"):
             calls = [call_function(c) for c in m["tool_calls"]]
             text = "\n".join(json.dumps({"name": c["name"], "arguments": c["arguments"]}) for c in calls)
-            m = {"role": "assistant", "content": ((m.get("content") or "") + text)}
+            content = m.get("content")
+            if isinstance(content, list):  # content parts: the calls as one more text part
+                m = {"role": "assistant", "content": [*content, {"type": "text", "text": text}]}
+            else:
+                m = {"role": "assistant", "content": (content or "") + text}
         out.append(m)
     return out
+
+
+def _system_prompt(messages: list[Message]) -> list[Message]:
+    """A system message first, for templates that read ``messages[0]`` as the system prompt unconditionally."""
+    if messages and messages[0]["role"] == "system":
+        return messages
+    return [{"role": "system", "content": "You are a helpful assistant."}, *messages]
+
+
+def _content_parts(messages: list[Message]) -> list[Message]:
+    """Content as a list of text parts (multimodal templates iterate ``message.content``)."""
+    return [
+        {**m, "content": [{"type": "text", "text": m["content"]}]} if isinstance(m.get("content"), str) else m
+        for m in messages
+    ]
+
+
+FRAMERS: dict[str, Callable[[list[Message]], list[Message]]] = {
+    "system_prompt": _system_prompt,
+    "content_parts": _content_parts,
+}
 
 
 ADAPTERS: dict[str, Callable[[list[Message]], list[Message]]] = {
@@ -117,6 +142,7 @@ class Shapes:
     empty_content_drops: bool = False
     reasoning: str = ""
     think_tags: tuple[str, str] = ("<think>", "</think>")
+    framing: tuple[str, ...] = ()  # FRAMINGS: what every message needed before anything rendered
 
     @property
     def canonical_content(self) -> str | None:
@@ -125,7 +151,7 @@ class Shapes:
 
     @property
     def adaptations(self) -> tuple[str, ...]:
-        out = []
+        out = list(self.framing)
         if self.calls == "flat":
             out.append("flat_tool_calls")
         if self.arguments == "string":
@@ -159,6 +185,7 @@ class Shapes:
             steps.append(("reasoning_inline", lambda ms: _reasoning_inline(ms, self.think_tags)))
         if self.tool_role == "user":
             steps.append(("tool_as_user", _tool_as_user))
+        steps += [(name, FRAMERS[name]) for name in self.framing]
         for name, step in steps:
             adapted = step(out)
             if adapted != out:
@@ -167,6 +194,14 @@ class Shapes:
         if self.reasoning == "emitted" and any(reasoning_of(m, self.think_tags) for m in out):
             used.append("reasoning_emitted")
         return out, tuple(used)
+
+
+def content_text(message: Message) -> str | None:
+    """A message's content as text (the text parts joined when it is a list of parts); None when absent."""
+    content = message.get("content")
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return content if content is None else str(content)
 
 
 def call_function(call: Message) -> Message:
@@ -191,7 +226,7 @@ def reasoning_of(message: Message, tags: tuple[str, str] = ("<think>", "</think>
         return ""
     if message.get("reasoning_content"):
         return str(message["reasoning_content"])
-    content = str(message.get("content") or "")
+    content = content_text(message) or ""
     if tags[0] in content and tags[1] in content:
         return content.split(tags[0], 1)[1].split(tags[1], 1)[0].strip()
     return ""
@@ -240,7 +275,13 @@ def _reasoning_inline(messages: list[Message], tags: tuple[str, str]) -> list[Me
     return out
 
 
-def _probe_episode(calls: str, arguments: str, content: str, tool_role: str) -> list[Message]:
+Shape = tuple[str, str, str, str]  # call shape, arguments, content next to calls, tool-result role
+# What every message needs before any shape can render: a leading system message, content as a list of parts.
+FRAMINGS: tuple[tuple[str, ...], ...] = ((), ("system_prompt",), ("content_parts",), ("system_prompt", "content_parts"))
+
+
+def _probe_episode(shape: Shape, framing: tuple[str, ...] = ()) -> list[Message]:
+    calls, arguments, content, tool_role = shape
     call: Message = {
         "id": "call00001",
         "type": "function",
@@ -258,15 +299,18 @@ def _probe_episode(calls: str, arguments: str, content: str, tool_role: str) -> 
         messages = _flat_calls(messages)
     if tool_role == "user":
         messages = _tool_as_user(messages)
+    for name in framing:
+        messages = FRAMERS[name](messages)
     return messages
 
 
-def _probe(renderer: Renderer, tools: Any, shape: tuple[str, str, str, str]) -> Probe:
-    messages = _probe_episode(*shape)
+def _probe(renderer: Renderer, tools: Any, shape: Shape, framing: tuple[str, ...] = ()) -> Probe:
+    messages = _probe_episode(shape, framing)
+    lead = 2 if "system_prompt" in framing else 1  # messages before the first assistant turn
     try:
         full = renderer.render(messages, tools=tools)
-        prompt = renderer.render(messages[:1], tools=tools, add_generation_prompt=True)
-        turn = renderer.render(messages[:2], tools=tools)
+        prompt = renderer.render(messages[:lead], tools=tools, add_generation_prompt=True)
+        turn = renderer.render(messages[: lead + 1], tools=tools)
     except RenderError as err:
         return Probe(error=err)
     completion = turn[common_prefix_len(prompt, turn) :]
@@ -278,7 +322,7 @@ def _probe(renderer: Renderer, tools: Any, shape: tuple[str, str, str, str]) -> 
     )
 
 
-def _shapes_in_order() -> list[tuple[str, str, str, str]]:
+def _shapes_in_order() -> list[Shape]:
     """Every shape, those closest to the canonical one first."""
     choices = (("nested", "flat"), ("dict", "string"), ("none", "empty"), ("tool", "user"))
     shapes = list(itertools.product(*choices))
@@ -290,37 +334,38 @@ def probe_shapes(renderer: Renderer, tools: Any) -> Shapes:
 
     Call shape and argument type are conventions a template reads: a shape that shows the call where the
     canonical one does not is adopted. The tool role and content None are the canonical form itself: when the
-    canonical role/content renders without error but drops something, that drop stands (the model cannot see
-    its own tool traffic); they are adapted only when the template rejects them.
+    canonical role and content render without error, whatever they drop stands (the model cannot see its own
+    tool traffic); they are adapted only when the template rejects them. When no shape renders at all, the same
+    search runs again with each framing (a system prompt first, content as a list of text parts).
     """
-    probes: dict[tuple[str, str, str, str], Probe] = {}
+    first_error: RenderError | None = None
+    for framing in FRAMINGS:
+        probes: dict[Shape, Probe] = {}
 
-    def get(shape: tuple[str, str, str, str]) -> Probe:
-        if shape not in probes:
-            probes[shape] = _probe(renderer, tools, shape)
-        return probes[shape]
+        def get(shape: Shape, framing: tuple[str, ...] = framing, probes: dict[Shape, Probe] = probes) -> Probe:
+            if shape not in probes:
+                probes[shape] = _probe(renderer, tools, shape, framing)
+            return probes[shape]
 
-    order = _shapes_in_order()
-    chosen = next((s for s in order if get(s).shows_all), None)
-    if chosen is not None:
-        canonical_form = (chosen[0], chosen[1], "none", "tool")
-        if chosen != canonical_form and get(canonical_form).error is None:
-            chosen = canonical_form  # the canonical role/content renders but drops: that is the finding
-    else:
-        chosen = next((s for s in order if get(s).error is None), None)
-    if chosen is None:
-        err = get(CANONICAL).error
-        return Shapes(rejects_tools=err.message if err is not None else "no shape renders")
+        order = _shapes_in_order()
+        canonical_forms = [s for s in order if s[2:] == CANONICAL[2:]]
+        chosen = next((s for s in canonical_forms if get(s).shows_all), None)
+        if chosen is None:
+            chosen = next((s for s in canonical_forms if get(s).error is None), None)
+        if chosen is None:  # the canonical role or content is rejected: adapt them
+            rest = [s for s in order if s not in canonical_forms]
+            chosen = next((s for s in rest if get(s).shows_all), None)
+            chosen = chosen or next((s for s in rest if get(s).error is None), None)
+        first_error = first_error or get(CANONICAL).error
+        if chosen is not None:
+            return _shapes(renderer, chosen, get, framing)
+    return Shapes(rejects_tools=first_error.message if first_error is not None else "no shape renders")
+
+
+def _shapes(renderer: Renderer, chosen: Shape, get: Callable[[Shape], Probe], framing: tuple[str, ...]) -> Shapes:
     p = get(chosen)
-    drops = tuple(
-        name
-        for name, shown in (
-            ("tool_calls", p.shows_call),
-            ("arguments", p.shows_arguments),
-            ("tool_results", p.shows_result),
-        )
-        if not shown
-    )
+    shown = (("tool_calls", p.shows_call), ("arguments", p.shows_arguments), ("tool_results", p.shows_result))
+    drops = tuple(name for name, ok in shown if not ok)
     if "tool_calls" in drops:
         drops = tuple(d for d in drops if d != "arguments")  # a dropped call drops its arguments with it
     calls, arguments, content, tool_role = chosen
@@ -328,7 +373,8 @@ def probe_shapes(renderer: Renderer, tools: Any) -> Shapes:
     if content == "none" and not drops:
         empty = get((calls, arguments, "empty", tool_role))
         empty_drops = empty.error is None and not empty.shows_call
-    return Shapes(calls, arguments, content, tool_role, drops, None, empty_drops, *_reasoning(renderer))
+    reasoning, tags = _reasoning(renderer)
+    return Shapes(calls, arguments, content, tool_role, drops, None, empty_drops, reasoning, tags, framing)
 
 
 def _reasoning(renderer: Renderer) -> tuple[str, tuple[str, str]]:
