@@ -168,7 +168,8 @@ TEMPLATES = {
         1,
     ),
     # reads messages[0] as the system prompt, with no default
-    "needs_system_prompt": "{%- if messages[0]['role'] == 'system' %}{%- set sys = messages[0]['content'] %}{%- endif %}"
+    "needs_system_prompt": "{%- if messages[0]['role'] == 'system' %}"
+    "{%- set sys = messages[0]['content'] %}{%- endif %}"
     "{{- '<|im_start|>system\\n' + sys + '<|im_end|>\\n' }}" + chatml(),
     # the tool role refused: results must come as user turns
     "rejects_tool_role": chatml(tool="{{- raise_exception('roles must alternate user/assistant') }}"),
