@@ -252,3 +252,33 @@ def test_suppressing_the_drop_keeps_the_buffer_verdict(audited) -> None:
     m = report.models[0]
     assert m.check("tool_support").status == "pass"
     assert m.verdict == "tito-required" and "tito-required:suppressed:drops_tool_results" in m.verdict_reasons
+
+
+# --- the gate -------------------------------------------------------------------------------------------------
+
+
+def _cli(args: list[str]):
+    from typer.testing import CliRunner
+
+    from tito_audit.cli import app
+
+    return CliRunner().invoke(app, ["audit", "qwen2.5-7b-instruct", "--jobs", "1", "-q", *args])
+
+
+def test_a_check_error_exits_3_unless_allowed(monkeypatch) -> None:
+    from dataclasses import replace
+
+    def boom(ctx):
+        raise ZeroDivisionError("check bug for the test")
+
+    monkeypatch.setitem(REGISTRY, "double_bos", replace(REGISTRY["double_bos"], run=boom))
+    res = _cli([])
+    assert res.exit_code == 3, res.output
+    assert "check double_bos could not run: ZeroDivisionError" in res.stderr
+    assert _cli(["--allow-check-errors"]).exit_code == 0
+
+
+def test_min_coverage_gates_on_scenarios_played() -> None:
+    assert _cli(["--min-coverage", "30"]).exit_code == 0
+    res = _cli(["--min-coverage", "1000"])
+    assert res.exit_code == 3 and "fewer than --min-coverage 1000" in res.stderr
