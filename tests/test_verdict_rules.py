@@ -282,3 +282,32 @@ def test_min_coverage_gates_on_scenarios_played() -> None:
     assert _cli(["--min-coverage", "30"]).exit_code == 0
     res = _cli(["--min-coverage", "1000"])
     assert res.exit_code == 3 and "fewer than --min-coverage 1000" in res.stderr
+
+
+# --- the real Qwen2.5 template, with its tool traffic cut out --------------------------------------------------
+
+
+def _qwen25_without(loaded, cut: str) -> object:
+    import re
+
+    template = loaded(TOKENIZER).chat_template
+    if cut == "tool_role":  # the tool branch never taken: tool messages render nothing
+        patched = template.replace('{%- elif message.role == "tool" %}', "{%- elif false %}")
+    elif cut == "tool_results":  # the branch taken, the result text left out
+        patched = template.replace(
+            "{{- message.content }}\n        {{- '\\n</tool_response>' }}", "{{- '\\n</tool_response>' }}"
+        )
+    else:  # the tool_calls loop removed
+        patched = re.sub(r"\{%- for tool_call in message\.tool_calls %\}.*?\{%- endfor %\}", "", template, flags=re.S)
+    assert patched != template
+    return audit_model(loaded(TOKENIZER).with_template(patched, f"qwen25-without-{cut}.jinja"), AuditOptions())
+
+
+@pytest.mark.parametrize(
+    ("cut", "reason"),
+    [("tool_role", "drops_tool_results"), ("tool_results", "drops_tool_results"), ("tool_calls", "drops_tool_calls")],
+)
+def test_qwen25_without_its_tool_traffic_is_unsafe(loaded, cut: str, reason: str) -> None:
+    m = _qwen25_without(loaded, cut)
+    assert m.verdict == "unsafe" and f"unsafe:{reason}" in m.verdict_reasons, m.verdict_reasons
+    assert m.scenarios["played"] >= MIN_COVERAGE
