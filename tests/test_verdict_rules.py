@@ -158,6 +158,10 @@ TEMPLATES = {
     ),
     # think text stripped from every assistant turn, the last included; reasoning_content never read
     "strips_think": chatml(content="((m.content or '').split('</think>')[-1].lstrip('\\n'))"),
+    # think text read inline only (reasoning_content never), kept on the last turn, stripped from history
+    "inline_think_last_only": chatml(
+        content="((m.content or '') if loop.last else (m.content or '').split('</think>')[-1].lstrip('\\n'))"
+    ),
     # multimodal: content must be a list of text parts
     "needs_content_parts": chatml(content="(m.content | map(attribute='text') | join)")
     .replace("+ m.content +", "+ (m.content | map(attribute='text') | join) +")
@@ -204,6 +208,11 @@ EXPECTED = {
     "needs_flat_calls": ("safe", ["adapt:flat_tool_calls"], "flat_tool_calls"),
     "strips_think": ("tito-required", ["tito-required:naive_rerender", "adapt:reasoning_emitted"], "reasoning_emitted"),
     "rejects_tool_role": ("safe", ["adapt:tool_as_user"], "tool_as_user"),
+    "inline_think_last_only": (
+        "unsafe",
+        ["unsafe:rewrites_on_tool_append", "adapt:reasoning_inline"],
+        "reasoning_inline",
+    ),
     "needs_content_parts": ("safe", ["adapt:content_parts"], "content_parts"),
     "needs_system_prompt": ("safe", ["adapt:system_prompt"], "system_prompt"),
 }
