@@ -73,7 +73,8 @@ def tool_support(ctx: AuditContext) -> Outcome:
         found.add(
             "probe/canonical",
             "template",
-            f"{words[what]} not rendered in the canonical form ({', '.join(shapes.adaptations) or 'no adaptation'})",
+            f"{words[what]} not rendered in the canonical form"
+            + (f" (with the adaptations it needs: {', '.join(shapes.adaptations)})" if shapes.adaptations else ""),
             reason=f"drops_{what}",
         )
     for sim in ctx.ok_simulations():
