@@ -320,3 +320,45 @@ def test_qwen25_without_its_tool_traffic_is_unsafe(loaded, cut: str, reason: str
     m = _qwen25_without(loaded, cut)
     assert m.verdict == "unsafe" and f"unsafe:{reason}" in m.verdict_reasons, m.verdict_reasons
     assert m.scenarios["played"] >= MIN_COVERAGE
+
+
+def test_special_token_injection_never_compares_plain_with_plain(loaded, monkeypatch) -> None:
+    """When the sanitized render fails, the check counts the failure and compares nothing (it used to fall back to
+    the plain encoding and compare it with itself: "content text stays text")."""
+    from tito_audit.checks.base import run_check
+    from tito_audit.context import AuditContext
+    from tito_audit.rendering.renderer import Renderer, RenderError
+
+    def refuse(self, *args, **kwargs):
+        raise RenderError("type", "TypeError: cannot sanitize")
+
+    ctx = AuditContext(loaded(TOKENIZER), AuditOptions())
+    assert run_check(REGISTRY["special_token_injection"], ctx).comparisons > 0
+    monkeypatch.setattr(Renderer, "sanitized_ids", refuse)
+    r = run_check(REGISTRY["special_token_injection"], ctx)
+    assert r.status == "not_applicable" and r.comparisons == 0 and r.render_failures > 0
+    assert "cannot sanitize" in r.summary
+
+
+@pytest.mark.parametrize(
+    ("check_id", "method"),
+    [("history_rewrite", "render_ids"), ("time_invariance", "render_ids"), ("loss_mask", "render_with_mask")],
+)
+def test_a_check_whose_renders_fail_does_not_pass(loaded, monkeypatch, check_id: str, method: str) -> None:
+    """These checks used to ``continue`` past a failed render and then pass having compared nothing."""
+    from tito_audit.checks.base import run_check
+    from tito_audit.context import AuditContext
+    from tito_audit.rendering.renderer import Renderer, RenderError
+
+    def refuse(self, *args, **kwargs):
+        raise RenderError("raised", "refused for the test")
+
+    # a template with generation markers, so that loss_mask reaches its renders
+    marked = TEMPLATES["base"].replace(
+        "{{- '<|im_end|>\\n' }}{%- elif", "{% generation %}{{- '<|im_end|>\\n' }}{% endgeneration %}{%- elif", 1
+    )
+    ctx = AuditContext(loaded(TOKENIZER).with_template(marked, "marked.jinja"), AuditOptions())
+    assert ctx.ok_simulations()  # played before the renderer is broken
+    monkeypatch.setattr(Renderer, method, refuse)
+    r = run_check(REGISTRY[check_id], ctx)
+    assert r.status == "not_applicable" and r.comparisons == 0 and r.render_failures > 0, (r.status, r.summary)

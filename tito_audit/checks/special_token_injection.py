@@ -28,7 +28,7 @@ def special_token_injection(ctx: AuditContext) -> Outcome:
         renderer = ctx.renderer_for(sim.scenario)
         tools = list(sim.scenario.tools)
         try:  # both sides or neither: a failed sanitized render must not leave plain compared with plain
-            safe = renderer.render_ids(sim.messages, tools=tools)
+            safe = renderer.sanitized_ids(sim.messages, tools=tools)
             plain = renderer.encode(renderer.render(sim.messages, tools=tools))
         except RenderError as err:
             found.failed(sim.scenario.id, err)
