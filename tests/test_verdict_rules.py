@@ -362,3 +362,22 @@ def test_a_check_whose_renders_fail_does_not_pass(loaded, monkeypatch, check_id:
     monkeypatch.setattr(Renderer, method, refuse)
     r = run_check(REGISTRY[check_id], ctx)
     assert r.status == "not_applicable" and r.comparisons == 0 and r.render_failures > 0, (r.status, r.summary)
+
+
+def test_every_format_shows_coverage_and_says_when_it_is_low(audited) -> None:
+    import json
+
+    from tito_audit.formats import render_report
+
+    m = copy.deepcopy(audited("needs_string_arguments"))
+    m.scenarios.update(played=12, low_coverage=True)  # as if most scenarios had been refused
+    m.decide()
+    assert m.verdict == "safe" and "low_coverage:12/40" in m.verdict_reasons
+    report = AuditReport([m])
+    for fmt in ("terminal", "markdown", "html", "sarif"):
+        text = render_report(report, fmt)
+        assert "12/40 scenarios played" in text and "arguments_string" in text, fmt
+        assert "fewer than 30" in text, fmt
+    doc = json.loads(render_report(report, "json"))["models"][0]
+    assert doc["scenarios"]["low_coverage"] is True and "low_coverage:12/40" in doc["verdict_reasons"]
+    assert "only 12/40 scenarios played" in render_report(report, "terminal", quiet=True)
