@@ -102,9 +102,9 @@ def derive_turn(
         start = common_prefix_len(prompt, full)
         completion = full[start:]
     thought = reasoning_of(message, emit_reasoning) if emit_reasoning else ""
-    if thought and thought not in completion:
-        opened = prompt.rstrip().endswith(emit_reasoning[0]) if emit_reasoning else False
-        said = ("" if opened else f"{emit_reasoning[0]}\n") + f"{thought}\n{emit_reasoning[1]}\n\n"  # type: ignore[index]
+    if emit_reasoning and thought and thought not in completion:
+        opened = prompt.rstrip().endswith(emit_reasoning[0])  # a generation prompt that opens the block itself
+        said = ("" if opened else f"{emit_reasoning[0]}\n") + f"{thought}\n{emit_reasoning[1]}\n\n"
         full = full[:start] + said + full[start:]
         completion = full[start:]
     stops = _stop_strings(renderer, stop_ids)
