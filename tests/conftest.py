@@ -1,4 +1,9 @@
-"""Shared fixtures: the real Hub cache in ../shared/hf-hub, offline, resolved by the real hub code."""
+"""Shared fixtures: the real Hub cache in ../shared/hf-hub, offline, resolved by the real hub code.
+
+The one place tests find the development data (``SHARED``, ``HUB``, ``CORPUS``). A test that needs it and finds
+it absent is skipped (``needs_corpus``, ``needs_hub``), except under ``CI=true``, where a missing ``../shared``
+fails the whole run instead: CI must never pass by skipping.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,10 @@ import pytest
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 HUB = SHARED / "hf-hub"
+CORPUS = SHARED / "template-corpus"
+IN_CI = os.environ.get("CI", "").strip().lower() == "true"
+needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"shared template corpus not present ({CORPUS})")
+needs_hub = pytest.mark.skipif(not HUB.is_dir(), reason=f"shared Hub cache not present ({HUB})")
 os.environ.setdefault("HF_HUB_CACHE", str(HUB))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -23,6 +32,13 @@ SHARED_MODELS = [
     "microsoft/Phi-3-mini-4k-instruct",
     "google/gemma-2-2b-it",
 ]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    missing = [str(p) for p in (HUB, CORPUS) if not p.is_dir()]
+    if IN_CI and missing:
+        raise pytest.UsageError(f"CI=true but the development data is missing: {', '.join(missing)}")
+
 
 _MODELS: dict[str, object] = {}
 _REPORTS: dict[str, object] = {}

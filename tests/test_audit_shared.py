@@ -58,8 +58,12 @@ def test_llama_injects_the_date_and_doubles_bos(report):
 
 
 def test_gpt_oss_renders_only_the_first_parallel_call(report):
-    msgs = [f.message for f in report("openai/gpt-oss-20b").check("tool_support").findings]
+    """A drop confined to the second call of a parallel pair keeps the verdict, with the form to avoid."""
+    r = report("openai/gpt-oss-20b")
+    msgs = [f.message for f in r.check("tool_forms").findings]
     assert any(m.startswith("parallel tool call #2 (search_docs) of 2") for m in msgs), msgs
+    assert r.check("tool_support").status == "pass"
+    assert r.verdict == "tito-required" and "avoid:parallel_calls" in r.verdict_reasons
 
 
 def test_gpt_oss_stops_on_call_and_return_and_rewrites_history(report):
@@ -70,9 +74,13 @@ def test_gpt_oss_stops_on_call_and_return_and_rewrites_history(report):
 
 
 def test_deepseek_v3_drops_tool_calls_with_empty_content(report):
+    """Its calls render only when content is None, which transformers drops from the message (the template then
+    fails on the missing key): no shape shows the calls, so the model never sees them and the verdict is unsafe."""
     r = report("deepseek-ai/DeepSeek-V3")
     assert r.check("tool_support").status == "fail"
     assert any("not rendered" in f.message for f in r.check("tool_support").findings)
+    assert r.verdict == "unsafe" and "unsafe:drops_tool_calls" in r.verdict_reasons
+    assert "content_empty" in r.scenarios["adaptations"] and r.scenarios["played"] >= 30
 
 
 def test_deepseek_v3_hoists_system_messages_which_is_not_a_tool_append_break(report):
@@ -82,7 +90,7 @@ def test_deepseek_v3_hoists_system_messages_which_is_not_a_tool_append_break(rep
     assert r.check("tool_append_prefix").status == "pass"
     assert r.check("append_matrix").status == "warn"
     assert any("system after" in f.message for f in r.check("append_matrix").findings)
-    assert r.verdict == "tito-required"
+    assert "unsafe:rewrites_on_tool_append" not in r.verdict_reasons
 
 
 def test_phi3_turn_end_is_not_eos(report):
@@ -110,6 +118,7 @@ def test_olmo2_drops_tool_messages_but_appends_preserve_the_prefix(report):
     r = report("allenai/OLMo-2-1124-7B-Instruct")
     assert r.check("tool_append_prefix").status == "pass"
     assert any("does not appear" in x.message for x in r.check("tool_support").findings)
+    assert r.verdict == "unsafe" and {"unsafe:drops_tool_calls", "unsafe:drops_tool_results"} <= set(r.verdict_reasons)
 
 
 def test_qwen3_thinking_modes_come_from_the_template(report):
@@ -123,6 +132,10 @@ def test_qwen3_thinking_modes_come_from_the_template(report):
 def test_every_shared_model_gets_a_verdict_and_valid_json(report):
     reports = [report(m) for m in SHARED_MODELS]
     assert all(r.verdict in ("unsafe", "tito-required", "safe") for r in reports)
+    assert all(r.scenarios["played"] >= 30 for r in reports), {r.model: r.scenarios["played"] for r in reports}
+    for r in reports:  # never safe or tito-required while an error-level check fails
+        if r.verdict != "unsafe":
+            assert all(c.status != "fail" for c in r.checks if c.severity == "error"), r.model
     doc = json.loads(json.dumps(AuditReport(reports).to_dict()))
     assert doc["schema_version"] == SCHEMA_VERSION
     for m in doc["models"]:

@@ -15,11 +15,15 @@ def test_a_fork_that_renders_only_the_first_parallel_call_is_named(loaded):
         ),
         "first-call-only fork",
     )
-    findings = audit_model(forked).check("tool_support").findings
+    report = audit_model(forked)
+    findings = report.check("tool_forms").findings  # a drop confined to parallel calls: the form to avoid
     partial = [f.message for f in findings if "parallel tool call" in f.message]
     assert partial, [f.message for f in findings]
     assert "#2 (" in partial[0] and "of 2" in partial[0]
-    assert audit_model(base).check("tool_support").status == "pass"
+    assert report.check("tool_support").status == "pass"
+    # the verdict stands (re-rendering a parallel turn loses the second call: tito-required), with the warning
+    assert report.verdict == "tito-required" and "avoid:parallel_calls" in report.verdict_reasons
+    assert audit_model(base).check("tool_forms").status == "pass"
 
 
 def test_forged_control_tokens_are_the_templates_own(report):

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import SHARED
+from conftest import CORPUS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -32,7 +32,6 @@ from tito_audit.fix.source import (
 from tito_audit.rendering.renderer import RenderError
 from tito_audit.rollout.tokens import common_prefix_len
 
-CORPUS = SHARED / "template-corpus"
 runner = CliRunner()
 
 

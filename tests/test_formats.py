@@ -88,19 +88,20 @@ def test_markdown_report_has_verdicts_checks_and_findings(both):
 def test_compatibility_table_cells_and_footnotes(both):
     md = compatibility_table(both.models)
     header, *rows = _table_rows(md)
-    assert header[:4] == ["model", "template", "verdict", "why"]
+    assert header[:5] == ["model", "template", "verdict", "scenarios", "why"]
     shared = re.findall(r"^- `(\w+)`: `([^`]+)` for all 2 models", md, re.M)
-    assert sorted(header[4:] + [cid for cid, _ in shared]) == sorted(s.id for s in ordered_checks())  # each once
+    assert sorted(header[5:] + [cid for cid, _ in shared]) == sorted(s.id for s in ordered_checks())  # each once
     col = header.index("tool_append_prefix")
     by_model = {r[0].split(" @")[0]: r for r in rows}
     assert by_model[UNSAFE][col] == "**FAIL**[^1]" and by_model[UNSAFE][2] == "**UNSAFE**"
     assert by_model[SAFE][col] == "pass" and by_model[SAFE][2] == "safe"
+    assert by_model[UNSAFE][3] == "54/54" and by_model[SAFE][3] == "40/40"  # scenarios played / catalogue
     assert by_model[UNSAFE][0] == f"{UNSAFE} @9b9325d"  # name with short revision
-    assert by_model[UNSAFE][3].startswith("tool_append_prefix fails: tool appends break buffer + delta")
+    assert "rewrites the history when tool results are appended" in by_model[UNSAFE][4]  # the verdict's reason
     note = next(ln for ln in md.splitlines() if ln.startswith("[^1]:"))
     assert "`tool_append_prefix`" in note and "buffer has `'<think>\\n\\n</think>" in note
     assert "where the re-render has `''`" in note
-    cells = {c for r in rows for c in r[4:]}
+    cells = {c for r in rows for c in r[5:]}
     assert cells <= {"pass", "warn", "n/a", "**error**", "—"} | {f"**FAIL**[^{n}]" for n in range(1, 20)}
 
 

@@ -196,7 +196,7 @@ def test_suppressions_never_make_a_rewriting_template_safe(report: Callable[[str
 
 
 def test_suppressed_tool_append_findings_alone_keep_tito_required(report: Callable[[str], Any]) -> None:
-    """The floor in verdict_for: without it, a template whose only divergence is the tool append would read safe."""
+    """A suppressed finding of an unsafe-role check still needs the token buffer: decide never reads it as safe."""
     rep = AuditReport([copy.deepcopy(report(QWEN3))])
     m = rep.models[0]
     for c in m.checks:
@@ -204,7 +204,9 @@ def test_suppressed_tool_append_findings_alone_keep_tito_required(report: Callab
             c.findings, c.status = [], ("pass" if c.status in ("warn", "fail") else c.status)
     apply_suppressions(rep, [Suppression(check="tool_append_prefix", reason="new sample at each rewrite")], None)
     assert m.check("tool_append_prefix").status == "pass"
-    assert decide(m.checks) == "safe" and m.verdict == "tito-required"
+    decision = decide(m.checks, m.scenarios)
+    assert decision.verdict == m.verdict == "tito-required"
+    assert "tito-required:suppressed:rewrites_on_tool_append" in m.verdict_reasons
 
 
 def test_no_config_means_no_suppressions(tmp_path: Path) -> None:

@@ -95,10 +95,26 @@ def test_debug_raises_a_worker_error_with_its_traceback(monkeypatch) -> None:
     with pytest.raises(ZeroDivisionError, match="check bug") as info:
         audit(["qwen2.5-7b-instruct", "phi-3-mini-4k-instruct"], AuditOptions(debug=True), jobs=2)
     assert "boom" in str(info.value.__cause__)  # concurrent.futures' remote traceback
-    # Without debug the same bug is one check's error status, and both models are still audited.
+    # Without debug the same bug is one check's error status, and both models are still audited. double_bos
+    # bears no verdict, so the verdicts stand.
     quiet = audit(["qwen2.5-7b-instruct", "phi-3-mini-4k-instruct"], jobs=2)
     assert all(m.check("double_bos").status == "error" for m in quiet.models)
-    assert all(m.verdict != "error" for m in quiet.models)
+    assert [m.verdict for m in quiet.models] == ["safe", "unsafe"]
+
+
+def test_a_verdict_bearing_check_error_makes_the_verdict_error(monkeypatch) -> None:
+    """A verdict never rests on a check that errored: naive_rerender crashing turns safe into error (with the
+    reason); a model already proven unsafe by another check stays unsafe, and says what could not be checked."""
+    from tito_audit.checks import REGISTRY
+
+    def boom(ctx):
+        raise ZeroDivisionError("check bug for the test")
+
+    monkeypatch.setitem(REGISTRY, "naive_rerender", replace(REGISTRY["naive_rerender"], run=boom))
+    qwen, phi = audit(["qwen2.5-7b-instruct", "phi-3-mini-4k-instruct"], jobs=2).models
+    assert qwen.check("naive_rerender").status == "error"
+    assert qwen.verdict == "error" and "error:naive_rerender:check_error" in qwen.verdict_reasons
+    assert phi.verdict == "unsafe" and "error:naive_rerender:check_error" in phi.verdict_reasons
 
 
 def test_cli_jobs_reports_every_model_and_one_line_per_error(corrupt_folder) -> None:

@@ -8,12 +8,11 @@ from pathlib import Path
 
 import pytest
 import typer
+from conftest import HUB
 from typer.testing import CliRunner
 
 from tito_audit.cli import rl as rl_cli
 from tito_audit.rl import RLConfig, run_rl
-
-HUB = Path("/work/shared/hf-hub")
 
 
 def _snapshot(repo: str) -> str:

@@ -7,11 +7,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import CORPUS, needs_corpus
 
 from tito_audit.scan import CLASSES, PoolLimits, scan_directory
 
-CORPUS = Path("/work/shared/template-corpus")
-pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason="shared template corpus not present")
+pytestmark = needs_corpus
 
 
 def test_sample_of_30_corpus_templates(tmp_path: Path) -> None:

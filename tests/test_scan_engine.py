@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import CORPUS, needs_corpus
 from typer.testing import CliRunner
 
 from tito_audit import AuditOptions, audit_model
@@ -16,9 +17,6 @@ from tito_audit.scan import PoolLimits, scan_directory
 from tito_audit.scan.discover import TemplateFile
 from tito_audit.scan.one import audit_template
 from tito_audit.scenarios.catalog import SHAPES
-
-CORPUS = Path("/work/shared/template-corpus")
-needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason="shared template corpus not present")
 
 # Real templates of four vocabularies (and two verdicts at least: Qwen3 and gpt-oss differ).
 SAMPLE = (

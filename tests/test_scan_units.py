@@ -5,14 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import CORPUS, needs_corpus
 
 from tito_audit.errors import UsageError
 from tito_audit.scan.discover import discover
 from tito_audit.scan.hazards import hazards, literal_text
 from tito_audit.scan.pick import Candidate, control_literals, pick
-
-CORPUS = Path("/work/shared/template-corpus")
-needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason="shared template corpus not present")
 
 
 def test_discover_errors_are_one_line(tmp_path: Path) -> None:

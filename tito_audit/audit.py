@@ -18,9 +18,12 @@ from tito_audit.context import AuditContext, AuditOptions
 from tito_audit.errors import AuditError, TemplateAlwaysRaises
 from tito_audit.sources.load import LoadedModel, Provenance, load
 from tito_audit.sources.synthesized import run_on
-from tito_audit.verdict import VERDICTS, decide
+from tito_audit.verdict import MIN_COVERAGE, VERDICTS, decide
 
-SCHEMA_VERSION = "1.2"  # 1.1: suppressions/baseline keys, finding.baseline; 1.2: provenance.tokenizer (synthesized)
+# 1.1: top-level suppressions/baseline keys, finding.baseline (tito_audit.gate)
+# 1.2: verdict_reasons; scenarios.catalogue/adaptations/low_coverage; check comparisons/render_failures/verdict_role;
+#      finding.reason; provenance.tokenizer (real or synthesized), tokenizer_base, synthesized_tokens
+SCHEMA_VERSION = "1.2"
 
 
 @dataclass
@@ -35,10 +38,18 @@ class ModelReport:
     options: dict[str, Any] = field(default_factory=dict)
     scenarios: dict[str, Any] = field(default_factory=dict)
     traceback: str | None = None
+    verdict_reasons: list[str] = field(default_factory=list)
 
     @property
     def verdict_explanation(self) -> str:
         return VERDICTS[self.verdict]
+
+    def decide(self) -> None:
+        """Verdict and reasons from the checks as they stand (after suppressions) and the coverage."""
+        if self.error is not None or not self.checks:
+            return
+        decision = decide(self.checks, self.scenarios)
+        self.verdict, self.verdict_reasons = decision.verdict, decision.reasons
 
     def check(self, check_id: str) -> CheckResult:
         return next(c for c in self.checks if c.id == check_id)
@@ -49,6 +60,7 @@ class ModelReport:
             "provenance": self.provenance.to_dict() if self.provenance else None,
             "verdict": self.verdict,
             "verdict_explanation": self.verdict_explanation,
+            "verdict_reasons": self.verdict_reasons,
             "error": self.error,
             "error_kind": self.error_kind,
             "options": self.options,
@@ -99,8 +111,12 @@ def audit_context(ctx: AuditContext, started: float | None = None) -> ModelRepor
     model, options = ctx.model, ctx.options
     report = ModelReport(model.name, "error", model.provenance, options=_options_dict(options))
     sims = ctx.simulations
+    played = sum(1 for s in sims if s.ok)
     report.scenarios = {
-        "played": sum(1 for s in sims if s.ok),
+        "played": played,
+        "catalogue": len(sims),
+        "low_coverage": played < MIN_COVERAGE,
+        "adaptations": sorted({a for s in sims if s.ok for a in s.adapters}),
         "not_applicable": {s.scenario.id: s.error.message for s in sims if s.error is not None},
         "adapted": {s.scenario.id: list(s.adapters) for s in sims if s.adapters},
         "thinking_modes": ctx.thinking_modes,
@@ -119,10 +135,10 @@ def audit_context(ctx: AuditContext, started: float | None = None) -> ModelRepor
         report.seconds = time.perf_counter() - started
         return report
     specs = ordered_checks()
-    if options.only_checks:
-        specs = [s for s in specs if s.id in options.only_checks or s.id in ("tool_append_prefix", "naive_rerender")]
+    if options.only_checks:  # filtering never changes the verdict: the checks it needs always run
+        specs = [s for s in specs if s.id in options.only_checks or s.verdict_bearing]
     report.checks = [run_on(spec, ctx) for spec in specs]  # run_check, but for synthesized tokenizers
-    report.verdict = decide(report.checks)
+    report.decide()
     report.seconds = time.perf_counter() - started
     return report
 

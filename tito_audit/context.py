@@ -22,6 +22,8 @@ from tito_audit.rollout.simulate import Simulation, simulate
 from tito_audit.rollout.stop import stop_token_ids
 from tito_audit.rollout.tokens import common_prefix_len, special_token_strings
 from tito_audit.scenarios import Scenario, build_scenarios
+from tito_audit.scenarios.adapt import Shapes, probe_shapes
+from tito_audit.scenarios.catalog import TOOLS
 from tito_audit.sources.load import LoadedModel
 
 if TYPE_CHECKING:  # the check modules import this one: importing them here would be circular
@@ -153,13 +155,18 @@ class AuditContext:
         return sorted(texts, key=lambda t: t not in template)
 
     @cached_property
+    def shapes(self) -> Shapes:
+        """The conversation shapes this template accepts (probed once; every scenario is played in them)."""
+        return probe_shapes(self.renderer, list(TOOLS))
+
+    @cached_property
     def scenarios(self) -> list[Scenario]:
         return build_scenarios(self.special_texts, self.thinking_modes, only=SCENARIO_SETS[self.options.scenarios])
 
     def simulation(self, scenario: Scenario) -> Simulation:
         sim = self._simulations.get(scenario.id)
         if sim is None:
-            sim = simulate(self.renderer, scenario, self.stop_ids)
+            sim = simulate(self.renderer, scenario, self.stop_ids, self.shapes)
             self._simulations[scenario.id] = sim
         return sim
 

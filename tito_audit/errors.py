@@ -1,7 +1,8 @@
 """Operational errors: bad input that stops one model's audit but never the whole run.
 
 Every error carries a stable ``kind`` (used in JSON reports and scan summaries) and renders as one line
-that names the model and the cause. The CLI maps any of them to exit code 2.
+that names the model and the cause. The CLI maps any of them to exit code 2. Exit code 3 is the gate's "could
+not check": a check errored, or fewer scenarios played than ``--min-coverage`` asks.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_OPERATIONAL = 2
+EXIT_INCOMPLETE = 3
 
 
 class AuditError(Exception):

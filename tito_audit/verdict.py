@@ -1,32 +1,146 @@
-"""From check results to one word per model."""
+"""From check results to one word per model, and the short reasons behind it: the only place the rule lives.
+
+``decide`` reads each check's role from its result (``verdict_role``, declared on the check's spec with
+``@check(verdict=...)``), never a check id, and the results as they are after suppressions:
+
+1. ``unsafe``: an active finding of an ``unsafe``-role check (a template that drops tool calls or results in
+   their canonical form, or whose tool appends rewrite the history). A finding proves it, so it stands even
+   when another check could not run.
+2. ``error``: a verdict-bearing or error-severity check errored, compared nothing, or was not run. The verdict
+   never rests on a check that did not decide.
+3. ``tito-required``: a finding (suppressed or not: a suppression accepts a finding, it does not make the
+   template stop rewriting) of a ``tito-required``-role check, or a suppressed finding of an ``unsafe``-role
+   check (the rollout loop handles it, so a token buffer is still needed).
+4. ``safe`` otherwise.
+
+Reasons beside the verdict never change it: ``avoid:*`` (a ``caveat``-role finding: tool traffic dropped only
+in a form the rollout code can avoid), ``adapt:*`` (a conversation shape the template needs and the rollout
+code must produce too) and ``low_coverage:PLAYED/CATALOGUE`` (fewer than ``MIN_COVERAGE`` scenarios played).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
+from tito_audit.checks import REGISTRY
 from tito_audit.checks.base import CheckResult
 
 Verdict = Literal["unsafe", "tito-required", "safe", "error"]
 
 VERDICTS: dict[str, str] = {
-    "unsafe": "even buffer + delta breaks for tool appends: the template must be patched",
+    "unsafe": "the template drops tool traffic or breaks buffer + delta for tool appends: it must be patched",
     "tito-required": "buffer + delta is exact, naive re-tokenization is not: keep a token buffer",
     "safe": "buffer + delta and naive re-tokenization are both exact for canonical tokens",
-    "error": "the model could not be audited",
+    "error": "the model could not be audited, or a check the verdict needs did not decide",
+}
+
+MIN_COVERAGE = 30  # scenarios played below which every format says the verdict rests on little
+
+# Human words for the machine-readable reasons (the part after the prefix).
+_WORDS = {
+    "drops_tool_calls": "drops tool calls",
+    "drops_tool_results": "drops tool results",
+    "drops_arguments": "drops tool-call arguments",
+    "rejects_tool_traffic": "rejects every tool conversation",
+    "rewrites_on_tool_append": "rewrites the history when tool results are appended",
+    "tool_calls_with_empty_content": 'tool calls next to content "" (send content None)',
+    "tool_calls_with_content": "tool calls next to text content (the template drops them)",
+    "parallel_calls": "parallel tool calls (the template drops all but the first)",
+    "tool_as_user": "tool results sent as user turns",
+    "system_into_user": "the system prompt merged into the first user turn",
+    "arguments_string": "tool-call arguments as a JSON string",
+    "flat_tool_calls": "flat tool calls (name/arguments/parameters, no `function`)",
+    "content_none": "content None next to tool calls",
+    "content_empty": 'content "" next to tool calls',
+    "system_prompt": "a system message first (the template reads messages[0] as one)",
+    "content_parts": "content as a list of text parts",
+    "reasoning_inline": "reasoning inline as <think>...</think> in content",
+    "reasoning_emitted": "reasoning the template never renders, kept in the sampled text",
 }
 
 
-def decide(checks: Sequence[CheckResult]) -> Verdict:
+@dataclass
+class Decision:
+    verdict: Verdict
+    reasons: list[str] = field(default_factory=list)
+
+
+def _add(reasons: list[str], reason: str) -> None:
+    if reason not in reasons:
+        reasons.append(reason)
+
+
+def decide(
+    checks: Sequence[CheckResult], coverage: Mapping[str, Any] | None = None, expected: Sequence[str] | None = None
+) -> Decision:
+    """The verdict of one model from its check results (after suppressions) and its scenario coverage.
+
+    ``expected``: the ids of the checks the verdict needs (default: every registered verdict-bearing or
+    error-severity check); one missing from ``checks`` makes the verdict ``error`` (``not_run``).
+    """
+    unsafe: list[str] = []
+    undecided: list[str] = []
+    buffer: list[str] = []
+    notes: list[str] = []
     by_id = {c.id: c for c in checks}
-    append = by_id.get("tool_append_prefix")
-    naive = by_id.get("naive_rerender")
-    if append is None or append.status == "error":
-        return "error"
-    if append.status == "fail":
-        return "unsafe"
-    naive_diverges = naive is not None and any(f for f in naive.findings)
-    history = by_id.get("history_rewrite")
-    if naive_diverges or (history is not None and history.findings):
-        return "tito-required"
-    return "safe"
+    needed = (
+        list(expected)
+        if expected is not None
+        else [s.id for s in REGISTRY.values() if s.verdict in ("unsafe", "tito-required") or s.severity == "error"]
+    )
+    for cid in needed:
+        if cid not in by_id:
+            _add(undecided, f"error:{cid}:not_run")
+    for c in checks:
+        bearing = c.verdict_role in ("unsafe", "tito-required") or c.severity == "error"
+        if c.status == "error" and bearing:
+            _add(undecided, f"error:{c.id}:check_error")
+        elif c.status == "not_applicable" and bearing:
+            _add(undecided, f"error:{c.id}:compared_nothing")
+        for f in c.findings:
+            what = f.reason or c.id
+            if c.verdict_role == "unsafe":
+                if f.suppressed:
+                    _add(buffer, f"tito-required:suppressed:{what}")
+                else:
+                    _add(unsafe, f"unsafe:{what}")
+            elif c.verdict_role == "tito-required":
+                _add(buffer, f"tito-required:{what}")
+            elif c.verdict_role == "caveat" and not f.suppressed:
+                _add(notes, f"avoid:{what}")
+    for name in (coverage or {}).get("adaptations", []) or []:
+        _add(notes, f"adapt:{name}")
+    if coverage and coverage.get("catalogue"):
+        played, total = int(coverage.get("played", 0)), int(coverage["catalogue"])
+        if played < MIN_COVERAGE:
+            _add(notes, f"low_coverage:{played}/{total}")
+    if unsafe:
+        return Decision("unsafe", [*unsafe, *undecided, *notes])
+    if undecided:
+        return Decision("error", [*undecided, *notes])
+    if buffer:
+        return Decision("tito-required", [*buffer, *notes])
+    return Decision("safe", notes)
+
+
+def describe_reason(reason: str) -> str:
+    """One reason in words, for the verdict line."""
+    kind, _, rest = reason.partition(":")
+    if kind == "unsafe":
+        return _WORDS.get(rest, f"{rest} fails")
+    if kind == "error":
+        cid, _, why = rest.partition(":")
+        return f"{cid} {why.replace('_', ' ')}"
+    if kind == "tito-required":
+        if rest.startswith("suppressed:"):
+            return f"{_WORDS.get(rest[11:], rest[11:])} (suppressed: needs the token buffer)"
+        return f"{rest} diverges"
+    if kind == "avoid":
+        return f"avoid {_WORDS.get(rest, rest)}"
+    if kind == "adapt":
+        return f"needs {_WORDS.get(rest, rest)}"
+    if kind == "low_coverage":
+        return f"only {rest} scenarios played (fewer than {MIN_COVERAGE})"
+    return reason

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tito_audit.checks.base import Finding, Outcome, check
+from tito_audit.checks.base import Outcome, check
 from tito_audit.context import AuditContext
+from tito_audit.findings import Collector
 from tito_audit.rendering.renderer import RenderError
 from tito_audit.rollout.bridge import BridgeError, compute_bridge
 from tito_audit.scenarios.catalog import TOOLS
@@ -54,7 +55,7 @@ Avoid the failing (role, mode) combinations in rollouts, or patch the template s
 depend on what follows (reasoning kept on every turn, no last-turn-only markers).""",
 )
 def append_matrix(ctx: AuditContext) -> Outcome:
-    findings: list[Finding] = []
+    found = Collector(ctx, "append_matrix")
     cells: dict[str, dict[str, str]] = {}
     for mode in ctx.thinking_modes:
         renderer = ctx.renderer.with_kwargs(**mode) if mode else ctx.renderer
@@ -67,23 +68,19 @@ def append_matrix(ctx: AuditContext) -> Outcome:
                 try:
                     compute_bridge(renderer, base, new, _TOOLS, ctx.stop_ids, add_generation_prompt=role != "assistant")
                     row[cell] = "pass"
+                    found.compared()
                 except BridgeError as exc:
                     row[cell] = "fail"
-                    f = ctx.divergence(
-                        "append_matrix",
+                    found.compare(
                         f"append/{role}/{base_name}[{_mode_name(mode)}]",
                         exc.before,
                         exc.after,
                         f"appending {role} {base_name.replace('_', ' ')} rewrites the history ({_mode_name(mode)})",
                     )
-                    if f:
-                        findings.append(f)
-                except RenderError as exc:
+                except RenderError as err:
                     row[cell] = "n/a"
-                    del exc
+                    found.failed(f"append/{role}/{base_name}[{_mode_name(mode)}]", err)
         cells[_mode_name(mode)] = row
     fails = [f"{cell} [{mode}]" for mode, row in cells.items() for cell, v in row.items() if v == "fail"]
-    if all(v == "n/a" for row in cells.values() for v in row.values()):
-        return Outcome(not_applicable="the template rejects every append probe", data={"matrix": cells})
     summary = "every append preserves the prefix" if not fails else "rewrites on: " + "; ".join(fails[:4])
-    return Outcome(findings, summary, data={"matrix": cells})
+    return found.outcome(summary, "the template rejects every append probe", {"matrix": cells})

@@ -1,8 +1,9 @@
 """What a check is, what it finds, and the registry that makes adding one a one-file change.
 
 A check is a function over an ``AuditContext`` decorated with ``@check(...)``, which records its stable id,
-severity, explanation and fix hint. Every module in this package is imported by ``checks/__init__.py``, so a
-new check is a new module and nothing else.
+severity, explanation, fix hint and its role in the verdict (``verdict=``: what an active finding of the check
+makes the verdict at least; ``tito_audit.verdict.decide`` reads it from here and nowhere else). Every module in
+this package is imported by ``checks/__init__.py``, so a new check is a new module and nothing else.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ if TYPE_CHECKING:
 
 Severity = Literal["error", "warning"]
 Status = Literal["pass", "warn", "fail", "not_applicable", "error"]
+# What a check's findings do to the verdict (tito_audit.verdict): "unsafe" / "tito-required" make it at least
+# that (such a check is verdict-bearing: the verdict cannot be decided without it); "caveat" findings put an
+# ``avoid:`` warning on the verdict line without changing it; None: the check informs, it does not decide.
+VerdictRole = Literal["unsafe", "tito-required", "caveat"]
 
 # Why a token diverged; every finding has exactly one.
 FINDING_CLASSES = (
@@ -57,6 +62,9 @@ class Finding:
     suppressed: bool = False
     suppression_reason: str | None = None
     baseline: bool = False  # already in the --baseline report: kept active, ignored by the exit code
+    reason: str | None = (
+        None  # short machine-readable cause for verdict_reasons ("drops_tool_calls"); None: the check id
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -73,17 +81,25 @@ class Finding:
             "suppressed": self.suppressed,
             "suppression_reason": self.suppression_reason,
             "baseline": self.baseline,
+            "reason": self.reason,
         }
 
 
 @dataclass
 class Outcome:
-    """What a check function returns: findings, or a reason it does not apply, plus a one-line summary."""
+    """What a check function returns: findings, or a reason it does not apply, plus a one-line summary.
+
+    ``comparisons``: how many things the check compared (episodes, deltas, probes); a check that compared
+    nothing cannot pass. ``render_failures``: renders that failed inside the check (counted, never skipped
+    silently). ``tito_audit.findings.Collector`` keeps both counts.
+    """
 
     findings: list[Finding] = field(default_factory=list)
     summary: str = ""
     not_applicable: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
+    comparisons: int = 0
+    render_failures: int = 0
 
 
 @dataclass(frozen=True)
@@ -95,6 +111,12 @@ class CheckSpec:
     fix_hint: str
     run: Callable[[AuditContext], Outcome]
     order: int = 100
+    verdict: VerdictRole | None = None
+
+    @property
+    def verdict_bearing(self) -> bool:
+        """The verdict cannot be decided without this check's result."""
+        return self.verdict in ("unsafe", "tito-required") or self.severity == "error"
 
 
 @dataclass
@@ -108,6 +130,9 @@ class CheckResult:
     fix_hint: str
     findings: list[Finding] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
+    comparisons: int = 0
+    render_failures: int = 0
+    verdict_role: VerdictRole | None = None
 
     @property
     def active_findings(self) -> list[Finding]:
@@ -124,6 +149,9 @@ class CheckResult:
             "fix_hint": self.fix_hint,
             "findings": [f.to_dict() for f in self.findings],
             "data": self.data,
+            "comparisons": self.comparisons,
+            "render_failures": self.render_failures,
+            "verdict_role": self.verdict_role,
         }
 
 
@@ -131,13 +159,19 @@ REGISTRY: dict[str, CheckSpec] = {}
 
 
 def check(
-    id: str, title: str, severity: Severity, explanation: str, fix_hint: str, order: int = 100
+    id: str,
+    title: str,
+    severity: Severity,
+    explanation: str,
+    fix_hint: str,
+    order: int = 100,
+    verdict: VerdictRole | None = None,
 ) -> Callable[[Callable[[AuditContext], Outcome]], Callable[[AuditContext], Outcome]]:
     def register(fn: Callable[[AuditContext], Outcome]) -> Callable[[AuditContext], Outcome]:
         if id in REGISTRY:
             raise ValueError(f"duplicate check id {id!r}")
         REGISTRY[id] = CheckSpec(
-            id, title, severity, " ".join(explanation.split()), " ".join(fix_hint.split()), fn, order
+            id, title, severity, " ".join(explanation.split()), " ".join(fix_hint.split()), fn, order, verdict
         )
         return fn
 
@@ -151,46 +185,7 @@ def status_for(spec: CheckSpec, findings: list[Finding]) -> Status:
     return "fail" if spec.severity == "error" else "warn"
 
 
-def run_check(spec: CheckSpec, ctx: AuditContext) -> CheckResult:
-    from tito_audit.rendering.renderer import RenderError
-
-    try:
-        outcome = spec.run(ctx)
-    except RenderError as exc:
-        return CheckResult(
-            spec.id,
-            spec.title,
-            "error",
-            spec.severity,
-            f"render failed: {exc.message}",
-            spec.explanation,
-            spec.fix_hint,
-        )
-    except Exception as exc:  # a check bug must not lose the other checks' results
-        if ctx.options.debug:
-            raise
-        return CheckResult(
-            spec.id,
-            spec.title,
-            "error",
-            spec.severity,
-            f"{type(exc).__name__}: {exc}",
-            spec.explanation,
-            spec.fix_hint,
-        )
-    if outcome.not_applicable is not None:
-        return CheckResult(
-            spec.id,
-            spec.title,
-            "not_applicable",
-            spec.severity,
-            outcome.not_applicable,
-            spec.explanation,
-            spec.fix_hint,
-            data=outcome.data,
-        )
-    status = status_for(spec, outcome.findings)
-    summary = outcome.summary or ("no divergence" if status == "pass" else f"{len(outcome.findings)} finding(s)")
+def _result(spec: CheckSpec, status: Status, summary: str, **rest: Any) -> CheckResult:
     return CheckResult(
         spec.id,
         spec.title,
@@ -199,6 +194,31 @@ def run_check(spec: CheckSpec, ctx: AuditContext) -> CheckResult:
         summary,
         spec.explanation,
         spec.fix_hint,
-        outcome.findings,
-        outcome.data,
+        verdict_role=spec.verdict,
+        **rest,
     )
+
+
+def run_check(spec: CheckSpec, ctx: AuditContext) -> CheckResult:
+    """One check's result; an exception becomes status ``error``, a check that compared nothing ``not_applicable``."""
+    from tito_audit.rendering.renderer import RenderError
+
+    try:
+        outcome = spec.run(ctx)
+    except RenderError as exc:
+        return _result(spec, "error", f"render failed: {exc.message}")
+    except Exception as exc:  # a check bug must not lose the other checks' results
+        if ctx.options.debug:
+            raise
+        return _result(spec, "error", f"{type(exc).__name__}: {exc}")
+    counts = {"comparisons": outcome.comparisons, "render_failures": outcome.render_failures}
+    if outcome.not_applicable is None and not outcome.findings and outcome.comparisons == 0:
+        failed = f" ({outcome.render_failures} render(s) failed)" if outcome.render_failures else ""
+        outcome.not_applicable = f"compared nothing{failed}"
+    if outcome.not_applicable is not None:
+        return _result(spec, "not_applicable", outcome.not_applicable, data=outcome.data, **counts)
+    status = status_for(spec, outcome.findings)
+    summary = outcome.summary or ("no divergence" if status == "pass" else f"{len(outcome.findings)} finding(s)")
+    if outcome.render_failures:
+        summary += f" ({outcome.render_failures} render(s) failed and were not compared)"
+    return _result(spec, status, summary, findings=outcome.findings, data=outcome.data, **counts)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from tito_audit.checks.base import Finding, Outcome, check
+from tito_audit.checks.base import Outcome, check
 from tito_audit.context import AuditContext
+from tito_audit.findings import Collector
 from tito_audit.rendering.renderer import RenderError
 from tito_audit.rollout.bridge import BridgeError, compute_bridge
 
@@ -22,8 +23,7 @@ Compute each bridge from the episode's real message history (tito_audit.Trajecto
 dummy suffix.""",
 )
 def delta_context(ctx: AuditContext) -> Outcome:
-    findings: list[Finding] = []
-    compared = 0
+    found = Collector(ctx, "delta_context")
     for sim in ctx.ok_simulations(exclude_tags=("special_text",)):
         traj = sim.trajectory
         if traj is None or sim.bridge_errors:
@@ -42,23 +42,21 @@ def delta_context(ctx: AuditContext) -> Outcome:
             dummy_history = [{"role": "user", "content": "dummy"}, sim.messages[idx]]
             try:
                 dummy = compute_bridge(renderer, dummy_history, sim.messages[idx + 1 : nxt], tools, ctx.stop_ids)
-            except (BridgeError, RenderError):
+            except BridgeError:
+                continue  # the dummy context itself rewrites: no dummy delta exists to compare
+            except RenderError as err:
+                found.failed(sim.scenario.id, err)
                 continue
-            compared += 1
-            f = ctx.divergence(
-                "delta_context",
+            found.compare(
                 sim.scenario.id,
                 real.ids,
                 dummy.ids,
                 f"the delta after assistant message {idx} differs when computed from a dummy context",
             )
-            if f:
-                findings.append(f)
-    if compared == 0:
-        return Outcome(not_applicable="no episode has a computable delta")
-    return Outcome(
-        findings,
+    findings, compared = found.findings, found.comparisons
+    return found.outcome(
         f"{compared} deltas identical from a dummy context"
         if not findings
         else f"{len(findings)} of {compared} deltas depend on the real context",
+        "no episode has a computable delta",
     )

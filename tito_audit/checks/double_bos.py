@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tito_audit.checks.base import Outcome, check
 from tito_audit.context import AuditContext
+from tito_audit.findings import Collector
 from tito_audit.rendering.renderer import RenderError
 
 
@@ -34,13 +35,13 @@ def double_bos(ctx: AuditContext) -> Outcome:
     plain = ctx.renderer.encode(text)
     added = ctx.renderer.encode(text, add_special_tokens=True)
     if added[:2] == [tok.bos_token_id, tok.bos_token_id]:
-        f = ctx.divergence(
-            "double_bos",
+        found = Collector(ctx, "double_bos")
+        found.compare(
             sim.scenario.id,
             plain,
             added,
             f"encoding with add_special_tokens=True doubles {tok.bos_token!r}",
             cls="special_token",
         )
-        return Outcome([f] if f else [], f"encoding with special tokens doubles {tok.bos_token!r}")
-    return Outcome([], "BOS appears once")
+        return found.outcome(f"encoding with special tokens doubles {tok.bos_token!r}", "")
+    return Outcome([], "BOS appears once", comparisons=1)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from tito_audit.checks.base import Finding, Outcome, check
+from tito_audit.checks.base import Outcome, check
 from tito_audit.context import AuditContext
+from tito_audit.findings import Collector
 from tito_audit.quote import quoted
 
 
@@ -22,11 +23,12 @@ Keep the prompt tokens from the buffer (never re-render them), and make the temp
 header identically in both places, or mask the differing prefill as prompt.""",
 )
 def generation_prompt(ctx: AuditContext) -> Outcome:
-    findings: list[Finding] = []
+    found = Collector(ctx, "generation_prompt")
     seen: set[tuple[str, str]] = set()
     for sim in ctx.ok_simulations():
         for turn in sim.turns:
             if not turn.gen_prompt_extra:
+                found.compared()  # the generation prompt is exactly how the turn starts as history
                 continue
             key = (turn.gen_prompt_extra, turn.gen_prompt_missing)
             if key in seen:
@@ -35,8 +37,7 @@ def generation_prompt(ctx: AuditContext) -> Outcome:
             prompt_ids = ctx.renderer.encode(turn.prompt_text)
             start = len(turn.prompt_text) - len(turn.gen_prompt_extra)
             history_ids = ctx.renderer.encode(turn.prompt_text[:start] + turn.completion_text)
-            f = ctx.divergence(
-                "generation_prompt",
+            found.compare(
                 sim.scenario.id,
                 prompt_ids,
                 history_ids,
@@ -44,7 +45,5 @@ def generation_prompt(ctx: AuditContext) -> Outcome:
                 f" it is history (history continues with {quoted(turn.completion_text)} there)",
                 cls="generation_prompt",
             )
-            if f:
-                findings.append(f)
-    summary = "prompt and history agree" if not findings else findings[0].message
-    return Outcome(findings, summary)
+    summary = "prompt and history agree" if not found.findings else found.findings[0].message
+    return found.outcome(summary, "no assistant turn was played")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from tito_audit.checks.base import Finding, Outcome, check
+from tito_audit.checks.base import Outcome, check
 from tito_audit.context import AuditContext
+from tito_audit.findings import Collector
 from tito_audit.rendering.renderer import RenderError
 from tito_audit.rollout.bridge import assistant_stop_position
 from tito_audit.rollout.tokens import common_prefix_len
@@ -14,6 +15,7 @@ from tito_audit.rollout.tokens import common_prefix_len
     title="History is not rewritten",
     severity="warning",
     order=70,
+    verdict="tito-required",
     explanation="""
 Templates drop earlier reasoning, reformat tool calls or change markers once more turns follow. The sampled
 tokens of those turns then never appear in a re-rendered conversation: naive rollout code trains on text the
@@ -23,31 +25,30 @@ Keep the token buffer (never re-render), and treat everything up to the last rew
 you must re-render; or patch the template to keep history stable.""",
 )
 def history_rewrite(ctx: AuditContext) -> Outcome:
-    findings: list[Finding] = []
+    found = Collector(ctx, "history_rewrite")
     for sim in ctx.ok_simulations(exclude_tags=("special_text",)):
         renderer = ctx.renderer_for(sim.scenario)
         tools = list(sim.scenario.tools)
         try:
             final = renderer.render_ids(sim.messages, tools=tools)
-        except RenderError:
-            continue
-        for turn in sim.turns[:-1]:
-            ids, stop = assistant_stop_position(renderer, sim.messages[: turn.index + 1], tools, ctx.stop_ids)
-            prefix = ids[: stop + 1] if stop is not None else ids
-            if common_prefix_len(prefix, final) < len(prefix):
-                f = ctx.divergence(
-                    "history_rewrite",
+            for turn in sim.turns[:-1]:
+                ids, stop = assistant_stop_position(renderer, sim.messages[: turn.index + 1], tools, ctx.stop_ids)
+                prefix = ids[: stop + 1] if stop is not None else ids
+                rewritten = common_prefix_len(prefix, final) < len(prefix)
+                found.compare(
                     sim.scenario.id,
                     prefix,
-                    final[: len(prefix) + 8],
+                    final[: len(prefix) + 8] if rewritten else prefix,
                     f"assistant message {turn.index} renders differently once later turns follow",
                 )
-                if f:
-                    findings.append(f)
-                break
+                if rewritten:
+                    break
+        except RenderError as err:
+            found.failed(sim.scenario.id, err)
+    findings = found.findings
     summary = (
-        "earlier turns render identically"
+        f"earlier turns render identically ({found.comparisons} turns compared)"
         if not findings
         else (f"history rewritten in {len(findings)} episode(s): {findings[0].cls.replace('_', ' ')}")
     )
-    return Outcome(findings, summary)
+    return found.outcome(summary, "no episode has an earlier assistant turn to compare")

@@ -6,6 +6,7 @@ import re
 
 from tito_audit.checks.base import Finding, Outcome, check
 from tito_audit.context import AuditContext
+from tito_audit.findings import Collector
 from tito_audit.rendering.renderer import RenderError
 
 _MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
@@ -36,25 +37,26 @@ def loss_mask(ctx: AuditContext) -> Outcome:
                 )
             ],
             "no {% generation %} markers",
+            comparisons=1,
         )
-    findings: list[Finding] = []
+    found = Collector(ctx, "loss_mask")
     for sim in ctx.ok_simulations(exclude_tags=("special_text",))[:6]:
         # Through the Renderer: the same sandbox, pinned date and time/size limits as every other render.
         try:
             ids, mask = ctx.renderer_for(sim.scenario).render_with_mask(sim.messages, tools=list(sim.scenario.tools))
-        except RenderError:
-            continue  # e.g. markers this transformers version cannot map to tokens; other episodes still decide
+        except RenderError as err:
+            found.failed(sim.scenario.id, err)  # e.g. markers this transformers version cannot map to tokens
+            continue
+        found.compared()
         stops = set(ctx.stop_ids)
         for i, t in enumerate(ids):
             if t in stops and i > 0 and mask[i - 1] and not mask[i]:
-                findings.append(
-                    Finding(
-                        "loss_mask",
-                        sim.scenario.id,
-                        "stop_seam",
-                        f"the stop token at position {i} is outside the assistant mask",
-                        index=i,
-                    )
+                found.add(
+                    sim.scenario.id,
+                    "stop_seam",
+                    f"the stop token at position {i} is outside the assistant mask",
+                    index=i,
                 )
                 break
-    return Outcome(findings, "markers present, stop tokens masked in" if not findings else findings[0].message)
+    summary = "markers present, stop tokens masked in" if not found.findings else found.findings[0].message
+    return found.outcome(summary, "no episode renders with its assistant mask")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from tito_audit.checks.base import Finding, Outcome, check
+from tito_audit.checks.base import Outcome, check
 from tito_audit.context import AuditContext
+from tito_audit.findings import Collector
 
 
 @check(
@@ -11,6 +12,7 @@ from tito_audit.context import AuditContext
     title="Naive re-tokenization is exact",
     severity="warning",
     order=25,
+    verdict="tito-required",
     explanation="""
 Naive rollout code keeps a message list and re-renders plus re-encodes it every turn. This compares that
 sequence with the token buffer (prompt + sampled ids + deltas) for canonical tokens. Any divergence means the
@@ -20,15 +22,12 @@ alignment loses is reported per episode.""",
 Keep a token buffer (tito_audit.Trajectory): store sampled ids, append deltas, never re-encode the history.""",
 )
 def naive_rerender(ctx: AuditContext) -> Outcome:
-    findings: list[Finding] = []
-    episodes = 0
+    found = Collector(ctx, "naive_rerender")
     for sim in ctx.ok_simulations(exclude_tags=("special_text",)):
         traj = sim.trajectory
         if traj is None:
             continue
-        episodes += 1
-        f = ctx.divergence(
-            "naive_rerender",
+        f = found.compare(
             sim.scenario.id,
             traj.input_ids,
             sim.naive_ids,
@@ -41,9 +40,7 @@ def naive_rerender(ctx: AuditContext) -> Outcome:
                 f"re-rendered ids diverge at token {f.index}; {f.affected_trainable} of {sampled} "
                 "sampled tokens are lost"
             )
-            findings.append(f)
-    if episodes == 0:
-        return Outcome(not_applicable="no episode could be simulated")
+    findings, episodes = found.findings, found.comparisons
     summary = (
         f"exact in {episodes} episodes"
         if not findings
@@ -52,4 +49,4 @@ def naive_rerender(ctx: AuditContext) -> Outcome:
             f"({', '.join(sorted({f.cls.replace('_', ' ') for f in findings}))})"
         )
     )
-    return Outcome(findings, summary, data={"episodes": episodes, "diverging": len(findings)})
+    return found.outcome(summary, "no episode could be simulated", {"episodes": episodes, "diverging": len(findings)})

@@ -6,8 +6,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tito_audit.checks.base import Finding, Outcome, check
+from tito_audit.checks.base import Outcome, check
 from tito_audit.context import AuditContext
+from tito_audit.findings import Collector
 from tito_audit.rendering.bounded_cache import BoundedCache
 from tito_audit.rendering.renderer import tokenizer_cache
 
@@ -106,7 +107,7 @@ Never decode→re-encode sampled ids for training; keep the engine's ids. Decode
 )
 def roundtrip(ctx: AuditContext) -> Outcome:
     tok = ctx.tokenizer
-    findings: list[Finding] = []
+    found = Collector(ctx, "roundtrip")
     turns = [(s, t) for s in ctx.ok_simulations(exclude_tags=("special_text",)) for t in s.turns]
     if not turns:
         return Outcome(not_applicable="no assistant turn could be simulated")
@@ -125,21 +126,17 @@ def roundtrip(ctx: AuditContext) -> Outcome:
         if o.exact != ids:
             canonical_bad += 1
             if canonical_bad <= 3:
-                f = ctx.divergence(
-                    "roundtrip",
+                found.compare(
                     sim.scenario.id,
                     ids,
                     o.exact,
                     f"canonical ids of message {turn.index} do not survive decode→encode",
                     trainable=[1] * len(ids),
                 )
-                if f:
-                    findings.append(f)
         if o.default is not None and o.default != ids:
             cleanup_bad += 1
             if cleanup_bad == 1:
-                f = ctx.divergence(
-                    "roundtrip",
+                found.compare(
                     sim.scenario.id,
                     ids,
                     o.default,
@@ -147,16 +144,13 @@ def roundtrip(ctx: AuditContext) -> Outcome:
                     cls="whitespace",
                     trainable=[1] * len(ids),
                 )
-                if f:
-                    findings.append(f)
         if not o.skip_ok:
             skip_bad += 1
         split_possible += o.split_possible
         if o.first_lost is not None:
             if split_lost == 0:
                 variant, back, split = o.first_lost
-                f = ctx.divergence(
-                    "roundtrip",
+                found.compare(
                     sim.scenario.id,
                     variant,
                     back,
@@ -165,8 +159,6 @@ def roundtrip(ctx: AuditContext) -> Outcome:
                     cls="non_canonical",
                     trainable=[1] * len(variant),
                 )
-                if f:
-                    findings.append(f)
             split_lost += o.split_lost
         if o.cut is not None:
             cut_total += 1
@@ -174,8 +166,7 @@ def roundtrip(ctx: AuditContext) -> Outcome:
             if cut_back is not None:
                 cut_bad += 1
                 if cut_bad == 1:
-                    f = ctx.divergence(
-                        "roundtrip",
+                    found.compare(
                         sim.scenario.id,
                         cut,
                         cut_back,
@@ -183,8 +174,6 @@ def roundtrip(ctx: AuditContext) -> Outcome:
                         " to U+FFFD and re-encodes differently",
                         cls="non_canonical",
                     )
-                    if f:
-                        findings.append(f)
     n = len(turns)
     rates = {
         "canonical_failure_rate": canonical_bad / n,
@@ -194,6 +183,7 @@ def roundtrip(ctx: AuditContext) -> Outcome:
         "noncanonical_lost_rate": split_lost / max(split_possible, 1),
         "multibyte_cut_failure_rate": cut_bad / max(cut_total, 1),
     }
+    findings = found.findings
     for f in findings:
         f.rate = {
             "non_canonical": rates["noncanonical_lost_rate"],
@@ -205,4 +195,4 @@ def roundtrip(ctx: AuditContext) -> Outcome:
         f"{rates['noncanonical_lost_rate']:.0%} of those are lost; "
         f"skip_special_tokens breaks {rates['skip_special_tokens_failure_rate']:.0%} of turns"
     )
-    return Outcome(findings, summary, data=rates)
+    return Outcome(findings, summary, data=rates, comparisons=n)

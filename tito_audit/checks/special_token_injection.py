@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from tito_audit.checks.base import Finding, Outcome, check
+from tito_audit.checks.base import Outcome, check
 from tito_audit.context import AuditContext
+from tito_audit.findings import Collector
 from tito_audit.rendering.renderer import RenderError
 
 
@@ -21,20 +22,18 @@ Encode environment messages with control-token text sanitized (transformers'
 `apply_chat_template(..., sanitize_control_tokens=True)`, which tito_audit's bridge uses) or escape it.""",
 )
 def special_token_injection(ctx: AuditContext) -> Outcome:
-    findings: list[Finding] = []
+    found = Collector(ctx, "special_token_injection")
     sims = [s for s in ctx.ok_simulations() if "special_text" in s.scenario.tags]
-    if not sims:
-        return Outcome(not_applicable="no special-token scenario renders with this template")
     for sim in sims:
         renderer = ctx.renderer_for(sim.scenario)
         tools = list(sim.scenario.tools)
-        try:
-            safe = renderer.render_ids(sim.messages, tools=tools)
+        try:  # both sides or neither: a failed sanitized render must not leave plain compared with plain
+            safe = renderer.sanitized_ids(sim.messages, tools=tools)
             plain = renderer.encode(renderer.render(sim.messages, tools=tools))
-        except RenderError:
+        except RenderError as err:
+            found.failed(sim.scenario.id, err)
             continue
-        f = ctx.divergence(
-            "special_token_injection",
+        f = found.compare(
             sim.scenario.id,
             safe,
             plain,
@@ -48,5 +47,7 @@ def special_token_injection(ctx: AuditContext) -> Outcome:
                     extra.remove(i)
             names = sorted(set(ctx.tokenizer.convert_ids_to_tokens(extra)))
             f.message += f": {len(extra)} forged control token(s) such as {', '.join(names[:4])}"
-            findings.append(f)
-    return Outcome(findings, "content text stays text" if not findings else findings[0].message)
+    summary = (
+        f"content text stays text ({found.comparisons} episodes)" if not found.findings else found.findings[0].message
+    )
+    return found.outcome(summary, "no special-token scenario renders with this template")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tito_audit.checks.base import Finding, Outcome, check
 from tito_audit.context import AuditContext
+from tito_audit.findings import Collector
 from tito_audit.quote import quoted
 from tito_audit.rollout.stop import template_turn_end_tokens
 
@@ -24,7 +25,8 @@ each bridge right after the sampled stop token (include the template's trailing 
 the stop token inside the loss mask.""",
 )
 def stop_boundary(ctx: AuditContext) -> Outcome:
-    findings: list[Finding] = []
+    found = Collector(ctx, "stop_boundary")
+    findings = found.findings
     tok = ctx.tokenizer
     turn_ends = template_turn_end_tokens(ctx.renderer)
     eos = tok.eos_token
@@ -40,8 +42,10 @@ def stop_boundary(ctx: AuditContext) -> Outcome:
             )
         )
     trailing: dict[str, str] = {}
+    compared = 0
     for sim in ctx.ok_simulations():
         for turn in sim.turns:
+            compared += 1
             if not turn.stop_rendered:
                 findings.append(
                     Finding(
@@ -73,20 +77,18 @@ def stop_boundary(ctx: AuditContext) -> Outcome:
             if not left or left[0] not in ctx.stop_ids:
                 continue
             right = bridge.ids[:6]
+            compared += 1
             joined = ctx.renderer.encode(
                 ctx.renderer.decode(left + right, skip_special_tokens=False, clean_up_tokenization_spaces=False)
             )
             if joined != left + right:
-                f = ctx.divergence(
-                    "stop_boundary",
+                found.compare(
                     sim.scenario.id,
                     left + right,
                     joined,
                     "the buffer/delta seam is not atomic: encoding the joined text gives other ids",
                     cls="stop_seam",
                 )
-                if f:
-                    findings.append(f)
     for text in trailing:
         notes.append(f"renders {quoted(text)} after the stop token (never sampled; the delta starts with it)")
     unique: dict[str, Finding] = {}
@@ -104,4 +106,5 @@ def stop_boundary(ctx: AuditContext) -> Outcome:
             "trailing_after_stop": sorted(trailing),
             "notes": notes,
         },
+        comparisons=compared,
     )

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from tito_audit.checks.base import Finding, Outcome, check
+from tito_audit.checks.base import Outcome, check
 from tito_audit.context import AuditContext
+from tito_audit.findings import Collector
 from tito_audit.rendering.renderer import RenderError
 
 _OTHER_DATE_OFFSET = dt.timedelta(days=400, hours=13)
@@ -26,16 +27,16 @@ ids from the buffer instead of re-rendering.""",
 )
 def time_invariance(ctx: AuditContext) -> Outcome:
     other = ctx.renderer.with_date(ctx.options.date + _OTHER_DATE_OFFSET)
-    findings: list[Finding] = []
+    found = Collector(ctx, "time_invariance")
     for sim in ctx.ok_simulations()[:3]:
         tools = list(sim.scenario.tools)
         try:
             a = ctx.renderer_for(sim.scenario).render_ids(sim.messages, tools=tools)
             b = other.with_kwargs(**sim.scenario.kwargs).render_ids(sim.messages, tools=tools)
-        except RenderError:
+        except RenderError as err:
+            found.failed(sim.scenario.id, err)
             continue
-        f = ctx.divergence(
-            "time_invariance",
+        f = found.compare(
             sim.scenario.id,
             a,
             b,
@@ -43,6 +44,8 @@ def time_invariance(ctx: AuditContext) -> Outcome:
             cls="date",
         )
         if f:
-            findings.append(f)
             break
-    return Outcome(findings, "independent of the date" if not findings else findings[0].message)
+    summary = (
+        f"independent of the date ({found.comparisons} episodes)" if not found.findings else found.findings[0].message
+    )
+    return found.outcome(summary, "no episode renders at both dates")

@@ -6,6 +6,7 @@ from typing import Any
 
 from tito_audit.checks.base import Finding, Outcome, check
 from tito_audit.context import AuditContext
+from tito_audit.findings import Collector
 from tito_audit.rendering.renderer import RenderError
 from tito_audit.rollout.bridge import BridgeError, compute_bridge
 from tito_audit.rollout.stop import stop_token_ids
@@ -25,6 +26,7 @@ _PROBE_RESULT = [{"role": "tool", "tool_call_id": "call00001", "name": "dummy", 
     title="Tool appends preserve the token prefix",
     severity="error",
     order=20,
+    verdict="unsafe",
     explanation="""
 TITO keeps the sampled ids and appends only the token delta of new messages. That delta exists only if the
 template renders the history identically once tool results are appended (up to the assistant's stop token).
@@ -41,20 +43,15 @@ rewritten prefix as prompt (loss 0) and start a new sample at each rewrite. When
 configured stop, add it to generation_config.json's `eos_token_id` (and the engine's stop list).""",
 )
 def tool_append_prefix(ctx: AuditContext) -> Outcome:
-    findings: list[Finding] = []
-    checked = 0
+    found = Collector(ctx, "tool_append_prefix")
     try:
         compute_bridge(ctx.renderer, _PROBE, _PROBE_RESULT, None, ctx.stop_ids)
-        checked += 1
+        found.compared()
     except BridgeError as exc:
-        f = ctx.divergence("tool_append_prefix", "probe/minimal", exc.before, exc.after, exc.reason)
-        if f:
-            findings.append(f)
-    except RenderError:
-        pass  # strict templates reject the bare probe; the scenarios below still decide
-    seam = _configured_stop_seam(ctx)
-    if seam is not None:
-        findings.append(seam)
+        found.compare("probe/minimal", exc.before, exc.after, exc.reason)
+    except RenderError as err:
+        found.failed("probe/minimal", err)  # strict templates reject the bare probe; the scenarios still decide
+    found.keep(_configured_stop_seam(ctx))
     for sim in ctx.ok_simulations():
         for idx, bridge_error in sim.bridge_errors:
             block = _append_block(sim.messages, idx)
@@ -63,25 +60,23 @@ def tool_append_prefix(ctx: AuditContext) -> Outcome:
             error = _tool_only_error(ctx, sim, idx, block, bridge_error)
             if error is None:
                 continue  # the rewrite comes from a system/user message in the same block: append_matrix
-            f = ctx.divergence(
-                "tool_append_prefix",
+            found.compare(
                 sim.scenario.id,
                 error.before,
                 error.after,
                 f"appending {'+'.join(m['role'] for m in _leading_tools(block) or block)} after assistant "
                 f"message {idx} rewrites the history",
             )
-            if f:
-                findings.append(f)
-        checked += 1
-    if checked == 0:
-        return Outcome(not_applicable="no tool conversation renders with this template")
+        found.compared(len(sim.trajectory.bridges) if sim.trajectory is not None else 0)
+    for f in found.findings:
+        f.reason = "rewrites_on_tool_append"
+    episodes = found.comparisons
     summary = (
-        f"prefix preserved in {checked} tool episodes"
-        if not findings
-        else f"tool appends break buffer + delta ({len(findings)} episode(s))"
+        f"prefix preserved in {episodes} tool appends"
+        if not found.findings
+        else f"tool appends break buffer + delta ({len(found.findings)} episode(s))"
     )
-    return Outcome(findings, summary)
+    return found.outcome(summary, "no tool conversation renders with this template")
 
 
 def _append_block(messages: list[dict[str, Any]], idx: int) -> list[dict[str, Any]]:

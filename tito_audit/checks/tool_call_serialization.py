@@ -7,7 +7,9 @@ from typing import Any
 
 from tito_audit.checks.base import Finding, Outcome, check
 from tito_audit.context import AuditContext
+from tito_audit.findings import Collector
 from tito_audit.rendering.renderer import RenderError
+from tito_audit.scenarios.adapt import call_function, with_arguments
 
 # Equivalent JSON a model can emit for the same arguments; a parser maps them all to one dict.
 _FORMS = {
@@ -18,7 +20,7 @@ _FORMS = {
 
 
 def _with_args(message: dict[str, Any], args: Any) -> dict[str, Any]:
-    calls = [{**c, "function": {**c["function"], "arguments": args}} for c in message["tool_calls"]]
+    calls = [with_arguments(c, args) for c in message["tool_calls"]]
     return {**message, "tool_calls": calls}
 
 
@@ -36,8 +38,9 @@ Keep the sampled ids; if you must re-render, keep the raw argument string the mo
 a string (templates that print string arguments verbatim then reproduce it).""",
 )
 def tool_call_serialization(ctx: AuditContext) -> Outcome:
-    findings: list[Finding] = []
-    tried = drifted = 0
+    found = Collector(ctx, "tool_call_serialization")
+    findings = found.findings
+    tried = drifted = failed = 0
     sim = next((s for s in ctx.ok_simulations() if s.scenario.id.startswith("single_call/booleans")), None)
     sim = sim or next((s for s in ctx.ok_simulations() if "tool" in s.scenario.tags), None)
     if sim is None:
@@ -46,7 +49,7 @@ def tool_call_serialization(ctx: AuditContext) -> Outcome:
     tools = list(sim.scenario.tools)
     idx = next(i for i, m in enumerate(sim.messages) if m.get("tool_calls"))
     msg = sim.messages[idx]
-    args = msg["tool_calls"][0]["function"]["arguments"]
+    args = call_function(msg["tool_calls"][0])["arguments"]
     if isinstance(args, str):
         args = json.loads(args)
     history = sim.messages[:idx]
@@ -60,21 +63,19 @@ def tool_call_serialization(ctx: AuditContext) -> Outcome:
         try:
             as_text = renderer.render([*history, _with_args(msg, emitted)], tools=tools)
         except RenderError:
+            failed += 1  # the template does not take string arguments: reported below
             continue
         if emitted not in as_text:
             continue  # the template does not print string arguments verbatim; covered below
         if as_text != canonical:
             drifted += 1
-            f = ctx.divergence(
-                "tool_call_serialization",
+            found.compare(
                 sim.scenario.id,
                 renderer.encode(as_text),
                 renderer.encode(canonical),
                 f"a call emitted with {name} is re-serialized differently after parsing",
                 cls="serialization",
             )
-            if f:
-                findings.append(f)
     leak = [s for s in ("True", "False", "None", "'") if s in canonical and s not in json.dumps(args)]
     rendered_args = canonical[len(renderer.render(history, tools=tools, add_generation_prompt=True)) :]
     if any(s in rendered_args for s in ("True", "False", "None")) or "{'" in rendered_args:
@@ -113,4 +114,6 @@ def tool_call_serialization(ctx: AuditContext) -> Outcome:
         if not findings
         else (f"{drifted} of {tried} equivalent JSON forms drift; " + findings[0].message)
     )
-    return Outcome(findings, summary, data={"forms_tried": tried, "forms_drifted": drifted})
+    return Outcome(
+        findings, summary, data={"forms_tried": tried, "forms_drifted": drifted}, comparisons=tried + 2 - failed
+    )

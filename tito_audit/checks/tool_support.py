@@ -1,12 +1,15 @@
-"""tool_support: tool calls, tool results and arguments survive rendering at all."""
+"""tool_support: tool calls, tool results and arguments survive rendering in their canonical form."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from tito_audit.checks.base import Finding, Outcome, check
+from tito_audit.checks.base import Outcome, check
 from tito_audit.context import AuditContext
+from tito_audit.findings import Collector
+from tito_audit.rendering.renderer import RenderError
+from tito_audit.scenarios.adapt import call_function, content_text
 
 
 def _arg_values(arguments: object) -> list[str]:
@@ -20,86 +23,101 @@ def _arg_values(arguments: object) -> list[str]:
     return []
 
 
+def _shown(value: str, text: str) -> bool:
+    """Verbatim, or as a JSON string would escape it (``ensure_ascii`` or not)."""
+    return any(form in text for form in (value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]))
+
+
+def call_form(message: dict[str, Any], dropped: list[int], canonical_content: str | None = None) -> str | None:
+    """The form a drop is confined to, when it is not the canonical one (content ``canonical_content`` next to
+    the calls, all of them dropped): None when the canonical form drops."""
+    calls = message.get("tool_calls") or []
+    if dropped and len(dropped) < len(calls) and 0 not in dropped:
+        return "parallel_calls"
+    content = content_text(message)
+    if content == canonical_content or (not content and not canonical_content):
+        return None
+    return "tool_calls_with_empty_content" if content == "" else "tool_calls_with_content"
+
+
 @check(
     id="tool_support",
     title="Tool calls survive rendering",
     severity="error",
     order=10,
+    verdict="unsafe",
     explanation="""
-A template that silently drops `tool_calls`, tool results or arguments cannot be used for tool-calling RL:
-the model's sampled call vanishes from every re-rendered context and the bridge for the tool result is
-computed against a history that never contained the call.""",
+A template that silently drops `tool_calls`, tool results or arguments in their canonical form (one call,
+`content` None, dict arguments, the `tool` role; or the shape the template is found to need) cannot be used for
+tool-calling RL: the model never sees its own tool traffic at inference, its sampled call vanishes from every
+re-rendered context and the bridge for the tool result is computed against a history that never contained the
+call. Drops confined to another form are `tool_forms`' concern.""",
     fix_hint="""
 Use a template that renders `message.tool_calls` (name and arguments) and the `tool` role, or patch it
 (`tito-audit fix`); do not train tool use through a template that cannot show it.""",
 )
 def tool_support(ctx: AuditContext) -> Outcome:
-    findings: list[Finding] = []
-    tool_sims = [s for s in ctx.simulations if "tool" in s.scenario.tags]
-    if tool_sims and all(not s.ok for s in tool_sims):
-        first = tool_sims[0].error
-        msg = first.message if first else "no tool scenario renders"
-        findings.append(
-            Finding(
-                "tool_support",
-                tool_sims[0].scenario.id,
-                "template",
-                f"the template rejects every tool conversation: {msg}",
-            )
+    found = Collector(ctx, "tool_support")
+    shapes = ctx.shapes
+    if shapes.rejects_tools is not None:
+        found.add(
+            "probe/canonical",
+            "template",
+            f"the template rejects every tool conversation shape: {shapes.rejects_tools}",
+            reason="rejects_tool_traffic",
         )
-        return Outcome(findings, f"rejects tool conversations: {msg}")
-    for sim in tool_sims:
-        if not sim.ok:
+        return found.outcome(found.findings[0].message, "")
+    found.compared()  # the canonical probe
+    words = {"tool_calls": "tool calls are", "arguments": "tool-call arguments are", "tool_results": "tool results are"}
+    for what in shapes.drops:
+        found.add(
+            "probe/canonical",
+            "template",
+            f"{words[what]} not rendered in the canonical form"
+            + (f" (with the adaptations it needs: {', '.join(shapes.adaptations)})" if shapes.adaptations else ""),
+            reason=f"drops_{what}",
+        )
+    for sim in ctx.ok_simulations():
+        if "tool" not in sim.scenario.tags:
             continue
-        if "tool_as_user" in sim.adapters:
-            findings.append(
-                Finding(
-                    "tool_support",
+        for turn in sim.turns:
+            form = call_form(sim.messages[turn.index], turn.dropped_calls, shapes.canonical_content)
+            if turn.tool_calls_dropped and form is None:
+                found.add(sim.scenario.id, "template", dropped_message(sim.messages, turn), reason="drops_tool_calls")
+        try:
+            full = ctx.renderer_for(sim.scenario).render(sim.messages, tools=list(sim.scenario.tools))
+        except RenderError as err:
+            found.failed(sim.scenario.id, err)
+            continue
+        found.compared()
+        for i, m in enumerate(sim.messages):  # as played (adapted), so that indices match the turns
+            text = (content_text(m) or "").strip()[:40] if m["role"] == "tool" else ""
+            if text and not _shown(text, full):
+                found.add(
                     sim.scenario.id,
                     "template",
-                    "the template rejects the `tool` role; tool results had to be sent as user turns",
-                )
-            )
-        for turn in sim.turns:
-            if turn.tool_calls_dropped:
-                findings.append(
-                    Finding("tool_support", sim.scenario.id, "template", _dropped_message(sim.messages, turn))
-                )
-        full = ctx.renderer_for(sim.scenario).render(sim.messages, tools=list(sim.scenario.tools))
-        for i, m in enumerate(sim.scenario.messages):
-            text = (m.get("content") or "").strip()[:40] if m["role"] == "tool" else ""
-            if text and text not in full and json.dumps(text)[1:-1] not in full:
-                findings.append(
-                    Finding(
-                        "tool_support",
-                        sim.scenario.id,
-                        "template",
-                        f"tool result (message {i}) does not appear in the rendering",
-                    )
+                    f"tool result (message {i}) does not appear in the rendering",
+                    reason="drops_tool_results",
                 )
             for call in m.get("tool_calls") or []:
-                missing = [v for v in _arg_values(call["function"]["arguments"]) if v not in full]
+                missing = [v for v in _arg_values(call_function(call)["arguments"]) if not _shown(v, full)]
                 if missing and not any(t.tool_calls_dropped for t in sim.turns if t.index == i):
-                    findings.append(
-                        Finding(
-                            "tool_support",
-                            sim.scenario.id,
-                            "serialization",
-                            f"argument value {missing[0]!r} of message {i} is not rendered verbatim",
-                        )
+                    found.add(
+                        sim.scenario.id,
+                        "serialization",
+                        f"argument value {missing[0]!r} of message {i} is not rendered",
+                        reason="drops_arguments",
                     )
-    # One finding per (message) is enough to act on; keep the report readable.
-    unique: dict[str, Finding] = {}
-    for f in findings:
-        unique.setdefault(f.message, f)
-    findings = list(unique.values())
-    summary = "tool calls, results and arguments render" if not findings else findings[0].message
-    return Outcome(findings, summary)
+    # One finding per message is enough to act on; keep the report readable.
+    unique = {f.message: f for f in reversed(found.findings)}
+    found.findings = [f for f in found.findings if unique[f.message] is f]
+    summary = "tool calls, results and arguments render" if not found.findings else found.findings[0].message
+    return found.outcome(summary, "no tool conversation renders")
 
 
-def _dropped_message(messages: list[dict[str, Any]], turn: Any) -> str:
+def dropped_message(messages: list[dict[str, Any]], turn: Any) -> str:
     calls = messages[turn.index].get("tool_calls") or []
     if len(turn.dropped_calls) == len(calls):
         return f"tool_calls of assistant message {turn.index} are not rendered"
-    which = ", ".join(f"#{i + 1} ({calls[i].get('function', calls[i]).get('name', '?')})" for i in turn.dropped_calls)
+    which = ", ".join(f"#{i + 1} ({call_function(calls[i]).get('name', '?')})" for i in turn.dropped_calls)
     return f"parallel tool call {which} of {len(calls)} in assistant message {turn.index} is not rendered"

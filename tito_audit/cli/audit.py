@@ -11,7 +11,7 @@ from rich.console import Console  # typer's own help and errors import rich.cons
 
 from tito_audit.cli.output import echo_model_errors, emit
 from tito_audit.cli.params import FORMAT_NAMES, check_date, check_kwargs, one_of, parse_date, parse_kwargs
-from tito_audit.errors import EXIT_FINDINGS, EXIT_OK, EXIT_OPERATIONAL, AuditError
+from tito_audit.errors import EXIT_FINDINGS, EXIT_INCOMPLETE, EXIT_OK, EXIT_OPERATIONAL, AuditError
 from tito_audit.rendering.clock import DEFAULT_DATE
 
 if TYPE_CHECKING:  # the library is imported when a command runs, not for --help
@@ -29,12 +29,34 @@ def audit(*args: Any, **kwargs: Any) -> AuditReport:
     return audit_models(*args, **kwargs)
 
 
-def exit_code(report: AuditReport, fail_on: str) -> int:
-    """2 if any model could not be audited, 1 if unsuppressed findings outside the baseline reach ``fail_on``."""
+def incomplete(report: AuditReport, allow_check_errors: bool = False, min_coverage: int = 0) -> list[str]:
+    """One line per thing the audit could not check: a check in ``error`` status (unless allowed), a model that
+    played fewer than ``min_coverage`` scenarios."""
+    lines = []
+    for m in report.models:
+        if m.error:
+            continue
+        if not allow_check_errors:
+            lines += [f"{m.model}: check {c.id} could not run: {c.summary}" for c in m.checks if c.status == "error"]
+        played = int(m.scenarios.get("played", 0))
+        if played < min_coverage:
+            lines.append(
+                f"{m.model}: {played} of {m.scenarios.get('catalogue', '?')} scenarios played, "
+                f"fewer than --min-coverage {min_coverage}"
+            )
+    return lines
+
+
+def exit_code(report: AuditReport, fail_on: str, allow_check_errors: bool = False, min_coverage: int = 0) -> int:
+    """2 if any model could not be audited; 3 if a check errored (unless ``allow_check_errors``) or a model
+    played fewer than ``min_coverage`` scenarios; 1 if unsuppressed findings outside the baseline reach
+    ``fail_on``; else 0."""
     from tito_audit.gate import gating_findings
 
     if any(m.error for m in report.models):
         return EXIT_OPERATIONAL
+    if incomplete(report, allow_check_errors, min_coverage):
+        return EXIT_INCOMPLETE
     return EXIT_FINDINGS if gating_findings(report, fail_on) else EXIT_OK
 
 
@@ -101,6 +123,12 @@ def register(app: typer.Typer) -> None:
         ),
         fail_on: str = typer.Option(
             "error", "--fail-on", help="Exit 1 on findings at or above: warn | error.", callback=one_of(FAIL_ON)
+        ),
+        allow_check_errors: bool = typer.Option(
+            False, "--allow-check-errors", help="Do not exit 3 when a check could not run (status error)."
+        ),
+        min_coverage: int = typer.Option(
+            0, "--min-coverage", min=0, help="Exit 3 when a model plays fewer than N scenarios."
         ),
         suppressions: Path | None = typer.Option(
             None,
@@ -173,6 +201,6 @@ def register(app: typer.Typer) -> None:
             emit(render_report(report, fmt, verbose=verbose, quiet=quiet, rl=rl), output)
         if not on_screen or debug:
             echo_model_errors(report.models, debug)
-        for line in gate_lines:
+        for line in gate_lines + incomplete(report, allow_check_errors, min_coverage):
             typer.echo(line, err=True)
-        raise typer.Exit(exit_code(report, fail_on))
+        raise typer.Exit(exit_code(report, fail_on, allow_check_errors, min_coverage))

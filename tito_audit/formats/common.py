@@ -13,6 +13,7 @@ from pathlib import PurePath
 
 from tito_audit.audit import ModelReport
 from tito_audit.checks.base import CheckResult, Finding
+from tito_audit.verdict import MIN_COVERAGE, describe_reason
 
 STATUS_ICON = {"pass": "✅", "warn": "⚠️", "fail": "❌", "not_applicable": "n/a", "error": "💥"}
 STATUS_WORD = {"pass": "pass", "warn": "warn", "fail": "fail", "not_applicable": "n/a", "error": "error"}
@@ -42,6 +43,24 @@ def approximate_note(m: ModelReport) -> str | None:
     )
 
 
+def verdict_reasons_text(m: ModelReport) -> str:
+    """The verdict's reasons in words, for the verdict line ("" when there are none)."""
+    return "; ".join(describe_reason(r) for r in m.verdict_reasons)
+
+
+def coverage_text(m: ModelReport) -> str:
+    """Scenarios played out of the catalogue and the adaptations used; says so when fewer than MIN_COVERAGE."""
+    s = m.scenarios
+    if not s or "catalogue" not in s:
+        return ""
+    text = f"{s.get('played', 0)}/{s['catalogue']} scenarios played"
+    if s.get("adaptations"):
+        text += f"; adaptations: {', '.join(s['adaptations'])}"
+    if s.get("low_coverage"):
+        text += f"; fewer than {MIN_COVERAGE} played: the verdict rests on few conversations"
+    return text
+
+
 def short_revision(m: ModelReport, n: int = 7) -> str | None:
     rev = m.provenance.revision if m.provenance else None
     return rev[:n] if rev else None
@@ -55,21 +74,12 @@ def template_origin(m: ModelReport) -> str:
     return PurePath(origin).name if PurePath(origin).is_absolute() else origin
 
 
-# The checks whose findings make a model ``tito-required`` rather than ``safe`` (tito_audit.verdict.decide).
-_TITO_REQUIRED_BY = ("naive_rerender", "history_rewrite")
-
-
 def verdict_reasons(m: ModelReport) -> list[str]:
-    """Why the model got its verdict, in words, most important first: the error, the checks that fail or could
-    not run, then (``tito-required``) the checks whose findings rule out naive re-rendering. One function for
-    every format, so that a report that carries its own reasons needs changing only here."""
+    """Why the model got its verdict, in words, most important first (``verdict.decide``'s reasons); the error
+    when it could not be audited. One function for every format."""
     if m.error:
         return [m.error]
-    out = [f"{c.id} fails: {c.summary}" for c in m.checks if c.status == "fail"]
-    out += [f"{c.id} could not run: {c.summary}" for c in m.checks if c.status == "error"]
-    if m.verdict == "tito-required":
-        out += [f"{c.id}: {c.summary}" for c in m.checks if c.id in _TITO_REQUIRED_BY and c.active_findings]
-    return out or [m.verdict_explanation]
+    return [describe_reason(r) for r in m.verdict_reasons] or [m.verdict_explanation]
 
 
 def first_active(c: CheckResult) -> Finding | None:

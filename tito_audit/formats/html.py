@@ -22,9 +22,11 @@ from tito_audit.formats.common import (
     STATUS_WORD,
     VISIBLE_WS,
     approximate_note,
+    coverage_text,
     divergence,
     model_label,
     template_origin,
+    verdict_reasons_text,
 )
 
 FINDINGS_SHOWN = 4  # distinct divergences shown with a token strip per check (all with verbose)
@@ -267,6 +269,10 @@ def _model(m: ModelReport, verbose: bool) -> str:
     approx = approximate_note(m)
     if approx:
         parts.append(f'<p class="why approx">≈ {esc(approx)}</p>')
+    if verdict_reasons_text(m):
+        parts.append(f'<p class="why">Why: {esc(verdict_reasons_text(m))}</p>')
+    if coverage_text(m):
+        parts.append(f'<p class="why">Coverage: {esc(coverage_text(m))}</p>')
     parts += [_provenance(m), "<h3>Checks</h3>"]
     parts += [_check(c, verbose) for c in m.checks]
     return f'<section class="model">{"".join(parts)}</section>'

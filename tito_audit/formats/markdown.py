@@ -18,10 +18,12 @@ from tito_audit.formats.common import (
     STATUS_WORD,
     VERDICT_ICON,
     approximate_note,
+    coverage_text,
     finding_sentence,
     first_active,
     model_label,
     template_origin,
+    verdict_reasons_text,
     visible,
 )
 
@@ -141,6 +143,10 @@ def model_markdown(m: ModelReport, verbose: bool = False, quiet: bool = False) -
     approx = approximate_note(m)
     if approx:
         out += [f"> ≈ {md_text(approx)}", ""]
+    if verdict_reasons_text(m):
+        out += [f"**Why:** {md_text(verdict_reasons_text(m))}.", ""]
+    if coverage_text(m):
+        out += [f"**Coverage:** {md_text(coverage_text(m))}.", ""]
     if m.error or quiet:
         return "\n".join(out)
     out += [table_markdown(pd.DataFrame(_provenance_rows(m), columns=["provenance", ""])), ""]

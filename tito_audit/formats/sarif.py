@@ -19,7 +19,7 @@ from tito_audit import __version__
 from tito_audit.audit import AuditReport, ModelReport
 from tito_audit.checks import ordered_checks
 from tito_audit.checks.base import CheckResult, Finding
-from tito_audit.formats.common import finding_sentence, model_label, template_origin
+from tito_audit.formats.common import coverage_text, finding_sentence, model_label, template_origin
 from tito_audit.formats.template_lines import MODEL_FILES, blame, local_template
 from tito_audit.quote import clipped
 
@@ -202,6 +202,8 @@ def to_sarif_dict(report: AuditReport) -> dict[str, Any]:
                         {
                             "model": model_label(m),
                             "verdict": m.verdict,
+                            "verdict_reasons": m.verdict_reasons,
+                            "coverage": coverage_text(m),
                             "provenance": m.provenance.to_dict() if m.provenance else None,
                         }
                         for m in report.models

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from tito_audit.audit import AuditReport, ModelReport
 from tito_audit.checks.base import Finding
-from tito_audit.formats.common import approximate_note
+from tito_audit.formats.common import approximate_note, coverage_text, verdict_reasons_text
 from tito_audit.quote import clipped
 
 VERDICT_STYLE = {
@@ -80,7 +80,13 @@ def token_strip(finding: Finding) -> Table:
 
 def model_section(console: Console, m: ModelReport, verbose: bool = False, quiet: bool = False) -> None:
     verdict = Text(f"{m.verdict.upper()}", style=VERDICT_STYLE[m.verdict])
-    head = Text.assemble(Text(f"{m.model}  "), verdict, Text(f"  {m.verdict_explanation}", style="dim"))
+    reasons = verdict_reasons_text(m)
+    head = Text.assemble(
+        Text(f"{m.model}  "),
+        verdict,
+        Text(f"  {m.verdict_explanation}", style="dim"),
+        Text(f"  ({reasons})" if reasons else "", style=VERDICT_STYLE[m.verdict]),
+    )
     console.print(head, soft_wrap=True)  # one line per model, also in CI logs and pipes
     approx = approximate_note(m)
     if approx:
@@ -93,6 +99,8 @@ def model_section(console: Console, m: ModelReport, verbose: bool = False, quiet
     if m.provenance:
         for line in packed(provenance_fields(m), console.width - 2):
             console.print(Text(f"  {line}", style="dim"), soft_wrap=True)
+    if coverage_text(m):
+        console.print(Text(f"  {coverage_text(m)}", style="yellow" if m.scenarios.get("low_coverage") else "dim"))
     table = Table(show_header=True, header_style="bold")
     table.add_column("check")
     table.add_column("status")
@@ -102,6 +110,12 @@ def model_section(console: Console, m: ModelReport, verbose: bool = False, quiet
         table.add_row(c.id, Text(STATUS_LABEL[c.status], style=STATUS_STYLE[c.status]), Text(summary))
     console.print(table)
     for c in m.checks:
+        if c.status == "error" or (c.status == "fail" and not any(f.expected is not None for f in c.active_findings)):
+            # every error-level failure gets its reason and fix, with or without a token strip
+            reason = c.summary if c.status == "error" or not c.active_findings else c.active_findings[0].message
+            console.print(Text(f"  {c.id} · {c.status}: {reason}", style="bold"))
+            console.print(Text(f"  fix: {c.fix_hint}", style="cyan"))
+            continue
         shown = c.findings if verbose else [f for f in c.findings if f.expected is not None][:1]
         if c.status not in ("fail", "warn") or not shown:
             continue

@@ -21,7 +21,6 @@ from tito_audit.gate.suppressions import (
     model_names,
     parse_suppressions,
     recompute,
-    verdict_for,
 )
 
 SEVERITY_RANK = {"warn": 1, "warning": 1, "error": 2}
@@ -86,5 +85,4 @@ __all__ = [
     "model_names",
     "parse_suppressions",
     "recompute",
-    "verdict_for",
 ]

@@ -16,7 +16,6 @@ from typing import Any
 from tito_audit.audit import AuditReport, ModelReport
 from tito_audit.checks import REGISTRY, CheckResult, Finding
 from tito_audit.errors import UsageError
-from tito_audit.verdict import Verdict, decide
 
 CONFIG_FILE = "tito-audit.toml"
 _ENTRY_KEYS = {"model", "check", "scenario", "class", "reason"}
@@ -145,15 +144,12 @@ def recompute(m: ModelReport) -> None:
     """Status, summary and verdict of a model from its active (unsuppressed) findings.
 
     A check whose findings are all suppressed passes, with "N suppressed" in its summary. The verdict is
-    ``decide`` over the recomputed statuses, with one floor: a model with tool_append_prefix findings is never
-    "safe". Suppressing them says the rollout loop handles the rewrite (new sample, frozen prefix), not that
-    the template stopped rewriting, so the model still needs a token buffer ("tito-required"). ``decide``
-    already counts suppressed naive_rerender / history_rewrite findings for the same reason.
+    ``tito_audit.verdict.decide`` over the recomputed results: what suppressed findings still mean for the
+    verdict is decided there, not here.
     """
     for c in m.checks:
         _recompute_check(c)
-    if m.error is None and m.checks:
-        m.verdict = verdict_for(m.checks)
+    m.decide()
 
 
 def _recompute_check(c: CheckResult) -> None:
@@ -167,14 +163,6 @@ def _recompute_check(c: CheckResult) -> None:
     else:
         c.status = "fail" if c.severity == "error" else "warn"
         c.summary = f"{c.summary} ({suppressed} suppressed)"
-
-
-def verdict_for(checks: list[CheckResult]) -> Verdict:
-    verdict = decide(checks)
-    append = next((c for c in checks if c.id == "tool_append_prefix"), None)
-    if verdict == "safe" and append is not None and append.findings:
-        return "tito-required"
-    return verdict
 
 
 def apply_suppressions(report: AuditReport, suppressions: list[Suppression], source: str | None) -> list[str]:

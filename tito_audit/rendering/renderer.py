@@ -612,6 +612,16 @@ class Renderer:
             raise hit
         return list(hit)
 
+    def sanitized_ids(
+        self, messages: Sequence[Message], tools: Any = None, add_generation_prompt: bool = False
+    ) -> list[int]:
+        """``render_ids`` without its fallback: raises RenderError when the render cannot be sanitized (for a check
+        that compares sanitized with plain ids, a silent plain fallback would compare plain with plain)."""
+        if tools is not None and not self._shared.reads_tools:
+            tools = None
+        key = _key(messages, tools, add_generation_prompt, self.template_kwargs, self.date)
+        return self._sanitized(key, messages, tools, add_generation_prompt)
+
     def _sanitized(self, key: str, messages: Sequence[Message], tools: Any, agp: bool) -> list[int]:
         """``apply_chat_template(tokenize=True, sanitize_control_tokens=True)``, without redundant work."""
         markers = self._shared.cache.markers

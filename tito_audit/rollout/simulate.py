@@ -16,7 +16,7 @@ from tito_audit.rendering.renderer import Renderer, RenderError
 from tito_audit.rollout.bridge import BridgeError
 from tito_audit.rollout.buffer import Trajectory
 from tito_audit.rollout.tokens import common_prefix_len
-from tito_audit.scenarios.adapt import ADAPTERS
+from tito_audit.scenarios.adapt import ADAPTERS, Shapes, call_function, reasoning_of
 from tito_audit.scenarios.spec import Scenario
 
 Message = dict[str, Any]
@@ -61,7 +61,7 @@ def _stop_strings(renderer: Renderer, stop_ids: Sequence[int]) -> dict[str, int]
 
 
 def _tool_names(message: Message) -> list[str]:
-    return [c.get("function", c).get("name", "") for c in message.get("tool_calls") or []]
+    return [call_function(c).get("name", "") for c in message.get("tool_calls") or []]
 
 
 def _dropped_calls(message: Message, completion: str) -> list[int]:
@@ -75,8 +75,19 @@ def _dropped_calls(message: Message, completion: str) -> list[int]:
     return dropped
 
 
-def derive_turn(renderer: Renderer, history: list[Message], index: int, tools: Any, stop_ids: Sequence[int]) -> Turn:
-    """The ids a model would sample for ``history[index]`` (an assistant message)."""
+def derive_turn(
+    renderer: Renderer,
+    history: list[Message],
+    index: int,
+    tools: Any,
+    stop_ids: Sequence[int],
+    emit_reasoning: tuple[str, str] | None = None,
+) -> Turn:
+    """The ids a model would sample for ``history[index]`` (an assistant message).
+
+    ``emit_reasoning`` (think tags): the template never renders reasoning, not even on the last turn, but the
+    model emits it; the sampled text then carries the message's reasoning before what the template renders.
+    """
     prompt = renderer.render(history[:index], tools=tools, add_generation_prompt=True)
     message = history[index]
     full = renderer.render(history[: index + 1], tools=tools)
@@ -89,6 +100,12 @@ def derive_turn(renderer: Renderer, history: list[Message], index: int, tools: A
         as_text = ADAPTERS["calls_as_content"]([message])[0]
         full = renderer.render([*history[:index], as_text], tools=tools)
         start = common_prefix_len(prompt, full)
+        completion = full[start:]
+    thought = reasoning_of(message, emit_reasoning) if emit_reasoning else ""
+    if emit_reasoning and thought and thought not in completion:
+        opened = prompt.rstrip().endswith(emit_reasoning[0])  # a generation prompt that opens the block itself
+        said = ("" if opened else f"{emit_reasoning[0]}\n") + f"{thought}\n{emit_reasoning[1]}\n\n"
+        full = full[:start] + said + full[start:]
         completion = full[start:]
     stops = _stop_strings(renderer, stop_ids)
     hits = [(completion.find(s), s) for s in stops if s and s in completion]
@@ -128,14 +145,15 @@ def _first_render_error(renderer: Renderer, messages: list[Message], tools: Any)
 
 
 def adapt_to_template(
-    renderer: Renderer, scenario: Scenario
+    renderer: Renderer, scenario: Scenario, shapes: Shapes | None = None
 ) -> tuple[list[Message], tuple[str, ...], RenderError | None]:
-    """Try the plain conversation, then adapters one by one and together, like a practitioner would."""
-    messages = scenario.messages_list()
+    """The conversation in the shape the template accepts (``shapes``, probed once per template); if the
+    template still refuses it, the fallback adapters one by one and together, like a practitioner would."""
+    messages, shaped = (shapes or Shapes()).apply(scenario.messages_list())
     tools = list(scenario.tools)
     err = _first_render_error(renderer, messages, tools)
     if err is None or err.kind in ("timeout", "too_large", "security"):
-        return messages, (), err
+        return messages, shaped, err
     tried: list[tuple[str, ...]] = [
         ("system_into_user",),
         ("tool_as_user",),
@@ -148,13 +166,16 @@ def adapt_to_template(
         if adapted == messages:
             continue
         if _first_render_error(renderer, adapted, tools) is None:
-            return adapted, names, None
-    return messages, (), err
+            return adapted, (*shaped, *names), None
+    return messages, shaped, err
 
 
-def simulate(renderer: Renderer, scenario: Scenario, stop_ids: Sequence[int]) -> Simulation:
+def simulate(
+    renderer: Renderer, scenario: Scenario, stop_ids: Sequence[int], shapes: Shapes | None = None
+) -> Simulation:
     renderer = renderer.with_kwargs(**scenario.kwargs) if scenario.kwargs else renderer
-    messages, adapters, err = adapt_to_template(renderer, scenario)
+    messages, adapters, err = adapt_to_template(renderer, scenario, shapes)
+    emit = shapes.think_tags if shapes is not None and shapes.reasoning == "emitted" else None
     sim = Simulation(scenario, messages, adapters)
     if err is not None:
         sim.error = err
@@ -165,7 +186,7 @@ def simulate(renderer: Renderer, scenario: Scenario, stop_ids: Sequence[int]) ->
     try:
         traj.start(messages[: assistants[0]])
         for n, idx in enumerate(assistants):
-            turn = derive_turn(renderer, messages, idx, tools, stop_ids)
+            turn = derive_turn(renderer, messages, idx, tools, stop_ids, emit)
             sim.turns.append(turn)
             traj.append_sampled(turn.sampled_ids, message=messages[idx])
             nxt = assistants[n + 1] if n + 1 < len(assistants) else len(messages)

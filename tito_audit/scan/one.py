@@ -44,6 +44,8 @@ class TemplateResult:
     missing_tokens: list[str] = field(default_factory=list)
     scenarios_ok: int = 0
     scenarios_total: int = 0
+    verdict_reasons: list[str] = field(default_factory=list)  # the audit's, as in its JSON report
+    adaptations: list[str] = field(default_factory=list)  # conversation shapes the template needed
     tokenizer_reason: str = ""
     engine: str = ""
     seconds: float = 0.0
@@ -187,12 +189,14 @@ def _audit(
     report = audit_context(ctx, started)
     result.scenarios_total = len(ctx.scenarios)
     result.scenarios_ok = int(report.scenarios.get("played", 0))
+    result.verdict_reasons = list(report.verdict_reasons)
+    result.adaptations = list(report.scenarios.get("adaptations", []))
     if report.verdict in C.VERDICTS:
         result.verdict = report.verdict
         _scenario_flags(ctx, result)
         return
-    result.error_kind = report.error_kind or "error"
-    result.reason = str(report.error or "audit error").splitlines()[0][:300]
+    result.error_kind = report.error_kind or "undecided"
+    result.reason = str(report.error or "; ".join(report.verdict_reasons) or "audit error").splitlines()[0][:300]
     result.cls = C.class_of_error_kind(result.error_kind)
     if result.cls == C.ALWAYS_RAISES:
         _name_rejected(ctx, result)

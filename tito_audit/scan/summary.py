@@ -12,6 +12,7 @@ from typing import Any
 from tito_audit.quote import clipped
 from tito_audit.scan import classify as C
 from tito_audit.scan.one import TemplateResult
+from tito_audit.verdict import MIN_COVERAGE
 
 
 @dataclass
@@ -48,6 +49,18 @@ class ScanSummary:
         return dict(Counter(r.tokenizer for r in self.results).most_common())
 
     @property
+    def coverage(self) -> dict[str, int]:
+        """Templates with a verdict that played fewer than MIN_COVERAGE scenarios, that reject every tool
+        conversation, and that needed an adaptation (per adaptation)."""
+        judged = [r for r in self.results if r.verdict]
+        out = {
+            f"verdict_on_fewer_than_{MIN_COVERAGE}_scenarios": sum(1 for r in judged if r.scenarios_ok < MIN_COVERAGE),
+            "rejects_tool_traffic": sum(1 for r in self.results if "unsafe:rejects_tool_traffic" in r.verdict_reasons),
+        }
+        adapted = Counter(a for r in judged for a in r.adaptations)
+        return out | {f"adapted_{a}": n for a, n in sorted(adapted.items())}
+
+    @property
     def crashes(self) -> int:
         return sum(1 for r in self.results if r.cls == C.WORKER_CRASH or not r.cls)
 
@@ -66,6 +79,7 @@ class ScanSummary:
                 "approximate": sum(self.approximate_counts.values()),
             },
             "flags": self.flag_counts,
+            "coverage": self.coverage,
             "tokenizers": self.tokenizer_counts,
             "crashes": self.crashes,
             **self.meta,
@@ -103,6 +117,8 @@ class ScanSummary:
         if self.flag_counts:
             lines += ["", "| flag | templates |", "|---|---:|"]
             lines += [f"| {md_text(k)} | {n} |" for k, n in self.flag_counts.items()]
+        lines += ["", "| coverage | templates |", "|---|---:|"]
+        lines += [f"| {k.replace('_', ' ')} | {n} |" for k, n in self.coverage.items()]
         lines += ["", "## Templates by class"]
         for c, n in self.counts.items():
             lines += ["", f"**{c}** ({n}): " + ", ".join(md_code(name) for name in self.names(c))]
@@ -129,4 +145,6 @@ class ScanSummary:
             table.add_row(c, self._split(c, n), C.DESCRIPTIONS.get(c, ""), escape(which))
         for k, n in self.flag_counts.items():
             table.add_row(f"[dim]flag: {k}[/dim]", str(n), "", "")
+        for k, n in self.coverage.items():
+            table.add_row(f"[dim]coverage: {k.replace('_', ' ')}[/dim]", str(n), "", "")
         return table

@@ -247,7 +247,14 @@ def run_on(spec: CheckSpec, ctx: AuditContext) -> CheckResult:
     if why is not None:
         summary = f"not judged on a synthesized tokenizer (base {prov.tokenizer_base}): {why}"
         return CheckResult(
-            spec.id, spec.title, "not_applicable", spec.severity, summary, spec.explanation, spec.fix_hint
+            spec.id,
+            spec.title,
+            "not_applicable",
+            spec.severity,
+            summary,
+            spec.explanation,
+            spec.fix_hint,
+            verdict_role=spec.verdict,
         )
     result = run_check(spec, ctx)
     result.data["approximate"] = (
