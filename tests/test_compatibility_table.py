@@ -77,10 +77,12 @@ def test_table_does_not_depend_on_how_wide_characters_are_measured(report, monke
 
 
 def test_a_property_of_every_model_is_said_once(report):
-    reports = [report(spec) for spec in ("Qwen/Qwen3-0.6B", "Qwen/Qwen2.5-7B-Instruct", "openai/gpt-oss-20b")]
+    models = ("Qwen/Qwen3-0.6B", "Qwen/Qwen2.5-7B-Instruct", "openai/gpt-oss-20b", "allenai/OLMo-2-1124-7B-Instruct")
+    reports = [report(spec) for spec in models]
     text = compatibility_table(reports)
     header = next(ln for ln in text.splitlines() if ln.startswith("| model"))
-    for cid in ("roundtrip", "special_token_injection", "loss_mask"):  # warn for each of the three
+    for cid in ("roundtrip", "special_token_injection", "loss_mask"):  # warn for each of the four
         assert {r.check(cid).status for r in reports} == {"warn"}
-        assert f" {cid} " not in header and f"- `{cid}`: `warn` for all 3 models." in text
+        assert f" {cid} " not in header and f"- `{cid}`: `warn` for all 4 models." in text
+    assert len({r.check("tool_support").status for r in reports}) > 1  # OLMo-2 drops tool traffic, the others not
     assert " tool_support " in header and " tool_append_prefix " in header  # these tell the models apart
