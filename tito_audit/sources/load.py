@@ -115,6 +115,13 @@ def _quiet_transformers() -> None:
 
 
 def _load_tokenizer(spec: str, folder: Path, tokenizer_config: dict[str, Any]) -> Any:
+    from tito_audit.sources.tokenizer import collector_paused
+
+    with collector_paused():  # importing transformers and parsing tokenizer.json: allocations, no cycles
+        return _load_tokenizer_now(spec, folder, tokenizer_config)
+
+
+def _load_tokenizer_now(spec: str, folder: Path, tokenizer_config: dict[str, Any]) -> Any:
     from transformers.utils import logging as hf_logging
 
     from tito_audit.sources.tokenizer import load_tokenizer
