@@ -264,5 +264,7 @@ def load(
 ) -> LoadedModel:
     """Fetch and load in one call (the public entry point)."""
     from tito_audit.sources.resolve import fetch_model_files
+    from tito_audit.sources.tokenizer import collector_paused
 
-    return load_model(fetch_model_files(spec, offline), template_name, chat_template_file)
+    with collector_paused():  # the Hub client's first import, then the tokenizer's (see _load_tokenizer)
+        return load_model(fetch_model_files(spec, offline), template_name, chat_template_file)
