@@ -205,3 +205,27 @@ def test_corpus_templates_render_identically(model: str) -> None:
     for path in CORPUS_SAMPLE:
         template = path.read_text(encoding="utf-8")
         assert _renders(direct, template) == _renders(auto, template), (model, path.name)
+
+
+def test_loading_leaves_the_garbage_collector_as_it_found_it() -> None:
+    """The collector is paused for a load only: on again after it, after a failing block, and left off when it
+    was off."""
+    import gc
+
+    from tito_audit.sources.load import load_model
+    from tito_audit.sources.tokenizer import collector_paused
+
+    assert gc.isenabled()
+    model = load_model(BundledSource().fetch(bundled_names()[0]))
+    assert gc.isenabled() and len(model.tokenizer) > 0
+    with pytest.raises(RuntimeError), collector_paused():
+        assert not gc.isenabled()
+        raise RuntimeError
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
