@@ -12,6 +12,8 @@ whole corpus is left to the scan's own tests, for time).
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +80,44 @@ def test_every_known_class_name_resolves_as_autotokenizer_does() -> None:
         assert ours is _autotokenizer_choice(name), name
         decided += 1
     assert decided >= 0.9 * len(names)  # declining is the exception (placeholders for missing dependencies)
+
+
+# In a fresh process (the test process may have imported ``transformers.models`` already): resolve a class through
+# ``class_for_name``, which imports ``transformers.models`` reusing the scan ``import transformers`` made, then
+# build the models package's lazy module again from a fresh scan of transformers' own call and compare its state.
+_REUSED_SCAN_CHECK = """
+import json, sys
+from pathlib import Path
+import transformers
+from transformers.utils import import_utils as iu
+from tito_audit.sources.tokenizer import class_for_name
+scans = iu.create_import_structure_from_path.cache_info().misses
+assert "transformers.models" not in sys.modules
+cls = class_for_name("Qwen2Tokenizer")
+scanned = iu.create_import_structure_from_path.cache_info().misses - scans
+import transformers.models as models
+init = str(Path(iu.__file__).parents[1] / "models" / "__init__.py")
+fresh = iu._LazyModule(models.__name__, init, iu.define_import_structure.__wrapped__(init), module_spec=models.__spec__)
+same = {a: getattr(fresh, a) == getattr(models, a) for a in
+        ("_class_to_module", "_modules", "_object_missing_backend", "_import_structure", "__path__", "__file__")}
+same["__all__"] = sorted(fresh.__all__) == sorted(models.__all__)
+print(json.dumps({"scanned": scanned, "same": same, "classes": len(models._class_to_module),
+                  "class": cls.__module__ + "." + cls.__name__}))
+"""
+
+
+@pytest.mark.slow
+def test_models_package_reusing_the_scan_is_transformers_own() -> None:
+    """Resolving a class imports ``transformers.models`` without its second scan of the models folder, and the
+    package it gets is the one transformers builds from a fresh scan (every class, module and missing backend)."""
+    out = subprocess.run(
+        [sys.executable, "-c", _REUSED_SCAN_CHECK], capture_output=True, text=True, timeout=300, check=True
+    )
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["class"] == "transformers.models.qwen2.tokenization_qwen2.Qwen2Tokenizer"
+    assert got["classes"] > 1000
+    assert got["scanned"] < 10, "transformers.models rescanned its folder: the reuse was not taken"
+    assert all(got["same"].values()), got["same"]
 
 
 def test_a_model_config_or_remote_code_leaves_the_choice_to_autotokenizer(tmp_path: Path) -> None:
@@ -165,3 +205,27 @@ def test_corpus_templates_render_identically(model: str) -> None:
     for path in CORPUS_SAMPLE:
         template = path.read_text(encoding="utf-8")
         assert _renders(direct, template) == _renders(auto, template), (model, path.name)
+
+
+def test_loading_leaves_the_garbage_collector_as_it_found_it() -> None:
+    """The collector is paused for a load only: on again after it, after a failing block, and left off when it
+    was off."""
+    import gc
+
+    from tito_audit.sources.load import load_model
+    from tito_audit.sources.tokenizer import collector_paused
+
+    assert gc.isenabled()
+    model = load_model(BundledSource().fetch(bundled_names()[0]))
+    assert gc.isenabled() and len(model.tokenizer) > 0
+    with pytest.raises(RuntimeError), collector_paused():
+        assert not gc.isenabled()
+        raise RuntimeError
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -120,6 +120,13 @@ def _quiet_transformers() -> None:
 
 
 def _load_tokenizer(spec: str, folder: Path, tokenizer_config: dict[str, Any]) -> Any:
+    from tito_audit.sources.tokenizer import collector_paused
+
+    with collector_paused():  # importing transformers and parsing tokenizer.json: allocations, no cycles
+        return _load_tokenizer_now(spec, folder, tokenizer_config)
+
+
+def _load_tokenizer_now(spec: str, folder: Path, tokenizer_config: dict[str, Any]) -> Any:
     from transformers.utils import logging as hf_logging
 
     from tito_audit.sources.tokenizer import load_tokenizer
@@ -277,5 +284,7 @@ def load(
 ) -> LoadedModel:
     """Fetch and load in one call (the public entry point)."""
     from tito_audit.sources.resolve import fetch_model_files
+    from tito_audit.sources.tokenizer import collector_paused
 
-    return load_model(fetch_model_files(spec, offline), template_name, chat_template_file)
+    with collector_paused():  # the Hub client's first import, then the tokenizer's (see _load_tokenizer)
+        return load_model(fetch_model_files(spec, offline), template_name, chat_template_file)

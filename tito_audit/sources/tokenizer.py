@@ -15,7 +15,10 @@ same renders.
 
 from __future__ import annotations
 
+import gc
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -61,12 +64,56 @@ def _class_from_name(name: str) -> type | None:
     import transformers
     from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-    cls = getattr(transformers, name, None)
+    with models_package_reusing_its_scan():
+        cls = getattr(transformers, name, None)
     if cls is None:
         return _class_from_name(name.removesuffix("Fast")) if name.endswith("Fast") else None
     if isinstance(cls, type) and issubclass(cls, PreTrainedTokenizerBase):
         return cls
     raise LookupError(name)
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block, as it was after. A tokenizer load allocates hundreds
+    of thousands of objects (transformers' import, the parsed tokenizer.json: a vocabulary and its merges) and
+    leaves no cycles to collect, so the collector's passes over them, full ones included, are pure cost (about a
+    tenth of a second for a 150k-token vocabulary). Reference counting frees everything as usual."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+@contextmanager
+def models_package_reusing_its_scan() -> Iterator[None]:
+    """Around the first import of ``transformers.models``: its ``__init__`` builds its lazy import structure with
+    ``define_import_structure(<models/__init__.py>)``, a scan of every file of the models folder (~0.3 s CPU),
+    which ``import transformers`` has just done for the same folder (``define_import_structure(<models folder>,
+    prefix="models")``), but under a path its caches do not match. While this is open, that one call is answered
+    by transformers' own function on the folder itself (a file stands for its folder there), which its cache
+    answers from the scan already done. ``tests/test_tokenizer_load.py`` holds the structure to a fresh scan."""
+    from transformers.utils import import_utils
+
+    original = import_utils.define_import_structure
+    models_init = Path(import_utils.__file__).parents[1] / "models" / "__init__.py"
+    if "transformers.models" in sys.modules or not models_init.is_file():
+        yield
+        return
+
+    def define_import_structure(module_path: Any, prefix: str | None = None) -> Any:
+        if prefix is None and Path(module_path) == models_init:
+            return original(models_init.parent)
+        return original(module_path, prefix)
+
+    import_utils.define_import_structure = define_import_structure  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        import_utils.define_import_structure = original
 
 
 def load_declared(folder: Path, cls: type) -> Any:
