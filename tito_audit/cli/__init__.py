@@ -20,7 +20,7 @@ app = typer.Typer(
 )
 
 # Sub-command modules, in help order. Each defines register(app).
-COMMANDS = ("audit", "table", "scan", "fix", "rl")
+COMMANDS = ("audit", "table", "scan", "fix", "rl", "replay")
 
 
 def _register_all() -> None:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from tito_audit.context import IdMatcher
+from tito_audit.rollout.tokens import common_prefix_len
 from tito_audit.replay.divergence import Divergence, classify, window
 
 
@@ -75,6 +76,59 @@ def _describe(kind: str, cls: str, ref_text: str | None, got_text: str | None) -
     return f"trained {got_text!r} where the buffer has {ref_text!r}{same}"
 
 
+SYNC = 16  # ids that must agree again after an edit (fewer near the end)
+SEARCH = 4096  # how far ahead a resynchronisation is looked for
+AGREE = 512  # agreement after an edit that counts in choosing it
+
+
+def _resync(a: Sequence[int], i: int, b: Sequence[int], j: int) -> tuple[int, int] | None:
+    """The edit ``(k, l)`` after which ``a[i+k:]`` and ``b[j+l:]`` agree again: smallest ``k + l`` minus how long
+    they then agree (up to ``AGREE``), so that a turn inserted in front of a similar one is one insertion, not a
+    deletion of what lies between them followed by a mismatch. Agreement needs ``SYNC`` ids (fewer at the ends).
+    """
+    la, lb = min(SEARCH, len(a) - i), min(SEARCH, len(b) - j)
+    n = min(SYNC, la, lb)
+    if n == 0:
+        return None
+    where: dict[tuple[int, ...], list[int]] = {}
+    for l in range(lb - n + 1):  # noqa: E741
+        where.setdefault(tuple(b[j + l : j + l + n]), []).append(l)
+    best: tuple[int, int] | None = None
+    best_score = 0
+    for k in range(la - n + 1):
+        if best is not None and k - AGREE >= best_score:
+            break
+        for l in where.get(tuple(a[i + k : i + k + n]), ()):  # noqa: E741
+            if best is not None and k + l - AGREE >= best_score:
+                break
+            agree = common_prefix_len(a[i + k : i + k + AGREE], b[j + l : j + l + AGREE])
+            score = k + l - agree
+            if best is None or score < best_score:
+                best, best_score = (k, l), score
+    return best
+
+
+def greedy_opcodes(a: Sequence[int], b: Sequence[int]) -> list[tuple[str, int, int, int, int]]:
+    """difflib-style opcodes, read left to right: the longest common prefix, then the smallest edit after
+    which both agree again. A run inserted in front of a copy of itself (a duplicated turn) is an insertion
+    where it was inserted, which a global longest-block alignment can place elsewhere."""
+    ops: list[tuple[str, int, int, int, int]] = []
+    i = j = 0
+    a, b = list(a), list(b)
+    while i < len(a) or j < len(b):
+        p = common_prefix_len(a[i:], b[j:])
+        if p:
+            ops.append(("equal", i, i + p, j, j + p))
+            i, j = i + p, j + p
+            continue
+        at = _resync(a, i, b, j)
+        k, l = at if at is not None else (len(a) - i, len(b) - j)  # noqa: E741
+        tag = "replace" if k and l else ("delete" if k else "insert")
+        ops.append((tag, i, i + k, j, j + l))
+        i, j = i + k, j + l
+    return ops
+
+
 def against_reference(
     ref: Sequence[int],
     ref_mask: Sequence[int],
@@ -110,7 +164,7 @@ def against_reference(
             cur = d
         cur.tokens += sampled
 
-    for tag, i1, i2, j1, j2 in IdMatcher(ref, got).get_opcodes():
+    for tag, i1, i2, j1, j2 in greedy_opcodes(ref, got):
         if tag == "equal":
             if got_mask is None or list(ref_mask[i1:i2]) == [gmask(j) for j in range(j1, j2)]:
                 continue

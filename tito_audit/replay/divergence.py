@@ -3,9 +3,11 @@
 A divergence compares a reference (what a correct loop holds: the sampled ids kept in a buffer, deltas
 appended) with what the trainer trained on. Its class is one of the audit's finding classes
 (``tito_audit.checks.base.FINDING_CLASSES``), chosen from the tokens on both sides: same text with other ids is
-``non_canonical``; a stop token on either side, or a stop token trained differently, ``stop_seam``; a doubled
-BOS or injected control token ``special_token``; JSON punctuation ``serialization``; an inserted or deleted
-run, or one outside the turn being sampled, ``history_rewrite``; whitespace-only ``whitespace``.
+``non_canonical``; an inserted or dropped run ``history_rewrite`` (``stop_seam`` when it is only stop tokens,
+``special_token`` for a doubled BOS); a stop token at the start of either side, or a different number of
+them, ``stop_seam``; reasoning text, or content one side has and the other lacks, ``history_rewrite``; JSON
+punctuation ``serialization``; whitespace only ``whitespace``; control tokens ``special_token``; a loss-mask
+difference on a stop token ``stop_seam``, elsewhere ``template``.
 """
 
 from __future__ import annotations
@@ -76,13 +78,16 @@ def classify(
     both = text_ref + text_got
     if any(m in both for m in REASONING_MARKERS):
         return "history_rewrite"
+    short, long = sorted((text_ref, text_got), key=len)
+    if long.startswith(short) and long[len(short) :].strip():  # content dropped or added, not reformatted
+        return "history_rewrite"
+    if any(c in both for c in JSON_CHARS):
+        return "serialization"
     if text_ref.strip() == text_got.strip():
         return "whitespace"
     specials = set(special_ids)
     if any(t in specials for t in (*ref, *got)):
         return "special_token"
-    if any(c in both for c in JSON_CHARS):
-        return "serialization"
     return "history_rewrite"
 
 
