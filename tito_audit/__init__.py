@@ -6,6 +6,7 @@ Public API, for RL frameworks and scripts::
     model = load("Qwen/Qwen3-0.6B")            # Hub id, local folder or bundled name
     report = audit_model(model)                 # report.verdict, report.checks
     traj = Trajectory.from_model(model, tools=tools)   # or Trajectory.from_tokenizer(any_hf_tokenizer, ...)
+    check_batch(batch)                          # run-time guard: trained ids == sampled ids (tito_audit.replay)
 """
 
 __version__ = "0.1.0"
@@ -25,6 +26,7 @@ from tito_audit.rollout import (
     compute_bridge,
     stop_token_ids,
 )
+from tito_audit.replay.guard import GuardResult, TitoGuardError, check_batch
 from tito_audit.sources import LoadedModel, Provenance
 from tito_audit.sources.load import load
 
@@ -36,6 +38,7 @@ __all__ = [
     "AuditReport",
     "Bridge",
     "BridgeError",
+    "GuardResult",
     "LoadedModel",
     "ModelReport",
     "Provenance",
@@ -43,11 +46,13 @@ __all__ = [
     "RenderLimits",
     "Renderer",
     "Segment",
+    "TitoGuardError",
     "Trajectory",
     "TruncatedCompletion",
     "__version__",
     "audit",
     "audit_model",
+    "check_batch",
     "compute_bridge",
     "load",
     "stop_token_ids",

@@ -88,8 +88,15 @@ def _resync(a: Sequence[int], i: int, b: Sequence[int], j: int) -> tuple[int, in
     """
     la, lb = min(SEARCH, len(a) - i), min(SEARCH, len(b) - j)
     n = min(SYNC, la, lb)
-    if n == 0:
-        return None
+    while n > 0:  # near the end of a sequence fewer ids are left to agree on
+        found = _resync_n(a, i, b, j, la, lb, n)
+        if found is not None:
+            return found
+        n //= 2
+    return None
+
+
+def _resync_n(a: Sequence[int], i: int, b: Sequence[int], j: int, la: int, lb: int, n: int) -> tuple[int, int] | None:
     where: dict[tuple[int, ...], list[int]] = {}
     for l in range(lb - n + 1):  # noqa: E741
         where.setdefault(tuple(b[j + l : j + l + n]), []).append(l)

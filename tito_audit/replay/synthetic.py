@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tito_audit.rendering.renderer import Renderer, RenderError
-from tito_audit.rl.episodes import noncanonical_split
 from tito_audit.rollout.bridge import BridgeError
 from tito_audit.rollout.buffer import Trajectory
 from tito_audit.rollout.simulate import Simulation, derive_turn, simulate
@@ -71,15 +70,41 @@ class Logged:
     first_only: bool = False  # the truth is the episode's first divergence only
 
 
+class Splitter:
+    """Two in-vocabulary ids that spell a token (what a sampler can emit instead of it), memoised per id."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tok = tokenizer
+        self.vocab = tokenizer.get_vocab()
+        self.skip = set(tokenizer.all_special_ids or []) | set(tokenizer.get_added_vocab().values())
+        self.memo: dict[int, list[int] | None] = {}
+
+    def __call__(self, token_id: int) -> list[int] | None:
+        if token_id not in self.memo:
+            self.memo[token_id] = self._split(token_id)
+        return self.memo[token_id]
+
+    def _split(self, token_id: int) -> list[int] | None:
+        if token_id in self.skip:
+            return None
+        piece = self.tok.convert_ids_to_tokens(token_id)
+        if not isinstance(piece, str) or len(piece) < 2:
+            return None
+        for k in range(len(piece) - 1, 0, -1):
+            a, b = self.vocab.get(piece[:k]), self.vocab.get(piece[k:])
+            if a is not None and b is not None:
+                return [int(a), int(b)]
+        return None
+
+
 def play(
-    renderer: Renderer, scenario: Scenario, stop_ids: Sequence[int], rate: float, rng: random.Random
+    renderer: Renderer, scenario: Scenario, stop_ids: Sequence[int], rate: float, rng: random.Random, split: Splitter
 ) -> Played | None:
     """Play one scenario; each turn gets a non-canonical split with probability ``rate`` (where one exists)."""
     sim: Simulation = simulate(renderer, scenario, stop_ids)
     if not sim.ok:
         return None
     r = renderer.with_kwargs(**scenario.kwargs) if scenario.kwargs else renderer
-    tok = r.tokenizer
     traj = Trajectory(r, stop_ids, list(scenario.tools) or None)
     msgs = sim.messages
     assistants = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
@@ -91,12 +116,12 @@ def play(
     refusals: list[int] = []
     for n, (idx, turn) in enumerate(zip(assistants, sim.turns, strict=True)):
         ids = list(turn.sampled_ids)
-        candidates = [p for p in range(len(ids) - 1) if noncanonical_split(tok, ids[p]) is not None]
+        candidates = [p for p in range(len(ids) - 1) if split(ids[p]) is not None]
         eligible.append(bool(candidates))
         split_at = None
         if candidates and rng.random() < rate:
             split_at = rng.choice(candidates)
-            pieces = noncanonical_split(tok, ids[split_at])
+            pieces = split(ids[split_at])
             assert pieces is not None
             ids = [*ids[:split_at], *pieces, *ids[split_at + 1 :]]
         logprobs = [round(-0.02 - 0.5 * rng.random(), 4) for _ in ids]
@@ -309,9 +334,10 @@ def played_episodes(model: Any, rate: float, seed: int = 0, scenarios: Sequence[
 
     ctx = AuditContext(model, AuditOptions())
     rng = random.Random(seed)
+    split = Splitter(model.tokenizer)
     out = []
     for sc in scenarios if scenarios is not None else ctx.scenarios:
-        p = play(ctx.renderer, sc, ctx.stop_ids, rate, rng)
+        p = play(ctx.renderer, sc, ctx.stop_ids, rate, rng, split)
         if p is not None:
             out.append(p)
     return out
