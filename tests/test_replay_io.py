@@ -127,7 +127,7 @@ def test_malformed_truncated_and_mixed_logs_lose_no_episode(setup, tmp_path):
     assert t.diverged_turns == 0
     bad = {label: msg for label, msg in t.findings["replay_records"]}
     assert set(bad) == {"line 2", "line 3", "line 5", "line 7"}
-    assert "not JSON" in bad["line 2"] and "missing field(s) turns" in bad["line 3"]
+    assert "not JSON" in bad["line 2"] and "unknown record layout (keys: input_ids)" in bad["line 3"]
     assert "0/1" in bad["line 5"] and "truncated" in bad["line 7"]
 
 

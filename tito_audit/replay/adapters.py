@@ -43,7 +43,7 @@ def detect(record: Any) -> str:
     if "response_ids" in record and ("prompt_token_ids" in record or "prompt_ids" in record):
         return "skyrl"
     keys = ", ".join(sorted(map(str, record))[:8])
-    raise RecordError(f"unknown record layout (keys: {keys}); use --map or --format (see docs/replay.md)")
+    raise RecordError(f"unknown record layout (keys: {keys}); use --map or --log-format (see docs/replay.md)")
 
 
 def to_episodes(record: Any, line: int, fmt: str = "auto") -> list[Episode]:
