@@ -34,7 +34,8 @@ t = time.perf_counter()
 failed = sum(len(check_batch(b, on_fail="return").failures) for b in batches)
 s = time.perf_counter() - t
 print(json.dumps({"episodes": len(rows), "failed": failed, "seconds": round(s, 4),
-                  "episodes_per_minute": round(60 * len(rows) / s), "ms_per_1000_episodes": round(1000 * s / len(rows) * 1000, 2)}))
+                  "episodes_per_minute": round(60 * len(rows) / s),
+                  "ms_per_1000_episodes": round(1000 * s / len(rows) * 1000, 2)}))
 """
 
 

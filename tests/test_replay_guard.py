@@ -18,7 +18,11 @@ def plays(loaded):
 
 
 def item(record):
-    return {"sampled": [t["ids"] for t in record["turns"]], "input_ids": record["input_ids"], "loss_mask": record["loss_mask"]}
+    return {
+        "sampled": [t["ids"] for t in record["turns"]],
+        "input_ids": record["input_ids"],
+        "loss_mask": record["loss_mask"],
+    }
 
 
 def test_correct_batch_passes_in_every_item_form(plays):

@@ -190,7 +190,10 @@ def test_map_points_native_fields_at_another_layout(setup, tmp_path):
             }
         )
     fmap = FieldMap.parse(
-        ["input_ids=batch.tokens,loss_mask=batch.mask,turns=samples", "turns.ids=token_ids,turns.logprobs=lp,messages=conv"]
+        [
+            "input_ids=batch.tokens,loss_mask=batch.mask,turns=samples",
+            "turns.ids=token_ids,turns.logprobs=lp,messages=conv",
+        ]
     )
     t = replay_log(write_jsonl(tmp_path / "m.jsonl", rows), ctx, field_map=fmap)
     assert t.episodes == len(plays) and t.reference_buffer == len(plays)
@@ -216,7 +219,9 @@ def test_cli_exit_codes_and_formats(setup, tmp_path):
     assert div["status"] == "fail" and div["findings"][0]["class"] == "stop_seam"
     # suppress the class: exit 0, findings kept and marked
     sup = tmp_path / "s.toml"
-    sup.write_text('[[suppress]]\ncheck = "replay_divergence"\nclass = "stop_seam"\nreason = "we mask stops on purpose"\n')
+    sup.write_text(
+        '[[suppress]]\ncheck = "replay_divergence"\nclass = "stop_seam"\nreason = "we mask stops on purpose"\n'
+    )
     res = runner.invoke(app, ["replay", str(broken), "--model", MODEL, "-w", "1", "--suppressions", str(sup), "-q"])
     assert res.exit_code == 0, res.output
     # a baseline of the broken run: nothing new

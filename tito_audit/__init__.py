@@ -15,6 +15,7 @@ from tito_audit.audit import AuditReport, ModelReport, audit, audit_model
 from tito_audit.context import AuditOptions
 from tito_audit.errors import AuditError
 from tito_audit.rendering import Renderer, RenderError, RenderLimits
+from tito_audit.replay.guard import GuardResult, TitoGuardError, check_batch
 from tito_audit.rollout import (
     AppendCheck,
     AppendRefused,
@@ -26,7 +27,6 @@ from tito_audit.rollout import (
     compute_bridge,
     stop_token_ids,
 )
-from tito_audit.replay.guard import GuardResult, TitoGuardError, check_batch
 from tito_audit.sources import LoadedModel, Provenance
 from tito_audit.sources.load import load
 

@@ -18,7 +18,9 @@ def register(app: typer.Typer) -> None:
 
 
 def replay(
-    log: Annotated[Path, typer.Argument(help="Rollout log: JSONL (optionally gzip) or Parquet, one episode per record.")],
+    log: Annotated[
+        Path, typer.Argument(help="Rollout log: JSONL (optionally gzip) or Parquet, one episode per record.")
+    ],
     model: Annotated[str, typer.Option("--model", "-m", help="The model whose tokenizer and template the loop used.")],
     log_format: Annotated[str, typer.Option("--log-format", help="auto | native | vllm | skyrl.")] = "auto",
     field_map: Annotated[

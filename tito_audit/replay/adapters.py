@@ -35,7 +35,9 @@ def detect(record: Any) -> str:
     if _is_list(record) and record and all(isinstance(r, Mapping) and "outputs" in r for r in record):
         return "vllm"
     if not isinstance(record, Mapping):
-        raise RecordError(f"a record must be a JSON object (or a list of vLLM RequestOutputs), not {type(record).__name__}")
+        raise RecordError(
+            f"a record must be a JSON object (or a list of vLLM RequestOutputs), not {type(record).__name__}"
+        )
     if "turns" in record and "input_ids" in record:
         return "native"
     if "requests" in record:

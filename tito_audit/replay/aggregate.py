@@ -185,7 +185,11 @@ def build_checks(t: ReplayTotals, texts: Any) -> list[CheckResult]:
         result("replay_records", f"{t.malformed} of {t.records} record(s) malformed", {"malformed": t.malformed}),
         result("replay_shape", f"{t.shape_episodes} of {t.episodes} episode(s) with a length mismatch", {}),
     ]
-    lp = f"; log-prob mass on affected sampled tokens {t.logprob_mass:.3f} over {t.logprob_tokens}" if t.logprob_tokens else ""
+    lp = (
+        f"; log-prob mass on affected sampled tokens {t.logprob_mass:.3f} over {t.logprob_tokens}"
+        if t.logprob_tokens
+        else ""
+    )
     classes = ", ".join(f"{k} {v}" for k, v in sorted(t.by_class.items())) or "none"
     out.append(
         result(

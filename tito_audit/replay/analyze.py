@@ -191,7 +191,9 @@ def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
             traj.input_ids, traj.loss_mask, traj.logprobs, traj.sampled_spans(), ep.input_ids, ep.loss_mask, **kw
         )
     else:
-        cmp = against_sampled([t.ids for t in ep.turns], [t.logprobs for t in ep.turns], ep.input_ids, ep.loss_mask, **kw)
+        cmp = against_sampled(
+            [t.ids for t in ep.turns], [t.logprobs for t in ep.turns], ep.input_ids, ep.loss_mask, **kw
+        )
     _merge(res, cmp)
     if traj is not None:
         spans, ref = traj.sampled_spans(), traj.input_ids

@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from tito_audit.context import IdMatcher
-from tito_audit.rollout.tokens import common_prefix_len
 from tito_audit.replay.divergence import Divergence, classify, window
+from tito_audit.rollout.tokens import common_prefix_len
 
 
 @dataclass
@@ -188,7 +188,7 @@ def against_reference(
                 turn = turns.of(i1 + off)
                 if turn not in first:
                     cls = classify([ref[i1 + off]], [], decode=None, stop_ids=stop_ids, mask_only=True)
-                    back, exp, act, start = window(ref, got, i1 + off, j1 + off)
+                    _back, exp, act, start = window(ref, got, i1 + off, j1 + off)
                     what = "sampled id not trained" if rm else "trained id that was never sampled"
                     tok = decode([ref[i1 + off]]) if decode else str(ref[i1 + off])
                     first[turn] = Divergence(
@@ -210,8 +210,10 @@ def against_reference(
         cls = classify(r_ids, g_ids, decode=decode, stop_ids=stop_ids, special_ids=special_ids, bos_id=bos_id)
         r_text = decode(r_ids[:24]) if decode else None
         g_text = decode(g_ids[:24]) if decode else None
-        back, exp, act, start = window(ref, got, i1, j1)
-        note(turn, Divergence(turn, j1, cls, "ids", _describe("ids", cls, r_text, g_text), i1, exp, act, start), sampled)
+        _back, exp, act, start = window(ref, got, i1, j1)
+        note(
+            turn, Divergence(turn, j1, cls, "ids", _describe("ids", cls, r_text, g_text), i1, exp, act, start), sampled
+        )
     out.divergences = [first[k] for k in sorted(first)]
     return out
 
@@ -268,6 +270,14 @@ def against_sampled(
         a = span_start.get(k, span_end.get(k - 1, 0) if k else 0)
         ref_spans.append((a, span_end.get(k, a)))
     return against_reference(
-        ref, ref_mask, ref_lp, ref_spans, got, got_mask,
-        decode=decode, stop_ids=stop_ids, special_ids=special_ids, bos_id=bos_id,
+        ref,
+        ref_mask,
+        ref_lp,
+        ref_spans,
+        got,
+        got_mask,
+        decode=decode,
+        stop_ids=stop_ids,
+        special_ids=special_ids,
+        bos_id=bos_id,
     )

@@ -91,8 +91,15 @@ def classify(
     return "history_rewrite"
 
 
-def window(ref: Sequence[int], got: Sequence[int], ref_at: int, got_at: int, radius: int = 6) -> tuple[int, list[int], list[int], int]:
+def window(
+    ref: Sequence[int], got: Sequence[int], ref_at: int, got_at: int, radius: int = 6
+) -> tuple[int, list[int], list[int], int]:
     """Ids around a divergence on both sides, aligned so both start ``radius`` before it: (offset, ref, got,
     start in the trained sequence)."""
     back = min(radius, ref_at, got_at)
-    return back, list(ref[ref_at - back : ref_at + radius + 1]), list(got[got_at - back : got_at + radius + 1]), got_at - back
+    return (
+        back,
+        list(ref[ref_at - back : ref_at + radius + 1]),
+        list(got[got_at - back : got_at + radius + 1]),
+        got_at - back,
+    )

@@ -176,7 +176,9 @@ def _with_renders(n: int, item: Mapping[str, Any], renderer: Any) -> GuardFailur
     native.setdefault("turns", native.pop("sampled", None))
     ep = episode_from_native(native, n)
     tok = renderer.tokenizer
-    ctx = ReplayContext(renderer, list(stop_token_ids(tok, renderer)), list(tok.all_special_ids or []), tok.bos_token_id, False)
+    ctx = ReplayContext(
+        renderer, list(stop_token_ids(tok, renderer)), list(tok.all_special_ids or []), tok.bos_token_id, False
+    )
     res = analyze(ep, ctx)
     if not res.divergences and not res.shape:
         return None

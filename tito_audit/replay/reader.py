@@ -50,7 +50,7 @@ def iter_records(path: Path) -> Iterator[tuple[int, Any]]:
 
 
 def _jsonl(path: Path, gz: bool) -> Iterator[tuple[int, Any]]:
-    raw: Any = gzip.open(path, "rb") if gz else path.open("rb")
+    raw: Any = gzip.open(path, "rb") if gz else path.open("rb")  # noqa: SIM115 (closed by the with below)
     n = 0
     with raw, io.TextIOWrapper(raw, encoding="utf-8", errors="strict", newline="") as fh:
         while True:

@@ -56,7 +56,7 @@ class Episode:
 
 
 def _ids(value: Any, where: str) -> list[int]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) and not hasattr(value, "tolist"):
+    if isinstance(value, (str, bytes)) or (not isinstance(value, Sequence) and not hasattr(value, "tolist")):
         raise RecordError(f"{where} must be a list of token ids")
     if hasattr(value, "tolist"):
         value = value.tolist()

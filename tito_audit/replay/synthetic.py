@@ -328,7 +328,9 @@ def _prefix_fallback(p: Played, eid: str) -> Logged:
     return Logged(_record(p, ids, mask, eid), [truth], first_only=True)
 
 
-def played_episodes(model: Any, rate: float, seed: int = 0, scenarios: Sequence[Scenario] | None = None) -> list[Played]:
+def played_episodes(
+    model: Any, rate: float, seed: int = 0, scenarios: Sequence[Scenario] | None = None
+) -> list[Played]:
     """Every scenario of the audit that the template plays, each played once."""
     from tito_audit.context import AuditContext, AuditOptions
 
