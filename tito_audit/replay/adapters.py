@@ -72,7 +72,7 @@ def _sampled_logprobs(entries: Any, ids: list[int], where: str) -> list[float] |
     for pos, (tid, entry) in enumerate(zip(ids, entries, strict=True)):
         if not isinstance(entry, Mapping):
             raise RecordError(f"{where}[{pos}] must be a {{token_id: Logprob}} object")
-        hit = entry.get(str(tid), entry.get(tid))  # type: ignore[call-overload]
+        hit = entry.get(str(tid), entry.get(tid))
         if hit is None:
             raise RecordError(f"{where}[{pos}] has no entry for the sampled token {tid}")
         value = hit.get("logprob") if isinstance(hit, Mapping) else hit
@@ -178,7 +178,7 @@ def _skyrl(record: Any, line: int) -> list[Episode]:
             raise RecordError(f"skyrl: {name} has {len(col) if _is_list(col) else 'no'} rows for {n} response_ids")
     out = []
     for i in range(n):
-        rid = ids[i] if _is_list(ids) and i < len(ids) else None
+        rid: Any = ids[i] if ids is not None and _is_list(ids) and i < len(ids) else None
         if isinstance(rid, Mapping):
             rid = f"{rid.get('instance_id')}_{rid.get('repetition_id')}"
         out.append(

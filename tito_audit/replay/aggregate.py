@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tito_audit.audit import AuditReport, ModelReport
-from tito_audit.checks.base import CheckResult, Finding, TokenSide
+from tito_audit.checks.base import CheckResult, Finding, Status, TokenSide
 from tito_audit.replay.analyze import EpisodeResult
 from tito_audit.replay.checks import BY_ID
 from tito_audit.replay.divergence import Divergence
@@ -171,6 +171,7 @@ def build_checks(t: ReplayTotals, texts: Any) -> list[CheckResult]:
     def result(cid: str, summary: str, data: dict[str, Any], applicable: str | None = None) -> CheckResult:
         spec = BY_ID[cid]
         findings = [_finding(cid, label, item, texts) for label, item in t.findings.get(cid, [])]
+        status: Status
         if applicable is not None:
             status = "not_applicable"
             summary = applicable

@@ -69,7 +69,7 @@ class ReplayContext:
     @classmethod
     def from_model(cls, model: Any, whatif: bool = True) -> ReplayContext:
         renderer = Renderer(model.tokenizer, model.chat_template, limits=LIBRARY_LIMITS)
-        stops = list(stop_token_ids(model.tokenizer, renderer, getattr(model, "generation_eos_ids", None)))
+        stops = list(stop_token_ids(model.tokenizer, renderer, getattr(model, "generation_eos_ids", None) or ()))
         tok = model.tokenizer
         return cls(renderer, stops, sorted(set(tok.all_special_ids or [])), tok.bos_token_id, whatif)
 
@@ -178,7 +178,7 @@ def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
     res = EpisodeResult(ep.line, ep.id, ep.source, len(ep.turns), sum(len(t.ids) for t in ep.turns))
     res.trained_tokens = sum(ep.loss_mask) if ep.loss_mask is not None else 0
     res.shape = _shape(ep)
-    kw = dict(decode=ctx.decode, stop_ids=ctx.stop_ids, special_ids=ctx.special_ids, bos_id=ctx.bos_id)
+    kw: dict[str, Any] = dict(decode=ctx.decode, stop_ids=ctx.stop_ids, special_ids=ctx.special_ids, bos_id=ctx.bos_id)
     traj: Trajectory | None = None
     if ep.messages is not None:
         try:
