@@ -215,6 +215,8 @@ def test_cli_exit_codes_and_formats(setup, tmp_path):
     doc = json.loads(res.stdout)
     m = doc["models"][0]
     assert m["verdict"] == "unsafe" and m["replay"]["by_class"] == {"stop_seam": sum(len(p.turns) for p in plays[:3])}
+    schema = json.loads((Path(__file__).resolve().parents[1] / "docs" / "report.schema.json").read_text())
+    pytest.importorskip("jsonschema").validate(doc, schema)  # the audit's versioned JSON schema
     div = next(c for c in m["checks"] if c["id"] == "replay_divergence")
     assert div["status"] == "fail" and div["findings"][0]["class"] == "stop_seam"
     # suppress the class: exit 0, findings kept and marked
