@@ -13,6 +13,8 @@ divergences it injected (``Injected``: turn, position in the trained sequence, f
   strip past reasoning repeats the previous assistant turn (modelled at the token level: a copy of it, untrained);
 - ``tool_calls_cleared``: ``tool_calls`` dropped from an assistant message before the history is re-rendered: the
   trained turn is the template's rendering of the message without them;
+- ``turns_encoded_alone``: each turn's text encoded on its own, so that a merge across the seam with what
+  precedes it is split (and a non-canonical split comes back canonical);
 - ``prefix_fallback``: the loop asserts that each render extends the last one (Qwen3-style templates fail it)
   and on failure re-renders and re-encodes the whole history, training only on turns sampled after that
   (the truth is the episode's first divergence only).
@@ -282,6 +284,22 @@ def _tool_calls_cleared(p: Played) -> list[Edit]:
     return edits
 
 
+def _turns_encoded_alone(p: Played) -> list[Edit]:
+    """Each turn's text encoded on its own: a merge across the seam with what precedes it (SentencePiece's
+    start-of-text space, a byte-level merge of the prompt's last characters) is split; splits become canonical."""
+    r = p.renderer
+    stops = set(p.traj.stop_ids)
+    edits = []
+    for k, (a, b) in enumerate(_spans(p)):
+        ids = p.traj.input_ids[a:b]
+        body, stop = (ids[:-1], ids[-1:]) if ids and ids[-1] in stops else (ids, [])
+        alone = r.encode(r.decode(body, skip_special_tokens=False)) + stop
+        if alone != ids:
+            same = r.decode(alone, skip_special_tokens=False) == r.decode(ids, skip_special_tokens=False)
+            edits.append(Edit(a, b, alone, [1] * len(alone), k, "non_canonical" if same else "whitespace"))
+    return edits
+
+
 LOOPS: dict[str, Callable[[Played], list[Edit]]] = {
     "correct": _correct,
     "naive_retokenize": _naive_retokenize,
@@ -289,6 +307,7 @@ LOOPS: dict[str, Callable[[Played], list[Edit]]] = {
     "arguments_reserialized": _arguments_reserialized,
     "duplicate_previous_turn": _duplicate_previous_turn,
     "tool_calls_cleared": _tool_calls_cleared,
+    "turns_encoded_alone": _turns_encoded_alone,
 }
 
 
