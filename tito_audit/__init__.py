@@ -7,6 +7,7 @@ Public API, for RL frameworks and scripts (each name is imported on first use, s
     model = load("Qwen/Qwen3-0.6B")            # Hub id, local folder or bundled name
     report = audit_model(model)                 # report.verdict, report.checks
     traj = Trajectory.from_model(model, tools=tools)   # or Trajectory.from_tokenizer(any_hf_tokenizer, ...)
+    check_batch(batch)                          # run-time guard: trained ids == sampled ids (tito_audit.replay)
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ _EXPORTS = {
     "TruncatedCompletion": "tito_audit.rollout",
     "compute_bridge": "tito_audit.rollout",
     "stop_token_ids": "tito_audit.rollout",
+    "GuardResult": "tito_audit.replay.guard",
+    "TitoGuardError": "tito_audit.replay.guard",
+    "check_batch": "tito_audit.replay.guard",
     "LoadedModel": "tito_audit.sources",
     "Provenance": "tito_audit.sources",
     "load": "tito_audit.sources.load",
@@ -51,6 +55,7 @@ if TYPE_CHECKING:
     from tito_audit.context import AuditOptions
     from tito_audit.errors import AuditError
     from tito_audit.rendering import Renderer, RenderError, RenderLimits
+    from tito_audit.replay.guard import GuardResult, TitoGuardError, check_batch
     from tito_audit.rollout import (
         AppendCheck,
         AppendRefused,
@@ -99,6 +104,7 @@ __all__ = [
     "AuditReport",
     "Bridge",
     "BridgeError",
+    "GuardResult",
     "LoadedModel",
     "ModelReport",
     "Provenance",
@@ -106,11 +112,13 @@ __all__ = [
     "RenderLimits",
     "Renderer",
     "Segment",
+    "TitoGuardError",
     "Trajectory",
     "TruncatedCompletion",
     "__version__",
     "audit",
     "audit_model",
+    "check_batch",
     "compute_bridge",
     "load",
     "stop_token_ids",

@@ -88,7 +88,7 @@ def _root(
 
 
 # Sub-command modules, in help order. Each defines register(app).
-COMMANDS = ("audit", "table", "scan", "fix", "rl")
+COMMANDS = ("audit", "table", "scan", "fix", "rl", "replay")
 
 
 def _register_all() -> None:

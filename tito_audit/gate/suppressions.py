@@ -76,6 +76,13 @@ def _read_toml(path: Path, where: str) -> dict[str, Any]:
         raise UsageError(where, f"not valid TOML: {exc}") from None
 
 
+def _replay_check_ids() -> tuple[str, ...]:
+    """``tito-audit replay``'s check ids: its findings are suppressed the same way."""
+    from tito_audit.replay.checks import CHECK_IDS
+
+    return CHECK_IDS
+
+
 def parse_suppressions(config: dict[str, Any], where: str) -> list[Suppression]:
     """Validate a config table (``{"suppress": [...]}``); any problem is one ``UsageError`` line."""
     unknown = sorted(set(config) - _CONFIG_KEYS)
@@ -96,8 +103,9 @@ def parse_suppressions(config: dict[str, Any], where: str) -> list[Suppression]:
         check_id = entry.get("check", "").strip()
         if not check_id:
             raise UsageError(where, f"{label}: no `check` (give the id of the check whose findings are accepted)")
-        if check_id not in REGISTRY:
-            raise UsageError(where, f"{label}: unknown check id {check_id!r} (known: {', '.join(sorted(REGISTRY))})")
+        known = {*REGISTRY, *_replay_check_ids()}
+        if check_id not in known:
+            raise UsageError(where, f"{label}: unknown check id {check_id!r} (known: {', '.join(sorted(known))})")
         reason = " ".join(entry.get("reason", "").split())
         if not reason:
             raise UsageError(

@@ -1,0 +1,122 @@
+"""``tito-audit replay LOG --model MODEL``: is MY training loop silently broken? Audit a real rollout log."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tito_audit.errors import EXIT_FINDINGS, EXIT_OK, EXIT_OPERATIONAL, AuditError
+
+EXIT_MALFORMED = 3  # some records could not be read; every other episode was replayed and is in the report
+
+
+def register(app: typer.Typer) -> None:
+    app.command("replay", help="Replay a rollout log (JSONL, .gz or Parquet) against a correct token buffer.")(replay)
+
+
+def replay(
+    log: Annotated[
+        Path, typer.Argument(help="Rollout log: JSONL (optionally gzip) or Parquet, one episode per record.")
+    ],
+    model: Annotated[str, typer.Option("--model", "-m", help="The model whose tokenizer and template the loop used.")],
+    log_format: Annotated[str, typer.Option("--log-format", help="auto | native | vllm | skyrl.")] = "auto",
+    field_map: Annotated[
+        list[str] | None,
+        typer.Option("--map", help="NATIVE=PATH field mapping (comma separated, repeatable, or @file.json)."),
+    ] = None,
+    what_if: Annotated[bool, typer.Option("--what-if/--no-what-if", help="Also re-render + re-encode (naive).")] = True,
+    workers: Annotated[int, typer.Option("--workers", "-w", help="Worker processes (1: in this process).")] = 2,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="terminal | json | markdown | html | sarif")] = "terminal",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here.")] = None,
+    fail_on: Annotated[str, typer.Option("--fail-on", help="Exit 1 on findings at or above: warn | error.")] = "error",
+    suppressions: Annotated[Path | None, typer.Option("--suppressions", help="TOML of [[suppress]] entries.")] = None,
+    baseline: Annotated[Path | None, typer.Option("--baseline", help="A previous --format json replay report.")] = None,
+    offline: Annotated[bool, typer.Option("--offline", help="Never touch the network.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Every kept finding with its token strip.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the verdict line.")] = False,
+) -> None:
+    """Replay LOG: trained vs sampled tokens per episode and turn, and what naive re-tokenization would do."""
+    from rich.console import Console
+
+    from tito_audit.cli.output import emit
+    from tito_audit.formats import FORMATTERS, render_report
+    from tito_audit.gate import Gate, gating_findings
+    from tito_audit.replay import ADAPTERS, FieldMap, LogError, MapError, ReplayContext, build_report, replay_log
+    from tito_audit.replay.aggregate import replay_verdict
+    from tito_audit.sources.load import load
+
+    def fail(message: str) -> None:
+        typer.echo(f"error: {message}", err=True)
+        raise typer.Exit(EXIT_OPERATIONAL)
+
+    if fmt not in FORMATTERS:
+        fail(f"unknown --format {fmt!r} (choose from {', '.join(FORMATTERS)})")
+    if log_format not in ADAPTERS:
+        fail(f"unknown --log-format {log_format!r} (choose from {', '.join(ADAPTERS)})")
+    if fail_on not in ("warn", "error"):
+        fail("--fail-on must be warn or error")
+    if workers < 1:
+        fail("--workers must be at least 1")
+    try:
+        fmap = FieldMap.parse(field_map or [])
+    except MapError as exc:
+        fail(str(exc))
+    if not log.is_file():
+        fail(f"{log}: no such log file")
+    try:
+        gate = Gate.load(suppressions, baseline)
+    except AuditError as exc:
+        fail(exc.one_line())
+    try:
+        loaded = load(model, offline=offline)
+    except AuditError as exc:
+        fail(exc.one_line())
+    ctx = ReplayContext.from_model(loaded, whatif=what_if)
+    err = Console(stderr=True)
+    started = time.perf_counter()
+    try:
+        if quiet or not err.is_terminal:
+            totals = replay_log(log, ctx, fmt=log_format, field_map=fmap, workers=workers)
+        else:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            with Progress(
+                TextColumn("replaying {task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("records"),
+                TimeElapsedColumn(),
+                console=err,
+                transient=True,
+            ) as progress:
+                task = progress.add_task(log.name, total=None)
+                totals = replay_log(
+                    log, ctx, fmt=log_format, field_map=fmap, workers=workers,
+                    on_records=lambda n: progress.advance(task, n),
+                )  # fmt: skip
+    except LogError as exc:
+        fail(str(exc))
+    report = build_report(totals, loaded, str(log), ctx.renderer.token_texts, time.perf_counter() - started)
+    lines = gate.apply(report, fail_on)
+    for m in report.models:  # the gate recomputes an audit verdict; a replay has its own rule
+        m.verdict = replay_verdict(m.checks)
+    if fmt == "terminal" and output is None:
+        render_report(report, "terminal", console=Console(), verbose=verbose, quiet=quiet)
+    else:
+        emit(render_report(report, fmt, verbose=verbose, quiet=quiet), output)
+    for line in lines:
+        typer.echo(line, err=True)
+    malformed = [f for c in report.models[0].checks if c.id == "replay_records" for f in c.active_findings]
+    if totals.malformed:
+        shown = ", ".join(f"{f.scenario}: {f.message}" for f in malformed[:3])
+        typer.echo(f"error: {log}: {totals.malformed} of {totals.records} record(s) malformed ({shown})", err=True)
+    if totals.records == 0:
+        typer.echo(f"error: {log}: the log holds no record", err=True)
+        raise typer.Exit(EXIT_OPERATIONAL)
+    if malformed:
+        raise typer.Exit(EXIT_MALFORMED)
+    gating = [g for g in gating_findings(report, fail_on) if g[1].id != "replay_records"]
+    raise typer.Exit(EXIT_FINDINGS if gating else EXIT_OK)

@@ -1,0 +1,283 @@
+"""Compare what was trained with what a correct loop holds, token by token.
+
+Two references:
+- ``against_reference``: a rebuilt token buffer (the prompt, the sampled ids, the template's deltas), which
+  needs the episode's messages and renders; every position of the trained sequence is accounted for;
+- ``against_sampled``: only the sampled turns (no renders, what the run-time guard does): each turn must be in
+  the trained sequence verbatim with ``loss_mask`` 1 on exactly its ids.
+
+Both align the two id sequences with the audit's ``IdMatcher`` (difflib's blocks, found fast) and report per
+turn the first divergence, plus counts: trained tokens never sampled, sampled tokens not trained, mask flips.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from tito_audit.context import IdMatcher
+from tito_audit.replay.divergence import Divergence, classify, window
+from tito_audit.rollout.tokens import common_prefix_len
+
+
+@dataclass
+class Comparison:
+    trained_not_sampled: int = 0  # trained positions (loss_mask 1) that no sampled id accounts for
+    sampled_not_trained: int = 0  # sampled ids that are not trained (missing, changed, or masked out)
+    mask_flips: int = 0  # same id at the same place, loss_mask differs from the sampled/not-sampled truth
+    divergences: list[Divergence] = field(default_factory=list)  # first per turn, in turn order
+    logprob_mass: float = 0.0  # engine log-probs summed over affected sampled ids (0 when the log has none)
+    logprob_tokens: int = 0  # affected sampled ids that had a log-prob
+
+    @property
+    def ok(self) -> bool:
+        return not self.divergences
+
+
+def mask_runs(mask: Sequence[int]) -> list[tuple[int, int]]:
+    """``(start, end)`` of every run of 1s; bytes.find keeps it O(runs) in Python."""
+    try:
+        b = bytes(mask)
+    except (ValueError, TypeError):
+        b = bytes(1 if m else 0 for m in mask)
+    runs = []
+    pos = b.find(1)
+    while pos != -1:
+        end = b.find(0, pos)
+        if end == -1:
+            end = len(b)
+        runs.append((pos, end))
+        pos = b.find(1, end)
+    return runs
+
+
+class _Turns:
+    """Which turn owns a reference position: turn k owns (end of sampled k-1, end of sampled k]."""
+
+    def __init__(self, spans: Sequence[tuple[int, int]]) -> None:
+        self.ends = [e for _, e in spans]
+
+    def of(self, ref_pos: int) -> int:
+        k = bisect.bisect_right(self.ends, ref_pos)
+        return min(k, max(0, len(self.ends) - 1))
+
+
+def _describe(kind: str, cls: str, ref_text: str | None, got_text: str | None) -> str:
+    if kind == "mask":
+        return "loss_mask differs from what was sampled"
+    if ref_text is None:
+        return "trained ids differ from the sampled buffer"
+    if not got_text:
+        return f"the trained sequence lacks {ref_text!r}"
+    if not ref_text:
+        return f"the trained sequence has {got_text!r} that the buffer does not"
+    same = " (same text, other ids)" if ref_text == got_text else ""
+    return f"trained {got_text!r} where the buffer has {ref_text!r}{same}"
+
+
+SYNC = 16  # ids that must agree again after an edit (fewer near the end)
+SEARCH = 4096  # how far ahead a resynchronisation is looked for
+AGREE = 512  # agreement after an edit that counts in choosing it
+
+
+def _resync(a: Sequence[int], i: int, b: Sequence[int], j: int) -> tuple[int, int] | None:
+    """The edit ``(k, l)`` after which ``a[i+k:]`` and ``b[j+l:]`` agree again: smallest ``k + l`` minus how long
+    they then agree (up to ``AGREE``), so that a turn inserted in front of a similar one is one insertion, not a
+    deletion of what lies between them followed by a mismatch. Agreement needs ``SYNC`` ids (fewer at the ends).
+    """
+    la, lb = min(SEARCH, len(a) - i), min(SEARCH, len(b) - j)
+    n = min(SYNC, la, lb)
+    while n > 0:  # near the end of a sequence fewer ids are left to agree on
+        found = _resync_n(a, i, b, j, la, lb, n)
+        if found is not None:
+            return found
+        n //= 2
+    return None
+
+
+def _resync_n(a: Sequence[int], i: int, b: Sequence[int], j: int, la: int, lb: int, n: int) -> tuple[int, int] | None:
+    where: dict[tuple[int, ...], list[int]] = {}
+    for l in range(lb - n + 1):  # noqa: E741
+        where.setdefault(tuple(b[j + l : j + l + n]), []).append(l)
+    best: tuple[int, int] | None = None
+    best_score = 0
+    for k in range(la - n + 1):
+        if best is not None and k - AGREE >= best_score:
+            break
+        for l in where.get(tuple(a[i + k : i + k + n]), ()):  # noqa: E741
+            if best is not None and k + l - AGREE >= best_score:
+                break
+            agree = common_prefix_len(a[i + k : i + k + AGREE], b[j + l : j + l + AGREE])
+            score = k + l - agree
+            if best is None or score < best_score:
+                best, best_score = (k, l), score
+    return best
+
+
+def greedy_opcodes(a: Sequence[int], b: Sequence[int]) -> list[tuple[str, int, int, int, int]]:
+    """difflib-style opcodes, read left to right: the longest common prefix, then the smallest edit after
+    which both agree again. A run inserted in front of a copy of itself (a duplicated turn) is an insertion
+    where it was inserted, which a global longest-block alignment can place elsewhere."""
+    ops: list[tuple[str, int, int, int, int]] = []
+    i = j = 0
+    a, b = list(a), list(b)
+    while i < len(a) or j < len(b):
+        p = common_prefix_len(a[i:], b[j:])
+        if p:
+            ops.append(("equal", i, i + p, j, j + p))
+            i, j = i + p, j + p
+            continue
+        at = _resync(a, i, b, j)
+        k, l = at if at is not None else (len(a) - i, len(b) - j)  # noqa: E741
+        tag = "replace" if k and l else ("delete" if k else "insert")
+        ops.append((tag, i, i + k, j, j + l))
+        i, j = i + k, j + l
+    return ops
+
+
+def against_reference(
+    ref: Sequence[int],
+    ref_mask: Sequence[int],
+    ref_logprobs: Sequence[float | None] | None,
+    spans: Sequence[tuple[int, int]],
+    got: Sequence[int],
+    got_mask: Sequence[int] | None,
+    *,
+    decode: Callable[[Sequence[int]], str] | None,
+    stop_ids: Sequence[int],
+    special_ids: Sequence[int] = (),
+    bos_id: int | None = None,
+) -> Comparison:
+    """``got`` (and its mask) against a rebuilt buffer ``ref`` whose sampled runs are ``spans``."""
+    out = Comparison()
+    turns = _Turns(spans)
+    first: dict[int, Divergence] = {}
+    n_got_mask = len(got_mask) if got_mask is not None else 0
+
+    def gmask(j: int) -> int:
+        return got_mask[j] if got_mask is not None and j < n_got_mask else 0
+
+    def affected(i: int) -> None:
+        lp = ref_logprobs[i] if ref_logprobs is not None and i < len(ref_logprobs) else None
+        if lp is not None:
+            out.logprob_mass += lp
+            out.logprob_tokens += 1
+
+    def note(turn: int, d: Divergence, sampled: int) -> None:
+        cur = first.get(turn)
+        if cur is None:
+            first[turn] = d
+            cur = d
+        cur.tokens += sampled
+
+    for tag, i1, i2, j1, j2 in greedy_opcodes(ref, got):
+        if tag == "equal":
+            if got_mask is None or list(ref_mask[i1:i2]) == [gmask(j) for j in range(j1, j2)]:
+                continue
+            for off in range(i2 - i1):
+                rm, gm = ref_mask[i1 + off], gmask(j1 + off)
+                if rm == gm:
+                    continue
+                out.mask_flips += 1
+                if rm:
+                    out.sampled_not_trained += 1
+                    affected(i1 + off)
+                else:
+                    out.trained_not_sampled += 1
+                turn = turns.of(i1 + off)
+                if turn not in first:
+                    cls = classify([ref[i1 + off]], [], decode=None, stop_ids=stop_ids, mask_only=True)
+                    _back, exp, act, start = window(ref, got, i1 + off, j1 + off)
+                    what = "sampled id not trained" if rm else "trained id that was never sampled"
+                    tok = decode([ref[i1 + off]]) if decode else str(ref[i1 + off])
+                    first[turn] = Divergence(
+                        turn, j1 + off, cls, "mask", f"{what}: {tok!r} has loss_mask {gm}", i1 + off, exp, act, start
+                    )
+                first[turn].tokens += rm
+            continue
+        sampled = sum(ref_mask[i1:i2])
+        out.sampled_not_trained += sampled
+        for i in range(i1, i2):
+            if ref_mask[i]:
+                affected(i)
+        out.trained_not_sampled += sum(gmask(j) for j in range(j1, j2)) if got_mask is not None else 0
+        turn = turns.of(i1)
+        if turn in first:
+            first[turn].tokens += sampled
+            continue
+        r_ids, g_ids = list(ref[i1:i2]), list(got[j1:j2])
+        cls = classify(r_ids, g_ids, decode=decode, stop_ids=stop_ids, special_ids=special_ids, bos_id=bos_id)
+        r_text = decode(r_ids[:24]) if decode else None
+        g_text = decode(g_ids[:24]) if decode else None
+        _back, exp, act, start = window(ref, got, i1, j1)
+        note(
+            turn, Divergence(turn, j1, cls, "ids", _describe("ids", cls, r_text, g_text), i1, exp, act, start), sampled
+        )
+    out.divergences = [first[k] for k in sorted(first)]
+    return out
+
+
+def against_sampled(
+    turns: Sequence[Sequence[int]],
+    logprobs: Sequence[Sequence[float] | None],
+    got: Sequence[int],
+    got_mask: Sequence[int] | None,
+    *,
+    decode: Callable[[Sequence[int]], str] | None = None,
+    stop_ids: Sequence[int] = (),
+    special_ids: Sequence[int] = (),
+    bos_id: int | None = None,
+) -> Comparison:
+    """No renders: the sampled turns must appear verbatim in ``got``, trained exactly where they are."""
+    if got_mask is not None and len(got_mask) == len(got):
+        runs = mask_runs(got_mask)
+        if len(runs) == len(turns) and all(got[a:b] == list(t) for (a, b), t in zip(runs, turns, strict=True)):
+            return Comparison()
+    # Slow path: build the reference "trained sequence" the sampled ids imply, by aligning them into ``got``.
+    flat: list[int] = [t for turn in turns for t in turn]
+    flat_lp: list[float | None] = []
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    for k, turn in enumerate(turns):
+        lps = logprobs[k] if k < len(logprobs) else None
+        flat_lp.extend(lps if lps is not None and len(lps) == len(turn) else [None] * len(turn))
+        spans.append((pos, pos + len(turn)))
+        pos += len(turn)
+    # The reference: ``got`` with every aligned sampled run in place (mask 1), unaligned sampled ids inserted.
+    ref: list[int] = []
+    ref_mask: list[int] = []
+    ref_lp: list[float | None] = []
+    ref_spans: list[tuple[int, int]] = []
+    matcher = IdMatcher(flat, got)
+    owner = [k for k, (a, b) in enumerate(spans) for _ in range(a, b)]
+    span_start: dict[int, int] = {}
+    span_end: dict[int, int] = {}
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "insert":  # context the sampler never produced (prompt, deltas): untrained in a correct loop
+            ref.extend(got[j1:j2])
+            ref_mask.extend([0] * (j2 - j1))
+            ref_lp.extend([None] * (j2 - j1))
+            continue
+        # equal: the sampled ids where they were trained; replace/delete: the sampled ids the trainer lacks
+        for i in range(i1, i2):
+            span_start.setdefault(owner[i], len(ref))
+            ref.append(flat[i])
+            ref_mask.append(1)
+            ref_lp.append(flat_lp[i])
+            span_end[owner[i]] = len(ref)
+    for k in range(len(turns)):
+        a = span_start.get(k, span_end.get(k - 1, 0) if k else 0)
+        ref_spans.append((a, span_end.get(k, a)))
+    return against_reference(
+        ref,
+        ref_mask,
+        ref_lp,
+        ref_spans,
+        got,
+        got_mask,
+        decode=decode,
+        stop_ids=stop_ids,
+        special_ids=special_ids,
+        bos_id=bos_id,
+    )

@@ -1,0 +1,168 @@
+"""The native replay record: one episode of a rollout log, as the rollout code kept it.
+
+One JSON object (a JSONL line or a Parquet row) per episode::
+
+    {
+      "id": "ep-17",                                  # optional, shown in findings
+      "messages": [...], "tools": [...],              # chat format, tool_calls as the rollout code kept them
+      "turns": [{"ids": [...], "logprobs": [...]}],   # per assistant turn: the ids the engine sampled
+      "input_ids": [...], "loss_mask": [...],         # what the trainer trained on
+      "chat_template_kwargs": {"enable_thinking": false}   # optional, how the prompt was rendered
+    }
+
+``messages`` and ``tools`` are optional: without them only the token-level checks run (no reference buffer, no
+"what if"). Other layouts are mapped onto these names (``--map``, ``tito_audit.replay.mapping``) or read by
+an adapter (``tito_audit.replay.adapters``). Validation raises ``RecordError`` naming the field at fault; the
+reader turns it into a counted, numbered line and goes on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Message = dict[str, Any]
+NATIVE_FIELDS = ("id", "messages", "tools", "turns", "input_ids", "loss_mask", "chat_template_kwargs")
+
+
+class RecordError(ValueError):
+    """A record that cannot be replayed; the message names the field."""
+
+
+@dataclass
+class SampledTurn:
+    """One assistant turn as the engine produced it."""
+
+    ids: list[int]
+    logprobs: list[float] | None = None
+    prompt_ids: list[int] | None = None  # what the engine was given for this turn, when the log has it
+
+
+@dataclass
+class Episode:
+    """One replayable episode (the native record, validated)."""
+
+    turns: list[SampledTurn]
+    input_ids: list[int]
+    loss_mask: list[int] | None
+    messages: list[Message] | None = None
+    tools: list[dict[str, Any]] | None = None
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    id: str = ""
+    line: int = 0  # 1-based line (JSONL) or row (Parquet) of the record in the log
+    source: str = "native"  # the adapter that read it
+    shape_notes: list[str] = field(default_factory=list)  # length mismatches an adapter found in the raw record
+
+
+def _ids(value: Any, where: str) -> list[int]:
+    if isinstance(value, (str, bytes)) or (not isinstance(value, Sequence) and not hasattr(value, "tolist")):
+        raise RecordError(f"{where} must be a list of token ids")
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    out: list[int] = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, int):
+            if isinstance(v, float) and v.is_integer():
+                out.append(int(v))
+                continue
+            raise RecordError(f"{where} must hold integers (found {type(v).__name__} {v!r:.40})")
+        if v < 0:
+            raise RecordError(f"{where} holds a negative id {v}")
+        out.append(v)
+    return out
+
+
+def _floats(value: Any, where: str) -> list[float]:
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if not isinstance(value, Sequence) or isinstance(value, (str, bytes)):
+        raise RecordError(f"{where} must be a list of numbers")
+    try:
+        return [float(v) for v in value]
+    except (TypeError, ValueError):
+        raise RecordError(f"{where} must hold numbers") from None
+
+
+def _mask(value: Any, where: str) -> list[int]:
+    ids = _ids(value, where)
+    bad = next((v for v in ids if v not in (0, 1)), None)
+    if bad is not None:
+        raise RecordError(f"{where} must hold 0/1 (found {bad})")
+    return ids
+
+
+def episode_from_native(record: Mapping[str, Any], line: int = 0, source: str = "native") -> Episode:
+    """Validate one native record; ``RecordError`` names the first problem."""
+    if not isinstance(record, Mapping):
+        raise RecordError(f"a record must be a JSON object, not {type(record).__name__}")
+    missing = [k for k in ("turns", "input_ids") if k not in record or record[k] is None]
+    if missing:
+        raise RecordError(f"missing field(s) {', '.join(missing)} (native schema: see docs/replay.md)")
+    raw_turns = record["turns"]
+    if not isinstance(raw_turns, Sequence) or isinstance(raw_turns, (str, bytes)):
+        raise RecordError("turns must be a list of {ids, logprobs?}")
+    turns: list[SampledTurn] = []
+    for k, t in enumerate(raw_turns):
+        if isinstance(t, Mapping):
+            if "ids" not in t:
+                raise RecordError(f"turns[{k}] has no ids")
+            ids = _ids(t["ids"], f"turns[{k}].ids")
+            lps = t.get("logprobs")
+            logprobs = _floats(lps, f"turns[{k}].logprobs") if lps is not None else None
+            prompt = t.get("prompt_ids")
+            prompt_ids = _ids(prompt, f"turns[{k}].prompt_ids") if prompt is not None else None
+        else:
+            ids, logprobs, prompt_ids = _ids(t, f"turns[{k}]"), None, None
+        turns.append(SampledTurn(ids, logprobs, prompt_ids))
+    input_ids = _ids(record["input_ids"], "input_ids")
+    mask_raw = record.get("loss_mask")
+    loss_mask = _mask(mask_raw, "loss_mask") if mask_raw is not None else None
+    messages = record.get("messages")
+    if messages is not None:
+        if not isinstance(messages, Sequence) or not all(isinstance(m, Mapping) and "role" in m for m in messages):
+            raise RecordError("messages must be a list of {role, content, ...} objects")
+        messages = [dict(m) for m in messages]
+        assistants = sum(1 for m in messages if m.get("role") == "assistant")
+        if assistants != len(turns):
+            raise RecordError(f"{assistants} assistant message(s) but {len(turns)} sampled turn(s)")
+    tools = record.get("tools")
+    if tools is not None and (not isinstance(tools, Sequence) or isinstance(tools, (str, bytes))):
+        raise RecordError("tools must be a list of tool schemas")
+    kwargs = record.get("chat_template_kwargs") or {}
+    if not isinstance(kwargs, Mapping):
+        raise RecordError("chat_template_kwargs must be an object")
+    rid = record.get("id")
+    return Episode(
+        turns=turns,
+        input_ids=input_ids,
+        loss_mask=loss_mask,
+        messages=messages,
+        tools=[dict(t) for t in tools] if tools else None,
+        template_kwargs=dict(kwargs),
+        id="" if rid is None else str(rid),
+        line=line,
+        source=source,
+    )
+
+
+def episode_to_native(ep: Episode) -> dict[str, Any]:
+    """The native record of an episode (what ``tito_audit.replay.record_from_trajectory`` writes)."""
+    out: dict[str, Any] = {
+        "turns": [
+            {k: v for k, v in (("ids", t.ids), ("logprobs", t.logprobs), ("prompt_ids", t.prompt_ids)) if v is not None}
+            for t in ep.turns
+        ],
+        "input_ids": ep.input_ids,
+    }
+    if ep.id:
+        out["id"] = ep.id
+    if ep.loss_mask is not None:
+        out["loss_mask"] = ep.loss_mask
+    if ep.messages is not None:
+        out["messages"] = ep.messages
+    if ep.tools is not None:
+        out["tools"] = ep.tools
+    if ep.template_kwargs:
+        out["chat_template_kwargs"] = ep.template_kwargs
+    return out
