@@ -45,7 +45,6 @@ def replay(
     from tito_audit.formats import FORMATTERS, render_report
     from tito_audit.gate import Gate, gating_findings
     from tito_audit.replay import ADAPTERS, FieldMap, LogError, MapError, ReplayContext, build_report, replay_log
-    from tito_audit.replay.aggregate import replay_verdict
     from tito_audit.sources.load import load
 
     def fail(message: str) -> None:
@@ -101,8 +100,6 @@ def replay(
         fail(str(exc))
     report = build_report(totals, loaded, str(log), ctx.renderer.token_texts, time.perf_counter() - started)
     lines = gate.apply(report, fail_on)
-    for m in report.models:  # the gate recomputes an audit verdict; a replay has its own rule
-        m.verdict = replay_verdict(m.checks)
     if fmt == "terminal" and output is None:
         render_report(report, "terminal", console=Console(), verbose=verbose, quiet=quiet)
     else:

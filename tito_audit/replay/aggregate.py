@@ -127,6 +127,11 @@ class ReplayModelReport(ModelReport):
     def verdict_explanation(self) -> str:
         return REPLAY_VERDICTS[self.verdict]
 
+    def decide(self) -> None:
+        """A replay has its own rule (about the loop, not the template); the gate's recompute calls this."""
+        self.verdict = replay_verdict(self.checks)
+        self.verdict_reasons = []
+
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
         out["replay"] = getattr(self, "replay", {})
@@ -243,7 +248,7 @@ def build_checks(t: ReplayTotals, texts: Any) -> list[CheckResult]:
 def build_report(t: ReplayTotals, model: Any, log: str, texts: Any, seconds: float = 0.0) -> AuditReport:
     m = ReplayModelReport(model.name, "error", model.provenance)
     m.checks = build_checks(t, texts)
-    m.verdict = replay_verdict(m.checks)
+    m.decide()
     m.seconds = seconds
     m.options = {"log": log}
     m.scenarios = {"played": t.episodes, "not_applicable": {}, "adapted": {}}
