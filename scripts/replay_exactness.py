@@ -22,17 +22,10 @@ from tito_audit.replay.analyze import ReplayContext, analyze  # noqa: E402
 from tito_audit.replay.schema import episode_from_native  # noqa: E402
 from tito_audit.replay.synthetic import LOOPS, log_episode, played_episodes  # noqa: E402
 
-MODELS = [
-    "Qwen/Qwen2.5-7B-Instruct",
-    "Qwen/Qwen3-0.6B",
-    "meta-llama/Llama-3.2-3B-Instruct",
-    "mistralai/Mistral-Nemo-Instruct-2407",
-    "deepseek-ai/DeepSeek-V3",
-    "openai/gpt-oss-20b",
-    "allenai/OLMo-2-1124-7B-Instruct",
-    "microsoft/Phi-3-mini-4k-instruct",
-    "google/gemma-2-2b-it",
-]
+# every model of the development Hub cache, by repo id (the folder names huggingface_hub writes)
+MODELS = sorted(
+    p.name.removeprefix("models--").replace("--", "/") for p in Path(os.environ["HF_HUB_CACHE"]).glob("models--*")
+)
 
 
 def main() -> None:
