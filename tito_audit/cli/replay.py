@@ -32,7 +32,9 @@ def replay(
     fmt: Annotated[str, typer.Option("--format", "-f", help="terminal | json | markdown | html | sarif")] = "terminal",
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here.")] = None,
     fail_on: Annotated[str, typer.Option("--fail-on", help="Exit 1 on findings at or above: warn | error.")] = "error",
-    suppressions: Annotated[Path | None, typer.Option("--suppressions", help="TOML of [[suppress]] entries.")] = None,
+    suppressions: Annotated[
+        Path | None, typer.Option("--suppressions", help=r"TOML of \[\[suppress]] entries.")
+    ] = None,
     baseline: Annotated[Path | None, typer.Option("--baseline", help="A previous --format json replay report.")] = None,
     offline: Annotated[bool, typer.Option("--offline", help="Never touch the network.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Every kept finding with its token strip.")] = False,
