@@ -1,7 +1,7 @@
 """`tito-audit rl` on CPU: the model-free token facts, the spread of the gradient figures over stand-in seeds
 and sizes, and the cost of three full-vocabulary steps. Writes benchmarks/results/rl.json.
 
-Run: HF_HUB_CACHE=/work/shared/hf-hub HF_HUB_OFFLINE=1 python benchmarks/bench_rl.py
+Run: HF_HUB_CACHE=../shared/hf-hub HF_HUB_OFFLINE=1 python benchmarks/bench_rl.py
 
 The gradient figures describe a random stand-in model as much as the template: they are reported as the range
 over 3 seeds x 2 sizes (hidden 64 / 2 layers and 256 / 4 layers), per batch (each batch trains on other

@@ -22,9 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from measure import machine, run, write
+from measure import ROOT, SHARED, machine, run, write
 
-CORPUS = Path(os.environ.get("TITO_CORPUS", "/work/shared/template-corpus"))
+# relative to the checkout, where every measured command runs: results name no machine path
+CORPUS = Path(os.environ.get("TITO_CORPUS", SHARED / "template-corpus"))
 
 
 def scan(corpus: Path, workers: int, scenarios: str, out: Path) -> dict:
@@ -78,7 +79,7 @@ def main() -> None:
         if args.limit:
             corpus = Path(tmp) / "corpus"
             corpus.mkdir()
-            for p in sorted(args.corpus.glob("*.jinja"))[: args.limit]:
+            for p in sorted((ROOT / args.corpus).glob("*.jinja"))[: args.limit]:
                 shutil.copy(p, corpus / p.name)
         results: dict = {
             "machine": machine(),

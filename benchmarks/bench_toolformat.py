@@ -32,7 +32,7 @@ from tito_audit.scenarios import build_scenarios
 from tito_audit.sources import bundled_names
 from tito_audit.sources.load import compile_template
 
-CORPUS = Path(os.environ.get("TITO_CORPUS", "/work/shared/template-corpus"))
+CORPUS = Path(os.environ.get("TITO_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "template-corpus"))
 SCENARIOS = ("single_call/plain", "two_calls/plain", "parallel_calls/plain", "followup_user/plain")
 
 

@@ -25,9 +25,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
+SHARED = Path("..") / "shared"  # the development data beside the checkout, relative to ROOT (commands run there)
 ENV = {
     **os.environ,
-    "HF_HUB_CACHE": os.environ.get("HF_HUB_CACHE", str(ROOT.parent / "shared" / "hf-hub")),
+    "HF_HUB_CACHE": os.environ.get("HF_HUB_CACHE", str(ROOT / SHARED / "hf-hub")),
     "HF_HUB_OFFLINE": "1",
     "TOKENIZERS_PARALLELISM": "false",
     "PYTHONHASHSEED": "0",

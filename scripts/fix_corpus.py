@@ -5,7 +5,7 @@ the bundled models by default): templates the scan classifies without a verdict 
 every ``unsafe`` one (a failing ``tool_append_prefix``) goes through ``propose_fix``. One JSON line per template
 goes to ``--jsonl`` (re-running resumes from it), a summary to stdout and ``--json``.
 
-    python scripts/fix_corpus.py /work/shared/template-corpus --jsonl /tmp/fix_corpus.jsonl --json /tmp/fix_corpus.json
+    python scripts/fix_corpus.py ../shared/template-corpus --jsonl /tmp/fix_corpus.jsonl --json /tmp/fix_corpus.json
 """
 
 from __future__ import annotations
