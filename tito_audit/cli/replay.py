@@ -8,7 +8,17 @@ from typing import Annotated
 
 import typer
 
+from tito_audit.cli.audit import FAIL_ON
+from tito_audit.cli.params import FORMAT_NAMES, one_of
 from tito_audit.errors import EXIT_FINDINGS, EXIT_OK, EXIT_OPERATIONAL, AuditError
+
+
+def _log_formats() -> tuple[str, ...]:
+    """Asked at parse time: importing the replay package for ``--help`` would import transformers."""
+    from tito_audit.replay import ADAPTERS
+
+    return ADAPTERS
+
 
 EXIT_MALFORMED = 3  # some records could not be read; every other episode was replayed and is in the report
 
@@ -22,16 +32,22 @@ def replay(
         Path, typer.Argument(help="Rollout log: JSONL (optionally gzip) or Parquet, one episode per record.")
     ],
     model: Annotated[str, typer.Option("--model", "-m", help="The model whose tokenizer and template the loop used.")],
-    log_format: Annotated[str, typer.Option("--log-format", help="auto | native | vllm | skyrl.")] = "auto",
+    log_format: Annotated[
+        str, typer.Option("--log-format", help="auto | native | vllm | skyrl.", callback=one_of(_log_formats))
+    ] = "auto",
     field_map: Annotated[
         list[str] | None,
         typer.Option("--map", help="NATIVE=PATH field mapping (comma separated, repeatable, or @file.json)."),
     ] = None,
     what_if: Annotated[bool, typer.Option("--what-if/--no-what-if", help="Also re-render + re-encode (naive).")] = True,
-    workers: Annotated[int, typer.Option("--workers", "-w", help="Worker processes (1: in this process).")] = 2,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="terminal | json | markdown | html | sarif")] = "terminal",
+    workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Worker processes (1: in this process).")] = 2,
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help=" | ".join(FORMAT_NAMES), callback=one_of(FORMAT_NAMES))
+    ] = "terminal",
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here.")] = None,
-    fail_on: Annotated[str, typer.Option("--fail-on", help="Exit 1 on findings at or above: warn | error.")] = "error",
+    fail_on: Annotated[
+        str, typer.Option("--fail-on", help="Exit 1 on findings at or above: warn | error.", callback=one_of(FAIL_ON))
+    ] = "error",
     suppressions: Annotated[
         Path | None, typer.Option("--suppressions", help=r"TOML of \[\[suppress]] entries.")
     ] = None,
@@ -44,23 +60,15 @@ def replay(
     from rich.console import Console
 
     from tito_audit.cli.output import emit
-    from tito_audit.formats import FORMATTERS, render_report
+    from tito_audit.formats import render_report
     from tito_audit.gate import Gate, gating_findings
-    from tito_audit.replay import ADAPTERS, FieldMap, LogError, MapError, ReplayContext, build_report, replay_log
+    from tito_audit.replay import FieldMap, LogError, MapError, ReplayContext, build_report, replay_log
     from tito_audit.sources.load import load
 
     def fail(message: str) -> None:
         typer.echo(f"error: {message}", err=True)
         raise typer.Exit(EXIT_OPERATIONAL)
 
-    if fmt not in FORMATTERS:
-        fail(f"unknown --format {fmt!r} (choose from {', '.join(FORMATTERS)})")
-    if log_format not in ADAPTERS:
-        fail(f"unknown --log-format {log_format!r} (choose from {', '.join(ADAPTERS)})")
-    if fail_on not in ("warn", "error"):
-        fail("--fail-on must be warn or error")
-    if workers < 1:
-        fail("--workers must be at least 1")
     try:
         fmap = FieldMap.parse(field_map or [])
     except MapError as exc:
