@@ -17,10 +17,8 @@ import sys
 import types
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
-
-
 from tito_audit import _quiet_transformers  # noqa: F401  (before anything imports transformers)
+from tito_audit._version import __version__
 
 # public name -> the module that defines it
 _EXPORTS = {

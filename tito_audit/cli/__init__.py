@@ -20,7 +20,7 @@ try:  # typer >= 0.2x carries its own copy of click
 except ImportError:  # pragma: no cover - older typer on the real click
     from click import exceptions as click_errors  # type: ignore[no-redef]
 
-from tito_audit import __version__
+from tito_audit._version import __version__
 from tito_audit.errors import EXIT_OPERATIONAL
 
 

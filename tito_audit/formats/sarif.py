@@ -15,7 +15,7 @@ import json
 from pathlib import Path, PurePath
 from typing import Any
 
-from tito_audit import __version__
+from tito_audit._version import __version__
 from tito_audit.audit import AuditReport, ModelReport
 from tito_audit.checks import ordered_checks
 from tito_audit.checks.base import CheckResult, Finding
