@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 
 from tito_audit.audit import AuditReport
 from tito_audit.checks import ordered_checks
-from tito_audit.checks.base import TokenSide
 from tito_audit.cli import app
+from tito_audit.findings import TokenSide
 from tito_audit.formats import FORMATTERS, compatibility_table, render_report
 from tito_audit.formats.common import divergence
 from tito_audit.formats.html import read_rl_dir, to_html

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tito_audit.context as context_module
-from tito_audit.context import AuditContext, AuditOptions, IdMatcher, count_unmatched_trainable
+from tito_audit.align import IdMatcher, count_unmatched_trainable
+from tito_audit.context import AuditContext, AuditOptions
 from tito_audit.rendering import Renderer, RenderError
 from tito_audit.rendering.renderer import pinned_date, tokenizer_cache
 

@@ -12,8 +12,8 @@ import pytest
 from conftest import snapshot
 
 from tito_audit import AppendRefused, BridgeError, Trajectory, TruncatedCompletion
-from tito_audit.rollout.simulate import derive_turn
-from tito_audit.scenarios.catalog import TOOLS
+from tito_audit.probes import TOOLS
+from tito_audit.simulation import derive_turn
 
 ROOT = Path(__file__).resolve().parents[1]
 CALL = {"id": "call00001", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}

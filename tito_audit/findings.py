@@ -1,7 +1,11 @@
-"""Collecting one check's findings while counting what it compared.
+"""What a check finds, and how one check's findings are built and counted.
+
+``Finding`` is one divergence (or one missing property) with the token windows on both sides and its cause
+class; ``divergence`` builds one at the first token where two id sequences part, and ``classify`` names the cause
+from the tokens there. ``Outcome`` is what a check function returns.
 
 A check that compared nothing must not pass, and a render that fails inside a check must be counted, not
-skipped. ``Collector`` replaces the ``f = ctx.divergence(...); if f: findings.append(f)`` idiom: every
+skipped. ``Collector`` replaces the ``f = divergence(...); if f: findings.append(f)`` idiom: every
 ``compare`` counts one comparison, every ``failed`` one render failure, and ``outcome`` turns the counts into an
 ``Outcome`` (``not_applicable`` with the reason when nothing was compared).
 """
@@ -9,13 +13,153 @@ skipped. ``Collector`` replaces the ``f = ctx.divergence(...); if f: findings.ap
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tito_audit.checks.base import Finding, Outcome
+from tito_audit.align import count_unmatched_trainable
+from tito_audit.rollout.tokens import common_prefix_len
 
 if TYPE_CHECKING:
     from tito_audit.context import AuditContext
     from tito_audit.rendering.renderer import RenderError
+
+CONTEXT_TOKENS = 4  # ids shown on each side of a divergence
+
+# Why a token diverged; every finding has exactly one.
+FINDING_CLASSES = (
+    "history_rewrite",
+    "generation_prompt",
+    "stop_seam",
+    "whitespace",
+    "serialization",
+    "non_canonical",
+    "special_token",
+    "date",
+    "template",
+)
+
+
+@dataclass
+class TokenSide:
+    """A window of ids around a divergence, with each id's decoded text."""
+
+    ids: list[int]
+    tokens: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ids": self.ids, "tokens": self.tokens}
+
+
+@dataclass
+class Finding:
+    check: str
+    scenario: str
+    cls: str
+    message: str
+    index: int | None = None  # first divergent token (in the buffered / expected sequence)
+    context_start: int | None = None  # index of the first id shown in ``expected`` / ``actual``
+    expected: TokenSide | None = None  # buffered / sampled side
+    actual: TokenSide | None = None  # re-rendered / re-encoded side
+    affected_trainable: int = 0
+    rate: float | None = None
+    suppressed: bool = False
+    suppression_reason: str | None = None
+    baseline: bool = False  # already in the --baseline report: kept active, ignored by the exit code
+    reason: str | None = (
+        None  # short machine-readable cause for verdict_reasons ("drops_tool_calls"); None: the check id
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "check": self.check,
+            "scenario": self.scenario,
+            "class": self.cls,
+            "message": self.message,
+            "index": self.index,
+            "context_start": self.context_start,
+            "expected": self.expected.to_dict() if self.expected else None,
+            "actual": self.actual.to_dict() if self.actual else None,
+            "affected_trainable": self.affected_trainable,
+            "rate": self.rate,
+            "suppressed": self.suppressed,
+            "suppression_reason": self.suppression_reason,
+            "baseline": self.baseline,
+            "reason": self.reason,
+        }
+
+
+@dataclass
+class Outcome:
+    """What a check function returns: findings, or a reason it does not apply, plus a one-line summary.
+
+    ``comparisons``: how many things the check compared (episodes, deltas, probes); a check that compared
+    nothing cannot pass. ``render_failures``: renders that failed inside the check (counted, never skipped
+    silently). ``tito_audit.findings.Collector`` keeps both counts.
+    """
+
+    findings: list[Finding] = field(default_factory=list)
+    summary: str = ""
+    not_applicable: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    comparisons: int = 0
+    render_failures: int = 0
+
+
+def window(ctx: AuditContext, ids: Sequence[int], index: int) -> tuple[int, TokenSide]:
+    """The ids around ``index`` (``CONTEXT_TOKENS`` each side) and where that window starts."""
+    start = max(0, index - CONTEXT_TOKENS)
+    chunk = list(ids[start : index + CONTEXT_TOKENS + 1])
+    return start, TokenSide(chunk, ctx.renderer.token_texts(chunk))
+
+
+def divergence(
+    ctx: AuditContext,
+    check: str,
+    scenario: str,
+    expected: Sequence[int],
+    actual: Sequence[int],
+    message: str,
+    cls: str | None = None,
+    trainable: Sequence[int] | None = None,
+) -> Finding | None:
+    """A finding at the first token where ``actual`` departs from ``expected``; None when equal."""
+    if list(expected) == list(actual):
+        return None
+    index = common_prefix_len(expected, actual)
+    start, exp_side = window(ctx, expected, index)
+    _, act_side = window(ctx, actual, index)
+    affected = 0
+    if trainable is not None:
+        affected = count_unmatched_trainable(expected, actual, trainable)
+    return Finding(
+        check=check,
+        scenario=scenario,
+        cls=cls or classify(ctx, expected[index : index + 8], actual[index : index + 8]),
+        message=message,
+        index=index,
+        context_start=start,
+        expected=exp_side,
+        actual=act_side,
+        affected_trainable=affected,
+    )
+
+
+def classify(ctx: AuditContext, a: Sequence[int], b: Sequence[int]) -> str:
+    """Name the cause of a divergence from the tokens on both sides."""
+    ta, tb = ctx.renderer.decode(a), ctx.renderer.decode(b)
+    stops = set(ctx.stop_ids)
+    if "think" in ta + tb or "reasoning" in ta + tb or "analysis" in ta + tb:
+        return "history_rewrite"
+    if (a and a[0] in stops) or (b and b[0] in stops):
+        return "stop_seam"
+    if ta.strip() == tb.strip() or (ta[:1].isspace() or tb[:1].isspace()):
+        return "whitespace"
+    specials = set(ctx.special_texts)
+    if any(s in ta or s in tb for s in specials):
+        return "special_token"
+    if any(c in ta + tb for c in '{}":,[]'):
+        return "serialization"
+    return "history_rewrite"
 
 
 class Collector:
@@ -38,7 +182,7 @@ class Collector:
     ) -> Finding | None:
         """Count one token comparison; keep and return the finding when ``actual`` departs from ``expected``."""
         self.comparisons += 1
-        f = self.ctx.divergence(self.check, scenario, expected, actual, message, cls=cls, trainable=trainable)
+        f = divergence(self.ctx, self.check, scenario, expected, actual, message, cls=cls, trainable=trainable)
         if f is not None:
             self.findings.append(f)
         return f

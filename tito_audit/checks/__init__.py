@@ -3,17 +3,8 @@
 import importlib
 import pkgutil
 
-from tito_audit.checks.base import (
-    FINDING_CLASSES,
-    REGISTRY,
-    CheckResult,
-    CheckSpec,
-    Finding,
-    Outcome,
-    TokenSide,
-    check,
-    run_check,
-)
+from tito_audit.checks.base import REGISTRY, CheckResult, CheckSpec, check, run_check
+from tito_audit.findings import FINDING_CLASSES, Finding, Outcome, TokenSide
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name != "base":

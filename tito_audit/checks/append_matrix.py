@@ -4,37 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tito_audit.checks.base import Outcome, check
+from tito_audit.checks.base import check
 from tito_audit.context import AuditContext
-from tito_audit.findings import Collector
+from tito_audit.findings import Collector, Outcome
+from tito_audit.probes import APPEND_BASES, APPENDS, TOOLS
 from tito_audit.rendering.renderer import RenderError
 from tito_audit.rollout.bridge import BridgeError, compute_bridge
-from tito_audit.scenarios.catalog import TOOLS
-
-_CALL = [
-    {
-        "id": "call00001",
-        "type": "function",
-        "function": {"name": "get_weather", "arguments": {"city": "Oslo"}},
-    }
-]
-_BASES: dict[str, list[dict[str, Any]]] = {
-    "after_answer": [
-        {"role": "user", "content": "Hello"},
-        {"role": "assistant", "content": "Hi, how can I help?", "reasoning_content": "Greet back."},
-    ],
-    "after_call": [
-        {"role": "user", "content": "Weather in Oslo?"},
-        {"role": "assistant", "content": "", "tool_calls": _CALL, "reasoning_content": "Call the tool."},
-    ],
-}
-_APPENDS: dict[str, list[dict[str, Any]]] = {
-    "tool": [{"role": "tool", "tool_call_id": "call00001", "name": "get_weather", "content": "cold"}],
-    "user": [{"role": "user", "content": "Thanks. And tomorrow?"}],
-    "system": [{"role": "system", "content": "Notice: be brief."}],
-    "assistant": [{"role": "assistant", "content": "Let me add something."}],
-}
-_TOOLS = list(TOOLS)  # the scenarios' full declarations: some templates (gpt-oss) need a description
 
 
 def _mode_name(mode: dict[str, Any]) -> str:
@@ -60,13 +35,15 @@ def append_matrix(ctx: AuditContext) -> Outcome:
     for mode in ctx.thinking_modes:
         renderer = ctx.renderer.with_kwargs(**mode) if mode else ctx.renderer
         row: dict[str, str] = {}
-        for base_name, base in _BASES.items():
-            for role, new in _APPENDS.items():
+        for base_name, base in APPEND_BASES.items():
+            for role, new in APPENDS.items():
                 if base_name == "after_answer" and role == "tool":
                     continue
                 cell = f"{role} {base_name.replace('_', ' ')}"
                 try:
-                    compute_bridge(renderer, base, new, _TOOLS, ctx.stop_ids, add_generation_prompt=role != "assistant")
+                    compute_bridge(
+                        renderer, base, new, list(TOOLS), ctx.stop_ids, add_generation_prompt=role != "assistant"
+                    )
                     row[cell] = "pass"
                     found.compared()
                 except BridgeError as exc:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tito_audit.checks.base import Outcome, check
+from tito_audit.checks.base import check
 from tito_audit.context import AuditContext
-from tito_audit.findings import Collector
+from tito_audit.findings import Collector, Outcome
 from tito_audit.quote import quoted
 
 

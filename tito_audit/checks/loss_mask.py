@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from tito_audit.checks.base import Finding, Outcome, check
+from tito_audit.checks.base import check
 from tito_audit.context import AuditContext
-from tito_audit.findings import Collector
+from tito_audit.findings import Collector, Finding, Outcome
 from tito_audit.rendering.renderer import RenderError
 
 _MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")

@@ -6,9 +6,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tito_audit.checks.base import Outcome, check
+from tito_audit.checks.base import check
 from tito_audit.context import AuditContext
-from tito_audit.findings import Collector
+from tito_audit.findings import Collector, Outcome
 from tito_audit.rendering.bounded_cache import BoundedCache
 from tito_audit.rendering.renderer import tokenizer_cache
 

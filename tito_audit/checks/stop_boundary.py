@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tito_audit.checks.base import Finding, Outcome, check
+from tito_audit.checks.base import check
 from tito_audit.context import AuditContext
-from tito_audit.findings import Collector
+from tito_audit.findings import Collector, Finding, Outcome
 from tito_audit.quote import quoted
 from tito_audit.rollout.stop import template_turn_end_tokens
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from tito_audit.checks.base import Outcome, check
+from tito_audit.checks.base import check
 from tito_audit.context import AuditContext
-from tito_audit.findings import Collector
+from tito_audit.findings import Collector, Outcome
 from tito_audit.rendering.renderer import RenderError
 
 _OTHER_DATE_OFFSET = dt.timedelta(days=400, hours=13)

@@ -4,21 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from tito_audit.checks.base import Finding, Outcome, check
+from tito_audit.checks.base import check
 from tito_audit.context import AuditContext
-from tito_audit.findings import Collector
+from tito_audit.findings import Collector, Finding, Outcome, divergence
+from tito_audit.probes import MINIMAL_TOOL_EPISODE, MINIMAL_TOOL_RESULT
 from tito_audit.rendering.renderer import RenderError
 from tito_audit.rollout.bridge import BridgeError, compute_bridge
 from tito_audit.rollout.stop import stop_token_ids
-
-# The smallest episode that has the property: one user turn, one call, one result (as TRL probes it),
-# with a 9-alphanumeric call id so that strict templates accept it.
-_PROBE_CALL = [{"id": "call00001", "type": "function", "function": {"name": "dummy", "arguments": {}}}]
-_PROBE: list[dict[str, Any]] = [
-    {"role": "user", "content": "dummy"},
-    {"role": "assistant", "content": "", "tool_calls": _PROBE_CALL},
-]
-_PROBE_RESULT = [{"role": "tool", "tool_call_id": "call00001", "name": "dummy", "content": "dummy"}]
 
 
 @check(
@@ -45,7 +37,7 @@ configured stop, add it to generation_config.json's `eos_token_id` (and the engi
 def tool_append_prefix(ctx: AuditContext) -> Outcome:
     found = Collector(ctx, "tool_append_prefix")
     try:
-        compute_bridge(ctx.renderer, _PROBE, _PROBE_RESULT, None, ctx.stop_ids)
+        compute_bridge(ctx.renderer, MINIMAL_TOOL_EPISODE, MINIMAL_TOOL_RESULT, None, ctx.stop_ids)
         found.compared()
     except BridgeError as exc:
         found.compare("probe/minimal", exc.before, exc.after, exc.reason)
@@ -127,13 +119,14 @@ def _configured_stop_seam(ctx: AuditContext) -> Finding | None:
     if not configured or set(ctx.stop_ids) <= set(configured):
         return None
     try:
-        compute_bridge(ctx.renderer, _PROBE, _PROBE_RESULT, None, configured)
+        compute_bridge(ctx.renderer, MINIMAL_TOOL_EPISODE, MINIMAL_TOOL_RESULT, None, configured)
     except BridgeError as exc:
         names = ", ".join(repr(t) for t in ctx.tokenizer.convert_ids_to_tokens(list(configured)))
         turn_end = ", ".join(
             repr(t) for t in ctx.tokenizer.convert_ids_to_tokens([i for i in ctx.stop_ids if i not in configured])
         )
-        return ctx.divergence(
+        return divergence(
+            ctx,
             "tool_append_prefix",
             "probe/configured-stop",
             exc.before,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from tito_audit.checks.base import Outcome, check
+from tito_audit.checks.base import check
 from tito_audit.checks.tool_support import call_form, dropped_message
 from tito_audit.context import AuditContext
-from tito_audit.findings import Collector
+from tito_audit.findings import Collector, Outcome
 
 
 @check(

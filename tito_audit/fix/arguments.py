@@ -67,8 +67,8 @@ def rewrite(src: Source) -> tuple[list[Edit], list[str]]:
 
 def dict_args_problem(fx: FixContext) -> str | None:
     """Render one tool call with dict and with JSON-string arguments: does the dict raise or print as repr?"""
+    from tito_audit.probes import TOOLS
     from tito_audit.rendering.renderer import RenderError
-    from tito_audit.scenarios.catalog import TOOLS
 
     renderer = fx.renderer(fx.model.chat_template)
     args = {"city": "Paris", "metric": True}

@@ -39,11 +39,11 @@ from tito_audit.fix.source import (
     split_literal,
     walk,
 )
+from tito_audit.probes import MARKER
 from tito_audit.rollout.tokens import common_prefix_len
 
 ID_MARKERS = "generation_markers"
 ID_STOP = "stop_in_mask"
-_MARK = "Zq7MARK"
 _OTHER_ROLES = ("user", "system", "tool", "developer", "function", "ipython")
 
 
@@ -88,10 +88,10 @@ def header_text(fx: FixContext, template: str) -> str:
     try:
         before = renderer.render(base)
         prompt = renderer.render(base, add_generation_prompt=True)
-        full = renderer.render([*base, {"role": "assistant", "content": _MARK}])
+        full = renderer.render([*base, {"role": "assistant", "content": MARKER}])
     except RenderError as exc:
         raise PatchError(f"the probe conversation does not render: {exc.message}") from exc
-    if not full.startswith(before) or _MARK not in full:
+    if not full.startswith(before) or MARKER not in full:
         raise PatchError("an assistant turn does not render after the history (the template reorders turns)")
     turn, gen = full[len(before) :], prompt[len(before) :] if prompt.startswith(before) else ""
     return turn[: common_prefix_len(gen, turn)]

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from tito_audit.fix.common import FixContext, Patch
+from tito_audit.probes import CHAT
 from tito_audit.rendering.renderer import RenderError
 from tito_audit.rollout.tokens import common_prefix_len, special_token_strings
 from tito_audit.scenarios.spec import Scenario
@@ -159,8 +160,8 @@ def _window(fx: FixContext, ids: Sequence[int], at: int) -> str:
 
 def inference_equivalence(fx: FixContext, original: str, patched: str) -> Equivalence:
     """Compare what serving renders: prompts with no earlier assistant turn and the first generated turn."""
-    from tito_audit.rollout.simulate import adapt_to_template
     from tito_audit.scenarios import build_scenarios
+    from tito_audit.simulation import adapt_to_template
 
     eq = Equivalence()
     base_o, base_p = fx.renderer(original), fx.renderer(patched)
@@ -256,18 +257,12 @@ def _compare(
     eq.differences.append(Difference(name, at, _window(fx, ids_o, at), _window(fx, ids_p, at), calls))
 
 
-_CHAT: tuple[dict[str, Any], ...] = (
-    {"role": "user", "content": "Hello, who are you?"},
-    {"role": "assistant", "content": "I am a helpful assistant."},
-    {"role": "user", "content": "What can you do?"},
-    {"role": "assistant", "content": "I can answer questions."},
-)
 # Conversations without tool calls: every template renders them, whatever it does with tools.
 _CHATS = tuple(
     Scenario(name, "chat without tools", messages, (), frozenset({"chat"}))
     for name, messages in (
-        ("chat/plain", _CHAT),
-        ("chat_system/plain", ({"role": "system", "content": "Be brief."}, *_CHAT)),
+        ("chat/plain", CHAT),
+        ("chat_system/plain", ({"role": "system", "content": "Be brief."}, *CHAT)),
     )
 )
 
@@ -276,7 +271,7 @@ def expected_mask(fx: FixContext, renderer: Any, messages: list[dict[str, Any]],
     """1 on the tokens of the full render that the model sampled: each assistant turn from the end of its
     generation prompt through its stop token (derived as the simulator derives sampled ids); None when a turn's
     render is not a prefix of the full render (the template rewrites history, so there is no one answer)."""
-    from tito_audit.rollout.simulate import derive_turn
+    from tito_audit.simulation import derive_turn
 
     full = renderer.render(messages, tools=tools)
     _, offsets = renderer.encode_with_offsets(full)
@@ -311,7 +306,7 @@ def mask_proof(fx: FixContext, patched: str) -> MaskProof:
             suffix = "".join(f"[{k}={json.dumps(v)}]" for k, v in sorted(mode.items()))
             scenarios += [replace(s, id=s.id + suffix, template_kwargs=tuple(sorted(mode.items()))) for s in plain]
     for scenario in scenarios:
-        from tito_audit.rollout.simulate import adapt_to_template
+        from tito_audit.simulation import adapt_to_template
 
         renderer = base.with_kwargs(**scenario.kwargs) if scenario.kwargs else base
         messages, _, err = adapt_to_template(renderer, scenario)

@@ -14,37 +14,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from tito_audit.fix.common import BoolExpr, FixContext, Patch, Skip, atoms, fold, parse_bool, rendering_loops
 from tito_audit.fix.source import Block, Branch, Edit, Node, Source, apply_edits, block_tags
+from tito_audit.probes import REASONING_PROBES
 
 ID = "reasoning_history"
 _WORDS = ("think", "reason")
 _CHECKS = ("tool_append_prefix", "append_matrix", "history_rewrite")
-_CALL = [{"id": "call00001", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]
-# Assistant turns as the last message, and what an agent loop appends after each.
-_PROBES: tuple[tuple[list[dict[str, Any]], tuple[list[dict[str, Any]], ...]], ...] = tuple(
-    (
-        [{"role": "user", "content": "Weather in Oslo?"}, {"role": "assistant", **turn}],
-        (
-            *(
-                ([{"role": "tool", "tool_call_id": "call00001", "name": "get_weather", "content": "cold"}],)
-                if "tool_calls" in turn
-                else ()
-            ),
-            [{"role": "user", "content": "And tomorrow?"}],
-        ),
-    )
-    for turn in (
-        {"content": "It is cold.", "reasoning_content": "Answer."},
-        {"content": "It is cold."},
-        {"content": "", "tool_calls": _CALL, "reasoning_content": "Call the tool."},
-        {"content": "", "tool_calls": _CALL},
-    )
-)
-
-
 def _mentions_reasoning(block: Block) -> bool:
     return any(
         t.kind in ("string", "name") and any(w in t.value.lower() for w in _WORDS)
@@ -128,8 +105,8 @@ def _atom_values(fx: FixContext, src: Source, cand: _Candidate) -> tuple[bool | 
     """(value of the atom for the turn being generated, whether the value moves when messages follow),
     measured by rendering probe conversations with the atom printed just before its ``if``.
     Also False for "moves" when the ``if`` is reached by other roles without an assistant-role test."""
+    from tito_audit.probes import TOOLS
     from tito_audit.rendering.renderer import Renderer, RenderError
-    from tito_audit.scenarios.catalog import TOOLS
 
     atom = src.span_text(cand.atom.toks)
     probe = "{{ '\\x02' ~ loop.index0 ~ ':' ~ ('T' if (" + atom + ") else 'F') ~ '\\x03' }}"
@@ -148,7 +125,7 @@ def _atom_values(fx: FixContext, src: Source, cand: _Candidate) -> tuple[bool | 
     moves = False
     for mode in fx.thinking_modes:
         renderer = base.with_kwargs(**mode) if mode else base
-        for messages, appends in _PROBES:
+        for messages, appends in REASONING_PROBES:
             index = len(messages) - 1
             try:
                 alone = dict(_sentinels(renderer.render(messages, tools=list(TOOLS))))

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from tito_audit.audit import ModelReport
-from tito_audit.checks.base import CheckResult, Finding
+from tito_audit.checks.base import CheckResult
+from tito_audit.findings import Finding
 from tito_audit.verdict import MIN_COVERAGE, describe_reason
 
 STATUS_ICON = {"pass": "✅", "warn": "⚠️", "fail": "❌", "not_applicable": "n/a", "error": "💥"}

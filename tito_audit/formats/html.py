@@ -17,7 +17,8 @@ from typing import Any
 
 from tito_audit._version import __version__
 from tito_audit.audit import AuditReport, ModelReport
-from tito_audit.checks.base import CheckResult, Finding
+from tito_audit.checks.base import CheckResult
+from tito_audit.findings import Finding
 from tito_audit.formats.common import (
     STATUS_WORD,
     VISIBLE_WS,

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tito_audit.audit import AuditReport, ModelReport
-from tito_audit.checks.base import Finding
+from tito_audit.findings import Finding
 from tito_audit.formats.common import approximate_note, coverage_text, verdict_reasons_text
 from tito_audit.quote import clipped
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tito_audit.audit import AuditReport, ModelReport
-from tito_audit.checks.base import CheckResult, Finding, Status, TokenSide
+from tito_audit.checks.base import CheckResult, Status
+from tito_audit.findings import Finding, TokenSide
 from tito_audit.replay.analyze import EpisodeResult
 from tito_audit.replay.checks import BY_ID
 from tito_audit.replay.divergence import Divergence

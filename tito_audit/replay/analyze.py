@@ -106,8 +106,7 @@ def rebuild_buffer(ep: Episode, ctx: ReplayContext) -> tuple[Trajectory, list[st
                 traj.append_messages(msgs[idx + 1 : nxt])
             except BridgeError as exc:
                 notes.append(f"turn {n}: the template rewrites history for this append ({exc.reason})")
-                traj.messages.extend(msgs[idx + 1 : nxt])
-                traj._push("bridge", exc.forced_ids, trained=False)
+                traj.append_refused(msgs[idx + 1 : nxt], exc)
     return traj, notes
 
 

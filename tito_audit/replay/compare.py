@@ -16,7 +16,7 @@ import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from tito_audit.context import IdMatcher
+from tito_audit.align import IdMatcher
 from tito_audit.replay.divergence import Divergence, classify, window
 from tito_audit.rollout.tokens import common_prefix_len
 

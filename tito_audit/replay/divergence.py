@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from tito_audit.checks.base import FINDING_CLASSES
+from tito_audit.findings import FINDING_CLASSES
 
 Kind = Literal["ids", "mask", "shape", "missing"]
 JSON_CHARS = frozenset('{}":,[]')

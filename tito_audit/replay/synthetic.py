@@ -35,9 +35,9 @@ from typing import Any
 from tito_audit.rendering.renderer import Renderer, RenderError
 from tito_audit.rollout.bridge import BridgeError
 from tito_audit.rollout.buffer import Trajectory
-from tito_audit.rollout.simulate import Simulation, derive_turn, simulate
 from tito_audit.rollout.tokens import common_prefix_len
 from tito_audit.scenarios.spec import Scenario
+from tito_audit.simulation import Simulation, derive_turn, simulate
 
 Message = dict[str, Any]
 
@@ -137,8 +137,7 @@ def play(
                 traj.append_messages(msgs[idx + 1 : nxt])
             except BridgeError as exc:  # what code without the prefix check gets, as the audit's simulator does
                 refusals.append(n)
-                traj.messages.extend(msgs[idx + 1 : nxt])
-                traj._push("bridge", exc.forced_ids, trained=False)
+                traj.append_refused(msgs[idx + 1 : nxt], exc)
     canonical = [list(t.sampled_ids) for t in sim.turns]
     return Played(scenario, r, traj, msgs, turns, lps, canonical, splits, eligible, refusals)
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from tito_audit.rendering.renderer import Renderer, RenderError
 from tito_audit.rl.toolformat import ToolCallFormat
-from tito_audit.rollout.simulate import simulate
 from tito_audit.scenarios.spec import Scenario
+from tito_audit.simulation import simulate
 
 Message = dict[str, Any]
 

@@ -208,8 +208,7 @@ def sample_episode(
                     traj.append_messages(env)
             except BridgeError as exc:
                 # Code without the prefix check appends anyway; the buffer then holds what it would hold.
-                traj.messages.extend(env)
-                traj._push("bridge", exc.forced_ids, trained=False)
+                traj.append_refused(env, exc)
     buffer = View(list(traj.input_ids), list(traj.loss_mask))
     try:
         naive, err = naive_view(r, traj.messages, tools, stop_ids), None

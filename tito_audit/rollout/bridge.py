@@ -52,7 +52,7 @@ class BridgeError(AppendRefused):
         self.before = before  # history render (up to the stop)
         self.after = after  # render with the new messages
         # What appending anyway would add: the tail after the same (k-th) stop token of the new render.
-        # Only the simulator uses it, to show what naive code ends up training on.
+        # ``Trajectory.append_refused`` appends it, to show what naive code ends up training on.
         self.forced_ids = forced_ids
         self.removed = removed or []  # history ids the re-render drops or replaces at ``index``
         self.inserted = inserted or []  # ids the re-render puts there instead

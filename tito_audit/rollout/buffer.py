@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tito_audit.probes import APPEND_BASES, APPENDS, MINIMAL_TOOL_EPISODE, MINIMAL_TOOL_RESULT, TOOLS
 from tito_audit.rendering.guard import RenderLimits
 from tito_audit.rendering.renderer import Renderer, RenderError
 from tito_audit.rollout.bridge import AppendRefused, Bridge, BridgeError, compute_bridge
@@ -261,6 +262,18 @@ class Trajectory:
         self._no_generation_prompt = not add_generation_prompt
         return appended + list(bridge.ids)
 
+    def append_refused(self, messages: Sequence[Message], refusal: BridgeError) -> list[int]:
+        """Append ``messages`` although the template refused them: the ids it would add, ``refusal.forced_ids``.
+
+        For code that measures what happens without the prefix check (the audit's simulator, replay, the RL
+        sampler): ``append_messages`` raised ``refusal`` because the template rewrites the history for this
+        append, and the caller keeps going with the tokens a naive loop would append (the tail of the new render
+        after the same stop token), untrained. The buffer then no longer equals any render of ``messages``.
+        """
+        self.messages.extend(copy.deepcopy(list(messages)))
+        self._push("bridge", refusal.forced_ids, trained=False)
+        return list(refusal.forced_ids)
+
     # -- checks -----------------------------------------------------------------------------------
 
     def preflight(self, modes: Sequence[dict[str, Any]] | None = None) -> list[AppendCheck]:
@@ -271,24 +284,15 @@ class Trajectory:
         (template kwargs merged over the trajectory's, e.g. ``[{"enable_thinking": True}, {...: False}]``).
         Uses the trajectory's tools when it has some (templates may require their fields). Cheap: a few renders.
         """
-        from tito_audit.checks import append_matrix, tool_append_prefix
-
         probes: list[tuple[str, str, str, list[Message], list[Message], Any]] = [
-            (
-                "tool",
-                "tool call",
-                "tool_append_prefix",
-                tool_append_prefix._PROBE,
-                tool_append_prefix._PROBE_RESULT,
-                None,
-            )
+            ("tool", "tool call", "tool_append_prefix", MINIMAL_TOOL_EPISODE, MINIMAL_TOOL_RESULT, None)
         ]
-        for base_name, base in append_matrix._BASES.items():
-            for role, new in append_matrix._APPENDS.items():
+        for base_name, base in APPEND_BASES.items():
+            for role, new in APPENDS.items():
                 if role == "assistant" or (role == "tool" and base_name == "after_answer"):
                     continue
                 after = base_name.removeprefix("after_").replace("call", "tool call")
-                probes.append((role, after, "append_matrix", base, new, append_matrix._TOOLS))
+                probes.append((role, after, "append_matrix", base, new, list(TOOLS)))
         results: list[AppendCheck] = []
         for mode in modes or [{}]:
             renderer = self.renderer.with_kwargs(**mode) if mode else self.renderer

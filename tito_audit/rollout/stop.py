@@ -11,44 +11,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tito_audit.probes import MARKER, TOOLS, TURN_END_PROBES
 from tito_audit.rendering.renderer import Renderer, RenderError
 from tito_audit.rollout.tokens import special_token_strings
-from tito_audit.scenarios.catalog import TOOLS
-
-_MARK = "Zq7MARK"
-_PROBES: tuple[list[dict[str, Any]], ...] = (
-    [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": f"Answer {_MARK}"}],
-    [
-        {"role": "user", "content": "Hi"},
-        {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [
-                {
-                    "id": "call00001",
-                    "type": "function",
-                    "function": {"name": "get_weather", "arguments": {"city": _MARK}},
-                }
-            ],
-        },
-    ],
-)
-_PROBE_TOOLS = list(TOOLS)
 
 
 def template_turn_end_tokens(renderer: Renderer) -> list[str]:
     """Special tokens that the template writes first after an assistant payload."""
     specials = special_token_strings(renderer.tokenizer)
     found: list[str] = []
-    for probe in _PROBES:
+    for probe in TURN_END_PROBES:
         try:
-            text = renderer.render(probe, tools=_PROBE_TOOLS)
+            text = renderer.render(probe, tools=list(TOOLS))
         except RenderError:
             continue
-        at = text.rfind(_MARK)
+        at = text.rfind(MARKER)
         if at < 0:
             continue
-        tail = text[at + len(_MARK) :]
+        tail = text[at + len(MARKER) :]
         hits = [(tail.find(s), s) for s in specials if s in tail]
         if hits:
             found.append(min(hits)[1])

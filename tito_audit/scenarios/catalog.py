@@ -10,34 +10,8 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from tito_audit.probes import TOOLS
 from tito_audit.scenarios.spec import Message, Scenario, ScenarioSpec
-
-TOOLS: tuple[dict[str, Any], ...] = (
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Get the current weather for a city.",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
-                "required": ["city"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "search_docs",
-            "description": "Search internal documents.",
-            "parameters": {
-                "type": "object",
-                "properties": {"query": {"type": "string"}, "filters": {"type": "object"}},
-                "required": ["query"],
-            },
-        },
-    },
-)
 
 # Text per variant: (user, tool output, final answer, call arguments)
 _LONG = "\n".join(f"row {i:04d}: temperature={10 + i % 17} humidity={40 + i % 31}%" for i in range(160))
@@ -286,3 +260,28 @@ def build_scenarios(
                 )
             )
     return out
+
+
+# ``--scenarios quick``: every conversation shape once with plain text, plus the variants that specific checks
+# read (control-token text, JSON booleans, multi-byte text, whitespace) and string arguments (which some
+# templates require). Every check still runs; fewer content variants means fewer chances to catch a break, so a
+# quick verdict can be milder than the full one.
+QUICK_SCENARIOS: tuple[str, ...] = (
+    "single_call/plain",
+    "two_calls/plain",
+    "parallel_calls/plain",
+    "system_single_call/plain",
+    "followup_user/plain",
+    "system_notice/plain",
+    "content_null/plain",
+    "reasoning/plain",
+    "reasoning_followup/plain",
+    "inline_think/plain",
+    "single_call/special_text",
+    "single_call/booleans",
+    "single_call/whitespace",
+    "two_calls/cjk",
+    "single_call/args_string",
+    "two_calls/args_string",
+)
+SCENARIO_SETS: dict[str, tuple[str, ...] | None] = {"full": None, "quick": QUICK_SCENARIOS}

@@ -196,8 +196,7 @@ def simulate(
                 except BridgeError as exc:
                     sim.bridge_errors.append((idx, exc))
                     # Append anyway, as code without the check would, so later checks see the consequence.
-                    traj.messages.extend(messages[idx + 1 : nxt])
-                    traj._push("bridge", exc.forced_ids, trained=False)
+                    traj.append_refused(messages[idx + 1 : nxt], exc)
         naive_text = renderer.render(messages, tools=tools)
         naive = renderer.encode(naive_text)
         last = sim.turns[-1]
