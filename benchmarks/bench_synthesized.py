@@ -15,6 +15,7 @@ if verdict agreement drops below what is committed there.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -49,14 +50,16 @@ def hidden_candidates(real: Any, candidates: dict[str, Any]) -> dict[str, Any]:
 def compare(real: Any, candidates: dict[str, Any], scenarios: str = "full") -> dict[str, Any]:
     """One model: the real audit and the synthesized one, every check run on both, side by side."""
     from tito_audit import audit_model
+    from tito_audit.checks import REGISTRY
     from tito_audit.context import AuditOptions
     from tito_audit.sources import synthesized
 
     options = AuditOptions(scenarios=scenarios)
     hidden = hidden_candidates(real, candidates)
     synth = synthesized.Synthesizer(hidden).model(real.chat_template, real.provenance.template_file)
-    measured = dict(synthesized.MERGE_DEPENDENT)
-    synthesized.MERGE_DEPENDENT.clear()  # measure every check, the merge-dependent ones included
+    measured = dict(REGISTRY)
+    for cid, spec in measured.items():  # measure every check, the merge-dependent ones included
+        REGISTRY[cid] = dataclasses.replace(spec, merge_dependent=None)
     try:
         t0 = time.perf_counter()
         a = audit_model(real, options)
@@ -64,7 +67,7 @@ def compare(real: Any, candidates: dict[str, Any], scenarios: str = "full") -> d
         b = audit_model(synth, options)
         t2 = time.perf_counter()
     finally:
-        synthesized.MERGE_DEPENDENT.update(measured)
+        REGISTRY.update(measured)
     real_checks = {c.id: c for c in a.checks}
     synth_checks = {c.id: c for c in b.checks}
     base = synth.provenance.tokenizer_base

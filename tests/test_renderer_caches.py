@@ -9,7 +9,7 @@ from conftest import SHARED_MODELS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import tito_audit.context as context_module
+import tito_audit.align as align_module
 from tito_audit.align import IdMatcher, count_unmatched_trainable
 from tito_audit.context import AuditContext, AuditOptions
 from tito_audit.rendering import Renderer, RenderError
@@ -168,12 +168,12 @@ def test_derived_renderers_share_caches_but_not_kwargs(loaded) -> None:
 )
 def test_id_matcher_finds_difflibs_blocks(a, b) -> None:
     ref = difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks()
-    old = context_module._NUMPY_CELLS
-    context_module._NUMPY_CELLS = 0  # the vectorized search on every range, however small
+    old = align_module._NUMPY_CELLS
+    align_module._NUMPY_CELLS = 0  # the vectorized search on every range, however small
     try:
         assert IdMatcher(a, b).get_matching_blocks() == ref
     finally:
-        context_module._NUMPY_CELLS = old
+        align_module._NUMPY_CELLS = old
 
 
 def test_id_matcher_on_real_buffers(loaded) -> None:
@@ -182,7 +182,7 @@ def test_id_matcher_on_real_buffers(loaded) -> None:
     ctx = AuditContext(m, AuditOptions())
     pairs = [(s.trajectory.input_ids, s.naive_ids, s.trajectory.loss_mask) for s in ctx.ok_simulations()]
     pairs = [p for p in pairs if p[0] != p[1]]
-    assert pairs and max(len(p[0]) * len(p[1]) for p in pairs) >= context_module._NUMPY_CELLS
+    assert pairs and max(len(p[0]) * len(p[1]) for p in pairs) >= align_module._NUMPY_CELLS
     for expected, actual, mask in pairs:
         ref = difflib.SequenceMatcher(None, expected, actual, autojunk=False).get_matching_blocks()
         assert IdMatcher(expected, actual).get_matching_blocks() == ref

@@ -13,12 +13,13 @@ from conftest import SHARED, SHARED_MODELS
 
 from tito_audit import audit_model
 from tito_audit.audit import AuditReport
+from tito_audit.checks import REGISTRY
 from tito_audit.context import AuditOptions
 from tito_audit.formats import render_report
 from tito_audit.scan import PoolLimits, scan_directory
 from tito_audit.scan.pick import control_literals
 from tito_audit.sources import bundled_names
-from tito_audit.sources.synthesized import CLASSES_APPROXIMATE, MERGE_DEPENDENT, Synthesizer, choose_base
+from tito_audit.sources.synthesized import Synthesizer, choose_base
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -44,7 +45,7 @@ def test_verdicts_agree_with_the_real_tokenizers_as_measured(loaded, candidates)
         assert row["base"] not in row["model"].lower() and row["synthesized_tokens"], row
         # the checks judged on a synthesized tokenizer agree with the real one wherever the benchmark said so
         for cid, pair in row["checks"].items():
-            if cid not in MERGE_DEPENDENT and MEASURED["quick"]["check_agreement"][cid]["status"] == len(
+            if REGISTRY[cid].merge_dependent is None and MEASURED["quick"]["check_agreement"][cid]["status"] == len(
                 MEASURED["quick"]["models"]
             ):
                 assert pair["real"] == pair["synthesized"], (row["model"], cid, pair)
@@ -67,10 +68,12 @@ def test_a_synthesized_report_says_approximate_everywhere(loaded, candidates) ->
     assert report.verdict == audit_model(real, AuditOptions(scenarios="quick")).verdict
     assert "<|eot_id|>" in report.scenarios["stop_tokens"]
     for c in report.checks:
-        if c.id in MERGE_DEPENDENT:
+        if REGISTRY[c.id].merge_dependent is not None:
             assert c.status == "not_applicable" and "synthesized" in c.summary
         else:
-            assert "approximate" in c.data and (c.id not in CLASSES_APPROXIMATE or "classes" in c.data["approximate"])
+            assert "approximate" in c.data and (
+                not REGISTRY[c.id].approximate_classes or "classes" in c.data["approximate"]
+            )
     doc = json.loads(render_report(AuditReport([report]), "json"))
     assert doc["models"][0]["provenance"]["tokenizer"] == "synthesized"
     assert doc["models"][0]["provenance"]["tokenizer_base"] == base.name

@@ -5,7 +5,7 @@ Public API, for RL frameworks and scripts (each name is imported on first use, s
 
     from tito_audit import load, audit_model, Trajectory
     model = load("Qwen/Qwen3-0.6B")            # Hub id, local folder or bundled name
-    report = audit_model(model)                 # report.verdict, report.checks
+    report = audit_model(model)                 # report.verdict (a Verdict), report.checks (CheckResult, Finding)
     traj = Trajectory.from_model(model, tools=tools)   # or Trajectory.from_tokenizer(any_hf_tokenizer, ...)
     check_batch(batch)                          # run-time guard: trained ids == sampled ids (tito_audit.replay)
 """
@@ -27,6 +27,10 @@ _EXPORTS = {
     "audit": "tito_audit.audit",
     "audit_model": "tito_audit.audit",
     "AuditOptions": "tito_audit.context",
+    "CheckResult": "tito_audit.checks.base",
+    "Finding": "tito_audit.findings",
+    "TokenSide": "tito_audit.findings",
+    "Verdict": "tito_audit.verdict",
     "AuditError": "tito_audit.errors",
     "Renderer": "tito_audit.rendering",
     "RenderError": "tito_audit.rendering",
@@ -50,8 +54,10 @@ _EXPORTS = {
 
 if TYPE_CHECKING:
     from tito_audit.audit import AuditReport, ModelReport, audit, audit_model
+    from tito_audit.checks.base import CheckResult
     from tito_audit.context import AuditOptions
     from tito_audit.errors import AuditError
+    from tito_audit.findings import Finding, TokenSide
     from tito_audit.rendering import Renderer, RenderError, RenderLimits
     from tito_audit.replay.guard import GuardResult, TitoGuardError, check_batch
     from tito_audit.rollout import (
@@ -67,6 +73,7 @@ if TYPE_CHECKING:
     )
     from tito_audit.sources import LoadedModel, Provenance
     from tito_audit.sources.load import load
+    from tito_audit.verdict import Verdict
 
 
 def __getattr__(name: str) -> Any:
@@ -102,6 +109,8 @@ __all__ = [
     "AuditReport",
     "Bridge",
     "BridgeError",
+    "CheckResult",
+    "Finding",
     "GuardResult",
     "LoadedModel",
     "ModelReport",
@@ -111,8 +120,10 @@ __all__ = [
     "Renderer",
     "Segment",
     "TitoGuardError",
+    "TokenSide",
     "Trajectory",
     "TruncatedCompletion",
+    "Verdict",
     "__version__",
     "audit",
     "audit_model",

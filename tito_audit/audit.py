@@ -13,12 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tito_audit._version import __version__
-from tito_audit.checks import CheckResult, ordered_checks
+from tito_audit.checks import CheckResult, ordered_checks, run_check
 from tito_audit.context import AuditContext, AuditOptions
 from tito_audit.errors import AuditError, TemplateAlwaysRaises
 from tito_audit.sources.load import LoadedModel, Provenance, load
-from tito_audit.sources.synthesized import run_on
-from tito_audit.verdict import MIN_COVERAGE, VERDICTS, decide
+from tito_audit.verdict import MIN_COVERAGE, VERDICTS, Verdict, decide
 
 # 1.1: top-level suppressions/baseline keys, finding.baseline (tito_audit.gate)
 # 1.2: verdict_reasons; scenarios.catalogue/adaptations/low_coverage; check comparisons/render_failures/verdict_role;
@@ -29,7 +28,7 @@ SCHEMA_VERSION = "1.2"
 @dataclass
 class ModelReport:
     model: str
-    verdict: str
+    verdict: Verdict
     provenance: Provenance | None = None
     checks: list[CheckResult] = field(default_factory=list)
     error: str | None = None
@@ -137,7 +136,7 @@ def audit_context(ctx: AuditContext, started: float | None = None) -> ModelRepor
     specs = ordered_checks()
     if options.only_checks:  # filtering never changes the verdict: the checks it needs always run
         specs = [s for s in specs if s.id in options.only_checks or s.verdict_bearing]
-    report.checks = [run_on(spec, ctx) for spec in specs]  # run_check, but for synthesized tokenizers
+    report.checks = [run_check(spec, ctx) for spec in specs]
     report.decide()
     report.seconds = time.perf_counter() - started
     return report

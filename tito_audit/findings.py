@@ -16,9 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tito_audit.align import count_unmatched_trainable
-from tito_audit.rollout.tokens import common_prefix_len
-
 if TYPE_CHECKING:
     from tito_audit.context import AuditContext
     from tito_audit.rendering.renderer import RenderError
@@ -123,6 +120,9 @@ def divergence(
     trainable: Sequence[int] | None = None,
 ) -> Finding | None:
     """A finding at the first token where ``actual`` departs from ``expected``; None when equal."""
+    from tito_audit.align import count_unmatched_trainable  # (the formats import this module: kept light)
+    from tito_audit.rollout.tokens import common_prefix_len
+
     if list(expected) == list(actual):
         return None
     index = common_prefix_len(expected, actual)

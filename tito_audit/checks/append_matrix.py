@@ -21,6 +21,7 @@ def _mode_name(mode: dict[str, Any]) -> str:
     title="Other appends preserve the prefix",
     severity="warning",
     order=30,
+    approximate_classes=True,
     explanation="""
 Agent loops append more than tool results: user follow-ups, system notices, assistant prefills, in every
 thinking mode the model is trained with. Each append whose render rewrites the existing history has no

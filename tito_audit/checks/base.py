@@ -35,6 +35,12 @@ class CheckSpec:
     run: Callable[[AuditContext], Outcome]
     order: int = 100
     verdict: VerdictRole | None = None
+    # On a synthesized tokenizer (``sources.synthesized``), decided by measurement (benchmarks/results/
+    # synthesized-agreement.json, docs/checks.md): why the check's status does not follow the real tokenizer's
+    # (then it is reported not_applicable, not run), or whether its finding classes are read from token
+    # boundaries the base's merges draw (run, flagged approximate).
+    merge_dependent: str | None = None
+    approximate_classes: bool = False
 
     @property
     def verdict_bearing(self) -> bool:
@@ -89,12 +95,23 @@ def check(
     fix_hint: str,
     order: int = 100,
     verdict: VerdictRole | None = None,
+    merge_dependent: str | None = None,
+    approximate_classes: bool = False,
 ) -> Callable[[Callable[[AuditContext], Outcome]], Callable[[AuditContext], Outcome]]:
     def register(fn: Callable[[AuditContext], Outcome]) -> Callable[[AuditContext], Outcome]:
         if id in REGISTRY:
             raise ValueError(f"duplicate check id {id!r}")
         REGISTRY[id] = CheckSpec(
-            id, title, severity, " ".join(explanation.split()), " ".join(fix_hint.split()), fn, order, verdict
+            id,
+            title,
+            severity,
+            " ".join(explanation.split()),
+            " ".join(fix_hint.split()),
+            fn,
+            order,
+            verdict,
+            " ".join(merge_dependent.split()) if merge_dependent else None,
+            approximate_classes,
         )
         return fn
 
@@ -108,8 +125,9 @@ def status_for(spec: CheckSpec, findings: list[Finding]) -> Status:
     return "fail" if spec.severity == "error" else "warn"
 
 
-def _result(spec: CheckSpec, status: Status, summary: str, **rest: Any) -> CheckResult:
-    return CheckResult(
+def _result(spec: CheckSpec, status: Status, summary: str, outcome: Outcome | None = None) -> CheckResult:
+    """The one place a ``CheckResult`` is built: the spec's fixed fields, then what the run gave."""
+    result = CheckResult(
         spec.id,
         spec.title,
         status,
@@ -118,12 +136,37 @@ def _result(spec: CheckSpec, status: Status, summary: str, **rest: Any) -> Check
         spec.explanation,
         spec.fix_hint,
         verdict_role=spec.verdict,
-        **rest,
     )
+    if outcome is not None:
+        result.data = outcome.data
+        result.comparisons, result.render_failures = outcome.comparisons, outcome.render_failures
+    return result
 
 
 def run_check(spec: CheckSpec, ctx: AuditContext) -> CheckResult:
-    """One check's result; an exception becomes status ``error``, a check that compared nothing ``not_applicable``."""
+    """One check's result; an exception becomes status ``error``, a check that compared nothing ``not_applicable``.
+
+    On a synthesized tokenizer a merge-dependent check is ``not_applicable`` (not run, with the reason), and every
+    other check says in its ``data`` how far its result follows the real tokenizer's.
+    """
+    from tito_audit.sources.load import SYNTHESIZED  # (the formats import this module: no loader at import time)
+
+    provenance = ctx.model.provenance
+    if provenance is None or provenance.tokenizer != SYNTHESIZED:
+        return _run(spec, ctx)
+    if spec.merge_dependent is not None:
+        why = f"not judged on a synthesized tokenizer (base {provenance.tokenizer_base}): {spec.merge_dependent}"
+        return _result(spec, "not_applicable", why)
+    result = _run(spec, ctx)
+    result.data["approximate"] = (
+        "synthesized tokenizer: the finding classes are read from the base's token boundaries"
+        if spec.approximate_classes
+        else "synthesized tokenizer: status measured to agree with the real tokenizer's"
+    )
+    return result
+
+
+def _run(spec: CheckSpec, ctx: AuditContext) -> CheckResult:
     from tito_audit.rendering.renderer import RenderError
 
     try:
@@ -134,14 +177,15 @@ def run_check(spec: CheckSpec, ctx: AuditContext) -> CheckResult:
         if ctx.options.debug:
             raise
         return _result(spec, "error", f"{type(exc).__name__}: {exc}")
-    counts = {"comparisons": outcome.comparisons, "render_failures": outcome.render_failures}
     if outcome.not_applicable is None and not outcome.findings and outcome.comparisons == 0:
         failed = f" ({outcome.render_failures} render(s) failed)" if outcome.render_failures else ""
         outcome.not_applicable = f"compared nothing{failed}"
     if outcome.not_applicable is not None:
-        return _result(spec, "not_applicable", outcome.not_applicable, data=outcome.data, **counts)
+        return _result(spec, "not_applicable", outcome.not_applicable, outcome)
     status = status_for(spec, outcome.findings)
     summary = outcome.summary or ("no divergence" if status == "pass" else f"{len(outcome.findings)} finding(s)")
     if outcome.render_failures:
         summary += f" ({outcome.render_failures} render(s) failed and were not compared)"
-    return _result(spec, status, summary, findings=outcome.findings, data=outcome.data, **counts)
+    result = _result(spec, status, summary, outcome)
+    result.findings = outcome.findings
+    return result

@@ -15,6 +15,7 @@ from tito_audit.rollout.tokens import common_prefix_len
     title="History is not rewritten",
     severity="warning",
     order=70,
+    approximate_classes=True,
     verdict="tito-required",
     explanation="""
 Templates drop earlier reasoning, reformat tool calls or change markers once more turns follow. The sampled

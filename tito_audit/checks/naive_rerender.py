@@ -12,6 +12,7 @@ from tito_audit.findings import Collector, Outcome
     title="Naive re-tokenization is exact",
     severity="warning",
     order=25,
+    approximate_classes=True,
     verdict="tito-required",
     explanation="""
 Naive rollout code keeps a message list and re-renders plus re-encodes it every turn. This compares that

@@ -14,6 +14,8 @@ from tito_audit.rollout.stop import template_turn_end_tokens
     title="Stop-token seam",
     severity="warning",
     order=40,
+    merge_dependent="the seam's atomicity depends on how the real merges split multi-byte and prefix-space text, "
+    "and its eos finding on shipped metadata (agreed on 11 of 16 models)",
     explanation="""
 An engine stops on a token and returns it; the template may render more after it (Qwen's `\\n` after
 `<|im_end|>`), close turns with a token that is not the tokenizer's eos (Gemma's `<end_of_turn>`), or not

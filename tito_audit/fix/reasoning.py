@@ -22,6 +22,8 @@ from tito_audit.probes import REASONING_PROBES
 ID = "reasoning_history"
 _WORDS = ("think", "reason")
 _CHECKS = ("tool_append_prefix", "append_matrix", "history_rewrite")
+
+
 def _mentions_reasoning(block: Block) -> bool:
     return any(
         t.kind in ("string", "name") and any(w in t.value.lower() for w in _WORDS)

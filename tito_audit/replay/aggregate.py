@@ -18,6 +18,7 @@ from tito_audit.findings import Finding, TokenSide
 from tito_audit.replay.analyze import EpisodeResult
 from tito_audit.replay.checks import BY_ID
 from tito_audit.replay.divergence import Divergence
+from tito_audit.verdict import Verdict
 
 MAX_FINDINGS = 200
 
@@ -139,7 +140,7 @@ class ReplayModelReport(ModelReport):
         return out
 
 
-def replay_verdict(checks: list[CheckResult]) -> str:
+def replay_verdict(checks: list[CheckResult]) -> Verdict:
     by_id = {c.id: c for c in checks}
     if any(by_id[i].status == "fail" for i in ("replay_divergence", "replay_shape") if i in by_id):
         return "unsafe"

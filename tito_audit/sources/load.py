@@ -39,6 +39,9 @@ _JSON_FILES = (
 _TOOLS_PROBE = [{"type": "function", "function": {"name": "probe", "parameters": {}}}]
 
 
+SYNTHESIZED = "synthesized"  # ``Provenance.tokenizer`` of a tokenizer built by ``sources.synthesized``
+
+
 @dataclass(frozen=True)
 class Provenance:
     """Where every byte the audit looked at came from; copied into every report."""
@@ -219,11 +222,12 @@ def _generation_eos_ids(tokenizer: Any, parsed: dict[str, Any]) -> tuple[int, ..
     return tuple(dict.fromkeys(ids))
 
 
-def load_model(
+def load_files(
     files: ModelFiles,
     template_name: str | None = None,
     chat_template_file: str | Path | None = None,
 ) -> LoadedModel:
+    """The second half of ``load``: fetched files to a ``LoadedModel``. ``load`` is the one public loader."""
     spec, folder = files.spec, files.folder
     parsed = _validate_json_files(spec, folder)
     config = parsed.get("tokenizer_config.json", {})
@@ -287,4 +291,4 @@ def load(
     from tito_audit.sources.tokenizer import collector_paused
 
     with collector_paused():  # the Hub client's first import, then the tokenizer's (see _load_tokenizer)
-        return load_model(fetch_model_files(spec, offline), template_name, chat_template_file)
+        return load_files(fetch_model_files(spec, offline), template_name, chat_template_file)

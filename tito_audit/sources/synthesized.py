@@ -13,7 +13,8 @@ reads, then gives back the template's literal text exactly after encode and deco
 fewest tokens; ties go to the order the candidates were given.
 
 Every such verdict is approximate: ``provenance.tokenizer`` is ``"synthesized"`` and names the base, and the
-checks in ``MERGE_DEPENDENT`` (measured: ``benchmarks/bench_synthesized.py``) are ``not_applicable``.
+checks declared ``merge_dependent`` (``@check``; measured: ``benchmarks/bench_synthesized.py``) are
+``not_applicable``; ``checks.base.run_check`` applies it.
 """
 
 from __future__ import annotations
@@ -21,31 +22,12 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from tito_audit.sources.load import LoadedModel, Provenance, sha256_text
+from tito_audit.sources.load import SYNTHESIZED, LoadedModel, Provenance, sha256_text
 
-if TYPE_CHECKING:
-    from tito_audit.checks.base import CheckResult, CheckSpec
-    from tito_audit.context import AuditContext
-
-SYNTHESIZED = "synthesized"
 # Special-token variables transformers passes to a template (those the tokenizer defines).
 SPECIAL_VARIABLES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
-# Checks whose status on a synthesized tokenizer does not follow the real one's, because they read what only the
-# real tokenizer knows: reported not_applicable (not run) on it. Decided by measurement, benchmarks/results/
-# synthesized-agreement.json (every shared and bundled model, real tokenizer hidden; docs/checks.md explains).
-MERGE_DEPENDENT: dict[str, str] = {
-    "roundtrip": "its rates and findings are the base tokenizer's merges (status agreed only because every real "
-    "tokenizer has non-canonical splits; the rates differed)",
-    "double_bos": "whether encoding adds a BOS is the real tokenizer's post-processor, which no template shows "
-    "(agreed on 8 of 16 models)",
-    "stop_boundary": "the seam's atomicity depends on how the real merges split multi-byte and prefix-space text, "
-    "and its eos finding on shipped metadata (agreed on 11 of 16 models)",
-}
-# Checks whose status agreed on every model but whose findings' cause classes (whitespace, serialization,
-# special_token...) are read from token boundaries that the base's merges draw: run, flagged approximate.
-CLASSES_APPROXIMATE = ("naive_rerender", "append_matrix", "history_rewrite")
 
 
 def template_controls(template: str) -> list[str]:
@@ -233,33 +215,3 @@ class Synthesizer:
 
 def is_synthesized(provenance: Provenance | None) -> bool:
     return provenance is not None and provenance.tokenizer == SYNTHESIZED
-
-
-def run_on(spec: CheckSpec, ctx: AuditContext) -> CheckResult:
-    """``run_check``, except on a synthesized tokenizer: a merge-dependent check is ``not_applicable`` (not run,
-    with the reason), and one whose finding classes are approximate says so in its ``data``."""
-    from tito_audit.checks.base import CheckResult, run_check
-
-    prov = ctx.model.provenance
-    if not is_synthesized(prov):
-        return run_check(spec, ctx)
-    why = MERGE_DEPENDENT.get(spec.id)
-    if why is not None:
-        summary = f"not judged on a synthesized tokenizer (base {prov.tokenizer_base}): {why}"
-        return CheckResult(
-            spec.id,
-            spec.title,
-            "not_applicable",
-            spec.severity,
-            summary,
-            spec.explanation,
-            spec.fix_hint,
-            verdict_role=spec.verdict,
-        )
-    result = run_check(spec, ctx)
-    result.data["approximate"] = (
-        "synthesized tokenizer: the finding classes are read from the base's token boundaries"
-        if spec.id in CLASSES_APPROXIMATE
-        else "synthesized tokenizer: status measured to agree with the real tokenizer's"
-    )
-    return result
