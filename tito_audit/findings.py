@@ -5,7 +5,7 @@ class; ``divergence`` builds one at the first token where two id sequences part,
 from the tokens there. ``Outcome`` is what a check function returns.
 
 A check that compared nothing must not pass, and a render that fails inside a check must be counted, not
-skipped. ``Collector`` replaces the ``f = divergence(...); if f: findings.append(f)`` idiom: every
+skipped. ``Collector`` replaces the ``finding = divergence(...); if finding: findings.append(finding)`` idiom: every
 ``compare`` counts one comparison, every ``failed`` one render failure, and ``outcome`` turns the counts into an
 ``Outcome`` (``not_applicable`` with the reason when nothing was compared).
 """
@@ -182,10 +182,10 @@ class Collector:
     ) -> Finding | None:
         """Count one token comparison; keep and return the finding when ``actual`` departs from ``expected``."""
         self.comparisons += 1
-        f = divergence(self.ctx, self.check, scenario, expected, actual, message, cls=cls, trainable=trainable)
-        if f is not None:
-            self.findings.append(f)
-        return f
+        finding = divergence(self.ctx, self.check, scenario, expected, actual, message, cls=cls, trainable=trainable)
+        if finding is not None:
+            self.findings.append(finding)
+        return finding
 
     def compared(self, n: int = 1) -> None:
         """Count comparisons made without token windows (a probe that rendered, a rendered text searched)."""
@@ -193,15 +193,15 @@ class Collector:
 
     def add(self, scenario: str, cls: str, message: str, reason: str | None = None, **extra: Any) -> Finding:
         """A finding that is not a token divergence (a dropped call, a missing marker)."""
-        f = Finding(self.check, scenario, cls, message, reason=reason, **extra)
-        self.findings.append(f)
-        return f
+        finding = Finding(self.check, scenario, cls, message, reason=reason, **extra)
+        self.findings.append(finding)
+        return finding
 
-    def keep(self, f: Finding | None) -> Finding | None:
+    def keep(self, finding: Finding | None) -> Finding | None:
         """Keep a finding built elsewhere (None is ignored)."""
-        if f is not None:
-            self.findings.append(f)
-        return f
+        if finding is not None:
+            self.findings.append(finding)
+        return finding
 
     def failed(self, scenario: str, err: RenderError) -> None:
         """A render inside the check failed: counted and reported, never skipped silently."""

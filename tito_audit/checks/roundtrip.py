@@ -57,39 +57,64 @@ def _outcome_memo(ctx: AuditContext) -> BoundedCache:
 
 
 def _turn_outcome(ctx: AuditContext, ids: list[int], splits: dict[int, list[int] | None]) -> _TurnOutcome:
-    tok = ctx.tokenizer
+    tokenizer = ctx.tokenizer
     exact = _roundtrip(ctx, ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
     default = (
-        _roundtrip(ctx, ids, skip_special_tokens=False) if getattr(tok, "clean_up_tokenization_spaces", False) else None
+        _roundtrip(ctx, ids, skip_special_tokens=False)
+        if getattr(tokenizer, "clean_up_tokenization_spaces", False)
+        else None
     )
     skip_ok = _roundtrip(ctx, ids, skip_special_tokens=True, clean_up_tokenization_spaces=False) == ids
-    o = _TurnOutcome(exact, default, skip_ok)
+    outcome = _TurnOutcome(exact, default, skip_ok)
     positions: list[tuple[int, list[int]]] = []
     for pos, tid in enumerate(ids[:-1]):
         if tid not in splits:
-            splits[tid] = noncanonical_split(tok, tid, ctx.vocab, ctx.special_ids)
+            splits[tid] = noncanonical_split(tokenizer, tid, ctx.vocab, ctx.special_ids)
         split = splits[tid]
         if split is not None:
             positions.append((pos, split))
-    o.split_possible = len(positions)
-    cache = tokenizer_cache(tok)
+    outcome.split_possible = len(positions)
+    cache = tokenizer_cache(tokenizer)
     for at in range(0, len(positions), 128):  # variants decoded in batches (a long turn has hundreds)
         chunk = [([*ids[:pos], *split, *ids[pos + 1 :]], split) for pos, split in positions[at : at + 128]]
         texts = cache.decode_many([v for v, _ in chunk], skip_special_tokens=False, clean_up_tokenization_spaces=False)
         for (variant, split), text in zip(chunk, texts, strict=True):
             back = ctx.renderer.encode(text)
             if back != variant:
-                o.split_lost += 1
-                if o.first_lost is None:
-                    o.first_lost = (variant, back, split)
+                outcome.split_lost += 1
+                if outcome.first_lost is None:
+                    outcome.first_lost = (variant, back, split)
     partial = [p for p, text in enumerate(ctx.renderer.token_texts(ids[:-1]), start=1) if "\ufffd" in text]
     for pos in partial[:1]:
         if "\ufffd" in ctx.renderer.decode(ids[:pos]) and "\ufffd" not in ctx.renderer.decode(ids):
             cut = ids[:pos]
             same = _roundtrip(ctx, cut, skip_special_tokens=False, clean_up_tokenization_spaces=False) == cut
-            o.cut = (cut, None if same else _roundtrip(ctx, cut))
+            outcome.cut = (cut, None if same else _roundtrip(ctx, cut))
         break
-    return o
+    return outcome
+
+
+class _Tally:
+    """One way a turn can break: how often it did, with a finding for the first ``findings`` times."""
+
+    def __init__(self, found: Collector, findings: int = 1) -> None:
+        self.found = found
+        self.findings = findings
+        self.count = 0
+
+    def add(
+        self,
+        scenario: str,
+        expected: list[int],
+        actual: list[int],
+        message: str,
+        cls: str | None = None,
+        trainable: list[int] | None = None,
+        count: int = 1,
+    ) -> None:
+        if self.count < self.findings:
+            self.found.compare(scenario, expected, actual, message, cls=cls, trainable=trainable)
+        self.count += count
 
 
 @check(
@@ -108,89 +133,85 @@ text again (message lists, string-based rollouts) changes the tokens the gradien
 Never decode→re-encode sampled ids for training; keep the engine's ids. Decode only for parsing and display.""",
 )
 def roundtrip(ctx: AuditContext) -> Outcome:
-    tok = ctx.tokenizer
+    tokenizer = ctx.tokenizer
     found = Collector(ctx, "roundtrip")
     turns = [(s, t) for s in ctx.ok_simulations(exclude_tags=("special_text",)) for t in s.turns]
     if not turns:
         return Outcome(not_applicable="no assistant turn could be simulated")
-    canonical_bad = cleanup_bad = skip_bad = 0
-    split_possible = split_lost = tokens = 0
-    cut_bad = cut_total = 0
+    canonical = _Tally(found, findings=3)
+    cleanup = _Tally(found)
+    lost = _Tally(found)  # counts lost splits, not turns
+    cut = _Tally(found)
+    skip_bad = split_possible = tokens = cut_total = 0
     outcomes = _outcome_memo(ctx)  # many scenarios (and a scan's templates) sample the same turn
     splits = _split_memo(ctx)
     for sim, turn in turns:
         ids = turn.sampled_ids
         key = tuple(ids)
-        o = outcomes.get(key)
-        if o is None:
-            o = outcomes.put(key, _turn_outcome(ctx, ids, splits), len(ids))
+        outcome = outcomes.get(key)
+        if outcome is None:
+            outcome = outcomes.put(key, _turn_outcome(ctx, ids, splits), len(ids))
+        scenario = sim.scenario.id
         tokens += len(ids)
-        if o.exact != ids:
-            canonical_bad += 1
-            if canonical_bad <= 3:
-                found.compare(
-                    sim.scenario.id,
-                    ids,
-                    o.exact,
-                    f"canonical ids of message {turn.index} do not survive decode→encode",
-                    trainable=[1] * len(ids),
-                )
-        if o.default is not None and o.default != ids:
-            cleanup_bad += 1
-            if cleanup_bad == 1:
-                found.compare(
-                    sim.scenario.id,
-                    ids,
-                    o.default,
-                    "clean_up_tokenization_spaces=True (this tokenizer's default) rewrites decoded text",
-                    cls="whitespace",
-                    trainable=[1] * len(ids),
-                )
-        if not o.skip_ok:
+        if outcome.exact != ids:
+            canonical.add(
+                scenario,
+                ids,
+                outcome.exact,
+                f"canonical ids of message {turn.index} do not survive decode→encode",
+                trainable=[1] * len(ids),
+            )
+        if outcome.default is not None and outcome.default != ids:
+            cleanup.add(
+                scenario,
+                ids,
+                outcome.default,
+                "clean_up_tokenization_spaces=True (this tokenizer's default) rewrites decoded text",
+                cls="whitespace",
+                trainable=[1] * len(ids),
+            )
+        if not outcome.skip_ok:
             skip_bad += 1
-        split_possible += o.split_possible
-        if o.first_lost is not None:
-            if split_lost == 0:
-                variant, back, split = o.first_lost
-                found.compare(
-                    sim.scenario.id,
-                    variant,
-                    back,
-                    f"a non-canonical split a sampler can emit ({tok.convert_ids_to_tokens(split[0])!r}"
-                    f" + {tok.convert_ids_to_tokens(split[1])!r}) re-encodes as one token",
-                    cls="non_canonical",
-                    trainable=[1] * len(variant),
-                )
-            split_lost += o.split_lost
-        if o.cut is not None:
+        split_possible += outcome.split_possible
+        if outcome.first_lost is not None:
+            variant, back, split = outcome.first_lost
+            lost.add(
+                scenario,
+                variant,
+                back,
+                f"a non-canonical split a sampler can emit ({tokenizer.convert_ids_to_tokens(split[0])!r}"
+                f" + {tokenizer.convert_ids_to_tokens(split[1])!r}) re-encodes as one token",
+                cls="non_canonical",
+                trainable=[1] * len(variant),
+                count=outcome.split_lost,
+            )
+        if outcome.cut is not None:
             cut_total += 1
-            cut, cut_back = o.cut
+            cut_ids, cut_back = outcome.cut
             if cut_back is not None:
-                cut_bad += 1
-                if cut_bad == 1:
-                    found.compare(
-                        sim.scenario.id,
-                        cut,
-                        cut_back,
-                        "a completion cut at a length limit inside a multi-byte character decodes"
-                        " to U+FFFD and re-encodes differently",
-                        cls="non_canonical",
-                    )
+                cut.add(
+                    scenario,
+                    cut_ids,
+                    cut_back,
+                    "a completion cut at a length limit inside a multi-byte character decodes"
+                    " to U+FFFD and re-encodes differently",
+                    cls="non_canonical",
+                )
     n = len(turns)
     rates = {
-        "canonical_failure_rate": canonical_bad / n,
-        "cleanup_failure_rate": cleanup_bad / n,
+        "canonical_failure_rate": canonical.count / n,
+        "cleanup_failure_rate": cleanup.count / n,
         "skip_special_tokens_failure_rate": skip_bad / n,
         "noncanonical_split_rate": split_possible / max(tokens, 1),
-        "noncanonical_lost_rate": split_lost / max(split_possible, 1),
-        "multibyte_cut_failure_rate": cut_bad / max(cut_total, 1),
+        "noncanonical_lost_rate": lost.count / max(split_possible, 1),
+        "multibyte_cut_failure_rate": cut.count / max(cut_total, 1),
     }
     findings = found.findings
-    for f in findings:
-        f.rate = {
+    for finding in findings:
+        finding.rate = {
             "non_canonical": rates["noncanonical_lost_rate"],
             "whitespace": rates["cleanup_failure_rate"],
-        }.get(f.cls, rates["canonical_failure_rate"])
+        }.get(finding.cls, rates["canonical_failure_rate"])
     summary = (
         f"canonical {1 - rates['canonical_failure_rate']:.0%} exact; "
         f"{rates['noncanonical_split_rate']:.0%} of sampled tokens have a non-canonical split, "
