@@ -128,6 +128,26 @@ def test_refusal_names_the_first_divergent_token_and_leaves_the_buffer_alone(qwe
     assert exc.after[i : i + 5] == exc.before[i + len(exc.removed) : i + len(exc.removed) + 5]
 
 
+def test_append_refused_keeps_going_with_the_tokens_naive_code_would_append(qwen3) -> None:
+    """After a refusal, ``append_refused`` appends what the template's full render has after the sampled turn:
+    the buffer is then the full render's ids with the sampled turn's rewritten history, untrained."""
+    traj = Trajectory.from_model(qwen3, tools=list(TOOLS), chat_template_kwargs={"enable_thinking": False})
+    traj.start([USER])
+    traj.append_sampled(_sampled(traj, ASSISTANT_CALL), message=ASSISTANT_CALL)
+    kept = len(traj.input_ids)
+    with pytest.raises(BridgeError) as info:
+        traj.append_messages([TOOL])
+    tool = dict(TOOL)
+    appended = traj.append_refused([tool], info.value)
+    tool["content"] = "changed by the caller later"
+    assert appended == info.value.forced_ids and appended
+    assert traj.input_ids[kept:] == appended and traj.loss_mask[kept:] == [0] * len(appended)
+    assert traj.segments[-1].kind == "bridge" and traj.messages[-1] == TOOL  # a copy, as append_messages keeps
+    full = traj.renderer.render_ids([USER, ASSISTANT_CALL, TOOL], tools=traj.tools, add_generation_prompt=True)
+    assert full[len(full) - len(appended) :] == appended  # the tail of the render that rewrote the history
+    assert traj.input_ids != full  # ... while the buffer still holds the history as it was sampled
+
+
 def test_preflight_agrees_with_the_audit(qwen3, report) -> None:
     traj = Trajectory.from_model(qwen3)
     modes = [{}, {"enable_thinking": True}, {"enable_thinking": False}]
