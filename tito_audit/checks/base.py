@@ -1,9 +1,11 @@
-"""What a check is, what it finds, and the registry that makes adding one a one-file change.
+"""What a check is, the registry that makes adding one a one-file change, and how one is run.
 
 A check is a function over an ``AuditContext`` decorated with ``@check(...)``, which records its stable id,
-severity, explanation, fix hint and its role in the verdict (``verdict=``: what an active finding of the check
-makes the verdict at least; ``tito_audit.verdict.decide`` reads it from here and nowhere else). Every module in
-this package is imported by ``checks/__init__.py``, so a new check is a new module and nothing else.
+severity, explanation, fix hint, its role in the verdict (``verdict=``: what an active finding of the check
+makes the verdict at least; ``tito_audit.verdict.decide`` reads it from here and nowhere else) and how it is
+judged on a synthesized tokenizer (``merge_dependent=``, ``approximate_classes=``). Every module in this package
+is imported by ``checks/__init__.py``, so a new check is a new module and nothing else. What a check finds
+(``Finding``, ``Outcome``) lives in ``tito_audit.findings``.
 """
 
 from __future__ import annotations
