@@ -144,25 +144,27 @@ def divergence(
     )
 
 
-def classify(ctx: AuditContext, a: Sequence[int], b: Sequence[int]) -> str:
+def classify(ctx: AuditContext, expected: Sequence[int], actual: Sequence[int]) -> str:
     """Name the cause of a divergence from the tokens on both sides."""
-    ta, tb = ctx.renderer.decode(a), ctx.renderer.decode(b)
+    expected_text, actual_text = ctx.renderer.decode(expected), ctx.renderer.decode(actual)
+    both = expected_text + actual_text
     stops = set(ctx.stop_ids)
-    if "think" in ta + tb or "reasoning" in ta + tb or "analysis" in ta + tb:
+    if "think" in both or "reasoning" in both or "analysis" in both:
         return "history_rewrite"
-    if (a and a[0] in stops) or (b and b[0] in stops):
+    if (expected and expected[0] in stops) or (actual and actual[0] in stops):
         return "stop_seam"
-    if ta.strip() == tb.strip() or (ta[:1].isspace() or tb[:1].isspace()):
+    if expected_text.strip() == actual_text.strip() or (expected_text[:1].isspace() or actual_text[:1].isspace()):
         return "whitespace"
-    specials = set(ctx.special_texts)
-    if any(s in ta or s in tb for s in specials):
+    if any(text in expected_text or text in actual_text for text in set(ctx.special_texts)):
         return "special_token"
-    if any(c in ta + tb for c in '{}":,[]'):
+    if any(char in both for char in '{}":,[]'):
         return "serialization"
     return "history_rewrite"
 
 
 class Collector:
+    """One check's findings, with how many things it compared and how many renders failed on the way."""
+
     def __init__(self, ctx: AuditContext, check: str) -> None:
         self.ctx = ctx
         self.check = check

@@ -4,6 +4,9 @@ For each assistant turn the "sampled" ids are what the model would emit: the tem
 turn as the final message, cut at the engine's stop token and tokenized in context (the tokenization the
 model was trained on). Environment messages are appended with the same ``Trajectory`` RL code would use.
 At the end we also build what naive rollout code would have: the parsed conversation re-rendered and encoded.
+
+This is the audit's side (the checks read its ``Simulation``s through ``AuditContext``), not part of the public
+``rollout`` library, which it only uses.
 """
 
 from __future__ import annotations
