@@ -381,3 +381,21 @@ def test_every_format_shows_coverage_and_says_when_it_is_low(audited) -> None:
     doc = json.loads(render_report(report, "json"))["models"][0]
     assert doc["scenarios"]["low_coverage"] is True and "low_coverage:12/40" in doc["verdict_reasons"]
     assert "only 12/40 scenarios played" in render_report(report, "terminal", quiet=True)
+
+
+def test_the_public_api_names_the_types_it_returns(audited) -> None:
+    """``from tito_audit import ...`` gives the types of what ``audit_model`` returns, the verdict a ``Literal``."""
+    import typing
+
+    import tito_audit
+    from tito_audit.audit import ModelReport
+    from tito_audit.verdict import VERDICTS
+
+    assert set(typing.get_args(tito_audit.Verdict)) == set(VERDICTS)
+    assert typing.get_type_hints(ModelReport)["verdict"] == tito_audit.Verdict
+    report = audited("drops_tool_results")
+    assert report.verdict in typing.get_args(tito_audit.Verdict)
+    assert all(isinstance(c, tito_audit.CheckResult) for c in report.checks)
+    findings = [f for c in report.checks for f in c.findings]
+    assert findings and all(isinstance(f, tito_audit.Finding) for f in findings)
+    assert any(isinstance(f.expected, tito_audit.TokenSide) for f in findings)
