@@ -9,7 +9,7 @@ import pytest
 from conftest import HUB, SHARED_MODELS
 
 from tito_audit.cli.table import cached_models
-from tito_audit.formats import compatibility_table
+from tito_audit.formats.compatibility import compatibility_table
 from tito_audit.sources.bundled import bundled_names
 
 ROOT = Path(__file__).resolve().parents[1]

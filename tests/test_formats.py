@@ -21,8 +21,9 @@ from tito_audit.audit import AuditReport
 from tito_audit.checks import ordered_checks
 from tito_audit.cli import app
 from tito_audit.findings import TokenSide
-from tito_audit.formats import FORMATTERS, compatibility_table, render_report
+from tito_audit.formats import FORMATTERS, render_report
 from tito_audit.formats.common import divergence
+from tito_audit.formats.compatibility import compatibility_table
 from tito_audit.formats.html import read_rl_dir, to_html
 from tito_audit.formats.sarif import artifact_uri, to_sarif_dict
 

@@ -1,30 +1,39 @@
-"""Output formats: every one renders the same ``AuditReport``."""
+"""Output formats: every one renders the same ``AuditReport``.
 
+Each formatter's module is imported when its format is asked for: a cold ``audit -q`` on a terminal should not
+pay for the HTML, Markdown and SARIF writers.
+"""
+
+from __future__ import annotations
+
+import importlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from tito_audit.audit import AuditReport
-from tito_audit.formats.compatibility import compatibility_table
-from tito_audit.formats.html import to_html
-from tito_audit.formats.json import to_json
-from tito_audit.formats.markdown import to_markdown
-from tito_audit.formats.sarif import to_sarif
-from tito_audit.formats.terminal import to_terminal
+if TYPE_CHECKING:
+    from tito_audit.audit import AuditReport
 
-FORMATTERS: dict[str, Callable[..., str]] = {
-    "terminal": to_terminal,
-    "json": to_json,
-    "markdown": to_markdown,
-    "html": to_html,
-    "sarif": to_sarif,
+# format name -> (module, function)
+FORMATTERS: dict[str, tuple[str, str]] = {
+    "terminal": ("tito_audit.formats.terminal", "to_terminal"),
+    "json": ("tito_audit.formats.json", "to_json"),
+    "markdown": ("tito_audit.formats.markdown", "to_markdown"),
+    "html": ("tito_audit.formats.html", "to_html"),
+    "sarif": ("tito_audit.formats.sarif", "to_sarif"),
 }
 
 
-def render_report(report: AuditReport, fmt: str, **options: object) -> str:
+def formatter(fmt: str) -> Callable[..., str]:
     try:
-        formatter = FORMATTERS[fmt]
+        module, name = FORMATTERS[fmt]
     except KeyError:
         raise ValueError(f"unknown format {fmt!r} (choose from {', '.join(FORMATTERS)})") from None
-    return formatter(report, **options)
+    function: Callable[..., str] = getattr(importlib.import_module(module), name)
+    return function
 
 
-__all__ = ["FORMATTERS", "compatibility_table", "render_report"]
+def render_report(report: AuditReport, fmt: str, **options: object) -> str:
+    return formatter(fmt)(report, **options)
+
+
+__all__ = ["FORMATTERS", "formatter", "render_report"]

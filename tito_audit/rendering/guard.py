@@ -7,9 +7,12 @@ Three layers, cheapest first:
   attribute access (``__class__``, ``__globals__``, ``mro``...), including through ``str.format`` and
   ``|attr``. Stock jinja returns a silent undefined there, so ``{{ ''.__class__ }}`` would render as
   ``""`` and the attempt would go unreported.
-* ``render_limits`` bounds one render: a SIGALRM wall-clock timer and an address-space budget
+* ``render_limits`` bounds one render: a SIGPROF timer on the process's CPU time and an address-space budget
   (``RLIMIT_AS``, lowered for the duration of the render) so that exponential string growth fails with
-  ``MemoryError`` at about ``memory_bytes`` instead of eating the machine. Both are process-wide, so they
+  ``MemoryError`` at about ``memory_bytes`` instead of eating the machine. CPU time, not wall time: a loop
+  that never ends burns CPU all the same, while a busy machine (a scan's workers, CI neighbours) stretches
+  wall time and would time out an ordinary render, so the same template would get a different report on a
+  loaded machine. Both are process-wide, so they
   only apply in a process's main thread; elsewhere only the output-size check (done by the renderer)
   applies. Parallel audits use processes.
 * ``limit_process_memory`` caps a whole worker process (the scan's pool also kills a worker past a hard
@@ -56,15 +59,15 @@ def time_limit(seconds: float) -> Iterator[None]:
         return
 
     def _expire(signum: int, frame: object) -> None:
-        raise RenderTimeout(f"render exceeded {seconds:g}s")
+        raise RenderTimeout(f"render exceeded {seconds:g}s of CPU time")
 
-    previous = signal.signal(signal.SIGALRM, _expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    previous = signal.signal(signal.SIGPROF, _expire)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
