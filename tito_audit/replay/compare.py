@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from tito_audit.context import IdMatcher
 from tito_audit.replay.divergence import Divergence, classify, run_text, window
@@ -153,13 +154,28 @@ def _myers(a: list[int], b: list[int], max_edits: int) -> list[Edit] | None:
             x = v[off + k + 1] if down else v[off + k - 1] + 1
             y = x - k
             if x < n and y < m and a[x] == b[y]:
-                x += common_prefix_len(a[x:], b[y:])
+                x += _snake(a, b, x, y)
                 y = x - k
             v[off + k] = x
             if x >= n and y >= m:
                 return _backtrack(trace, d, x, y)
         trace.append(v[off - d : off + d + 1])
     return None
+
+
+def _snake(a: list[int], b: list[int], x: int, y: int) -> int:
+    """How many ids ``a[x:]`` and ``b[y:]`` share at their start: compared in doubling slices, so a long run costs
+    few Python steps and a short one copies little (slicing the whole remainder each time would be O(N) a step)."""
+    n = min(len(a) - x, len(b) - y)
+    s, step = 0, 8
+    while s < n:
+        e = min(n, s + step)
+        if a[x + s : x + e] != b[y + s : y + e]:
+            while a[x + s] == b[y + s]:
+                s += 1
+            return s
+        s, step = e, 2 * step
+    return n
 
 
 def _backtrack(trace: list[list[int]], d: int, x: int, y: int) -> list[Edit]:
@@ -243,6 +259,7 @@ def against_reference(
     turns = _Turns(spans)
     first: dict[int, Divergence] = {}
     n_got_mask = len(got_mask) if got_mask is not None else 0
+    ref_mask_l, got_mask_l = list(ref_mask), list(got_mask) if got_mask is not None else []
 
     def gmask(j: int) -> int:
         return got_mask[j] if got_mask is not None and j < n_got_mask else 0
@@ -262,7 +279,8 @@ def against_reference(
 
     for tag, i1, i2, j1, j2 in align(ref, got):
         if tag == "equal":
-            if got_mask is None or list(ref_mask[i1:i2]) == [gmask(j) for j in range(j1, j2)]:
+            gm = got_mask_l[j1:j2]
+            if got_mask is None or ref_mask_l[i1:i2] == gm + [0] * (j2 - j1 - len(gm)):
                 continue
             for off in range(i2 - i1):
                 rm, gm = ref_mask[i1 + off], gmask(j1 + off)
@@ -320,10 +338,13 @@ def against_sampled(
     bos_id: int | None = None,
 ) -> Comparison:
     """No renders: the sampled turns must appear verbatim in ``got``, trained exactly where they are."""
+    kw: dict[str, Any] = dict(decode=decode, stop_ids=stop_ids, special_ids=special_ids, bos_id=bos_id)
     if got_mask is not None and len(got_mask) == len(got):
         runs = mask_runs(got_mask)
-        if len(runs) == len(turns) and all(got[a:b] == list(t) for (a, b), t in zip(runs, turns, strict=True)):
-            return Comparison()
+        if len(runs) == len(turns):
+            if all(got[a:b] == list(t) for (a, b), t in zip(runs, turns, strict=True)):
+                return Comparison()
+            return _against_runs(turns, logprobs, runs, got, got_mask, **kw)
     # Slow path: build the reference "trained sequence" the sampled ids imply, by aligning them into ``got``.
     flat: list[int] = [t for turn in turns for t in turn]
     flat_lp: list[float | None] = []
@@ -371,3 +392,37 @@ def against_sampled(
         special_ids=special_ids,
         bos_id=bos_id,
     )
+
+
+def _against_runs(
+    turns: Sequence[Sequence[int]],
+    logprobs: Sequence[Sequence[float] | None],
+    runs: Sequence[tuple[int, int]],
+    got: Sequence[int],
+    got_mask: Sequence[int],
+    **kw: Any,
+) -> Comparison:
+    """One trained run per sampled turn: the reference is ``got`` with turn k put in place of run k (or of as
+    many ids from the run's start as the turn has, where they already are the turn: a mask-only difference), so
+    the alignment has only the real differences to find."""
+    ref: list[int] = []
+    ref_mask: list[int] = []
+    ref_lp: list[float | None] = []
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    for k, ((a, b), turn) in enumerate(zip(runs, turns, strict=True)):
+        t = list(turn)
+        end = a + len(t) if list(got[a : a + len(t)]) == t else b
+        ref += got[pos:a]
+        ref_mask += [0] * (a - pos)
+        ref_lp += [None] * (a - pos)
+        lps = logprobs[k] if k < len(logprobs) else None
+        spans.append((len(ref), len(ref) + len(t)))
+        ref += t
+        ref_mask += [1] * len(t)
+        ref_lp += list(lps) if lps is not None and len(lps) == len(t) else [None] * len(t)
+        pos = max(end, pos)
+    ref += got[pos:]
+    ref_mask += [0] * (len(got) - pos)
+    ref_lp += [None] * (len(got) - pos)
+    return against_reference(ref, ref_mask, ref_lp, spans, got, got_mask, **kw)
