@@ -279,8 +279,8 @@ def against_reference(
 
     for tag, i1, i2, j1, j2 in align(ref, got):
         if tag == "equal":
-            gm = got_mask_l[j1:j2]
-            if got_mask is None or ref_mask_l[i1:i2] == gm + [0] * (j2 - j1 - len(gm)):
+            run_mask = got_mask_l[j1:j2]
+            if got_mask is None or ref_mask_l[i1:i2] == run_mask + [0] * (j2 - j1 - len(run_mask)):
                 continue
             for off in range(i2 - i1):
                 rm, gm = ref_mask[i1 + off], gmask(j1 + off)
