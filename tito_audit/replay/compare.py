@@ -79,7 +79,7 @@ def _describe(kind: str, cls: str, ref_text: str | None, got_text: str | None) -
     return f"trained {got_text!r} where the buffer has {ref_text!r}{same}"
 
 
-MAX_EDITS = 2000  # beyond this many inserted + deleted ids, a linear-time heuristic aligns instead
+MAX_EDITS = 512  # beyond this many inserted + deleted ids, a linear-time heuristic aligns instead
 SYNC = 16  # the heuristic: ids that must agree again after an edit (fewer near the end)
 SEARCH = 4096  # how far ahead a resynchronisation is looked for
 AGREE = 512  # agreement after an edit that counts in choosing it
