@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import random
 import sys
 import tempfile
@@ -97,6 +98,7 @@ def main() -> None:
             guard = run(python(GUARD, str(path)))
             guard["target_episodes_per_minute"] = 100_000
             out[f"guard_{loop}"] = guard
+    out["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]  # the machine is shared: see the docs
     print(write("replay", out))
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 
 import pytest
+from conftest import SHARED_MODELS
 
 from tito_audit import GuardResult, TitoGuardError, check_batch
+from tito_audit.replay.analyze import ReplayContext
 from tito_audit.replay.synthetic import log_episode, played_episodes
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
@@ -71,3 +73,24 @@ def test_padded_tensors_and_shape_mismatch(plays):
     bad = dict(rows[0], loss_mask=rows[0]["loss_mask"][:-1])
     result = check_batch([bad], on_fail="return")
     assert result.first is not None and result.first.divergence.kind == "shape"
+
+
+# Loops whose divergences change the sampled turns' ids or mask, which the guard sees without renders. (A
+# duplicated untrained turn leaves every sampled turn trained in place: only a replay with renders finds it.)
+GUARD_SEES = ("naive_retokenize", "stop_seam", "arguments_reserialized", "tool_calls_cleared", "turns_encoded_alone")
+
+
+@pytest.mark.parametrize("spec", SHARED_MODELS)
+def test_guard_flags_exactly_the_broken_episodes_at_the_first_injected_position(loaded, spec):
+    model = loaded(spec)
+    plays = played_episodes(model, 0.3, seed=3)[:12]
+    stops = ReplayContext.from_model(model).stop_ids  # the turn's stop tokens, as a trainer passes them
+    for loop in GUARD_SEES:
+        logged = [log_episode(p, loop, "") for p in plays]
+        rows = [item(lg.record) for lg in logged]
+        result = check_batch(rows, tokenizer=model.tokenizer, stop_ids=stops, on_fail="return")
+        assert [f.episode for f in result.failures] == [n for n, lg in enumerate(logged) if lg.truth], loop
+        for f in result.failures:
+            first = logged[f.episode].truth[0]
+            assert (f.divergence.turn, f.divergence.index, f.divergence.cls) == (first.turn, first.index, first.cls)
+    assert check_batch([item(log_episode(p, "correct", "").record) for p in plays]).ok

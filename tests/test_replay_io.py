@@ -129,6 +129,8 @@ def test_malformed_truncated_and_mixed_logs_lose_no_episode(setup, tmp_path):
     assert set(bad) == {"line 2", "line 3", "line 5", "line 7"}
     assert "not JSON" in bad["line 2"] and "unknown record layout (keys: input_ids)" in bad["line 3"]
     assert "0/1" in bad["line 5"] and "truncated" in bad["line 7"]
+    # workers parse the lines themselves: the same episodes, the same numbered errors
+    assert replay_log(path, ctx, workers=2).to_dict() == t.to_dict()
 
 
 def test_truncated_gzip_keeps_what_was_read(setup, tmp_path):

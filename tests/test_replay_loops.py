@@ -17,11 +17,9 @@ from tito_audit.replay.schema import episode_from_native
 from tito_audit.replay.synthetic import LOOPS, log_episode, played_episodes
 
 RATE = 0.3
-# Loops whose every injected divergence is found exactly (turn, position, class) on every shared model. For the
-# others (an inserted or re-rendered run, where more than one alignment explains the ids) the flagged episodes and
-# the first divergent position are exact; the class and later turns can differ (see docs/replay.md).
-EXACT = ("correct", "stop_seam", "arguments_reserialized")
 _PLAYED: dict[str, tuple] = {}
+# Loops that change nothing on some templates (the truth is then empty, and replay must report nothing).
+MAY_INJECT_NOTHING = {"prefix_fallback": "the template never refuses an append"}
 
 
 def played(loaded, spec):
@@ -31,11 +29,6 @@ def played(loaded, spec):
     return _PLAYED[spec]
 
 
-def ambiguous_duplicate(p) -> bool:
-    """A copy of turn k-1 inserted before an identical turn k: no aligner can tell which copy was inserted."""
-    return any(a == b for a, b in zip(p.turns, p.turns[1:], strict=False))
-
-
 @pytest.mark.parametrize("spec", SHARED_MODELS)
 @pytest.mark.parametrize("loop", [*LOOPS, "prefix_fallback"])
 def test_replay_finds_exactly_the_injected_divergences(loaded, spec, loop):
@@ -43,19 +36,13 @@ def test_replay_finds_exactly_the_injected_divergences(loaded, spec, loop):
     assert plays, f"{spec}: no scenario played"
     injected = 0
     for n, p in enumerate(plays):
-        if loop == "duplicate_previous_turn" and ambiguous_duplicate(p):
-            continue
         logged = log_episode(p, loop, p.scenario.id)
         res = analyze(episode_from_native(logged.record, n + 1), ctx)
         got = [(d.turn, d.index, d.cls) for d in res.divergences]
         want = [(t.turn, t.index, t.cls) for t in logged.truth]
-        why = f"{spec} {loop} {p.scenario.id}: {[d.message for d in res.divergences]}"
-        if loop in EXACT:
-            assert got == want, why
-        else:  # the episode is flagged iff something was injected, at the injected first position
-            assert bool(got) == bool(want), why
-            if want:
-                assert got[0][1] == want[0][1], why
+        if logged.first_only:  # after a re-render only the first divergence has one right answer
+            got = got[:1]
+        assert got == want, f"{spec} {loop} {p.scenario.id}: {[d.message for d in res.divergences]}"
         assert res.reference == "buffer" and res.error is None
         injected += len(want)
         if loop == "correct":
@@ -66,7 +53,7 @@ def test_replay_finds_exactly_the_injected_divergences(loaded, spec, loop):
             assert res.logprob_tokens == len(want)  # the engine's log-probs of exactly those tokens
     if loop == "correct":
         assert injected == 0
-    elif loop in ("stop_seam", "duplicate_previous_turn"):
+    elif loop not in MAY_INJECT_NOTHING:  # a broken loop that injects nothing would prove nothing
         assert injected > 0, f"{spec}: {loop} injected nothing"
 
 

@@ -6,7 +6,9 @@ Two references:
 - ``against_sampled``: only the sampled turns (no renders, what the run-time guard does): each turn must be in
   the trained sequence verbatim with ``loss_mask`` 1 on exactly its ids.
 
-Both align the two id sequences with the audit's ``IdMatcher`` (difflib's blocks, found fast) and report per
+``against_reference`` aligns the two id sequences with the fewest inserted and deleted ids (``align``, Myers'
+diff), each edit at the first position that differs, so a divergence is named where a common-prefix scan of the
+two would name it; ``against_sampled`` places the sampled runs with the audit's ``IdMatcher``. Both report per
 turn the first divergence, plus counts: trained tokens never sampled, sampled tokens not trained, mask flips.
 """
 
@@ -15,9 +17,10 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from tito_audit.align import IdMatcher
-from tito_audit.replay.divergence import Divergence, classify, window
+from tito_audit.replay.divergence import Divergence, classify, run_text, window
 from tito_audit.rollout.tokens import common_prefix_len
 
 
@@ -76,16 +79,17 @@ def _describe(kind: str, cls: str, ref_text: str | None, got_text: str | None) -
     return f"trained {got_text!r} where the buffer has {ref_text!r}{same}"
 
 
-SYNC = 16  # ids that must agree again after an edit (fewer near the end)
+MAX_EDITS = 512  # beyond this many inserted + deleted ids, a linear-time heuristic aligns instead
+SYNC = 16  # the heuristic: ids that must agree again after an edit (fewer near the end)
 SEARCH = 4096  # how far ahead a resynchronisation is looked for
 AGREE = 512  # agreement after an edit that counts in choosing it
+
+Opcode = tuple[str, int, int, int, int]
 
 
 def _resync(a: Sequence[int], i: int, b: Sequence[int], j: int) -> tuple[int, int] | None:
     """The edit ``(k, l)`` after which ``a[i+k:]`` and ``b[j+l:]`` agree again: smallest ``k + l`` minus how long
-    they then agree (up to ``AGREE``), so that a turn inserted in front of a similar one is one insertion, not a
-    deletion of what lies between them followed by a mismatch. Agreement needs ``SYNC`` ids (fewer at the ends).
-    """
+    they then agree (up to ``AGREE``). Agreement needs ``SYNC`` ids (fewer at the ends)."""
     la, lb = min(SEARCH, len(a) - i), min(SEARCH, len(b) - j)
     n = min(SYNC, la, lb)
     while n > 0:  # near the end of a sequence fewer ids are left to agree on
@@ -115,13 +119,10 @@ def _resync_n(a: Sequence[int], i: int, b: Sequence[int], j: int, la: int, lb: i
     return best
 
 
-def greedy_opcodes(a: Sequence[int], b: Sequence[int]) -> list[tuple[str, int, int, int, int]]:
-    """difflib-style opcodes, read left to right: the longest common prefix, then the smallest edit after
-    which both agree again. A run inserted in front of a copy of itself (a duplicated turn) is an insertion
-    where it was inserted, which a global longest-block alignment can place elsewhere."""
-    ops: list[tuple[str, int, int, int, int]] = []
+def _greedy_opcodes(a: list[int], b: list[int]) -> list[Opcode]:
+    """Left to right: the longest common prefix, then the heuristic's edit after which both agree again."""
+    ops: list[Opcode] = []
     i = j = 0
-    a, b = list(a), list(b)
     while i < len(a) or j < len(b):
         p = common_prefix_len(a[i:], b[j:])
         if p:
@@ -134,6 +135,110 @@ def greedy_opcodes(a: Sequence[int], b: Sequence[int]) -> list[tuple[str, int, i
         ops.append((tag, i, i + k, j, j + l))
         i, j = i + k, j + l
     return ops
+
+
+Edit = tuple[int, int, bool, int, int]  # (x, y) where it starts, inserted (else deleted), (x, y) its snake reaches
+
+
+def _myers(a: list[int], b: list[int], max_edits: int) -> list[Edit] | None:
+    """Myers' O(ND) shortest edit script (insertions and deletions of ids) turning ``a`` into ``b``, first edit
+    first; None past ``max_edits`` edits. Every edit is followed by the longest run of equal ids, so each edit
+    sits at the first position that the alignment before it cannot match."""
+    n, m = len(a), len(b)
+    off = max_edits + 1
+    v = [0] * (2 * off + 1)
+    trace: list[list[int]] = []
+    for d in range(max_edits + 1):
+        for k in range(-d, d + 1, 2):
+            down = k == -d or (k != d and v[off + k - 1] < v[off + k + 1])  # an id of b inserted, else one of a deleted
+            x = v[off + k + 1] if down else v[off + k - 1] + 1
+            y = x - k
+            if x < n and y < m and a[x] == b[y]:
+                x += _snake(a, b, x, y)
+                y = x - k
+            v[off + k] = x
+            if x >= n and y >= m:
+                return _backtrack(trace, d, x, y)
+        trace.append(v[off - d : off + d + 1])
+    return None
+
+
+def _snake(a: list[int], b: list[int], x: int, y: int) -> int:
+    """How many ids ``a[x:]`` and ``b[y:]`` share at their start: compared in doubling slices, so a long run costs
+    few Python steps and a short one copies little (slicing the whole remainder each time would be O(N) a step)."""
+    n = min(len(a) - x, len(b) - y)
+    s, step = 0, 8
+    while s < n:
+        e = min(n, s + step)
+        if a[x + s : x + e] != b[y + s : y + e]:
+            while a[x + s] == b[y + s]:
+                s += 1
+            return s
+        s, step = e, 2 * step
+    return n
+
+
+def _backtrack(trace: list[list[int]], d: int, x: int, y: int) -> list[Edit]:
+    """The edits of the path that reached ``(x, y)`` with ``d`` edits (``trace[e]``: v after ``e`` edits)."""
+    edits: list[Edit] = []
+    for e in range(d, 0, -1):
+        prev = trace[e - 1]  # indexed from k = -(e - 1)
+        k = x - y
+        down = k == -e or (k != e and prev[k - 1 + e - 1] < prev[k + 1 + e - 1])
+        pk = k + 1 if down else k - 1
+        px = prev[pk + e - 1]
+        edits.append((px, px - pk, down, x, y))
+        x, y = px, px - pk
+    return edits[::-1]
+
+
+def _edit_opcodes(n: int, m: int, edits: list[Edit], base: int) -> list[Opcode]:
+    """Consecutive edits become one difflib-style opcode; the runs of equal ids around them ``equal``."""
+    ops: list[Opcode] = []
+    x = y = 0
+    run: tuple[int, int] | None = None  # where the current run of edits began
+
+    def equal_to(ex: int, ey: int) -> None:
+        nonlocal run, x, y
+        if (ex, ey) == (x, y):
+            return
+        if run is not None:
+            i1, j1 = run
+            tag = "replace" if x > i1 and y > j1 else ("delete" if x > i1 else "insert")
+            ops.append((tag, i1 + base, x + base, j1 + base, y + base))
+            run = None
+        ops.append(("equal", x + base, ex + base, y + base, ey + base))
+        x, y = ex, ey
+
+    for px, py, down, ex, ey in edits:
+        equal_to(px, py)
+        if run is None:
+            run = (px, py)
+        x, y = (px, py + 1) if down else (px + 1, py)
+        equal_to(ex, ey)
+    if run is not None:
+        i1, j1 = run
+        tag = "replace" if x > i1 and y > j1 else ("delete" if x > i1 else "insert")
+        ops.append((tag, i1 + base, x + base, j1 + base, y + base))
+    equal_to(n, m)
+    return ops
+
+
+def align(a: Sequence[int], b: Sequence[int]) -> list[Opcode]:
+    """difflib-style opcodes turning ``a`` into ``b`` with the fewest inserted and deleted ids (Myers). Runs of
+    equal ids are taken as long as they go before each edit, so an edit sits at the first position that differs
+    (an id run inserted after a copy of itself is the later copy, as a common-prefix scan places it). Past
+    ``MAX_EDITS`` edits, a linear-time left-to-right heuristic."""
+    a, b = list(a), list(b)
+    p = common_prefix_len(a, b)
+    if p == len(a) == len(b):
+        return [("equal", 0, p, 0, p)] if p else []
+    core_a, core_b = a[p:], b[p:]
+    edits = _myers(core_a, core_b, MAX_EDITS)
+    if edits is None:
+        return _greedy_opcodes(a, b)
+    ops: list[Opcode] = [("equal", 0, p, 0, p)] if p else []
+    return ops + _edit_opcodes(len(core_a), len(core_b), edits, p)
 
 
 def against_reference(
@@ -154,6 +259,7 @@ def against_reference(
     turns = _Turns(spans)
     first: dict[int, Divergence] = {}
     n_got_mask = len(got_mask) if got_mask is not None else 0
+    ref_mask_l, got_mask_l = list(ref_mask), list(got_mask) if got_mask is not None else []
 
     def gmask(j: int) -> int:
         return got_mask[j] if got_mask is not None and j < n_got_mask else 0
@@ -171,9 +277,10 @@ def against_reference(
             cur = d
         cur.tokens += sampled
 
-    for tag, i1, i2, j1, j2 in greedy_opcodes(ref, got):
+    for tag, i1, i2, j1, j2 in align(ref, got):
         if tag == "equal":
-            if got_mask is None or list(ref_mask[i1:i2]) == [gmask(j) for j in range(j1, j2)]:
+            run_mask = got_mask_l[j1:j2]
+            if got_mask is None or ref_mask_l[i1:i2] == run_mask + [0] * (j2 - j1 - len(run_mask)):
                 continue
             for off in range(i2 - i1):
                 rm, gm = ref_mask[i1 + off], gmask(j1 + off)
@@ -187,7 +294,7 @@ def against_reference(
                     out.trained_not_sampled += 1
                 turn = turns.of(i1 + off)
                 if turn not in first:
-                    cls = classify([ref[i1 + off]], [], decode=None, stop_ids=stop_ids, mask_only=True)
+                    cls = classify([ref[i1 + off]], [], texts=None, stop_ids=stop_ids, mask_only=True)
                     _back, exp, act, start = window(ref, got, i1 + off, j1 + off)
                     what = "sampled id not trained" if rm else "trained id that was never sampled"
                     tok = decode([ref[i1 + off]]) if decode else str(ref[i1 + off])
@@ -207,9 +314,10 @@ def against_reference(
             first[turn].tokens += sampled
             continue
         r_ids, g_ids = list(ref[i1:i2]), list(got[j1:j2])
-        cls = classify(r_ids, g_ids, decode=decode, stop_ids=stop_ids, special_ids=special_ids, bos_id=bos_id)
-        r_text = decode(r_ids[:24]) if decode else None
-        g_text = decode(g_ids[:24]) if decode else None
+        texts = (run_text(decode, ref, i1, i2), run_text(decode, got, j1, j2)) if decode else None
+        cls = classify(r_ids, g_ids, texts=texts, stop_ids=stop_ids, special_ids=special_ids, bos_id=bos_id)
+        r_text = run_text(decode, ref, i1, min(i2, i1 + 24)) if decode else None
+        g_text = run_text(decode, got, j1, min(j2, j1 + 24)) if decode else None
         _back, exp, act, start = window(ref, got, i1, j1)
         note(
             turn, Divergence(turn, j1, cls, "ids", _describe("ids", cls, r_text, g_text), i1, exp, act, start), sampled
@@ -230,10 +338,13 @@ def against_sampled(
     bos_id: int | None = None,
 ) -> Comparison:
     """No renders: the sampled turns must appear verbatim in ``got``, trained exactly where they are."""
+    kw: dict[str, Any] = dict(decode=decode, stop_ids=stop_ids, special_ids=special_ids, bos_id=bos_id)
     if got_mask is not None and len(got_mask) == len(got):
         runs = mask_runs(got_mask)
-        if len(runs) == len(turns) and all(got[a:b] == list(t) for (a, b), t in zip(runs, turns, strict=True)):
-            return Comparison()
+        if len(runs) == len(turns):
+            if all(got[a:b] == list(t) for (a, b), t in zip(runs, turns, strict=True)):
+                return Comparison()
+            return _against_runs(turns, logprobs, runs, got, got_mask, **kw)
     # Slow path: build the reference "trained sequence" the sampled ids imply, by aligning them into ``got``.
     flat: list[int] = [t for turn in turns for t in turn]
     flat_lp: list[float | None] = []
@@ -281,3 +392,37 @@ def against_sampled(
         special_ids=special_ids,
         bos_id=bos_id,
     )
+
+
+def _against_runs(
+    turns: Sequence[Sequence[int]],
+    logprobs: Sequence[Sequence[float] | None],
+    runs: Sequence[tuple[int, int]],
+    got: Sequence[int],
+    got_mask: Sequence[int],
+    **kw: Any,
+) -> Comparison:
+    """One trained run per sampled turn: the reference is ``got`` with turn k put in place of run k (or of as
+    many ids from the run's start as the turn has, where they already are the turn: a mask-only difference), so
+    the alignment has only the real differences to find."""
+    ref: list[int] = []
+    ref_mask: list[int] = []
+    ref_lp: list[float | None] = []
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    for k, ((a, b), turn) in enumerate(zip(runs, turns, strict=True)):
+        t = list(turn)
+        end = a + len(t) if list(got[a : a + len(t)]) == t else b
+        ref += got[pos:a]
+        ref_mask += [0] * (a - pos)
+        ref_lp += [None] * (a - pos)
+        lps = logprobs[k] if k < len(logprobs) else None
+        spans.append((len(ref), len(ref) + len(t)))
+        ref += t
+        ref_mask += [1] * len(t)
+        ref_lp += list(lps) if lps is not None and len(lps) == len(t) else [None] * len(t)
+        pos = max(end, pos)
+    ref += got[pos:]
+    ref_mask += [0] * (len(got) - pos)
+    ref_lp += [None] * (len(got) - pos)
+    return against_reference(ref, ref_mask, ref_lp, spans, got, got_mask, **kw)

@@ -2,12 +2,14 @@
 
 A divergence compares a reference (what a correct loop holds: the sampled ids kept in a buffer, deltas
 appended) with what the trainer trained on. Its class is one of the audit's finding classes
-(``tito_audit.checks.base.FINDING_CLASSES``), chosen from the tokens on both sides: same text with other ids is
-``non_canonical``; an inserted or dropped run ``history_rewrite`` (``stop_seam`` when it is only stop tokens,
-``special_token`` for a doubled BOS); a stop token at the start of either side, or a different number of
-them, ``stop_seam``; reasoning text, or content one side has and the other lacks, ``history_rewrite``; JSON
-punctuation ``serialization``; whitespace only ``whitespace``; control tokens ``special_token``; a loss-mask
-difference on a stop token ``stop_seam``, elsewhere ``template``.
+(``tito_audit.checks.base.FINDING_CLASSES``), chosen from the ids on both sides and their text as it reads in
+place (``run_text``): same text with other ids is ``non_canonical``; an inserted or dropped run
+``history_rewrite`` (``stop_seam`` when it is only stop tokens, ``whitespace`` when it is only whitespace,
+``special_token`` for a doubled BOS); a stop token at the start of either side, or a different number of them,
+``stop_seam``; reasoning text, or content one side has and the other lacks, ``history_rewrite``; whitespace
+added at an edge ``whitespace``; the same content with other JSON punctuation or spacing ``serialization``;
+other spacing ``whitespace``; the same ids apart from control tokens ``special_token``; a loss-mask difference
+on a stop token ``stop_seam``, elsewhere ``template``.
 """
 
 from __future__ import annotations
@@ -46,31 +48,44 @@ class Divergence:
         return asdict(self)
 
 
+def run_text(decode: Callable[[Sequence[int]], str], seq: Sequence[int], i1: int, i2: int) -> str:
+    """Text of ``seq[i1:i2]`` as it reads inside ``seq``: decoded after the id before it, whose own text is cut
+    off, because a run decoded alone loses a SentencePiece leading space (``'▁{'`` reads ``'{'``)."""
+    if i1 <= 0:
+        return decode(seq[i1:i2])
+    head, both = decode(seq[i1 - 1 : i1]), decode(seq[i1 - 1 : i2])
+    return both[len(head) :] if both.startswith(head) else decode(seq[i1:i2])
+
+
+def _without(text: str, chars: frozenset[str]) -> str:
+    return "".join(c for c in text if c not in chars and not c.isspace())
+
+
 def classify(
     ref: Sequence[int],
     got: Sequence[int],
     *,
-    decode: Callable[[Sequence[int]], str] | None,
+    texts: tuple[str, str] | None,
     stop_ids: Collection[int],
     special_ids: Collection[int] = (),
     bos_id: int | None = None,
-    earlier_turn: bool = False,
     mask_only: bool = False,
 ) -> str:
-    """Name a divergence from the ids on both sides (``ref`` what a correct loop holds, ``got`` what was trained)."""
+    """Name a divergence from the ids on both sides (``ref`` what a correct loop holds, ``got`` what was trained)
+    and their texts as they read in place (``run_text``; None when no tokenizer is at hand)."""
     stops = set(stop_ids)
     if mask_only:
         return "stop_seam" if any(t in stops for t in ref) else "template"
     if bos_id is not None and not (ref and got) and [*ref, *got][:1] == [bos_id]:
         return "special_token"
-    text_ref = decode(ref) if decode else None
-    text_got = decode(got) if decode else None
+    text_ref, text_got = texts if texts is not None else (None, None)
     if ref and got and text_ref is not None and text_ref == text_got:
         return "non_canonical"
     if not ref or not got:  # a run inserted or dropped
-        return "stop_seam" if all(t in stops for t in (*ref, *got)) else "history_rewrite"
-    if earlier_turn:
-        return "history_rewrite"
+        if all(t in stops for t in (*ref, *got)):
+            return "stop_seam"
+        run = text_ref or text_got
+        return "whitespace" if run and not run.strip() else "history_rewrite"
     if ref[0] in stops or got[0] in stops or sum(t in stops for t in ref) != sum(t in stops for t in got):
         return "stop_seam"
     if text_ref is None or text_got is None:
@@ -78,16 +93,20 @@ def classify(
     both = text_ref + text_got
     if any(m in both for m in REASONING_MARKERS):
         return "history_rewrite"
+    if text_ref.strip() == text_got.strip():  # whitespace added or dropped at an edge
+        return "whitespace"
     short, long = sorted((text_ref, text_got), key=len)
     if long.startswith(short) and long[len(short) :].strip():  # content dropped or added, not reformatted
         return "history_rewrite"
-    if any(c in both for c in JSON_CHARS):
-        return "serialization"
-    if text_ref.strip() == text_got.strip():
+    if any(c in both for c in JSON_CHARS) and _without(text_ref, JSON_CHARS) == _without(text_got, JSON_CHARS):
+        return "serialization"  # the same content, other JSON punctuation or spacing
+    if _without(text_ref, frozenset()) == _without(text_got, frozenset()):
         return "whitespace"
     specials = set(special_ids)
-    if any(t in specials for t in (*ref, *got)):
-        return "special_token"
+    if any(t in specials for t in (*ref, *got)) and [t for t in ref if t not in specials] == [
+        t for t in got if t not in specials
+    ]:
+        return "special_token"  # the same ids apart from control tokens
     return "history_rewrite"
 
 

@@ -40,19 +40,34 @@ def log_kind(path: Path) -> str:
     return "jsonl"
 
 
-def iter_records(path: Path) -> Iterator[tuple[int, Any]]:
-    """``(number, record)`` per record; ``record`` is a ``RecordError`` for a line that does not parse."""
+class RawLine(str):
+    """A JSONL line not parsed yet (``parse_line`` does it where the record is analysed, e.g. in a worker)."""
+
+
+def iter_records(path: Path, raw: bool = False) -> Iterator[tuple[int, Any]]:
+    """``(number, record)`` per record; ``record`` is a ``RecordError`` for a line that does not parse. With
+    ``raw``, JSONL lines come back as ``RawLine`` for ``parse_line``: parsing moves to the worker processes, and
+    a line crosses the process boundary far cheaper than the objects parsed from it."""
     kind = log_kind(path)
     if kind == "parquet":
         yield from _parquet(path)
     else:
-        yield from _jsonl(path, kind == "jsonl.gz")
+        yield from _jsonl(path, kind == "jsonl.gz", raw)
 
 
-def _jsonl(path: Path, gz: bool) -> Iterator[tuple[int, Any]]:
-    raw: Any = gzip.open(path, "rb") if gz else path.open("rb")  # noqa: SIM115 (closed by the with below)
+def parse_line(line: str) -> Any:
+    """The record of one JSONL line, or a ``RecordError`` saying why it is not one."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        cut = "" if line.endswith("\n") else " (last line, no newline: truncated?)"
+        return RecordError(f"not JSON: {exc.msg} at column {exc.colno}{cut}")
+
+
+def _jsonl(path: Path, gz: bool, raw: bool = False) -> Iterator[tuple[int, Any]]:
+    stream: Any = gzip.open(path, "rb") if gz else path.open("rb")  # noqa: SIM115 (closed by the with below)
     n = 0
-    with raw, io.TextIOWrapper(raw, encoding="utf-8", errors="strict", newline="") as fh:
+    with stream, io.TextIOWrapper(stream, encoding="utf-8", errors="strict", newline="") as fh:
         while True:
             try:
                 line = fh.readline()
@@ -68,11 +83,7 @@ def _jsonl(path: Path, gz: bool) -> Iterator[tuple[int, Any]]:
             n += 1
             if not line.strip():
                 continue
-            try:
-                yield n, json.loads(line)
-            except json.JSONDecodeError as exc:
-                cut = "" if line.endswith("\n") else " (last line, no newline: truncated?)"
-                yield n, RecordError(f"not JSON: {exc.msg} at column {exc.colno}{cut}")
+            yield n, RawLine(line) if raw else parse_line(line)
 
 
 def _parquet(path: Path) -> Iterator[tuple[int, Any]]:

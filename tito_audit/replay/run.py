@@ -18,7 +18,7 @@ from tito_audit.replay.adapters import to_episodes
 from tito_audit.replay.aggregate import ReplayTotals
 from tito_audit.replay.analyze import EpisodeResult, ReplayContext, analyze
 from tito_audit.replay.mapping import FieldMap
-from tito_audit.replay.reader import iter_records
+from tito_audit.replay.reader import RawLine, iter_records, parse_line
 from tito_audit.replay.schema import RecordError
 
 CHUNK = 32
@@ -29,6 +29,8 @@ _WORKER: dict[str, Any] = {}
 
 def replay_record(line: int, record: Any, ctx: ReplayContext, fmt: str, field_map: FieldMap | None) -> list[Outcome]:
     """Every episode of one record analysed, or the record's one malformed line."""
+    if isinstance(record, RawLine):
+        record = parse_line(record)
     if isinstance(record, RecordError):
         return [(line, str(record))]
     try:
@@ -53,9 +55,9 @@ def _chunk(items: list[tuple[int, Any]]) -> list[Outcome]:
     return out
 
 
-def _chunks(path: Path, size: int) -> Iterator[list[tuple[int, Any]]]:
+def _chunks(path: Path, size: int, raw: bool = False) -> Iterator[list[tuple[int, Any]]]:
     batch: list[tuple[int, Any]] = []
-    for item in iter_records(path):
+    for item in iter_records(path, raw):
         batch.append(item)
         if len(batch) >= size:
             yield batch
@@ -96,7 +98,7 @@ def replay_log(
     pool = mp.get_context("fork").Pool(workers, initializer=_init, initargs=(ctx, fmt, field_map))
     try:
         pending: deque[tuple[Any, int]] = deque()
-        for batch in _chunks(path, CHUNK):
+        for batch in _chunks(path, CHUNK, raw=True):  # workers parse the lines
             pending.append((pool.apply_async(_chunk, (batch,)), len(batch)))
             while len(pending) >= 2 * workers:
                 res, n = pending.popleft()

@@ -56,6 +56,8 @@ class Episode:
 
 
 def _ids(value: Any, where: str) -> list[int]:
+    if type(value) is list and (not value or (set(map(type, value)) == {int} and min(value) >= 0)):
+        return list(value)  # what JSON gives: checked in C, no per-id Python step (bool is not int here)
     if isinstance(value, (str, bytes)) or (not isinstance(value, Sequence) and not hasattr(value, "tolist")):
         raise RecordError(f"{where} must be a list of token ids")
     if hasattr(value, "tolist"):
@@ -85,6 +87,8 @@ def _floats(value: Any, where: str) -> list[float]:
 
 
 def _mask(value: Any, where: str) -> list[int]:
+    if type(value) is list and set(map(type, value)) <= {int} and set(value) <= {0, 1}:
+        return list(value)
     ids = _ids(value, where)
     bad = next((v for v in ids if v not in (0, 1)), None)
     if bad is not None:

@@ -220,8 +220,9 @@ def _encode_tail(r: Renderer, text: str) -> list[int] | None:
     full = r.encode("\n" + text)
     if full[: len(anchor)] != anchor:
         return None
-    tail = full[len(anchor) :]
-    return tail if r.decode(tail, skip_special_tokens=False) == text else None
+    # checked in place after the anchor: decoded alone, a SentencePiece leading space would not read back
+    same = r.decode(full, skip_special_tokens=False) == r.decode(anchor, skip_special_tokens=False) + text
+    return full[len(anchor) :] if same else None
 
 
 def _arguments_reserialized(p: Played) -> list[Edit]:
@@ -294,8 +295,16 @@ def _turns_encoded_alone(p: Played) -> list[Edit]:
         body, stop = (ids[:-1], ids[-1:]) if ids and ids[-1] in stops else (ids, [])
         alone = r.encode(r.decode(body, skip_special_tokens=False)) + stop
         if alone != ids:
-            same = r.decode(alone, skip_special_tokens=False) == r.decode(ids, skip_special_tokens=False)
-            edits.append(Edit(a, b, alone, [1] * len(alone), k, "non_canonical" if same else "whitespace"))
+            # the texts as they read after the id before the turn (decoding alone drops a SentencePiece space)
+            lead = p.traj.input_ids[a - 1 : a]
+            now, was = (r.decode(lead + t, skip_special_tokens=False) for t in (alone, ids))
+            if now == was:
+                cls = "non_canonical"
+            elif "".join(now.split()) == "".join(was.split()):
+                cls = "whitespace"  # e.g. the start-of-text space a SentencePiece tokenizer adds
+            else:
+                raise AssertionError(f"{p.scenario.id}: turn {k} encoded alone reads {now!r}, not {was!r}")
+            edits.append(Edit(a, b, alone, [1] * len(alone), k, cls))
     return edits
 
 
@@ -338,11 +347,14 @@ def _prefix_fallback(p: Played, eid: str) -> Logged:
     mask = [0] * len(context) + list(p.traj.loss_mask[rest:])
     first_id = common_prefix_len(p.traj.input_ids, ids)
     a0 = spans[0][0]  # turn 0's sampled ids are no longer trained: a mask flip there, unless ids differ before
-    truth = (
-        Injected(0, a0, "stop_seam" if p.traj.input_ids[a0] in p.traj.stop_ids else "template")
-        if a0 < first_id
-        else Injected(next(j for j, (_, b) in enumerate(spans) if first_id < b), first_id, "history_rewrite")
-    )
+    if a0 < first_id:
+        truth = Injected(0, a0, "stop_seam" if p.traj.input_ids[a0] in p.traj.stop_ids else "template")
+    else:
+        turn = next(j for j, (_, b) in enumerate(spans) if first_id < b)
+        split = p.splits[turn]
+        # re-encoding first departs where the sampler split a token (the canonical id is back), or in the render
+        resplit = split is not None and first_id == spans[turn][0] + split
+        truth = Injected(turn, first_id, "non_canonical" if resplit else "history_rewrite")
     return Logged(_record(p, ids, mask, eid), [truth], first_only=True)
 
 
