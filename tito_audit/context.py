@@ -22,8 +22,8 @@ from tito_audit.rollout.simulate import Simulation, simulate
 from tito_audit.rollout.stop import stop_token_ids
 from tito_audit.rollout.tokens import common_prefix_len, special_token_strings
 from tito_audit.scenarios import Scenario, build_scenarios
-from tito_audit.scenarios.adapt import Shapes, probe_shapes
 from tito_audit.scenarios.catalog import TOOLS
+from tito_audit.scenarios.shapes import Shapes, probe_shapes
 from tito_audit.sources.load import LoadedModel
 
 if TYPE_CHECKING:  # the check modules import this one: importing them here would be circular
