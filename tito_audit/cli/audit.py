@@ -170,7 +170,7 @@ def register(app: typer.Typer) -> None:
         when = dt.datetime.combine(parse_date(date), DEFAULT_DATE.time())
         rl = None
         if rl_dir is not None:  # checked before any model is audited
-            from tito_audit.formats.html import read_rl_dir
+            from tito_audit.rl_artifacts import read_rl_dir
 
             try:
                 if fmt != "html":

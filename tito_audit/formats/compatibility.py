@@ -16,14 +16,8 @@ from collections.abc import Sequence
 from tito_audit.audit import ModelReport
 from tito_audit.checks import ordered_checks
 from tito_audit.checks.base import CheckResult
-from tito_audit.formats.common import (
-    approximate_note,
-    divergence,
-    first_active,
-    model_label,
-    short_revision,
-    verdict_reasons,
-)
+from tito_audit.formats.divergence import divergence, first_active
+from tito_audit.formats.labels import approximate_note, model_label, short_revision, verdict_reasons
 from tito_audit.formats.markdown import md_code, md_text, table_markdown
 from tito_audit.quote import clipped
 from tito_audit.verdict import VERDICTS
