@@ -11,7 +11,8 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from tito_audit.cli.params import check_kwargs, one_of
+from tito_audit.cli.options import debug_option, offline_option, template_kwarg_option, template_name_option
+from tito_audit.cli.params import one_of
 from tito_audit.errors import EXIT_OPERATIONAL, AuditError
 
 _STATUS_LINE = {
@@ -120,18 +121,16 @@ def register(app: typer.Typer) -> None:
     def fix_command(
         model: str = typer.Argument(..., help=r"Hub repo id (org/name\[@revision]), local folder or bundled name."),
         output: Path | None = typer.Option(None, "--output", "-o", help="Write the patched template (.jinja) here."),
-        template_name: str | None = typer.Option(None, "--template-name", help="Named template, e.g. tool_use."),
+        template_name: str | None = template_name_option(),
         chat_template: Path | None = typer.Option(
             None, "--chat-template", help="Fix this template file (with MODEL's tokenizer) instead."
         ),
-        template_kwarg: list[str] = typer.Option(
-            [], "--template-kwarg", "-k", help="KEY=VALUE passed to the template.", callback=check_kwargs
-        ),
+        template_kwarg: list[str] = template_kwarg_option(),
         fmt: str = typer.Option(
             "terminal", "--format", "-f", help="terminal | json", callback=one_of(("terminal", "json"))
         ),
-        offline: bool = typer.Option(False, "--offline", help="Never touch the network (like HF_HUB_OFFLINE=1)."),
-        debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+        offline: bool = offline_option(),
+        debug: bool = debug_option(),
     ) -> None:
         """Patch the chat template for the failures found, prove the patch, and print the diff."""
         from tito_audit.cli.params import parse_kwargs
