@@ -212,11 +212,11 @@ def test_loading_leaves_the_garbage_collector_as_it_found_it() -> None:
     was off."""
     import gc
 
-    from tito_audit.sources.load import load_model
+    from tito_audit.sources.load import load_files
     from tito_audit.sources.tokenizer import collector_paused
 
     assert gc.isenabled()
-    model = load_model(BundledSource().fetch(bundled_names()[0]))
+    model = load_files(BundledSource().fetch(bundled_names()[0]))
     assert gc.isenabled() and len(model.tokenizer) > 0
     with pytest.raises(RuntimeError), collector_paused():
         assert not gc.isenabled()

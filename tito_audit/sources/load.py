@@ -219,11 +219,12 @@ def _generation_eos_ids(tokenizer: Any, parsed: dict[str, Any]) -> tuple[int, ..
     return tuple(dict.fromkeys(ids))
 
 
-def load_model(
+def load_files(
     files: ModelFiles,
     template_name: str | None = None,
     chat_template_file: str | Path | None = None,
 ) -> LoadedModel:
+    """The second half of ``load``: a fetched folder's tokenizer and resolved template (no network)."""
     spec, folder = files.spec, files.folder
     parsed = _validate_json_files(spec, folder)
     config = parsed.get("tokenizer_config.json", {})
@@ -282,9 +283,10 @@ def load(
     template_name: str | None = None,
     chat_template_file: str | Path | None = None,
 ) -> LoadedModel:
-    """Fetch and load in one call (the public entry point)."""
+    """Fetch and load in one call: the one loader of the public API (``tito_audit.load``); the audit, fix, scan,
+    replay and rl load through it too."""
     from tito_audit.sources.resolve import fetch_model_files
     from tito_audit.sources.tokenizer import collector_paused
 
     with collector_paused():  # the Hub client's first import, then the tokenizer's (see _load_tokenizer)
-        return load_model(fetch_model_files(spec, offline), template_name, chat_template_file)
+        return load_files(fetch_model_files(spec, offline), template_name, chat_template_file)
