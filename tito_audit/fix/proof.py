@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from tito_audit.fix.patch import AuditedTemplate, Patch
 from tito_audit.rendering.renderer import RenderError
 from tito_audit.rollout.tokens import common_prefix_len, special_token_strings
-from tito_audit.scenarios.spec import Scenario
+from tito_audit.scenarios.spec import Message, Scenario
 
 if TYPE_CHECKING:
     from tito_audit.audit import ModelReport
@@ -272,9 +272,7 @@ _CHATS = tuple(
 )
 
 
-def expected_mask(
-    audited: AuditedTemplate, renderer: Any, messages: list[dict[str, Any]], tools: Any
-) -> list[int] | None:
+def expected_mask(audited: AuditedTemplate, renderer: Any, messages: list[Message], tools: Any) -> list[int] | None:
     """1 on the tokens of the full render that the model sampled: each assistant turn from the end of its
     generation prompt through its stop token (derived as the simulator derives sampled ids); None when a turn's
     render is not a prefix of the full render (the template rewrites history, so there is no one answer)."""
