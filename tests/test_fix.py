@@ -377,3 +377,51 @@ def test_inserted_block_tags_render_nothing(pieces, data):
             continue
         patched = text[:pos] + insert + text[pos:]
         assert env.from_string(patched).render() == expected, (text, patched)
+
+
+# -- conditions: the boolean view the reasoning patch rewrites ------------------------------------------------
+
+_ATOMS = ("a", "b", "c", "x.y", "n > 1", "(n) > (1)", "(a) == (b)")
+
+
+@st.composite
+def _conditions(draw, depth: int = 0) -> str:
+    kind = draw(st.sampled_from(("atom",) if depth > 2 else ("atom", "and", "or", "not", "parens", "atom")))
+    if kind == "atom":
+        return draw(st.sampled_from(_ATOMS))
+    if kind == "not":
+        return "not " + draw(_conditions(depth + 1))
+    if kind == "parens":
+        return "(" + draw(_conditions(depth + 1)) + ")"
+    return f"({draw(_conditions(depth + 1))}) {kind} ({draw(_conditions(depth + 1))})"
+
+
+@settings(max_examples=200, deadline=None)
+@given(_conditions(), st.data())
+def test_folding_a_condition_keeps_what_jinja_decides(condition, data):
+    """``fold`` with some atoms fixed gives a condition Jinja evaluates exactly as the original with those atoms
+    set, for every value of the others (``parse_bool`` unwraps only parentheses around the whole expression)."""
+    from itertools import product
+
+    from tito_audit.fix.conditions import atoms, fold, parse_bool
+
+    src = Source("{% if " + condition + " %}{% endif %}")
+    expr = parse_bool(list(src.tags[0].expr))
+    found = list(atoms(expr))
+    fixed = {a.toks[0].start: data.draw(st.booleans()) for a in found if data.draw(st.booleans())}
+    const, text = fold(src, expr, fixed)
+    env = environment()
+    for a, b, c, y, n in product((False, True), (False, True), (False, True), (False, True), (0, 2)):
+        scope = {"a": a, "b": b, "c": c, "x": {"y": y}, "n": n}
+        # the fixed atoms take their fixed values in the original: substitute them by position
+        original = condition
+        for atom in sorted(found, key=lambda t: -t.toks[0].start):
+            start = atom.toks[0].start - len("{% if ")
+            if atom.toks[0].start in fixed:
+                end = atom.toks[-1].end - len("{% if ")
+                original = original[:start] + str(fixed[atom.toks[0].start]).lower() + original[end:]
+        want = env.from_string("{{ 1 if (" + original + ") else 0 }}").render(**scope)
+        got = env.from_string("{{ 1 if (" + text + ") else 0 }}").render(**scope)
+        assert want == got, (condition, fixed, text)
+        if const is not None:
+            assert want == str(int(const))
