@@ -138,6 +138,50 @@ def _chain(audited: AuditedTemplate, ids: set[str]) -> tuple[str, list[Patch]]:
     return text, applied
 
 
+def _candidates(audited: AuditedTemplate, src: Source, result: FixResult) -> list[Patch]:
+    """Every patch class proposed on the original template; those that do not apply go to ``result.skipped``."""
+    candidates: list[Patch] = []
+    for pid, propose in PATCH_CLASSES:
+        try:
+            out = propose(audited, src)
+        except PatchError as exc:
+            out = Skip(pid, str(exc))
+        if isinstance(out, Patch):
+            candidates.append(out)
+        else:
+            result.skipped.append(out)
+    return candidates
+
+
+def _prove_best(
+    audited: AuditedTemplate, candidates: list[Patch], result: FixResult, stage: Callable[[str], None]
+) -> tuple[str, list[Patch], Proof, ModelReport]:
+    """The candidates proven together; when that fails, each alone and the proven ones together again. Returns
+    the patched text, the patches in it (none when nothing holds), its proof and its audit; the patches that
+    failed alone go to ``result.rejected``."""
+    stage(f"proving {', '.join(p.id for p in candidates)} together")
+    text, applied = _chain(audited, {p.id for p in candidates})
+    proof, after = _prove(audited, applied, text)
+    if not proof.ok and len(candidates) > 1:
+        good: list[Patch] = []
+        for p in candidates:
+            stage(f"proving {p.id} alone")
+            alone, _ = _prove(audited, [p], p.template)
+            if alone.ok:
+                good.append(p)
+            else:
+                result.rejected.append(Rejected(p, alone.reasons))
+        if good:
+            text, applied = _chain(audited, {p.id for p in good})
+            proof, after = _prove(audited, applied, text)
+        else:
+            applied = []
+    elif not proof.ok:
+        result.rejected.append(Rejected(candidates[0], proof.reasons))
+        applied = []
+    return text, applied, proof, after
+
+
 def propose_fix(
     model: LoadedModel,
     options: AuditOptions | None = None,
@@ -163,16 +207,7 @@ def propose_fix(
         result.status = "no_safe_patch" if report.verdict != "safe" else "nothing_to_fix"
         result.message = f"the template cannot be rewritten: {exc}"
         return result
-    candidates: list[Patch] = []
-    for pid, propose in PATCH_CLASSES:
-        try:
-            out = propose(audited, src)
-        except PatchError as exc:
-            out = Skip(pid, str(exc))
-        if isinstance(out, Patch):
-            candidates.append(out)
-        else:
-            result.skipped.append(out)
+    candidates = _candidates(audited, src, result)
     if not candidates:
         result.status = "no_safe_patch" if result.failing else "nothing_to_fix"
         if result.failing:
@@ -182,26 +217,7 @@ def propose_fix(
             result.message = f"verdict {report.verdict}: no required patch, and no optional patch applies"
         return result
 
-    stage(f"proving {', '.join(p.id for p in candidates)} together")
-    text, applied = _chain(audited, {p.id for p in candidates})
-    proof, after = _prove(audited, applied, text)
-    if not proof.ok and len(candidates) > 1:
-        good: list[Patch] = []
-        for p in candidates:
-            stage(f"proving {p.id} alone")
-            alone, _ = _prove(audited, [p], p.template)
-            if alone.ok:
-                good.append(p)
-            else:
-                result.rejected.append(Rejected(p, alone.reasons))
-        if good:
-            text, applied = _chain(audited, {p.id for p in good})
-            proof, after = _prove(audited, applied, text)
-        else:
-            applied = []
-    elif not proof.ok:
-        result.rejected.append(Rejected(candidates[0], proof.reasons))
-        applied = []
+    text, applied, proof, after = _prove_best(audited, candidates, result, stage)
     cause = next(iter(report.check("tool_append_prefix").active_findings), None)
     no_required = result.failing and not any(p.required for p in candidates)
     if not applied or not proof.ok:
