@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from tito_audit.cli import app
 from tito_audit.context import AuditOptions
-from tito_audit.fix import fix_context, propose_fix, reasoning
+from tito_audit.fix import audited_template, propose_fix, reasoning
 from tito_audit.fix.markers import plan_markers
 from tito_audit.fix.proof import STATUS_RANK
 from tito_audit.fix.source import (
@@ -161,14 +161,14 @@ def _sampled_texts(renderer, messages, stop_texts):
 )
 def test_generation_markers_mask_exactly_the_sampled_tokens(loaded, spec, messages):
     model = loaded(spec)
-    fx = fix_context(model, AuditOptions(), None)
+    audited = audited_template(model, AuditOptions(), None)
     src = Source(model.chat_template)
-    history, _ = reasoning.rewrite(fx, src)  # Qwen3 drops earlier think blocks: no mask is right without this
+    history, _ = reasoning.rewrite(audited, src)  # Qwen3 drops earlier think blocks: no mask is right without this
     src = Source(apply_edits(src.text, history))
-    edits, _, caveats = plan_markers(fx, src)
+    edits, _, caveats = plan_markers(audited, src)
     patched = apply_edits(src.text, edits)
     assert not caveats
-    original, marked = fx.renderer(src.text), fx.renderer(patched)
+    original, marked = audited.renderer(src.text), audited.renderer(patched)
     messages = messages if messages[0]["role"] != "assistant" else messages[1:]
     # the markers render nothing: every text is byte-identical
     for k in range(1, len(messages) + 1):
@@ -193,9 +193,9 @@ def test_generation_markers_mask_exactly_the_sampled_tokens(loaded, spec, messag
     if current:
         runs.append(current)
     masked = [model.tokenizer.decode(run, skip_special_tokens=False) for run in runs]
-    expected = _sampled_texts(original, messages, fx.stop_texts)
+    expected = _sampled_texts(original, messages, audited.stop_texts)
     assert "".join(masked) == "".join(expected)
-    assert all(any(text.endswith(s) for s in fx.stop_texts) for text in expected)  # stop token inside
+    assert all(any(text.endswith(s) for s in audited.stop_texts) for text in expected)  # stop token inside
     assert len(masked) >= len(expected)
 
 
@@ -206,9 +206,9 @@ def test_stop_token_outside_existing_markers_is_moved_inside(loaded):
     from tito_audit.fix import markers
 
     model = loaded("Qwen/Qwen2.5-7B-Instruct").with_template(path.read_text(encoding="utf-8"), str(path))
-    fx = fix_context(model, AuditOptions(), None)
+    audited = audited_template(model, AuditOptions(), None)
     stripped = Source(markers.strip_markers(Source(model.chat_template)))
-    edits, _, _ = plan_markers(fx, stripped)
+    edits, _, _ = plan_markers(audited, stripped)
     patched = apply_edits(stripped.text, edits)
     messages = [m for m in _CONVERSATION if m["role"] != "tool" and "tool_calls" not in m]
     before = model.tokenizer.apply_chat_template(
@@ -275,7 +275,7 @@ def test_raw_dict_arguments_become_json_and_the_change_is_flagged(loaded):
     result = propose_fix(model)
     patch = next(p for p in result.offered if p.id == "tool_arguments_json")
     assert patch.changes_inference and result.proof.flagged
-    rendered = result.patched and fix_context(model, AuditOptions(), None).renderer(result.patched).render(
+    rendered = result.patched and audited_template(model, AuditOptions(), None).renderer(result.patched).render(
         _CONVERSATION[:2]
     )
     assert '"arguments": {"city": "Paris"}' in rendered
@@ -297,7 +297,7 @@ def test_empty_content_rewrite_is_not_offered_silently(loaded, report):
     else:
         assert rejected[0].reasons and result.status == "no_safe_patch"
     candidate = (offered or [r.patch for r in rejected])[0]
-    renderer = fix_context(model, AuditOptions(), None).renderer(candidate.template)
+    renderer = audited_template(model, AuditOptions(), None).renderer(candidate.template)
     call = {"id": "call00001", "type": "function", "function": {"name": "get_weather", "arguments": '{"a": 1}'}}
     text = renderer.render(
         [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
@@ -377,3 +377,51 @@ def test_inserted_block_tags_render_nothing(pieces, data):
             continue
         patched = text[:pos] + insert + text[pos:]
         assert env.from_string(patched).render() == expected, (text, patched)
+
+
+# -- conditions: the boolean view the reasoning patch rewrites ------------------------------------------------
+
+_ATOMS = ("a", "b", "c", "x.y", "n > 1", "(n) > (1)", "(a) == (b)")
+
+
+@st.composite
+def _conditions(draw, depth: int = 0) -> str:
+    kind = draw(st.sampled_from(("atom",) if depth > 2 else ("atom", "and", "or", "not", "parens", "atom")))
+    if kind == "atom":
+        return draw(st.sampled_from(_ATOMS))
+    if kind == "not":
+        return "not " + draw(_conditions(depth + 1))
+    if kind == "parens":
+        return "(" + draw(_conditions(depth + 1)) + ")"
+    return f"({draw(_conditions(depth + 1))}) {kind} ({draw(_conditions(depth + 1))})"
+
+
+@settings(max_examples=200, deadline=None)
+@given(_conditions(), st.data())
+def test_folding_a_condition_keeps_what_jinja_decides(condition, data):
+    """``fold`` with some atoms fixed gives a condition Jinja evaluates exactly as the original with those atoms
+    set, for every value of the others (``parse_bool`` unwraps only parentheses around the whole expression)."""
+    from itertools import product
+
+    from tito_audit.fix.conditions import atoms, fold, parse_bool
+
+    src = Source("{% if " + condition + " %}{% endif %}")
+    expr = parse_bool(list(src.tags[0].expr))
+    found = list(atoms(expr))
+    fixed = {a.toks[0].start: data.draw(st.booleans()) for a in found if data.draw(st.booleans())}
+    const, text = fold(src, expr, fixed)
+    env = environment()
+    for a, b, c, y, n in product((False, True), (False, True), (False, True), (False, True), (0, 2)):
+        scope = {"a": a, "b": b, "c": c, "x": {"y": y}, "n": n}
+        # the fixed atoms take their fixed values in the original: substitute them by position
+        original = condition
+        for atom in sorted(found, key=lambda t: -t.toks[0].start):
+            start = atom.toks[0].start - len("{% if ")
+            if atom.toks[0].start in fixed:
+                end = atom.toks[-1].end - len("{% if ")
+                original = original[:start] + str(fixed[atom.toks[0].start]).lower() + original[end:]
+        want = env.from_string("{{ 1 if (" + original + ") else 0 }}").render(**scope)
+        got = env.from_string("{{ 1 if (" + text + ") else 0 }}").render(**scope)
+        assert want == got, (condition, fixed, text)
+        if const is not None:
+            assert want == str(int(const))

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from tito_audit.cli import rl as rl_cli
 from tito_audit.rl import RLConfig, run_rl
+from tito_audit.rl_artifacts import RL_PLOTS
 
 
 def _snapshot(repo: str) -> str:
@@ -188,3 +189,5 @@ def test_warmup_that_passes_its_gates_shows_diagnostics(tmp_path):
     assert lp["low_tokens"] + lp["high_tokens"] == lp["tokens"] and "lopti" in lp
     assert s1["critical"]["tested_positions"] > 0 and "mismatch_on" in s1
     assert (tmp_path / "kl.png").is_file() and (tmp_path / "quartiles.png").is_file()
+    # The HTML report lists exactly the plots rl writes (a trained policy's run writes every one of them).
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(RL_PLOTS)

@@ -10,7 +10,7 @@ import torch
 
 from tito_audit.errors import UsageError
 from tito_audit.rendering import Renderer
-from tito_audit.rl import diagnostics as dg
+from tito_audit.rl import diagnostics
 from tito_audit.rl.episodes import Episode, View, apply_noncanonical, canonical_episodes, group_advantages
 from tito_audit.rl.gradients import compare, view_gradient
 from tito_audit.rl.kl import estimators, exact_kl, kl_summary
@@ -38,14 +38,14 @@ def test_naive_view_drops_qwen3_empty_think_from_earlier_turns(qwen3):
     n_think_b = b_text.count("<think>")
     assert n_think_b == 3  # every sampled turn emitted the empty block
     assert r.decode(ep.naive.ids).count("<think>") == 1  # the re-render keeps it on the last turn only
-    a = dg.alignment(ep.buffer, ep.naive)
+    a = diagnostics.alignment(ep.buffer, ep.naive)
     assert a["flip_sampled_dropped"] + a["b_trained_unmatched"] >= 2 * len(think)
     assert not a["identical"]
 
 
 def test_identical_views_give_exact_control():
     v = View([1, 2, 3, 4, 5], [0, 0, 1, 1, 1])
-    a = dg.alignment(v, View(list(v.ids), list(v.mask)))
+    a = diagnostics.alignment(v, View(list(v.ids), list(v.mask)))
     assert a["identical"] and a["mismatched_trained"] == 0 and a["flip_template_trained"] == 0
     g = [torch.randn(1000), torch.randn(7, 3)]
     n = float(sum(float((x.double() ** 2).sum()) for x in g) ** 0.5)
@@ -63,7 +63,7 @@ def test_identical_views_give_exact_control():
 def test_mask_flip_split():
     b = View([10, 11, 12, 13, 14], [0, 1, 1, 0, 1])  # turns (1, 3) and (4, 5)
     r = View([10, 11, 12, 13, 14], [0, 0, 1, 1, 1], [(2, 3), (3, 5)])
-    a = dg.alignment(b, r)
+    a = diagnostics.alignment(b, r)
     assert a["flip_sampled_dropped"] == 1 and a["flip_template_trained"] == 1 and not a["shape_mismatch"]
 
 
@@ -154,7 +154,7 @@ def test_alignment_is_per_turn_on_repeated_identical_turns():
         r_ids += (think if k == 2 else []) + body
         r_mask += [1] * (6 if k == 2 else 4)
     b, r = View(b_ids, b_mask), View(r_ids, r_mask)
-    a = dg.alignment(b, r)
+    a = diagnostics.alignment(b, r)
     assert [t["mismatched_trained"] for t in a["turns"]] == [2, 2, 0]
     assert a["mismatched_trained"] == 4 and a["turns_affected"] == 2
     # Every aligned pair stays in its own turn and pairs equal ids.
@@ -166,9 +166,9 @@ def test_per_turn_count_on_qwen3_followup_differs_from_global_match(qwen3):
     _m, r, stops = qwen3
     sc = [s for s in build_scenarios() if s.id == "followup_user/plain"]
     ep = canonical_episodes(r, sc, stops)[0][0]
-    per_turn = dg.alignment(ep.buffer, ep.naive)
+    per_turn = diagnostics.alignment(ep.buffer, ep.naive)
     whole = lambda v: View(v.ids, v.mask, [(0, len(v.ids))])  # noqa: E731
-    global_match = dg.alignment(whole(ep.buffer), whole(ep.naive))
+    global_match = diagnostics.alignment(whole(ep.buffer), whole(ep.naive))
     think = len(r.encode("<think>\n\n</think>\n\n"))
     # Every earlier turn loses exactly its empty think block; the last keeps it.
     assert [t["mismatched_trained"] for t in per_turn["turns"]] == [think] * 3 + [0]

@@ -241,7 +241,7 @@ def test_synthetic_template_verdict_and_coverage(audited, name: str) -> None:
 
 
 def test_the_drop_names_the_form_to_avoid_on_the_verdict_line(audited) -> None:
-    from tito_audit.formats.common import verdict_reasons_text
+    from tito_audit.formats.labels import verdict_reasons_text
 
     text = verdict_reasons_text(audited("drops_calls_when_empty"))
     assert 'avoid tool calls next to content ""' in text and "needs content None" in text

@@ -24,8 +24,8 @@ from tito_audit.rendering.renderer import (
 from tito_audit.rollout.stop import stop_token_ids
 from tito_audit.rollout.tokens import special_token_strings
 from tito_audit.scenarios import Scenario, build_scenarios
-from tito_audit.scenarios.adapt import Shapes, probe_shapes
 from tito_audit.scenarios.catalog import SCENARIO_SETS
+from tito_audit.scenarios.shapes import Shapes, probe_shapes
 from tito_audit.simulation import Simulation, simulate
 from tito_audit.sources.load import LoadedModel
 

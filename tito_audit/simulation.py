@@ -19,7 +19,8 @@ from tito_audit.rendering.renderer import Renderer, RenderError
 from tito_audit.rollout.bridge import BridgeError
 from tito_audit.rollout.buffer import Trajectory
 from tito_audit.rollout.tokens import common_prefix_len
-from tito_audit.scenarios.adapt import ADAPTERS, Shapes, call_function, reasoning_of
+from tito_audit.scenarios.adapt import ADAPTERS, call_function, reasoning_of
+from tito_audit.scenarios.shapes import Shapes
 from tito_audit.scenarios.spec import Scenario
 
 Message = dict[str, Any]

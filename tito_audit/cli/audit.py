@@ -9,8 +9,15 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.console import Console  # typer's own help and errors import rich.console anyway
 
+from tito_audit.cli.options import (
+    debug_option,
+    models_argument,
+    offline_option,
+    template_kwarg_option,
+    template_name_option,
+)
 from tito_audit.cli.output import echo_model_errors, emit
-from tito_audit.cli.params import FORMAT_NAMES, check_date, check_kwargs, one_of, parse_date, parse_kwargs
+from tito_audit.cli.params import FORMAT_NAMES, check_date, one_of, parse_date, parse_kwargs
 from tito_audit.errors import EXIT_FINDINGS, EXIT_INCOMPLETE, EXIT_OK, EXIT_OPERATIONAL, AuditError
 from tito_audit.rendering.clock import DEFAULT_DATE
 
@@ -108,9 +115,7 @@ def run_audit(
 def register(app: typer.Typer) -> None:
     @app.command("audit")
     def audit_command(
-        models: list[str] = typer.Argument(
-            None, help=r"Hub repo ids (org/name\[@revision]), local folders or bundled names."
-        ),
+        models: list[str] = models_argument(),
         bundled: bool = typer.Option(False, "--bundled", help="Audit every model in templates_cache/."),
         fmt: str = typer.Option(
             "terminal", "--format", "-f", help=" | ".join(FORMAT_NAMES), callback=one_of(FORMAT_NAMES)
@@ -139,21 +144,19 @@ def register(app: typer.Typer) -> None:
         baseline: Path | None = typer.Option(
             None, "--baseline", help="A previous --format json report: exit 1 only on findings new relative to it."
         ),
-        offline: bool = typer.Option(False, "--offline", help="Never touch the network (like HF_HUB_OFFLINE=1)."),
-        template_name: str | None = typer.Option(None, "--template-name", help="Named template, e.g. tool_use."),
+        offline: bool = offline_option(),
+        template_name: str | None = template_name_option(),
         chat_template: Path | None = typer.Option(None, "--chat-template", help="Audit this template file instead."),
         date: str = typer.Option(
             DEFAULT_DATE.date().isoformat(), "--date", help="Date templates see (YYYY-MM-DD).", callback=check_date
         ),
-        template_kwarg: list[str] = typer.Option(
-            [], "--template-kwarg", "-k", help="KEY=VALUE passed to the template.", callback=check_kwargs
-        ),
+        template_kwarg: list[str] = template_kwarg_option(),
         thinking: str = typer.Option(
             "both", "--thinking", help="Reasoning modes to play: on | off | both | default.", callback=one_of(THINKING)
         ),
         verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every finding with its token strip."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the verdict lines."),
-        debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+        debug: bool = debug_option(),
         jobs: int | None = typer.Option(
             None, "--jobs", "-j", min=1, help="Models audited in parallel (default: one per model, one per core)."
         ),
@@ -170,7 +173,7 @@ def register(app: typer.Typer) -> None:
         when = dt.datetime.combine(parse_date(date), DEFAULT_DATE.time())
         rl = None
         if rl_dir is not None:  # checked before any model is audited
-            from tito_audit.formats.html import read_rl_dir
+            from tito_audit.rl_artifacts import read_rl_dir
 
             try:
                 if fmt != "html":

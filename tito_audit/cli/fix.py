@@ -6,12 +6,14 @@ import contextlib
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
-from tito_audit.cli.params import check_kwargs, one_of
+from tito_audit.cli.options import debug_option, offline_option, template_kwarg_option, template_name_option
+from tito_audit.cli.params import one_of
 from tito_audit.errors import EXIT_OPERATIONAL, AuditError
 
 _STATUS_LINE = {
@@ -21,23 +23,8 @@ _STATUS_LINE = {
 }
 
 
-def _print_terminal(console: Console, result: object, output: Path | None) -> None:
-    from tito_audit.fix import FixResult
-    from tito_audit.formats.terminal import STATUS_STYLE, VERDICT_STYLE
-
-    assert isinstance(result, FixResult)
-    before = result.before.verdict
-    after = result.after.verdict if result.after else None
-    style, label = _STATUS_LINE[result.status]
-    line = Text(f"{result.model}  ")
-    line.append(before.upper(), VERDICT_STYLE.get(before, ""))
-    if after:
-        line.append(" -> ")
-        line.append(after.upper(), VERDICT_STYLE.get(after, ""))
-    line.append("  ")
-    line.append(label, style)
-    console.print(line)
-    console.print(Text(result.message, style="dim"))
+def _print_patches(console: Console, result: Any) -> None:
+    """The patches in the template, those their proof rejected, and the classes that do not apply."""
     if result.offered:
         console.print(Text(f"\nPatches in the template ({len(result.offered)}):", style="bold"))
         for p in result.offered:
@@ -60,54 +47,86 @@ def _print_terminal(console: Console, result: object, output: Path | None) -> No
         console.print(Text("\nNot applicable:", style="bold"))
         for s in result.skipped:
             console.print(Text(f"  {s.id}: {s.reason}", style="dim"))
-    proof = result.proof
-    if proof is not None:
-        console.print(Text("\nPer-check status (original -> patched):", style="bold"))
-        for c in proof.checks:
-            if c.before == c.after and c.findings_before == c.findings_after:
-                continue
-            row = Text(f"  {c.id:<24} ")
-            row.append(c.before, STATUS_STYLE.get(c.before, ""))
-            row.append(" -> ")
-            row.append(c.after, STATUS_STYLE.get(c.after, ""))
-            row.append(f"  ({c.findings_before} -> {c.findings_after} findings)", style="dim")
-            console.print(row)
-        unchanged = [c.id for c in proof.checks if c.before == c.after and c.findings_before == c.findings_after]
-        if unchanged:
-            console.print(Text(f"  unchanged: {', '.join(unchanged)}", style="dim"))
-        console.print(Text("\nProof:", style="bold"))
-        regressed = [c.id for c in proof.checks if c.regressed]
-        console.print(f"  audit: {'no check regressed' if not regressed else 'REGRESSED ' + ', '.join(regressed)}")
-        eq = proof.equivalence
+
+
+def _print_proof(console: Console, proof: Any) -> None:
+    """Each check whose status moved, then the proof: no regression, inference renders, assistant masks."""
+    from tito_audit.formats.terminal import STATUS_STYLE
+
+    console.print(Text("\nPer-check status (original -> patched):", style="bold"))
+    for c in proof.checks:
+        if c.before == c.after and c.findings_before == c.findings_after:
+            continue
+        row = Text(f"  {c.id:<24} ")
+        row.append(c.before, STATUS_STYLE.get(c.before, ""))
+        row.append(" -> ")
+        row.append(c.after, STATUS_STYLE.get(c.after, ""))
+        row.append(f"  ({c.findings_before} -> {c.findings_after} findings)", style="dim")
+        console.print(row)
+    unchanged = [c.id for c in proof.checks if c.before == c.after and c.findings_before == c.findings_after]
+    if unchanged:
+        console.print(Text(f"  unchanged: {', '.join(unchanged)}", style="dim"))
+    console.print(Text("\nProof:", style="bold"))
+    regressed = [c.id for c in proof.checks if c.regressed]
+    console.print(f"  audit: {'no check regressed' if not regressed else 'REGRESSED ' + ', '.join(regressed)}")
+    same = proof.equivalence
+    console.print(
+        f"  inference equivalence: {same.identical} of {same.compared} conversations render identical token ids "
+        f"(prompts with no earlier assistant turn, with and without tools, and the first generated turn, "
+        f"in every thinking mode); {same.later_identical} of {same.later_compared} later generated turns identical"
+        + (f"; {same.newly_rendering} conversation(s) that raised before now render" if same.newly_rendering else "")
+    )
+    for d in (same.differences + same.later_differences)[:5]:
+        console.print(Text(f"    differs: {d.conversation}: {d.expected!r} -> {d.actual!r}", style="yellow"))
+    if proof.masks is not None:
+        masks = proof.masks
+        modes = ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in masks.by_mode.items())
         console.print(
-            f"  inference equivalence: {eq.identical} of {eq.compared} conversations render identical token ids "
-            f"(prompts with no earlier assistant turn, with and without tools, and the first generated turn, "
-            f"in every thinking mode); {eq.later_identical} of {eq.later_compared} later generated turns identical"
-            + (f"; {eq.newly_rendering} conversation(s) that raised before now render" if eq.newly_rendering else "")
+            f"  assistant masks (return_assistant_tokens_mask) equal the sampled spans, stop token included: "
+            f"{masks.exact} of {masks.episodes} episodes ({modes}; {masks.not_comparable} not comparable)"
         )
-        for d in (eq.differences + eq.later_differences)[:5]:
-            console.print(Text(f"    differs: {d.conversation}: {d.expected!r} -> {d.actual!r}", style="yellow"))
-        if proof.masks is not None:
-            m = proof.masks
-            modes = ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in m.by_mode.items())
-            console.print(
-                f"  assistant masks (return_assistant_tokens_mask) equal the sampled spans, stop token included: "
-                f"{m.exact} of {m.episodes} episodes ({modes}; {m.not_comparable} not comparable)"
-            )
-        for flag in proof.flagged:
-            console.print(Text(f"  FLAGGED: {flag}", style="bold yellow"))
-        for note in proof.notes:
-            console.print(Text(f"  note: {note}", style="yellow"))
-        for reason in proof.reasons:
-            console.print(Text(f"  not proven: {reason}", style="red"))
+    for flag in proof.flagged:
+        console.print(Text(f"  FLAGGED: {flag}", style="bold yellow"))
+    for note in proof.notes:
+        console.print(Text(f"  note: {note}", style="yellow"))
+    for reason in proof.reasons:
+        console.print(Text(f"  not proven: {reason}", style="red"))
+
+
+def _print_terminal(console: Console, result: object, output: Path | None) -> None:
+    from tito_audit.fix import FixResult
+    from tito_audit.formats.terminal import VERDICT_STYLE
+
+    assert isinstance(result, FixResult)
+    before = result.before.verdict
+    after = result.after.verdict if result.after else None
+    style, label = _STATUS_LINE[result.status]
+    line = Text(f"{result.model}  ")
+    line.append(before.upper(), VERDICT_STYLE.get(before, ""))
+    if after:
+        line.append(" -> ")
+        line.append(after.upper(), VERDICT_STYLE.get(after, ""))
+    line.append("  ")
+    line.append(label, style)
+    console.print(line)
+    console.print(Text(result.message, style="dim"))
+    _print_patches(console, result)
+    if result.proof is not None:
+        _print_proof(console, result.proof)
     diff = result.diff()
     if diff:
         console.print(Text("\nDiff:", style="bold"))
-        for dl in diff.splitlines():
+        for diff_line in diff.splitlines():
             style = (
-                "green" if dl.startswith("+") else "red" if dl.startswith("-") else "cyan" if dl.startswith("@") else ""
+                "green"
+                if diff_line.startswith("+")
+                else "red"
+                if diff_line.startswith("-")
+                else "cyan"
+                if diff_line.startswith("@")
+                else ""
             )
-            console.print(Text(dl, style=style), soft_wrap=True)
+            console.print(Text(diff_line, style=style), soft_wrap=True)
     if output is not None and result.patched is not None:
         console.print(Text(f"\nWrote {output}. Audit it with:", style="bold"))
         console.print(Text(f"  tito-audit audit {result.model} --chat-template {output}"))
@@ -120,18 +139,16 @@ def register(app: typer.Typer) -> None:
     def fix_command(
         model: str = typer.Argument(..., help=r"Hub repo id (org/name\[@revision]), local folder or bundled name."),
         output: Path | None = typer.Option(None, "--output", "-o", help="Write the patched template (.jinja) here."),
-        template_name: str | None = typer.Option(None, "--template-name", help="Named template, e.g. tool_use."),
+        template_name: str | None = template_name_option(),
         chat_template: Path | None = typer.Option(
             None, "--chat-template", help="Fix this template file (with MODEL's tokenizer) instead."
         ),
-        template_kwarg: list[str] = typer.Option(
-            [], "--template-kwarg", "-k", help="KEY=VALUE passed to the template.", callback=check_kwargs
-        ),
+        template_kwarg: list[str] = template_kwarg_option(),
         fmt: str = typer.Option(
             "terminal", "--format", "-f", help="terminal | json", callback=one_of(("terminal", "json"))
         ),
-        offline: bool = typer.Option(False, "--offline", help="Never touch the network (like HF_HUB_OFFLINE=1)."),
-        debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+        offline: bool = offline_option(),
+        debug: bool = debug_option(),
     ) -> None:
         """Patch the chat template for the failures found, prove the patch, and print the diff."""
         from tito_audit.cli.params import parse_kwargs

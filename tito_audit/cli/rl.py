@@ -25,14 +25,27 @@ def _print_summary(result: Any) -> None:
     from rich.console import Console
 
     con = Console(soft_wrap=True)  # one line per item, also in CI logs
-    s, setup = result.summary, result.setup
+    setup = result.setup
     con.print(
         f"[bold]{result.config['model']}[/]  policy: {setup['policy']}  vocab: {setup['vocab']} "
         f"({setup['model_vocab']:,} ids)  device: {setup['device']}  threads: {setup['torch_threads']}"
     )
+    _print_token_facts(con, setup, result.summary["tool_call_parse_rate"])
+    if setup.get("quality_gates"):
+        _print_gates(con, setup["quality_gates"])
+    for rec in result.steps:
+        _print_step(con, rec)
+    if result.steps and "probability_diagnostics" in result.steps[0]:
+        con.print(f"probability diagnostics: {result.steps[0]['probability_diagnostics']}")
+    _print_verdict(con, result.summary)
+    for f in result.files:
+        con.print(f"wrote {f}")
+
+
+def _print_token_facts(con: Any, setup: dict[str, Any], rate: float | None) -> None:
+    """The model-free facts first, then the scenarios they come from, worst first."""
     facts = setup.get("sampled_token_facts") or setup["token_facts"]
     where = "sampled episodes" if "sampled_token_facts" in setup else "every scenario, template as the model"
-    rate = s["tool_call_parse_rate"]
     con.print(
         f"token facts ({where}; model-free, exact): {facts['scenarios_affected']}/{facts['scenarios']} scenarios, "
         f"{facts['sequences_affected']}/{facts['sequences']} sequences, {facts['turns_affected']}/{facts['turns']} "
@@ -56,73 +69,79 @@ def _print_summary(result: Any) -> None:
             )
     if len(affected) > 6:
         con.print(f"    ... and {len(affected) - 6} more affected scenarios (metrics.json: token_facts)")
-    gates = setup.get("quality_gates")
-    if gates:
-        m = gates["measured"]
+
+
+def _print_gates(con: Any, gates: dict[str, Any]) -> None:
+    measured = gates["measured"]
+    con.print(
+        "quality gates "
+        + ("[green]passed[/]" if gates["passed"] else "[red]failed[/]: " + "; ".join(gates["failed"]))
+        + f" (SFT loss {_fmt(measured['sft_loss_final'], '.3f')}, canonical turns "
+        f"{_fmt(measured['canonical_turn_fraction'], '.0%')}, parse rate "
+        f"{_fmt(measured['tool_call_parse_rate'], '.0%')}, p<0.5 {_fmt(measured['p_below_0.5_fraction'], '.0%')})"
+    )
+
+
+def _print_step(con: Any, rec: dict[str, Any]) -> None:
+    """One line per batch, then its KL, low-probability and critical-token lines when they were computed."""
+    gradient, alignment, mismatch = rec["gradient"], rec["alignment"], rec["logp_mismatch"]
+    line = (
+        f"batch {rec['step']}: rel.error {_fmt(gradient['rel_error'], '.3g')} (noise floor {rec['noise_floor']:.1g}) "
+        f"cosine {_fmt(gradient['cosine'], '.4f')}  affected {alignment['sequences_affected']}/"
+        f"{alignment['sequences']} seq, {alignment['turns_affected']}/{alignment['turns']} turns  |dlogp| max "
+        f"{_fmt(mismatch.get('abs_dlogp_max'), '.4f')}  rho [{_fmt(mismatch.get('rho_min'), '.3f')}, "
+        f"{_fmt(mismatch.get('rho_max'), '.3f')}]"
+    )
+    if "shadow_drift" in rec:
+        line += f"  drift {_fmt(rec['shadow_drift'], '.4f')}"
+    con.print(line, highlight=False)
+    if "kl" in rec:
+        kl = rec["kl"]
         con.print(
-            "quality gates "
-            + ("[green]passed[/]" if gates["passed"] else "[red]failed[/]: " + "; ".join(gates["failed"]))
-            + f" (SFT loss {_fmt(m['sft_loss_final'], '.3f')}, canonical turns "
-            f"{_fmt(m['canonical_turn_fraction'], '.0%')}, parse rate {_fmt(m['tool_call_parse_rate'], '.0%')}, "
-            f"p<0.5 {_fmt(m['p_below_0.5_fraction'], '.0%')})"
+            "    KL token mean ± SE: "
+            + "  ".join(f"{k} {kl[k + '_mean']:+.2e} ± {kl[k + '_se']:.1e}" for k in ("k1", "k2", "k3", "exact")),
+            highlight=False,
         )
-    for rec in result.steps:
-        g, a, lm = rec["gradient"], rec["alignment"], rec["logp_mismatch"]
-        line = (
-            f"batch {rec['step']}: rel.error {_fmt(g['rel_error'], '.3g')} (noise floor {rec['noise_floor']:.1g}) "
-            f"cosine {_fmt(g['cosine'], '.4f')}  affected {a['sequences_affected']}/{a['sequences']} seq, "
-            f"{a['turns_affected']}/{a['turns']} turns  |dlogp| max {_fmt(lm.get('abs_dlogp_max'), '.4f')}  "
-            f"rho [{_fmt(lm.get('rho_min'), '.3f')}, {_fmt(lm.get('rho_max'), '.3f')}]"
+        if kl.get("warning"):
+            con.print(f"    [yellow]warning:[/] {kl['warning']}")
+    low = rec.get("low_prob", {})
+    if "grad_norm_low" in low:
+        reweighted = low["advantage_reweighted"]
+        text = (
+            f"    p<{low['eta']}: {low['low_fraction']:.0%} of tokens, gradient norm {low['grad_norm_low']:.3g} vs "
+            f"{low['grad_norm_high']:.3g} for p>={low['eta']}; AR(alpha={low['alpha']}) cosine to plain "
+            f"{_fmt(reweighted['cosine'], '.3f')}"
         )
-        if "shadow_drift" in rec:
-            line += f"  drift {_fmt(rec['shadow_drift'], '.4f')}"
-        con.print(line, highlight=False)
-        if "kl" in rec:
-            kl = rec["kl"]
-            con.print(
-                "    KL token mean ± SE: "
-                + "  ".join(f"{k} {kl[k + '_mean']:+.2e} ± {kl[k + '_se']:.1e}" for k in ("k1", "k2", "k3", "exact")),
-                highlight=False,
+        if "lopti" in low:
+            lopti = low["lopti"]
+            text += (
+                f"; Lopti vs joint update cosine {_fmt(lopti['update_vs_joint']['cosine'], '.3f')}, high-p "
+                f"dlogp {lopti['high_mean_dlogp_lopti']:+.2e} vs {lopti['high_mean_dlogp_joint']:+.2e}"
             )
-            if kl.get("warning"):
-                con.print(f"    [yellow]warning:[/] {kl['warning']}")
-        lp = rec.get("low_prob", {})
-        if "grad_norm_low" in lp:
-            ar = lp["advantage_reweighted"]
-            text = (
-                f"    p<{lp['eta']}: {lp['low_fraction']:.0%} of tokens, gradient norm {lp['grad_norm_low']:.3g} vs "
-                f"{lp['grad_norm_high']:.3g} for p>={lp['eta']}; AR(alpha={lp['alpha']}) cosine to plain "
-                f"{_fmt(ar['cosine'], '.3f')}"
-            )
-            if "lopti" in lp:
-                lo = lp["lopti"]
-                text += (
-                    f"; Lopti vs joint update cosine {_fmt(lo['update_vs_joint']['cosine'], '.3f')}, high-p "
-                    f"dlogp {lo['high_mean_dlogp_lopti']:+.2e} vs {lo['high_mean_dlogp_joint']:+.2e}"
-                )
-            con.print(text, highlight=False)
-        if "critical" in rec:
-            c, mo = rec["critical"], rec["mismatch_on"]
-            con.print(
-                f"    critical tokens: {c['critical']}/{c['tested_positions']} tested positions flip the outcome "
-                f"(certainty J {_fmt(c['J_mean_critical'], '.3f')} vs {_fmt(c['J_mean_other'], '.3f')}); "
-                f"R-mistrained B tokens: {mo['mismatched_b_tokens']}, of which p<{mo['eta']}: "
-                f"{mo['low_probability']}, critical: {mo['critical']}/{mo['tested_for_critical']} tested",
-                highlight=False,
-            )
-    if result.steps and "probability_diagnostics" in result.steps[0]:
-        con.print(f"probability diagnostics: {result.steps[0]['probability_diagnostics']}")
+        con.print(text, highlight=False)
+    if "critical" in rec:
+        critical, on = rec["critical"], rec["mismatch_on"]
+        con.print(
+            f"    critical tokens: {critical['critical']}/{critical['tested_positions']} tested positions flip the "
+            f"outcome (certainty J {_fmt(critical['J_mean_critical'], '.3f')} vs "
+            f"{_fmt(critical['J_mean_other'], '.3f')}); R-mistrained B tokens: {on['mismatched_b_tokens']}, of "
+            f"which p<{on['eta']}: {on['low_probability']}, critical: {on['critical']}/{on['tested_for_critical']} "
+            "tested",
+            highlight=False,
+        )
+
+
+def _print_verdict(con: Any, summary: dict[str, Any]) -> None:
     verdict = (
         "[red]R gradient corrupted[/] (re-tokenization changes what is trained)"
-        if s["corrupted"]
+        if summary["corrupted"]
         else "[green]R gradient identical to B[/] within the noise floor"
     )
     con.print(
-        f"{verdict}: max rel.error {_fmt(s['rel_error_max'], '.3g')}, tolerance {s['identical_tolerance']:.1g} "
-        f"(10 x noise floor), min cosine {_fmt(s['cosine_min'], '.4f')}, {s['step_seconds_mean']:.2f} s/step"
+        f"{verdict}: max rel.error {_fmt(summary['rel_error_max'], '.3g')}, tolerance "
+        f"{summary['identical_tolerance']:.1g} (10 x noise floor), min cosine {_fmt(summary['cosine_min'], '.4f')}, "
+        f"{summary['step_seconds_mean']:.2f} s/step"
     )
-    for f in result.files:
-        con.print(f"wrote {f}")
 
 
 def rl(

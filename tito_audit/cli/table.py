@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from tito_audit.cli.options import models_argument, offline_option
 from tito_audit.cli.output import echo_model_errors, emit
 from tito_audit.errors import EXIT_OK, EXIT_OPERATIONAL
 
@@ -25,13 +26,11 @@ def cached_models(cache_dir: str | Path | None = None) -> list[str]:
 def register(app: typer.Typer) -> None:
     @app.command("table")
     def table_command(
-        models: list[str] = typer.Argument(
-            None, help=r"Hub repo ids (org/name\[@revision]), local folders or bundled names."
-        ),
+        models: list[str] = models_argument(),
         bundled: bool = typer.Option(False, "--bundled", help="Add every model in templates_cache/."),
         cached: bool = typer.Option(False, "--cached", help="Add every model in the Hub cache (HF_HUB_CACHE)."),
         output: Path | None = typer.Option(None, "--output", "-o", help="Write the table here instead of stdout."),
-        offline: bool = typer.Option(False, "--offline", help="Never touch the network (like HF_HUB_OFFLINE=1)."),
+        offline: bool = offline_option(),
     ) -> None:
         """Audit models and write a Markdown compatibility table with a note for every failure."""
         from tito_audit.cli.audit import run_audit

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from tito_audit.errors import AuditError
 from tito_audit.fix import arguments, empty_content, markers, reasoning
-from tito_audit.fix.common import FixContext, Patch, Skip
+from tito_audit.fix.patch import AuditedTemplate, Patch, Skip
 from tito_audit.fix.proof import Proof, prove
 from tito_audit.fix.source import PatchError, Source
 
@@ -31,10 +31,10 @@ if TYPE_CHECKING:
     from tito_audit.context import AuditOptions
     from tito_audit.sources.load import LoadedModel
 
-__all__ = ["FixError", "FixResult", "Patch", "Proof", "Rejected", "Skip", "fix_context", "propose_fix"]
+__all__ = ["FixError", "FixResult", "Patch", "Proof", "Rejected", "Skip", "audited_template", "propose_fix"]
 
 # Application order: history first (it changes which branch renders), markers last (they wrap what renders).
-PATCH_CLASSES: tuple[tuple[str, Callable[[FixContext, Source], Patch | Skip]], ...] = (
+PATCH_CLASSES: tuple[tuple[str, Callable[[AuditedTemplate, Source], Patch | Skip]], ...] = (
     (reasoning.ID, reasoning.propose),
     (empty_content.ID, empty_content.propose),
     (arguments.ID, arguments.propose),
@@ -107,35 +107,79 @@ class FixResult:
         }
 
 
-def fix_context(model: LoadedModel, options: AuditOptions, report: ModelReport) -> FixContext:
+def audited_template(model: LoadedModel, options: AuditOptions, report: ModelReport) -> AuditedTemplate:
     """What the patch classes decide on: the model, the options, the audit, stop ids and thinking modes."""
     from tito_audit.context import AuditContext
 
     ctx = AuditContext(model, options)
-    return FixContext(model, options, report, ctx.stop_ids, ctx.thinking_modes)
+    return AuditedTemplate(model, options, report, ctx.stop_ids, ctx.thinking_modes)
 
 
-def _prove(fx: FixContext, patches: list[Patch], text: str) -> tuple[Proof, ModelReport]:
+def _prove(audited: AuditedTemplate, patches: list[Patch], text: str) -> tuple[Proof, ModelReport]:
     from tito_audit.audit import audit_model
 
-    after = audit_model(fx.model.with_template(text, "tito-audit fix"), fx.options)
+    after = audit_model(audited.model.with_template(text, "tito-audit fix"), audited.options)
     with_masks = any(p.id in _MARKER_IDS for p in patches)
-    return prove(fx, patches, text, after, with_masks), after
+    return prove(audited, patches, text, after, with_masks), after
 
 
-def _chain(fx: FixContext, ids: set[str]) -> tuple[str, list[Patch]]:
+def _chain(audited: AuditedTemplate, ids: set[str]) -> tuple[str, list[Patch]]:
     """Apply the chosen patch classes in order, each proposed on the previous one's output."""
-    text, applied = fx.model.chat_template, list[Patch]()
+    text, applied = audited.model.chat_template, list[Patch]()
     for pid, propose in PATCH_CLASSES:
         if pid not in ids and not (pid == markers.ID_MARKERS and ids & set(_MARKER_IDS)):
             continue
         try:
-            patch = propose(fx, Source(text))
+            patch = propose(audited, Source(text))
         except PatchError:
             continue
         if isinstance(patch, Patch):
             text, applied = patch.template, [*applied, patch]
     return text, applied
+
+
+def _candidates(audited: AuditedTemplate, src: Source, result: FixResult) -> list[Patch]:
+    """Every patch class proposed on the original template; those that do not apply go to ``result.skipped``."""
+    candidates: list[Patch] = []
+    for pid, propose in PATCH_CLASSES:
+        try:
+            out = propose(audited, src)
+        except PatchError as exc:
+            out = Skip(pid, str(exc))
+        if isinstance(out, Patch):
+            candidates.append(out)
+        else:
+            result.skipped.append(out)
+    return candidates
+
+
+def _prove_best(
+    audited: AuditedTemplate, candidates: list[Patch], result: FixResult, stage: Callable[[str], None]
+) -> tuple[str, list[Patch], Proof, ModelReport]:
+    """The candidates proven together; when that fails, each alone and the proven ones together again. Returns
+    the patched text, the patches in it (none when nothing holds), its proof and its audit; the patches that
+    failed alone go to ``result.rejected``."""
+    stage(f"proving {', '.join(p.id for p in candidates)} together")
+    text, applied = _chain(audited, {p.id for p in candidates})
+    proof, after = _prove(audited, applied, text)
+    if not proof.ok and len(candidates) > 1:
+        good: list[Patch] = []
+        for p in candidates:
+            stage(f"proving {p.id} alone")
+            alone, _ = _prove(audited, [p], p.template)
+            if alone.ok:
+                good.append(p)
+            else:
+                result.rejected.append(Rejected(p, alone.reasons))
+        if good:
+            text, applied = _chain(audited, {p.id for p in good})
+            proof, after = _prove(audited, applied, text)
+        else:
+            applied = []
+    elif not proof.ok:
+        result.rejected.append(Rejected(candidates[0], proof.reasons))
+        applied = []
+    return text, applied, proof, after
 
 
 def propose_fix(
@@ -155,7 +199,7 @@ def propose_fix(
         report = audit_model(model, options)
     if report.error:
         raise FixError(model.name, f"cannot fix a template the audit cannot run: {report.error}")
-    fx = fix_context(model, options, report)
+    audited = audited_template(model, options, report)
     result = FixResult(model.name, "nothing_to_fix", "", model.chat_template, report)
     try:
         src = Source(model.chat_template)
@@ -163,16 +207,7 @@ def propose_fix(
         result.status = "no_safe_patch" if report.verdict != "safe" else "nothing_to_fix"
         result.message = f"the template cannot be rewritten: {exc}"
         return result
-    candidates: list[Patch] = []
-    for pid, propose in PATCH_CLASSES:
-        try:
-            out = propose(fx, src)
-        except PatchError as exc:
-            out = Skip(pid, str(exc))
-        if isinstance(out, Patch):
-            candidates.append(out)
-        else:
-            result.skipped.append(out)
+    candidates = _candidates(audited, src, result)
     if not candidates:
         result.status = "no_safe_patch" if result.failing else "nothing_to_fix"
         if result.failing:
@@ -182,26 +217,7 @@ def propose_fix(
             result.message = f"verdict {report.verdict}: no required patch, and no optional patch applies"
         return result
 
-    stage(f"proving {', '.join(p.id for p in candidates)} together")
-    text, applied = _chain(fx, {p.id for p in candidates})
-    proof, after = _prove(fx, applied, text)
-    if not proof.ok and len(candidates) > 1:
-        good: list[Patch] = []
-        for p in candidates:
-            stage(f"proving {p.id} alone")
-            alone, _ = _prove(fx, [p], p.template)
-            if alone.ok:
-                good.append(p)
-            else:
-                result.rejected.append(Rejected(p, alone.reasons))
-        if good:
-            text, applied = _chain(fx, {p.id for p in good})
-            proof, after = _prove(fx, applied, text)
-        else:
-            applied = []
-    elif not proof.ok:
-        result.rejected.append(Rejected(candidates[0], proof.reasons))
-        applied = []
+    text, applied, proof, after = _prove_best(audited, candidates, result, stage)
     cause = next(iter(report.check("tool_append_prefix").active_findings), None)
     no_required = result.failing and not any(p.required for p in candidates)
     if not applied or not proof.ok:

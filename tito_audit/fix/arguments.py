@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from tito_audit.fix.common import FixContext, Patch, Skip
+from tito_audit.fix.patch import AuditedTemplate, Patch, Skip
 from tito_audit.fix.source import Block, Edit, Leaf, Node, Source, Tok, apply_edits, chain_operands, top_level
 
 ID = "tool_arguments_json"
@@ -65,12 +65,12 @@ def rewrite(src: Source) -> tuple[list[Edit], list[str]]:
     return edits, changes
 
 
-def dict_args_problem(fx: FixContext) -> str | None:
+def dict_args_problem(audited: AuditedTemplate) -> str | None:
     """Render one tool call with dict and with JSON-string arguments: does the dict raise or print as repr?"""
     from tito_audit.probes import TOOLS
     from tito_audit.rendering.renderer import RenderError
 
-    renderer = fx.renderer(fx.model.chat_template)
+    renderer = audited.renderer(audited.model.chat_template)
     args = {"city": "Paris", "metric": True}
 
     def convo(content: str | None, arguments: object) -> list[dict[str, object]]:
@@ -94,14 +94,14 @@ def dict_args_problem(fx: FixContext) -> str | None:
     return None
 
 
-def propose(fx: FixContext, src: Source) -> Patch | Skip:
-    problem = dict_args_problem(fx)
+def propose(audited: AuditedTemplate, src: Source) -> Patch | Skip:
+    problem = dict_args_problem(audited)
     if problem is None:
         return Skip(ID, "dict arguments render as JSON")
     edits, changes = rewrite(src)
     if not edits:
         return Skip(ID, f"{problem}, but no raw print of the arguments outside a string test was found")
-    check = next((c for c in fx.report.checks if c.id == "tool_call_serialization"), None)
+    check = next((c for c in audited.report.checks if c.id == "tool_call_serialization"), None)
     repr_leak = "repr" in problem
     return Patch(
         id=ID,

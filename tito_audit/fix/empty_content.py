@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tito_audit.fix.common import FixContext, Patch, Skip, atoms, loop_target, parse_bool, parse_expr, rendering_loops
+from tito_audit.fix.conditions import atoms, parse_bool, parse_expr
+from tito_audit.fix.message_loop import loop_target, rendering_loops
+from tito_audit.fix.patch import AuditedTemplate, Patch, Skip
 from tito_audit.fix.source import Block, Edit, PatchError, Source, apply_edits, block_tags, walk
 
 ID = "empty_content_tool_calls"
@@ -78,8 +80,8 @@ def rewrite(src: Source) -> tuple[list[Edit], list[str]]:
     return edits, changes
 
 
-def propose(fx: FixContext, src: Source) -> Patch | Skip:
-    check = next((c for c in fx.report.checks if c.id == "tool_support"), None)
+def propose(audited: AuditedTemplate, src: Source) -> Patch | Skip:
+    check = next((c for c in audited.report.checks if c.id == "tool_support"), None)
     dropped = [f for f in (check.active_findings if check else []) if "not rendered" in f.message]
     if not dropped:
         return Skip(ID, "tool calls render next to empty content")
@@ -93,7 +95,7 @@ def propose(fx: FixContext, src: Source) -> Patch | Skip:
         template=apply_edits(src.text, edits),
         changes=changes,
         targets=("tool_support",),
-        required=fx.report.verdict == "unsafe",
+        required=audited.report.verdict == "unsafe",
         changes_inference=True,
         caveats=["a turn with content '' and tool calls now renders its calls (before: an empty answer)"],
     )

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from tito_audit.fix.common import FixContext, Patch
+from tito_audit.fix.patch import AuditedTemplate, Patch
 from tito_audit.probes import CHAT
 from tito_audit.rendering.renderer import RenderError
 from tito_audit.rollout.tokens import common_prefix_len, special_token_strings
-from tito_audit.scenarios.spec import Scenario
+from tito_audit.scenarios.spec import Message, Scenario
 
 if TYPE_CHECKING:
     from tito_audit.audit import ModelReport
@@ -153,21 +153,21 @@ def _mode_name(mode: dict[str, Any]) -> str:
     return ",".join(f"{k}={json.dumps(v)}" for k, v in sorted(mode.items())) or "default"
 
 
-def _window(fx: FixContext, ids: Sequence[int], at: int) -> str:
-    tok = fx.model.tokenizer
+def _window(audited: AuditedTemplate, ids: Sequence[int], at: int) -> str:
+    tok = audited.model.tokenizer
     return str(tok.decode(list(ids[max(0, at - 3) : at + 6]), skip_special_tokens=False))
 
 
-def inference_equivalence(fx: FixContext, original: str, patched: str) -> Equivalence:
+def inference_equivalence(audited: AuditedTemplate, original: str, patched: str) -> Equivalence:
     """Compare what serving renders: prompts with no earlier assistant turn and the first generated turn."""
     from tito_audit.scenarios import build_scenarios
     from tito_audit.simulation import adapt_to_template
 
     eq = Equivalence()
-    base_o, base_p = fx.renderer(original), fx.renderer(patched)
+    base_o, base_p = audited.renderer(original), audited.renderer(patched)
     seen: set[str] = set()
     later_seen: set[str] = set()
-    for scenario in build_scenarios(special_token_strings(fx.model.tokenizer), fx.thinking_modes):
+    for scenario in build_scenarios(special_token_strings(audited.model.tokenizer), audited.thinking_modes):
         mode = scenario.kwargs
         ro = base_o.with_kwargs(**mode) if mode else base_o
         rp = base_p.with_kwargs(**mode) if mode else base_p
@@ -187,7 +187,7 @@ def inference_equivalence(fx: FixContext, original: str, patched: str) -> Equiva
             if key in seen:
                 continue
             seen.add(key)
-            _compare(fx, eq, name, ro, rp, msgs, tls, agp, bool(not agp and msgs[-1].get("tool_calls")))
+            _compare(audited, eq, name, ro, rp, msgs, tls, agp, bool(not agp and msgs[-1].get("tool_calls")))
         for i in assistants[1:]:
             key = json.dumps([messages[: i + 1], mode], sort_keys=True, default=repr)
             if key in later_seen:
@@ -221,7 +221,7 @@ def _completion(renderer: Any, messages: list[dict[str, Any]], i: int, tools: An
 
 
 def _compare(
-    fx: FixContext,
+    audited: AuditedTemplate,
     eq: Equivalence,
     name: str,
     ro: Any,
@@ -243,7 +243,7 @@ def _compare(
             return
         eq.compared += 1
         eq.differences.append(
-            Difference(name, None, _window(fx, ids_o, 0), f"patched template raises: {exc.message}", calls)
+            Difference(name, None, _window(audited, ids_o, 0), f"patched template raises: {exc.message}", calls)
         )
         return
     if ids_o is None or ids_p is None:
@@ -254,7 +254,7 @@ def _compare(
         eq.identical += 1
         return
     at = common_prefix_len(ids_o, ids_p)
-    eq.differences.append(Difference(name, at, _window(fx, ids_o, at), _window(fx, ids_p, at), calls))
+    eq.differences.append(Difference(name, at, _window(audited, ids_o, at), _window(audited, ids_p, at), calls))
 
 
 # Conversations without tool calls: every template renders them, whatever it does with tools.
@@ -267,7 +267,7 @@ _CHATS = tuple(
 )
 
 
-def expected_mask(fx: FixContext, renderer: Any, messages: list[dict[str, Any]], tools: Any) -> list[int] | None:
+def expected_mask(audited: AuditedTemplate, renderer: Any, messages: list[Message], tools: Any) -> list[int] | None:
     """1 on the tokens of the full render that the model sampled: each assistant turn from the end of its
     generation prompt through its stop token (derived as the simulator derives sampled ids); None when a turn's
     render is not a prefix of the full render (the template rewrites history, so there is no one answer)."""
@@ -279,11 +279,11 @@ def expected_mask(fx: FixContext, renderer: Any, messages: list[dict[str, Any]],
     for i, m in enumerate(messages):
         if m["role"] != "assistant":
             continue
-        turn = derive_turn(renderer, messages, i, tools, fx.stop_ids)
+        turn = derive_turn(renderer, messages, i, tools, audited.stop_ids)
         start = len(turn.prompt_text) - len(turn.gen_prompt_extra)
         if not turn.stop_rendered:
             return None
-        stop = fx.model.tokenizer.decode([turn.stop_id], skip_special_tokens=False)
+        stop = audited.model.tokenizer.decode([turn.stop_id], skip_special_tokens=False)
         end = start + turn.completion_text.index(stop) + len(stop)
         text = (turn.prompt_text[:start] + turn.completion_text)[:end]
         if not full.startswith(text):
@@ -292,16 +292,16 @@ def expected_mask(fx: FixContext, renderer: Any, messages: list[dict[str, Any]],
     return [1 if any(s <= a and b <= e for s, e in spans) and b > a else 0 for a, b in offsets]
 
 
-def mask_proof(fx: FixContext, patched: str) -> MaskProof:
+def mask_proof(audited: AuditedTemplate, patched: str) -> MaskProof:
     """``return_assistant_tokens_mask`` against the sampled spans, episode by episode and mode by mode."""
     from tito_audit.scenarios import build_scenarios
 
     proof = MaskProof()
-    base = fx.renderer(patched)
-    built = build_scenarios(special_token_strings(fx.model.tokenizer), fx.thinking_modes)
+    base = audited.renderer(patched)
+    built = build_scenarios(special_token_strings(audited.model.tokenizer), audited.thinking_modes)
     plain = [*_CHATS, *(s for s in built if s.id.endswith("/plain") and "thinking" not in s.tags)]
     scenarios = [s for s in built if "thinking" in s.tags and "special_text" not in s.tags] + plain
-    for mode in fx.thinking_modes:
+    for mode in audited.thinking_modes:
         if mode:  # answers without reasoning, played in every thinking mode too
             suffix = "".join(f"[{k}={json.dumps(v)}]" for k, v in sorted(mode.items()))
             scenarios += [replace(s, id=s.id + suffix, template_kwargs=tuple(sorted(mode.items()))) for s in plain]
@@ -314,7 +314,7 @@ def mask_proof(fx: FixContext, patched: str) -> MaskProof:
         try:
             if err is not None:
                 raise err
-            expected = expected_mask(fx, renderer, messages, tools)
+            expected = expected_mask(audited, renderer, messages, tools)
             ids, mask = renderer.render_with_mask(messages, tools=tools)
         except RenderError:
             expected = None
@@ -329,7 +329,7 @@ def mask_proof(fx: FixContext, patched: str) -> MaskProof:
             counts[0] += 1
             continue
         at = next(i for i in range(len(ids)) if mask[i] != expected[i])
-        piece = fx.model.tokenizer.decode([ids[at]], skip_special_tokens=False)
+        piece = audited.model.tokenizer.decode([ids[at]], skip_special_tokens=False)
         proof.mismatches.append(
             f"{scenario.id}: token {at} ({piece!r}) is {'in' if mask[at] else 'outside'} the mask, "
             f"{'outside' if mask[at] else 'in'} the sampled span"
@@ -338,13 +338,13 @@ def mask_proof(fx: FixContext, patched: str) -> MaskProof:
 
 
 def prove(
-    fx: FixContext,
+    audited: AuditedTemplate,
     patches: Sequence[Patch],
     patched: str,
     after: ModelReport,
     with_masks: bool,
 ) -> Proof:
-    before = fx.report
+    before = audited.report
     reasons: list[str] = []
     if after.error:
         reasons.append(f"the patched template cannot be audited: {after.error}")
@@ -367,7 +367,7 @@ def prove(
                 reasons.append(f"{p.id}: {target} not improved ({change.before} -> {change.after})")
     if VERDICT_RANK.get(after.verdict, 3) > VERDICT_RANK.get(before.verdict, 3):
         reasons.append(f"verdict worsened: {before.verdict} -> {after.verdict}")
-    eq = inference_equivalence(fx, fx.model.chat_template, patched)
+    eq = inference_equivalence(audited, audited.model.chat_template, patched)
     # Patches that declare an inference change may change assistant turns that call tools, nothing else.
     declared = [p for p in patches if p.changes_inference]
     diffs = eq.differences + eq.later_differences
@@ -378,7 +378,7 @@ def prove(
             f"inference renders change in {len(eq.differences)} of {eq.compared} conversations and "
             f"{len(eq.later_differences)} of {eq.later_compared} generated turns (first: {outside[0].conversation})"
         )
-    masks = mask_proof(fx, patched) if with_masks else None
+    masks = mask_proof(audited, patched) if with_masks else None
     notes: list[str] = []
     if masks is not None and not masks.holds:
         detail = masks.mismatches[0] if masks.mismatches else "no comparable episode"

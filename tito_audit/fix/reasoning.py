@@ -15,7 +15,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tito_audit.fix.common import BoolExpr, FixContext, Patch, Skip, atoms, fold, parse_bool, rendering_loops
+from tito_audit.fix.conditions import BoolExpr, atoms, fold, parse_bool
+from tito_audit.fix.message_loop import rendering_loops
+from tito_audit.fix.patch import AuditedTemplate, Patch, Skip
 from tito_audit.fix.source import Block, Branch, Edit, Node, Source, apply_edits, block_tags
 from tito_audit.probes import REASONING_PROBES
 
@@ -103,7 +105,7 @@ def _sentinels(text: str) -> list[tuple[int, bool]]:
     return [(int(i), v == "T") for i, v in re.findall(r"\x02(\d+):([TF])\x03", text)]
 
 
-def _atom_values(fx: FixContext, src: Source, cand: _Candidate) -> tuple[bool | None, bool]:
+def _atom_values(audited: AuditedTemplate, src: Source, cand: _Candidate) -> tuple[bool | None, bool]:
     """(value of the atom for the turn being generated, whether the value moves when messages follow),
     measured by rendering probe conversations with the atom printed just before its ``if``.
     Also False for "moves" when the ``if`` is reached by other roles without an assistant-role test."""
@@ -115,17 +117,17 @@ def _atom_values(fx: FixContext, src: Source, cand: _Candidate) -> tuple[bool | 
     at = cand.block.first_tag.start
     try:
         base = Renderer(
-            fx.model.tokenizer,
+            audited.model.tokenizer,
             src.text[:at] + probe + src.text[at:],
-            fx.options.template_kwargs,
-            fx.options.date,
-            fx.options.limits,
+            audited.options.template_kwargs,
+            audited.options.date,
+            audited.options.limits,
         )
     except Exception:
         return None, False
     last_values: set[bool] = set()
     moves = False
-    for mode in fx.thinking_modes:
+    for mode in audited.thinking_modes:
         renderer = base.with_kwargs(**mode) if mode else base
         for messages, appends in REASONING_PROBES:
             index = len(messages) - 1
@@ -152,12 +154,12 @@ def _atom_values(fx: FixContext, src: Source, cand: _Candidate) -> tuple[bool | 
     return next(iter(last_values)), moves
 
 
-def rewrite(fx: FixContext, src: Source) -> tuple[list[Edit], list[str]]:
+def rewrite(audited: AuditedTemplate, src: Source) -> tuple[list[Edit], list[str]]:
     """Edits fixing positional reasoning conditions, and one line per rewritten condition."""
     values: dict[int, bool] = {}
     by_branch: dict[int, _Candidate] = {}
     for cand in _candidates(src):
-        value, moves = _atom_values(fx, src, cand)
+        value, moves = _atom_values(audited, src, cand)
         if moves and value is not None:
             values[cand.atom.toks[0].start] = value
             by_branch[cand.branch.tag.start] = cand
@@ -172,11 +174,11 @@ def rewrite(fx: FixContext, src: Source) -> tuple[list[Edit], list[str]]:
     return edits, changes
 
 
-def propose(fx: FixContext, src: Source) -> Patch | Skip:
-    failing = [c for c in fx.report.checks if c.id in _CHECKS and c.active_findings]
+def propose(audited: AuditedTemplate, src: Source) -> Patch | Skip:
+    failing = [c for c in audited.report.checks if c.id in _CHECKS and c.active_findings]
     if not failing:
         return Skip(ID, "appends preserve the history: no reasoning condition to rewrite")
-    edits, changes = rewrite(fx, src)
+    edits, changes = rewrite(audited, src)
     if not edits:
         return Skip(
             ID,

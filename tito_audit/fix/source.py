@@ -261,16 +261,36 @@ def block_tags(node: Node) -> list[Tag]:
     return out
 
 
+def _bracket_step(t: Tok) -> int:
+    """+1 for an opening bracket, -1 for a closing one, 0 for any other token."""
+    if t.kind == "operator" and t.value in "([{":
+        return 1
+    if t.kind == "operator" and t.value in ")]}":
+        return -1
+    return 0
+
+
 def top_level(toks: Sequence[Tok]) -> Iterator[tuple[int, Tok]]:
     """(index, token) of the tokens outside any brackets."""
     depth = 0
     for i, t in enumerate(toks):
-        if t.kind == "operator" and t.value in "([{":
-            depth += 1
-        elif t.kind == "operator" and t.value in ")]}":
-            depth -= 1
-        elif depth == 0:
+        step = _bracket_step(t)
+        depth += step
+        if not step and depth == 0:
             yield i, t
+
+
+def parenthesized(toks: Sequence[Tok]) -> bool:
+    """True when one pair of parentheses encloses the whole expression: ``(a or b)``, not ``(a) or (b)``."""
+    if len(toks) < 2 or toks[0].value != "(" or toks[-1].value != ")":
+        return False
+    depth = 0
+    for i, t in enumerate(toks):
+        step = _bracket_step(t)
+        depth += step
+        if step < 0 and depth == 0 and i < len(toks) - 1:
+            return False
+    return True
 
 
 def chain_operands(toks: Sequence[Tok]) -> list[list[Tok]] | None:

@@ -11,19 +11,13 @@ optional package (wcwidth) measures emoji.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tito_audit.audit import ModelReport
 from tito_audit.checks import ordered_checks
 from tito_audit.checks.base import CheckResult
-from tito_audit.formats.common import (
-    approximate_note,
-    divergence,
-    first_active,
-    model_label,
-    short_revision,
-    verdict_reasons,
-)
+from tito_audit.formats.divergence import divergence, first_active
+from tito_audit.formats.labels import approximate_note, model_label, short_revision, verdict_reasons
 from tito_audit.formats.markdown import md_code, md_text, table_markdown
 from tito_audit.quote import clipped
 from tito_audit.verdict import VERDICTS
@@ -88,6 +82,36 @@ def _first_sentence(markdown: str) -> str:
     return match.group(1) if match else text
 
 
+def _row(m: ModelReport, aliases: list[str], columns: list[str], note: Callable[[str], str]) -> dict[str, str]:
+    """One model's row; ``note`` numbers a footnote (approximate verdict, audit error, each FAIL and error)."""
+    rev = short_revision(m)
+    name = md_text(model_label(m)) + (f" @{rev}" if rev else "")
+    if aliases:
+        name += " (bundled: " + ", ".join(md_code(a, True) for a in aliases) + ")"
+    row = {
+        "model": name,
+        "template": md_code(m.provenance.template_sha256[:8], True) if m.provenance else NOT_RUN,
+        "verdict": VERDICT_CELL[m.verdict],
+        "scenarios": f"{m.scenarios['played']}/{m.scenarios['catalogue']}" if "catalogue" in m.scenarios else NOT_RUN,
+        "why": "; ".join(md_text(clipped(r, REASON_LIMIT)) for r in verdict_reasons(m)[:2]),
+    }
+    approx = approximate_note(m)
+    if approx:
+        row["verdict"] += " (approximate)" + note(f"**{md_text(model_label(m))}**: {md_text(approx)}.")
+    if m.error:
+        row["verdict"] += note(f"**{md_text(model_label(m))}** could not be audited: {md_text(m.error)}.")
+    by_id = {c.id: c for c in m.checks}
+    for cid in columns:
+        c = by_id.get(cid)
+        if c is None:
+            row[cid] = NOT_RUN
+            continue
+        row[cid] = CELL[c.status]
+        if c.status in ("fail", "error"):
+            row[cid] += note(_footnote(m, c))
+    return row
+
+
 def compatibility_table(reports: Sequence[ModelReport], check_ids: Sequence[str] | None = None) -> str:
     """The Markdown document: a row per model, a column per check that tells models apart, the checks that
     do not said once, numbered notes for every FAIL and error; a library function so that ``tito-audit table``
@@ -108,36 +132,7 @@ def compatibility_table(reports: Sequence[ModelReport], check_ids: Sequence[str]
         notes.append(text)
         return f"[^{len(notes)}]"
 
-    rows = []
-    for m, aliases in rows_of:
-        rev = short_revision(m)
-        name = md_text(model_label(m)) + (f" @{rev}" if rev else "")
-        if aliases:
-            name += " (bundled: " + ", ".join(md_code(a, True) for a in aliases) + ")"
-        row = {
-            "model": name,
-            "template": md_code(m.provenance.template_sha256[:8], True) if m.provenance else NOT_RUN,
-            "verdict": VERDICT_CELL[m.verdict],
-            "scenarios": f"{m.scenarios['played']}/{m.scenarios['catalogue']}"
-            if "catalogue" in m.scenarios
-            else NOT_RUN,
-            "why": "; ".join(md_text(clipped(r, REASON_LIMIT)) for r in verdict_reasons(m)[:2]),
-        }
-        approx = approximate_note(m)
-        if approx:
-            row["verdict"] += " (approximate)" + note(f"**{md_text(model_label(m))}**: {md_text(approx)}.")
-        if m.error:
-            row["verdict"] += note(f"**{md_text(model_label(m))}** could not be audited: {md_text(m.error)}.")
-        by_id = {c.id: c for c in m.checks}
-        for cid in columns:
-            c = by_id.get(cid)
-            if c is None:
-                row[cid] = NOT_RUN
-                continue
-            row[cid] = CELL[c.status]
-            if c.status in ("fail", "error"):
-                row[cid] += note(_footnote(m, c))
-        rows.append(row)
+    rows = [_row(m, aliases, columns, note) for m, aliases in rows_of]
     import pandas as pd  # only for this table: a third of a second of every cold start otherwise
 
     df = pd.DataFrame(rows, columns=["model", "template", "verdict", "scenarios", "why", *columns])

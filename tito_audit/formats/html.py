@@ -2,39 +2,34 @@
 
 Everything that came from a template or tokenizer is untrusted and goes through ``html.escape``; token strips
 are spans whose hover title shows the id and decoded text, with whitespace made visible. RL plots written by
-``tito-audit rl --out DIR`` can be embedded as base64 PNGs together with the summary from ``metrics.json``.
+``tito-audit rl --out DIR`` can be embedded as base64 PNGs together with the summary from ``metrics.json``;
+the caller reads that folder (``rl_artifacts.read_rl_dir``) and passes the data, this module reads no file.
 """
 
 from __future__ import annotations
 
 import base64
-import json
 import re
-from dataclasses import dataclass
 from html import escape
-from pathlib import Path
 from typing import Any
 
 from tito_audit._version import __version__
 from tito_audit.audit import AuditReport, ModelReport
 from tito_audit.checks.base import CheckResult
 from tito_audit.findings import Finding
-from tito_audit.formats.common import (
+from tito_audit.formats.divergence import divergence
+from tito_audit.formats.labels import (
     STATUS_WORD,
-    VISIBLE_WS,
     approximate_note,
     coverage_text,
-    divergence,
     model_label,
     template_origin,
     verdict_reasons_text,
 )
+from tito_audit.formats.visible import visible
+from tito_audit.rl_artifacts import RLArtifacts
 
 FINDINGS_SHOWN = 4  # distinct divergences shown with a token strip per check (all with verbose)
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-RL_METRICS = "metrics.json"
-# The order ``rl/plots.py`` writes them in; any other PNG in the folder follows alphabetically.
-RL_PLOTS = ("gradient.png", "dlogp_hist.png", "kl.png", "quartiles.png", "certainty_strip.png")
 
 CSS = """
 :root { --fg:#1f2328; --muted:#59636e; --line:#d1d9e0; --bg:#ffffff; --panel:#f6f8fa;
@@ -109,17 +104,7 @@ def esc(value: Any) -> str:
 
 def visible_html(text: str) -> str:
     """Escaped token text with whitespace as dimmed glyphs (␣ ↵ ⇥) and control characters as \\xNN."""
-    if text == "":
-        return '<i class="ws">∅</i>'
-    out = []
-    for ch in text:
-        if ch in VISIBLE_WS:
-            out.append(f'<i class="ws">{VISIBLE_WS[ch]}</i>')
-        elif ord(ch) < 32 or ord(ch) == 127:
-            out.append(f'<i class="ws">\\x{ord(ch):02x}</i>')
-        else:
-            out.append(escape(ch))
-    return "".join(out)
+    return visible(text, glyph=lambda g: f'<i class="ws">{g}</i>', other=escape)
 
 
 def token_span(token_id: int, text: str, cls: str = "") -> str:
@@ -282,36 +267,6 @@ def _model(m: ModelReport, verbose: bool) -> str:
 # --- RL plots ---------------------------------------------------------------------------------------------
 
 
-@dataclass
-class RLArtifacts:
-    """What ``tito-audit rl --out DIR`` left behind: its metrics and its plots (name -> PNG bytes)."""
-
-    metrics: dict[str, Any]
-    plots: dict[str, bytes]
-
-
-def read_rl_dir(folder: Path) -> RLArtifacts:
-    """Raises ``ValueError`` with a one-line cause when the folder is not an RL output folder."""
-    folder = Path(folder)
-    metrics_path = folder / RL_METRICS
-    if not metrics_path.is_file():
-        raise ValueError(f"--rl-dir {folder}: no {RL_METRICS} (write one with `tito-audit rl MODEL --out DIR`)")
-    try:
-        metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"--rl-dir {folder}: {RL_METRICS} is not valid JSON ({exc})") from None
-    if not isinstance(metrics, dict):
-        raise ValueError(f"--rl-dir {folder}: {RL_METRICS} is not a JSON object")
-    names = [n for n in RL_PLOTS if (folder / n).is_file()]
-    names += sorted(p.name for p in folder.glob("*.png") if p.name not in names)
-    plots = {}
-    for name in names:
-        data = (folder / name).read_bytes()
-        if data.startswith(PNG_MAGIC):  # only real PNGs go into a data: URI
-            plots[name] = data
-    return RLArtifacts(metrics, plots)
-
-
 def _number(x: Any) -> str:
     if isinstance(x, bool) or x is None:
         return "n/a" if x is None else ("yes" if x else "no")
@@ -356,12 +311,10 @@ def _rl_section(rl: RLArtifacts) -> str:
 def to_html(
     report: AuditReport,
     verbose: bool = False,
-    rl_dir: Path | str | None = None,
     rl: RLArtifacts | None = None,
     **_: Any,
 ) -> str:
-    if rl is None and rl_dir is not None:
-        rl = read_rl_dir(Path(rl_dir))
+    """The report as one page; ``rl`` (``rl_artifacts.read_rl_dir``) adds the RL section with its plots."""
     dates = sorted({str(m.options.get("date", ""))[:10] for m in report.models if m.options.get("date")})
     overview = "".join(
         f'<tr><td class="mono">{esc(model_label(m))}</td>'

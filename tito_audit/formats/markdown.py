@@ -14,19 +14,18 @@ from tito_audit._version import __version__
 from tito_audit.audit import AuditReport, ModelReport
 from tito_audit.checks.base import CheckResult
 from tito_audit.findings import Finding
-from tito_audit.formats.common import (
+from tito_audit.formats.divergence import finding_sentence, first_active
+from tito_audit.formats.labels import (
     STATUS_ICON,
     STATUS_WORD,
     VERDICT_ICON,
     approximate_note,
     coverage_text,
-    finding_sentence,
-    first_active,
     model_label,
     template_origin,
     verdict_reasons_text,
-    visible,
 )
+from tito_audit.formats.visible import visible
 
 if TYPE_CHECKING:  # pandas is imported by the functions that build tables (a third of a second of a cold start)
     import pandas as pd

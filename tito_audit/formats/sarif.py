@@ -20,7 +20,8 @@ from tito_audit.audit import AuditReport, ModelReport
 from tito_audit.checks import ordered_checks
 from tito_audit.checks.base import CheckResult
 from tito_audit.findings import Finding
-from tito_audit.formats.common import coverage_text, finding_sentence, model_label, template_origin
+from tito_audit.formats.divergence import finding_sentence
+from tito_audit.formats.labels import coverage_text, model_label, template_origin
 from tito_audit.formats.template_lines import MODEL_FILES, blame, local_template
 from tito_audit.quote import clipped
 

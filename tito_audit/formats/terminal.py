@@ -11,7 +11,7 @@ from rich.text import Text
 
 from tito_audit.audit import AuditReport, ModelReport
 from tito_audit.findings import Finding
-from tito_audit.formats.common import approximate_note, coverage_text, verdict_reasons_text
+from tito_audit.formats.labels import approximate_note, coverage_text, verdict_reasons_text
 from tito_audit.quote import clipped
 
 VERDICT_STYLE = {

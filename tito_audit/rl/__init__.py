@@ -6,7 +6,8 @@ from the B gradient, where the two views disagree, and probability diagnostics (
 low-probability-token dominance, critical tokens) that are only computed for a trained policy's own samples.
 """
 
-from tito_audit.rl.loop import RLConfig, run_rl
+from tito_audit.rl.config import RLConfig
+from tito_audit.rl.loop import run_rl
 from tito_audit.rl.result import RLResult
 
 __all__ = ["RLConfig", "RLResult", "run_rl"]

@@ -1,9 +1,9 @@
 """Model sources: where a model's tokenizer-side files come from.
 
-``fetch_model_files`` picks the source for a model spec (a local folder, a bundled name, or a Hub repo id)
-and returns the folder plus what is known about its origin; ``load.load_files`` turns that folder into a
-tokenizer and a resolved chat template, the way transformers itself would. The one public loader is
-``tito_audit.load`` (``sources.load.load``): both steps in one call.
+``tito_audit.load`` (``sources.load.load``) is the one loader: ``fetch_model_files`` picks the source for a
+model spec (a local folder, a bundled name, or a Hub repo id) and returns the folder plus what is known about
+its origin, then ``load.load_files`` turns that folder into a tokenizer and a resolved chat template, the way
+transformers itself would.
 """
 
 from tito_audit.sources.base import ModelFiles, ModelSource

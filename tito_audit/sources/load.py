@@ -227,7 +227,7 @@ def load_files(
     template_name: str | None = None,
     chat_template_file: str | Path | None = None,
 ) -> LoadedModel:
-    """The second half of ``load``: fetched files to a ``LoadedModel``. ``load`` is the one public loader."""
+    """The second half of ``load``: a fetched folder's tokenizer and resolved template (no network)."""
     spec, folder = files.spec, files.folder
     parsed = _validate_json_files(spec, folder)
     config = parsed.get("tokenizer_config.json", {})
@@ -286,7 +286,8 @@ def load(
     template_name: str | None = None,
     chat_template_file: str | Path | None = None,
 ) -> LoadedModel:
-    """Fetch and load in one call (the public entry point)."""
+    """Fetch and load in one call: the one loader of the public API (``tito_audit.load``); the audit, fix, scan,
+    replay and rl load through it too."""
     from tito_audit.sources.resolve import fetch_model_files
     from tito_audit.sources.tokenizer import collector_paused
 

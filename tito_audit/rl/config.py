@@ -1,0 +1,66 @@
+"""What one ``tito-audit rl`` run is asked to do, and the usage errors a bad combination gets before any work."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tito_audit.errors import UsageError
+
+
+@dataclass
+class RLConfig:
+    model: str
+    steps: int = 3
+    device: str = "auto"
+    weights: str | None = None
+    warmup: int = 0
+    save_policy: str | None = None
+    shadow: bool = False
+    noncanonical_rate: float = 0.0
+    generation_kwargs: str | None = None
+    groups: int = 2
+    group_size: int = 4
+    lr: float = 1e-3
+    seed: int = 0
+    vocab: str = "compact"  # compact | full
+    arch: str = "qwen2"
+    hidden: int = 64
+    layers: int = 2
+    max_new_tokens: int = 96
+    warmup_lr: float = 3e-3
+    include_injection: bool = False  # scenarios with control-token text in content
+    scenarios: tuple[str, ...] = ()  # scenario id prefixes
+    clip: float = 2.0  # truncated importance sampling C
+    control: bool = False  # R := B (the exactness control)
+    out_dir: str | None = None
+    plots: bool = True
+    eta: float = 0.5  # Lopti's probability threshold
+    alpha: float = 0.3  # Advantage Reweighting's alpha
+    critical_budget: int = 24  # positions per step tested for critical tokens
+    rollouts: str = "auto"  # auto (sample when the policy is trained) | sample | template
+
+    def validate(self) -> None:
+        if self.steps < 1:
+            raise UsageError("rl", "--steps must be >= 1")
+        if self.warmup < 0:
+            raise UsageError("rl", "--warmup must be >= 0")
+        if not 0.0 <= self.noncanonical_rate <= 1.0:
+            raise UsageError("rl", "--noncanonical-rate must be in [0, 1]")
+        if self.groups < 1 or self.group_size < 2:
+            raise UsageError("rl", "need --groups >= 1 and --group-size >= 2 (GRPO normalises within a group)")
+        if self.vocab not in ("compact", "full"):
+            raise UsageError("rl", "--vocab must be compact or full")
+        if self.weights and self.warmup:
+            raise UsageError("rl", "--warmup trains the small random model; it cannot be combined with --weights")
+        if self.clip <= 1.0:
+            raise UsageError("rl", "--clip must be > 1")
+        if self.rollouts not in ("auto", "sample", "template"):
+            raise UsageError("rl", "--rollouts must be auto, sample or template")
+        if self.rollouts == "sample" and not (self.weights or self.warmup):
+            raise UsageError("rl", "--rollouts sample needs a policy that can sample: add --warmup N or --weights PATH")
+        if self.generation_kwargs and (self.rollouts == "template" or not (self.weights or self.warmup)):
+            raise UsageError(
+                "rl",
+                "--generation-kwargs sets how a policy samples, but nothing is sampled without a policy (the "
+                "template stands in for the model): add --warmup N or --weights PATH",
+            )

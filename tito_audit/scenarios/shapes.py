@@ -1,0 +1,252 @@
+"""The conversation shapes a template accepts, found by probing renders (never from a model name).
+
+``probe_shapes`` renders one small tool episode in each shape (nested or flat calls, dict or string arguments,
+content None or ``""`` next to calls, the ``tool`` role or results as user turns, each framing) until one shows
+the call, its arguments and its result, and finds how reasoning reaches the render. ``Shapes.apply`` then
+rewrites every scenario into that shape with the rewrites of ``scenarios.adapt``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tito_audit.rendering.renderer import Renderer, RenderError
+from tito_audit.rollout.tokens import common_prefix_len
+from tito_audit.scenarios.adapt import (
+    FRAMERS,
+    arguments_string,
+    call_content,
+    flat_calls,
+    reasoning_inline,
+    reasoning_of,
+    tool_as_user,
+)
+from tito_audit.scenarios.spec import Message
+
+# The probe episode: one call, one result, one answer. Values no template writes by itself, so that finding them
+# in a render means the message was rendered.
+_PROBE_ARGS = {"city": "Quixotic"}
+_PROBE_RESULT = "Sunny, 21 C (probe 4417)."
+_PROBE_REASONING = "Probe reasoning 5521."
+_PROBE_NAME = "get_weather"
+CANONICAL = ("nested", "dict", "none", "tool")  # call shape, arguments, content next to calls, tool-result role
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One probe render of the episode in one shape: the error, or what of the tool traffic it shows."""
+
+    error: RenderError | None = None
+    shows_call: bool = False
+    shows_arguments: bool = False
+    shows_result: bool = False
+
+    @property
+    def shows_all(self) -> bool:
+        return self.error is None and self.shows_call and self.shows_arguments and self.shows_result
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """The conversation shapes a template accepts, derived from probe renders (never from a model name).
+
+    ``calls``/``arguments``/``content``/``tool_role`` are the shape the scenarios are played in; a choice other
+    than ``CANONICAL``'s is an adaptation the user's rollout code must make too. ``drops``: what the template
+    does not render in that shape (``tool_calls``, ``arguments``, ``tool_results``). ``empty_content_drops``:
+    the calls vanish when content is ``""`` (scenarios then send None). ``reasoning``: ``field``
+    (``reasoning_content`` renders), ``inline`` (only ``<think>`` in content renders), ``emitted`` (the template
+    handles think text but shows none, even on the last turn: the sampled text must carry it anyway), or
+    ``""`` (the template's source handles no reasoning text).
+    """
+
+    calls: str = "nested"
+    arguments: str = "dict"
+    content: str = "none"
+    tool_role: str = "tool"
+    drops: tuple[str, ...] = ()
+    rejects_tools: str | None = None  # why no shape renders a tool conversation
+    empty_content_drops: bool = False
+    reasoning: str = ""
+    think_tags: tuple[str, str] = ("<think>", "</think>")
+    framing: tuple[str, ...] = ()  # FRAMINGS: what every message needed before anything rendered
+
+    @property
+    def canonical_content(self) -> str | None:
+        """The content sent next to tool calls in this shape."""
+        return "" if self.content == "empty" else None
+
+    @property
+    def adaptations(self) -> tuple[str, ...]:
+        out = list(self.framing)
+        if self.calls == "flat":
+            out.append("flat_tool_calls")
+        if self.arguments == "string":
+            out.append("arguments_string")
+        if self.content == "empty":
+            out.append("content_empty")
+        elif self.empty_content_drops:
+            out.append("content_none")
+        if self.tool_role == "user":
+            out.append("tool_as_user")
+        if self.reasoning == "inline":
+            out.append("reasoning_inline")
+        if self.reasoning == "emitted":
+            out.append("reasoning_emitted")
+        return tuple(out)
+
+    def apply(self, messages: list[Message]) -> tuple[list[Message], tuple[str, ...]]:
+        """The messages in this shape, and the adaptations that changed them."""
+        used: list[str] = []
+        out = messages
+        steps: list[tuple[str, Callable[[list[Message]], list[Message]]]] = []
+        if self.arguments == "string":
+            steps.append(("arguments_string", arguments_string))
+        if self.calls == "flat":
+            steps.append(("flat_tool_calls", flat_calls))
+        if self.content == "empty":
+            steps.append(("content_empty", lambda ms: call_content(ms, None, "")))
+        elif self.empty_content_drops:
+            steps.append(("content_none", lambda ms: call_content(ms, "", None)))
+        if self.reasoning == "inline":
+            steps.append(("reasoning_inline", lambda ms: reasoning_inline(ms, self.think_tags)))
+        if self.tool_role == "user":
+            steps.append(("tool_as_user", tool_as_user))
+        steps += [(name, FRAMERS[name]) for name in self.framing]
+        for name, step in steps:
+            adapted = step(out)
+            if adapted != out:
+                used.append(name)
+                out = adapted
+        if self.reasoning == "emitted" and any(reasoning_of(m, self.think_tags) for m in out):
+            used.append("reasoning_emitted")
+        return out, tuple(used)
+
+
+Shape = tuple[str, str, str, str]  # call shape, arguments, content next to calls, tool-result role
+# What every message needs before any shape can render: a leading system message, content as a list of parts.
+FRAMINGS: tuple[tuple[str, ...], ...] = ((), ("system_prompt",), ("content_parts",), ("system_prompt", "content_parts"))
+
+
+def _probe_episode(shape: Shape, framing: tuple[str, ...] = ()) -> list[Message]:
+    calls, arguments, content, tool_role = shape
+    call: Message = {
+        "id": "call00001",
+        "type": "function",
+        "function": {"name": _PROBE_NAME, "arguments": dict(_PROBE_ARGS)},
+    }
+    messages: list[Message] = [
+        {"role": "user", "content": "What is the weather?"},
+        {"role": "assistant", "content": None if content == "none" else "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call00001", "name": _PROBE_NAME, "content": _PROBE_RESULT},
+        {"role": "assistant", "content": "It is sunny."},
+    ]
+    if arguments == "string":
+        messages = arguments_string(messages)
+    if calls == "flat":
+        messages = flat_calls(messages)
+    if tool_role == "user":
+        messages = tool_as_user(messages)
+    for name in framing:
+        messages = FRAMERS[name](messages)
+    return messages
+
+
+def _probe(renderer: Renderer, tools: Any, shape: Shape, framing: tuple[str, ...] = ()) -> Probe:
+    messages = _probe_episode(shape, framing)
+    lead = 2 if "system_prompt" in framing else 1  # messages before the first assistant turn
+    try:
+        full = renderer.render(messages, tools=tools)
+        prompt = renderer.render(messages[:lead], tools=tools, add_generation_prompt=True)
+        turn = renderer.render(messages[: lead + 1], tools=tools)
+    except RenderError as err:
+        return Probe(error=err)
+    completion = turn[common_prefix_len(prompt, turn) :]
+    value = _PROBE_ARGS["city"]
+    return Probe(
+        shows_call=_PROBE_NAME in completion,
+        shows_arguments=value in completion or value in full,
+        shows_result=_PROBE_RESULT in full or json.dumps(_PROBE_RESULT)[1:-1] in full,
+    )
+
+
+def _shapes_in_order() -> list[Shape]:
+    """Every shape, those closest to the canonical one first."""
+    choices = (("nested", "flat"), ("dict", "string"), ("none", "empty"), ("tool", "user"))
+    shapes = list(itertools.product(*choices))
+    return sorted(shapes, key=lambda s: sum(a != b for a, b in zip(s, CANONICAL, strict=True)))
+
+
+def probe_shapes(renderer: Renderer, tools: Any) -> Shapes:
+    """What the template accepts, found by rendering one tool episode in each shape until one shows everything.
+
+    Call shape and argument type are conventions a template reads: a shape that shows the call where the
+    canonical one does not is adopted. The tool role and content None are the canonical form itself: when the
+    canonical role and content render without error, whatever they drop stands (the model cannot see its own
+    tool traffic); they are adapted only when the template rejects them. When no shape renders at all, the same
+    search runs again with each framing (a system prompt first, content as a list of text parts).
+    """
+    first_error: RenderError | None = None
+    for framing in FRAMINGS:
+        probes: dict[Shape, Probe] = {}
+
+        def get(shape: Shape, framing: tuple[str, ...] = framing, probes: dict[Shape, Probe] = probes) -> Probe:
+            if shape not in probes:
+                probes[shape] = _probe(renderer, tools, shape, framing)
+            return probes[shape]
+
+        order = _shapes_in_order()
+        canonical_forms = [s for s in order if s[2:] == CANONICAL[2:]]
+        chosen = next((s for s in canonical_forms if get(s).shows_all), None)
+        if chosen is None:
+            chosen = next((s for s in canonical_forms if get(s).error is None), None)
+        if chosen is None:  # the canonical role or content is rejected: adapt them
+            rest = [s for s in order if s not in canonical_forms]
+            chosen = next((s for s in rest if get(s).shows_all), None)
+            chosen = chosen or next((s for s in rest if get(s).error is None), None)
+        first_error = first_error or get(CANONICAL).error
+        if chosen is not None:
+            return _shapes(renderer, chosen, get, framing)
+    return Shapes(rejects_tools=first_error.message if first_error is not None else "no shape renders")
+
+
+def _shapes(renderer: Renderer, chosen: Shape, get: Callable[[Shape], Probe], framing: tuple[str, ...]) -> Shapes:
+    p = get(chosen)
+    shown = (("tool_calls", p.shows_call), ("arguments", p.shows_arguments), ("tool_results", p.shows_result))
+    drops = tuple(name for name, ok in shown if not ok)
+    if "tool_calls" in drops:
+        drops = tuple(d for d in drops if d != "arguments")  # a dropped call drops its arguments with it
+    calls, arguments, content, tool_role = chosen
+    empty_drops = False
+    if content == "none" and not drops:
+        empty = get((calls, arguments, "empty", tool_role))
+        empty_drops = empty.error is None and not empty.shows_call
+    reasoning, tags = _reasoning(renderer)
+    return Shapes(calls, arguments, content, tool_role, drops, None, empty_drops, reasoning, tags, framing)
+
+
+def _reasoning(renderer: Renderer) -> tuple[str, tuple[str, str]]:
+    """How reasoning reaches the render, for templates whose source handles think or reasoning text."""
+    source = renderer.chat_template.lower()
+    tags = ("<think>", "</think>")
+    if "think" not in source and "reasoning" not in source:
+        return "", tags
+    user: Message = {"role": "user", "content": "Hi"}
+    field = {"role": "assistant", "content": "Hello.", "reasoning_content": _PROBE_REASONING}
+    try:
+        if _PROBE_REASONING in renderer.render([user, field]):
+            return "field", tags
+    except RenderError:
+        pass
+    if tags[1] not in source:
+        return "", tags  # no think tags: nothing inline to try, the reasoning field is just not read
+    inline = {"role": "assistant", "content": f"{tags[0]}\n{_PROBE_REASONING}\n{tags[1]}\n\nHello."}
+    try:
+        if _PROBE_REASONING in renderer.render([user, inline]):
+            return "inline", tags
+    except RenderError:
+        return "", tags
+    return "emitted", tags
