@@ -9,15 +9,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from tito_audit.rendering.analysis import loaded_names, template_variables
 from tito_audit.rendering.guard import RenderLimits
-from tito_audit.rendering.renderer import (
-    DEFAULT_DATE,
-    Renderer,
-    RenderError,
-    loaded_names,
-    template_variables,
-    tokenizer_cache,
-)
+from tito_audit.rendering.renderer import DEFAULT_DATE, Renderer, RenderError, tokenizer_cache
 from tito_audit.rollout.simulate import Simulation, simulate
 from tito_audit.rollout.stop import stop_token_ids
 from tito_audit.rollout.tokens import common_prefix_len, special_token_strings

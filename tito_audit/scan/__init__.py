@@ -1,7 +1,7 @@
 """Scanning many templates against one tokenizer (or the best-matching of several), in parallel, under limits.
 
 ``scan_directory`` discovers templates (``discover``), loads each tokenizer once (workers inherit them), audits
-each template in a worker process (``pool`` -> ``one``: for ``auto`` the worker first picks a tokenizer,
+each template in a worker process (``pool`` -> ``template_audit``: for ``auto`` the worker first picks a tokenizer,
 ``pick``) with ``audit_model``'s checks and verdict rule (on the quick scenario set unless ``PoolLimits.scenarios``
 says ``full``), and returns one ``ScanSummary`` in which every template has exactly one class (``classify``).
 """
@@ -15,9 +15,9 @@ from typing import Any
 from tito_audit.errors import UsageError
 from tito_audit.scan.classify import CLASSES, DESCRIPTIONS
 from tito_audit.scan.discover import TemplateFile, discover, read_template
-from tito_audit.scan.one import TemplateResult, audit_template
 from tito_audit.scan.pool import AUTO, Job, PoolLimits, run_jobs
 from tito_audit.scan.summary import ScanSummary
+from tito_audit.scan.template_audit import TemplateResult, audit_template
 from tito_audit.sources.synthesized import Synthesizer
 
 __all__ = [
@@ -49,7 +49,7 @@ def load_tokenizers(specs: Sequence[str], offline: bool = False) -> dict[str, An
 
 def plan(templates: Sequence[TemplateFile], models: dict[str, Any], tokenizer: str) -> list[Job]:
     """One job per template, with the tokenizer it is audited against; ``auto`` is picked by the worker, which
-    parses the template anyway (``one.audit_auto``)."""
+    parses the template anyway (``template_audit.audit_auto``)."""
     return [Job(i, t, tokenizer, "" if tokenizer == AUTO else "given") for i, t in enumerate(templates)]
 
 
