@@ -35,9 +35,14 @@ class TemplateFacts:
     deep to walk (then each reading raises, as walking it would)."""
 
     hazards: tuple[Hazard, ...]
-    literal_text: str  # its literal output text and string constants, joined (what it can write without data)
+    literals: tuple[str, ...]  # its literal output text, then its string constants, in tree order
     loaded_names: frozenset[str]  # every variable name it reads anywhere
     walked: bool = True
+
+    @property
+    def literal_text(self) -> str:
+        """Its literal output text and string constants, joined (what it can write without data)."""
+        return "\n".join(self.literals)
 
     def checked(self) -> TemplateFacts:
         if not self.walked:
@@ -53,7 +58,7 @@ def read_tree(tree: nodes.Template) -> TemplateFacts:
     parts = [n.data for n in found if isinstance(n, nodes.TemplateData)]
     parts += [n.value for n in found if isinstance(n, nodes.Const) and isinstance(n.value, str)]
     names = frozenset(n.name for n in found if isinstance(n, nodes.Name) and n.ctx == "load")
-    return TemplateFacts(hazards, "\n".join(parts), names)
+    return TemplateFacts(hazards, tuple(parts), names)
 
 
 @contextmanager
@@ -106,7 +111,7 @@ def template_facts(template: str) -> TemplateFacts:
         try:
             facts = read_tree(tree)
         except RecursionError:
-            facts = TemplateFacts((), template, frozenset(), walked=False)
+            facts = TemplateFacts((), (template,), frozenset(), walked=False)
     return facts
 
 

@@ -53,7 +53,7 @@ class Sanitizer:
 
     def _own_pattern(self) -> tuple[Any, dict[str, str]]:
         if self._own is None:
-            controls = tuple(self._tokenizer._get_control_tokens(self._template))
+            controls = control_tokens(self._tokenizer, self._template)
             pattern, _ = self._ctu._get_control_token_patterns(controls)
             self._own = (pattern, self._cache.marked.setdefault(controls, {}))
         return self._own
@@ -76,6 +76,33 @@ class Sanitizer:
 
     def encode(self, text: str) -> list[int]:
         return list(self._ctu.encode_marked_chat(self.view, text))
+
+
+def control_tokens(tokenizer: Any, template: str) -> tuple[str, ...]:
+    """``tokenizer._get_control_tokens(template)``: special tokens, and the added tokens found in the template's
+    literal text. transformers parses the template once more for that text (``_get_template_literal_text``: its
+    literals, joined with NUL so that a token cannot match across two); the literals come here from the parse
+    ``analysis`` holds. A tokenizer that overrides the method, lists ``chat_control_tokens``, or has a token
+    holding a NUL (whose match could depend on the order of the join) is asked itself.
+    ``tests/test_template_analysis.py`` holds the two to the same tuple."""
+    from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+    from tito_audit.rendering.analysis import template_facts
+
+    if (
+        type(tokenizer)._get_control_tokens is not PreTrainedTokenizerBase._get_control_tokens
+        or getattr(tokenizer, "chat_control_tokens", None) is not None
+    ):
+        return tuple(tokenizer._get_control_tokens(template))
+    try:
+        facts = template_facts(template).checked()
+    except Exception:  # transformers raises as it would
+        return tuple(tokenizer._get_control_tokens(template))
+    added = list(tokenizer.added_tokens_decoder.values())
+    if any("\0" in t.content for t in added):
+        return tuple(tokenizer._get_control_tokens(template))
+    text = "\0".join(dict.fromkeys(facts.literals))
+    return tuple(t.content for t in added if t.special or (t.content in text and not t.content.isspace()))
 
 
 def sanitizer_for(tokenizer: Any, chat_template: str, cache: TokenizerCache) -> Sanitizer | None:

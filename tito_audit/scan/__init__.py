@@ -67,6 +67,18 @@ def synthesizer_for(templates: Sequence[TemplateFile], models: dict[str, Any]) -
     return Synthesizer(models, sorted(vocabulary))
 
 
+def before_fork(models: dict[str, Any], synthesizer: Synthesizer | None) -> None:
+    """What every worker would build for itself, built once in this process so that the forked workers share it
+    (copy-on-write): each candidate's added-token pattern, and the synthesized bases (``Synthesizer.prepare``).
+    Worth it when each worker meets every candidate (many more templates than workers times candidates)."""
+    from tito_audit.rendering.tokenizer_cache import tokenizer_cache
+
+    for model in models.values():
+        _ = tokenizer_cache(model.tokenizer).added_re  # computed once, kept by the cache
+    if synthesizer is not None:
+        synthesizer.prepare()
+
+
 def scan_directory(
     root: str,
     tokenizer: str,
@@ -96,6 +108,8 @@ def scan_directory(
     if on_planned is not None:
         on_planned(len(jobs))
     synthesizer = synthesizer_for(templates, models) if tokenizer == AUTO and limits.synthesize else None
+    if limits.workers > 1 and len(jobs) > limits.workers * len(models):
+        before_fork(models, synthesizer)
     results = run_jobs(jobs, models, limits, on_result, synthesizer)
     return ScanSummary(
         root=str(root),

@@ -240,6 +240,16 @@ class Synthesizer:
             self._copies[key] = (tok, _add(tok, [*key[1], *PLACEHOLDERS.values()]))
         return self._copies[key]
 
+    def prepare(self) -> None:
+        """Each base's copy with the whole ``vocabulary``, and its added-token pattern (``TokenizerCache.added_re``,
+        a regular expression over hundreds of tokens), built now. A scan calls this before its workers fork, so
+        that they share what each would otherwise build for itself."""
+        from tito_audit.rendering.tokenizer_cache import tokenizer_cache
+
+        for name in self.candidates:
+            tok, _ = self.tokenizer(name, ())
+            _ = tokenizer_cache(tok).added_re  # computed once, kept by the cache
+
     def _specials(self, tok: Any, template: str) -> Any:
         """``tok`` with the template's eos (``template_eos``) and a bos and eos where the base has none."""
         wanted = {n: text for n, text in PLACEHOLDERS.items() if getattr(tok, n, None) is None}
