@@ -243,12 +243,16 @@ class Synthesizer:
     def prepare(self) -> None:
         """Each base's copy with the whole ``vocabulary``, and its added-token pattern (``TokenizerCache.added_re``,
         a regular expression over hundreds of tokens), built now. A scan calls this before its workers fork, so
-        that they share what each would otherwise build for itself."""
+        that they share what each would otherwise build for itself. A base that fails here is left to the audit
+        that needs it, which classifies the failure."""
         from tito_audit.rendering.tokenizer_cache import tokenizer_cache
 
         for name in self.candidates:
-            tok, _ = self.tokenizer(name, ())
-            _ = tokenizer_cache(tok).added_re  # computed once, kept by the cache
+            try:
+                tok, _ = self.tokenizer(name, ())
+                _ = tokenizer_cache(tok).added_re  # computed once, kept by the cache
+            except Exception:  # the audit that needs this base meets the failure itself
+                continue
 
     def _specials(self, tok: Any, template: str) -> Any:
         """``tok`` with the template's eos (``template_eos``) and a bos and eos where the base has none."""
