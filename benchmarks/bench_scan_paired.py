@@ -23,7 +23,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_scan import CORPUS
-from measure import ROOT, _run_once, machine, write
+from measure import ROOT, SHARED, _run_once, machine, write
 
 VERDICTS = ("unsafe", "tito-required", "safe")
 
@@ -96,6 +96,8 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory() as tmp:
         before = export(args.before, Path(tmp) / "before")
+        # a corpus named relative to the checkout (../shared/...) is found from the exported tree too
+        (Path(tmp) / SHARED.name).symlink_to((ROOT / SHARED).resolve())
         trees = {"before": before, "after": ROOT}
         for i in range(args.pairs):
             for name, tree in trees.items():

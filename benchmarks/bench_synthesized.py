@@ -35,8 +35,8 @@ from tito_audit.cli.table import cached_models
 def hidden_candidates(real: Any, candidates: dict[str, Any]) -> dict[str, Any]:
     """The candidates a synthesis of ``real``'s template may use: not ``real`` itself (same repo), none that
     already has all the template's control tokens (a scan would audit on that one directly)."""
-    from tito_audit.scan.hazards import literal_text
-    from tito_audit.scan.pick import missing_tokens
+    from tito_audit.rendering.analysis import literal_text
+    from tito_audit.sources.control_tokens import missing_tokens
 
     literal = literal_text(real.chat_template)
     keep = {}

@@ -22,14 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from tito_audit.errors import AuditError
+from tito_audit.rendering.analysis import hazards, literal_text
 from tito_audit.rendering.renderer import Renderer, RenderError
 from tito_audit.rl.episodes import FormatCache, canonical_episodes
 from tito_audit.rollout.stop import stop_token_ids
 from tito_audit.scan import load_tokenizers
-from tito_audit.scan.hazards import hazards, literal_text
-from tito_audit.scan.pick import Picker, missing_tokens
+from tito_audit.scan.pick import Picker
 from tito_audit.scenarios import build_scenarios
 from tito_audit.sources import bundled_names
+from tito_audit.sources.control_tokens import missing_tokens
 from tito_audit.sources.load import compile_template
 
 CORPUS = Path(os.environ.get("TITO_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "template-corpus"))

@@ -23,7 +23,7 @@ def _audit_one(template: Any, picker: Any) -> dict[str, Any]:
     """The scan's own result for the template (pick, compile, hazards, vocabulary, audit), then the fix if unsafe."""
     from tito_audit.fix import propose_fix
     from tito_audit.scan.discover import read_template
-    from tito_audit.scan.one import audit_auto
+    from tito_audit.scan.template_audit import audit_auto
 
     scanned = audit_auto(template, picker)
     row: dict[str, Any] = {"template": template.name, "tokenizer": scanned.tokenizer}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tito_audit.rendering import Renderer, RenderError, RenderLimits
-from tito_audit.scan.hazards import hazards
+from tito_audit.rendering.analysis import hazards
 
 HOSTILE = Path(__file__).parent / "data" / "hostile"
 MSGS = [{"role": "user", "content": "Hello"}]

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from tito_audit.scan import PoolLimits, scan_directory
 from tito_audit.scan.discover import discover
-from tito_audit.scan.one import audit_template
+from tito_audit.scan.template_audit import audit_template
 
 HOSTILE = Path(__file__).parent / "data" / "hostile"
 

@@ -15,7 +15,7 @@ from tito_audit import AuditOptions, audit_model
 from tito_audit.context import AuditContext
 from tito_audit.scan import PoolLimits, scan_directory
 from tito_audit.scan.discover import TemplateFile
-from tito_audit.scan.one import audit_template
+from tito_audit.scan.template_audit import audit_template
 from tito_audit.scenarios.catalog import QUICK_SCENARIOS, SHAPES
 
 # Real templates of four vocabularies (and two verdicts at least: Qwen3 and gpt-oss differ).

@@ -8,9 +8,10 @@ import pytest
 from conftest import CORPUS, needs_corpus
 
 from tito_audit.errors import UsageError
+from tito_audit.rendering.analysis import hazards, literal_text
 from tito_audit.scan.discover import discover
-from tito_audit.scan.hazards import hazards, literal_text
-from tito_audit.scan.pick import Candidate, control_literals, pick
+from tito_audit.scan.pick import Candidate, pick
+from tito_audit.sources.control_tokens import control_literals
 
 
 def test_discover_errors_are_one_line(tmp_path: Path) -> None:
@@ -76,7 +77,7 @@ def test_scan_runs_audit_model_itself(tmp_path: Path, loaded) -> None:
     """One engine: a scanned template's verdict, checks and scenarios are audit_model's on that template."""
     from tito_audit import audit_model
     from tito_audit.scan.discover import TemplateFile
-    from tito_audit.scan.one import audit_template
+    from tito_audit.scan.template_audit import audit_template
 
     model = loaded("qwen3-0.6b")
     path = tmp_path / "qwen3.jinja"

@@ -17,8 +17,8 @@ from tito_audit.checks import REGISTRY
 from tito_audit.context import AuditOptions
 from tito_audit.formats import render_report
 from tito_audit.scan import PoolLimits, scan_directory
-from tito_audit.scan.pick import control_literals
 from tito_audit.sources import bundled_names
+from tito_audit.sources.control_tokens import control_literals
 from tito_audit.sources.synthesized import Synthesizer, choose_base
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,3 +133,25 @@ def test_hidden_candidates_hide_the_real_tokenizer_and_its_siblings(loaded, cand
     kept = hidden_candidates(real, candidates)
     assert "qwen2.5-7b-instruct" not in kept and "qwen3-0.6b" not in kept  # both have every ChatML token
     assert kept and all(name in candidates for name in kept)
+
+
+def test_a_base_copy_serializes_as_the_base_and_adds_tokens_as_a_deep_copy_would(candidates) -> None:
+    """``copy_tokenizer`` (a new backend sharing the base's model) is the deep copy it replaces: the same
+    serialization before and after adding control tokens, the same encodings, and the base left as it was."""
+    import copy
+
+    from tito_audit.sources.synthesized import _add, copy_tokenizer
+
+    tokens = ["<|zq_turn|>", "[ZQ_CALL]", "<｜zq｜>"]
+    text = "a <|zq_turn|> b [ZQ_CALL] c <｜zq｜> d"
+    for name, model in candidates.items():
+        base = model.tokenizer
+        before = base._tokenizer.to_str()
+        fast, deep = copy_tokenizer(base), copy.deepcopy(base)
+        assert fast._tokenizer is not base._tokenizer
+        assert fast._tokenizer.to_str() == before, name
+        _add(fast, tokens)
+        _add(deep, tokens)
+        assert fast._tokenizer.to_str() == deep._tokenizer.to_str(), name
+        assert fast.encode(text) == deep.encode(text) and len(fast) == len(deep) == len(base) + 3, name
+        assert base._tokenizer.to_str() == before and len(base) == len(deep) - 3, name

@@ -15,7 +15,7 @@ from typing import Any
 from tito_audit._version import __version__
 from tito_audit.checks import CheckResult, ordered_checks, run_check
 from tito_audit.context import AuditContext, AuditOptions
-from tito_audit.errors import AuditError, TemplateAlwaysRaises
+from tito_audit.errors import AuditError, TemplateAlwaysRaises, failed_every_conversation
 from tito_audit.sources.load import LoadedModel, Provenance, load
 from tito_audit.verdict import MIN_COVERAGE, VERDICTS, Verdict, decide
 
@@ -124,13 +124,9 @@ def audit_context(ctx: AuditContext, started: float | None = None) -> ModelRepor
     if sims and all(not s.ok for s in sims):
         first = next(s.error for s in sims if s.error is not None)
         assert first is not None
-        err: AuditError = TemplateAlwaysRaises(
-            model.name, f"the template fails for every conversation ({first.kind}): {first.message}"
-        )
-        report.error, report.error_kind = (
-            err.one_line(),
-            ("template_" + first.kind if first.kind in ("security", "timeout", "too_large") else err.kind),
-        )
+        kind, cause = failed_every_conversation(first)
+        err: AuditError = TemplateAlwaysRaises(model.name, cause)
+        report.error, report.error_kind = err.one_line(), kind or err.kind
         report.seconds = time.perf_counter() - started
         return report
     specs = ordered_checks()

@@ -77,3 +77,31 @@ class MissingTokens(AuditError):
 
 class UsageError(AuditError):
     kind = "usage"
+
+
+class RenderError(Exception):
+    """A template refused or failed to render a conversation; ``kind`` classifies why."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind  # "raised" | "type" | "security" | "timeout" | "too_large" | "crash"
+        self.message = message
+
+
+# Render failures that say what the template is by themselves (the sandbox refused it, it ran past a limit).
+TEMPLATE_RENDER_KINDS = ("security", "timeout", "too_large")
+
+
+def failed_every_conversation(first: RenderError) -> tuple[str | None, str]:
+    """(error kind, cause) of a template that failed every conversation it was given, ``first`` being the first
+    failure: ``template_security``/``template_timeout``/``template_too_large`` where that failure classifies the
+    template by itself, None where the template only raised (the caller's always-raises kind). The audit and the
+    scan both report it this way."""
+    kind = "template_" + first.kind if first.kind in TEMPLATE_RENDER_KINDS else None
+    return kind, f"the template fails for every conversation ({first.kind}): {first.message}"
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception as one line of at most 300 characters (its type name where it has no message)."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__

@@ -54,7 +54,7 @@ def blame(text: str, check_id: str, cls: str) -> Blame | None:
             line, cond = conditions[0]
             return Blame(line, f"`if {cond}` renders reasoning depending on the turn's position")
     if check_id == "time_invariance":
-        from tito_audit.scan.hazards import hazards
+        from tito_audit.rendering.analysis import hazards
 
         dated = [h for h in hazards(text) if h.kind == "reads_date" and h.line]
         if dated and dated[0].line:

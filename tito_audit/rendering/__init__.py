@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Any
 from tito_audit.rendering.clock import DEFAULT_DATE
 
 if TYPE_CHECKING:
+    from tito_audit.errors import RenderError
     from tito_audit.rendering.guard import RenderLimits
-    from tito_audit.rendering.renderer import Renderer, RenderError
+    from tito_audit.rendering.renderer import Renderer
 
 _EXPORTS = {
-    "RenderError": "tito_audit.rendering.renderer",
+    "RenderError": "tito_audit.errors",
     "RenderLimits": "tito_audit.rendering.guard",
     "Renderer": "tito_audit.rendering.renderer",
 }

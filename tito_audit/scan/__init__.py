@@ -1,7 +1,7 @@
 """Scanning many templates against one tokenizer (or the best-matching of several), in parallel, under limits.
 
 ``scan_directory`` discovers templates (``discover``), loads each tokenizer once (workers inherit them), audits
-each template in a worker process (``pool`` -> ``one``: for ``auto`` the worker first picks a tokenizer,
+each template in a worker process (``pool`` -> ``template_audit``: for ``auto`` the worker first picks a tokenizer,
 ``pick``) with ``audit_model``'s checks and verdict rule (on the quick scenario set unless ``PoolLimits.scenarios``
 says ``full``), and returns one ``ScanSummary`` in which every template has exactly one class (``classify``).
 """
@@ -15,9 +15,9 @@ from typing import Any
 from tito_audit.errors import UsageError
 from tito_audit.scan.classify import CLASSES, DESCRIPTIONS
 from tito_audit.scan.discover import TemplateFile, discover, read_template
-from tito_audit.scan.one import TemplateResult, audit_template
 from tito_audit.scan.pool import AUTO, Job, PoolLimits, run_jobs
 from tito_audit.scan.summary import ScanSummary
+from tito_audit.scan.template_audit import TemplateResult, audit_template
 from tito_audit.sources.synthesized import Synthesizer
 
 __all__ = [
@@ -49,14 +49,14 @@ def load_tokenizers(specs: Sequence[str], offline: bool = False) -> dict[str, An
 
 def plan(templates: Sequence[TemplateFile], models: dict[str, Any], tokenizer: str) -> list[Job]:
     """One job per template, with the tokenizer it is audited against; ``auto`` is picked by the worker, which
-    parses the template anyway (``one.audit_auto``)."""
+    parses the template anyway (``template_audit.audit_auto``)."""
     return [Job(i, t, tokenizer, "" if tokenizer == AUTO else "given") for i, t in enumerate(templates)]
 
 
 def synthesizer_for(templates: Sequence[TemplateFile], models: dict[str, Any]) -> Synthesizer:
     """One synthesizer for the scan: each base is copied once per worker with the control tokens of every template
     scanned (``Synthesizer``'s ``vocabulary``; each audit sees only its own)."""
-    from tito_audit.scan.pick import control_literals
+    from tito_audit.sources.control_tokens import control_literals
 
     vocabulary: dict[str, None] = {}
     for t in templates:
@@ -65,6 +65,22 @@ def synthesizer_for(templates: Sequence[TemplateFile], models: dict[str, Any]) -
         except (OSError, ValueError):
             continue  # the worker classifies it
     return Synthesizer(models, sorted(vocabulary))
+
+
+def before_fork(models: dict[str, Any], synthesizer: Synthesizer | None) -> None:
+    """What every worker would build for itself, built once in this process so that the forked workers share it
+    (copy-on-write): each candidate's added-token pattern, and the synthesized bases (``Synthesizer.prepare``).
+    Worth it when each worker meets every candidate (many more templates than workers times candidates). Only a
+    head start: whatever fails here is left to the worker that needs it, which classifies it as it would have."""
+    from tito_audit.rendering.tokenizer_cache import tokenizer_cache
+
+    for model in models.values():
+        try:
+            _ = tokenizer_cache(model.tokenizer).added_re  # computed once, kept by the cache
+        except Exception:  # a transformers without the pattern builder: the worker does without
+            continue
+    if synthesizer is not None:
+        synthesizer.prepare()
 
 
 def scan_directory(
@@ -96,6 +112,8 @@ def scan_directory(
     if on_planned is not None:
         on_planned(len(jobs))
     synthesizer = synthesizer_for(templates, models) if tokenizer == AUTO and limits.synthesize else None
+    if limits.workers > 1 and len(jobs) > limits.workers * len(models):
+        before_fork(models, synthesizer)
     results = run_jobs(jobs, models, limits, on_result, synthesizer)
     return ScanSummary(
         root=str(root),

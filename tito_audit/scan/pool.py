@@ -24,8 +24,8 @@ from tito_audit.rendering import RenderLimits
 from tito_audit.rendering.guard import address_space_bytes, limit_process_memory
 from tito_audit.scan import classify as C
 from tito_audit.scan.discover import TemplateFile
-from tito_audit.scan.one import TemplateResult, audit_auto, audit_template
 from tito_audit.scan.pick import Picker
+from tito_audit.scan.template_audit import TemplateResult, audit_auto, audit_template
 from tito_audit.sources.synthesized import Synthesizer
 
 AUTO = "auto"

@@ -11,7 +11,7 @@ from typing import Any
 
 from tito_audit.quote import clipped
 from tito_audit.scan import classify as C
-from tito_audit.scan.one import TemplateResult
+from tito_audit.scan.template_audit import TemplateResult
 from tito_audit.verdict import MIN_COVERAGE
 
 

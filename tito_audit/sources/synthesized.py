@@ -32,15 +32,15 @@ SPECIAL_VARIABLES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_to
 
 def template_controls(template: str) -> list[str]:
     """The control-token text a template writes (literal text and string constants), in order of appearance."""
-    from tito_audit.scan.hazards import literal_text
-    from tito_audit.scan.pick import control_literals
+    from tito_audit.rendering.analysis import literal_text
+    from tito_audit.sources.control_tokens import control_literals
 
     return control_literals(literal_text(template))
 
 
 def read_special_variables(template: str) -> list[str]:
     """The special-token variables (``bos_token``...) a template reads."""
-    from tito_audit.rendering.renderer import loaded_names
+    from tito_audit.rendering.analysis import loaded_names
 
     try:
         names = loaded_names(template)
@@ -75,8 +75,8 @@ class BaseFit:
 
 def fit(name: str, tokenizer: Any, template: str, order: int = 0, hidden: frozenset[str] = frozenset()) -> BaseFit:
     """``hidden``: tokens added to the tokenizer by synthesis (not its own)."""
-    from tito_audit.scan.hazards import literal_text
-    from tito_audit.scan.pick import token_in_vocab
+    from tito_audit.rendering.analysis import literal_text
+    from tito_audit.sources.control_tokens import token_in_vocab
 
     controls = template_controls(template)
     text = literal_text(template)
@@ -109,7 +109,7 @@ def _add(tokenizer: Any, tokens: Iterable[str]) -> frozenset[str]:
     """Add ``tokens`` the tokenizer lacks as atomic special tokens (in place); the ones added."""
     from tokenizers import AddedToken
 
-    from tito_audit.scan.pick import token_in_vocab
+    from tito_audit.sources.control_tokens import token_in_vocab
 
     new = [t for t in dict.fromkeys(tokens) if not token_in_vocab(tokenizer, t)]
     tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in new], special_tokens=True)
@@ -130,6 +130,54 @@ def template_eos(tokenizer: Any, template: str) -> str | None:
     except Exception:  # a template that cannot render: the audit says so
         return None
     return ends[0] if ends else None
+
+
+def copy_tokenizer(tokenizer: Any) -> Any:
+    """``copy.deepcopy(tokenizer)`` where tokens are only to be added to the copy, in milliseconds instead of
+    seconds: a deep copy re-serializes the Rust backend (its whole vocabulary and merges, through JSON) and copies
+    the Python-side vocabulary dicts. Here the copy gets a new backend that shares the base's model, normalizer,
+    pre-tokenizer, post-processor and decoder (none of which adding tokens changes) and re-adds the base's added
+    tokens in id order; the Python object is copied one level deep, as ``_with_specials`` does (adding tokens to a
+    fast tokenizer changes only its backend). Where the new backend's added tokens do not come out with the base's
+    ids, or the backend truncates or pads, it is the deep copy. ``tests/test_synthesized.py`` holds the new backend
+    to the base's serialization."""
+    backend = getattr(tokenizer, "_tokenizer", None)
+    clone = _clone_backend(backend) if backend is not None else None
+    if clone is None:
+        return copy.deepcopy(tokenizer)
+    copied = _with_specials(tokenizer, {})
+    copied.__dict__["_tokenizer"] = clone
+    return copied
+
+
+def _clone_backend(backend: Any) -> Any:
+    """A new ``tokenizers.Tokenizer`` equal to ``backend`` (see ``copy_tokenizer``); None where that fails."""
+    from tokenizers import Tokenizer
+
+    try:
+        if backend.truncation is not None or backend.padding is not None:
+            return None
+        clone = Tokenizer(backend.model)
+        for part in ("normalizer", "pre_tokenizer", "post_processor", "decoder"):
+            value = getattr(backend, part)
+            if value is not None:
+                setattr(clone, part, value)
+        added = backend.get_added_tokens_decoder()
+        run: list[Any] = []
+        for tid in [*sorted(added), None]:  # consecutive tokens of one kind in one call (each call rebuilds a matcher)
+            token = added.get(tid) if tid is not None else None
+            if run and (token is None or token.special != run[-1].special):
+                (clone.add_special_tokens if run[-1].special else clone.add_tokens)(run)
+                run = []
+            if token is not None:
+                run.append(token)
+        clone.encode_special_tokens = backend.encode_special_tokens
+        same = {i: repr(t) for i, t in clone.get_added_tokens_decoder().items()} == {
+            i: repr(t) for i, t in added.items()
+        }
+        return clone if same and clone.get_vocab_size() == backend.get_vocab_size() else None
+    except Exception:  # an exotic backend: the deep copy decides
+        return None
 
 
 def _with_specials(tokenizer: Any, specials: dict[str, str]) -> Any:
@@ -164,15 +212,29 @@ class Synthesizer:
 
     def tokenizer(self, base: str, own: Sequence[str]) -> tuple[Any, frozenset[str]]:
         """A copy of ``base`` holding ``own`` atomic, and every token it holds that the real base lacks."""
-        from tito_audit.scan.pick import token_in_vocab
+        from tito_audit.sources.control_tokens import token_in_vocab
 
         real = self.candidates[base]
         wanted = [*self.vocabulary, *own] if set(own) <= set(self.vocabulary) else list(own)
         key = (base, tuple(t for t in dict.fromkeys(wanted) if not token_in_vocab(real.tokenizer, t)))
         if key not in self._copies:
-            tok = copy.deepcopy(real.tokenizer)
+            tok = copy_tokenizer(real.tokenizer)
             self._copies[key] = (tok, _add(tok, [*key[1], *PLACEHOLDERS.values()]))
         return self._copies[key]
+
+    def prepare(self) -> None:
+        """Each base's copy with the whole ``vocabulary``, and its added-token pattern (``TokenizerCache.added_re``,
+        a regular expression over hundreds of tokens), built now. A scan calls this before its workers fork, so
+        that they share what each would otherwise build for itself. A base that fails here is left to the audit
+        that needs it, which classifies the failure."""
+        from tito_audit.rendering.tokenizer_cache import tokenizer_cache
+
+        for name in self.candidates:
+            try:
+                tok, _ = self.tokenizer(name, ())
+                _ = tokenizer_cache(tok).added_re  # computed once, kept by the cache
+            except Exception:  # the audit that needs this base meets the failure itself
+                continue
 
     def _specials(self, tok: Any, template: str) -> Any:
         """``tok`` with the template's eos (``template_eos``) and a bos and eos where the base has none."""

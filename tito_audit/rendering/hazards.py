@@ -4,14 +4,15 @@ The sandbox refuses unsafe attribute access at render time, but jinja folds cons
 compile time (``{{ ''.__class__ }}`` becomes a silent undefined before any render), and a branch a
 scenario never takes is never rendered. So the template's syntax tree is also read: every attribute, item,
 ``|attr`` and format-string that reaches for private or internal attributes is a security finding, whether
-or not a render tripped on it.
+or not a render tripped on it. The template is parsed once for this and every other reading of its code
+(``analysis.template_facts``).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from jinja2 import nodes
@@ -71,26 +72,15 @@ def _unsafe_name(name: str) -> bool:
     return name.startswith("_") or name in _INTERNAL
 
 
-def parse(source: str) -> nodes.Template:
-    """Parsed once per template (shared with the audit), by the environment that renders it."""
-    from tito_audit.rendering.renderer import parse_template
-
-    tree: nodes.Template = parse_template(source)
-    return tree
-
-
-def hazards(source: str) -> list[Hazard]:
-    """Hazards found in the template's syntax tree (empty when it does not parse: compiling reports that)."""
-    try:
-        tree = parse(source)
-    except Exception:
-        return []
+def find_hazards(found_nodes: Iterable[nodes.Node]) -> list[Hazard]:
+    """Hazards among a template's nodes (``analysis.ANALYSED_NODES``, in tree order), read before jinja's compiler
+    folds constants in the tree (``analysis``)."""
     found: list[Hazard] = []
 
     def add(kind: str, detail: str, node: nodes.Node) -> None:
         found.append(Hazard(kind, detail, getattr(node, "lineno", None)))
 
-    for node in tree.find_all((nodes.Getattr, nodes.Getitem, nodes.Filter, nodes.Call, nodes.Name, nodes.Const)):
+    for node in found_nodes:
         if isinstance(node, nodes.Getattr) and _unsafe_name(node.attr):
             add("security", f"access to internal attribute {node.attr!r}", node)
         elif (
@@ -136,17 +126,3 @@ def _format_walks(target: nodes.Node) -> bool:
     return (
         isinstance(target, nodes.Const) and isinstance(target.value, str) and bool(_FORMAT_FIELD.search(target.value))
     )
-
-
-@lru_cache(maxsize=8)
-def literal_text(source: str) -> str:
-    """The template's literal output text and string constants, joined (what it can write without data).
-
-    Cached: picking a tokenizer and checking its vocabulary both read it."""
-    try:
-        tree = parse(source)
-    except Exception:
-        return source
-    parts = [n.data for n in tree.find_all(nodes.TemplateData)]
-    parts += [n.value for n in tree.find_all(nodes.Const) if isinstance(n.value, str)]
-    return "\n".join(parts)

@@ -16,13 +16,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tito_audit.errors import AuditError
-from tito_audit.rendering import Renderer, RenderError, RenderLimits
-from tito_audit.rendering.renderer import first_line
+from tito_audit.errors import AuditError, RenderError, failed_every_conversation, first_line
+from tito_audit.rendering import Renderer, RenderLimits
+from tito_audit.rendering.analysis import hazards, literal_text
 from tito_audit.scan import classify as C
 from tito_audit.scan.discover import TemplateFile, read_template
-from tito_audit.scan.hazards import hazards, literal_text
-from tito_audit.scan.pick import Choice, Picker, missing_tokens
+from tito_audit.scan.pick import Choice, Picker
+from tito_audit.sources.control_tokens import missing_tokens
 
 if TYPE_CHECKING:
     from tito_audit.sources.synthesized import Synthesizer
@@ -260,9 +260,9 @@ def _playable(ctx: Any, result: TemplateResult) -> None:
             return
         first = first or sim.error
     if first is not None:
-        kind = "template_" + first.kind if first.kind in ("security", "timeout", "too_large") else "always_raises"
+        kind, result.reason = failed_every_conversation(first)
+        kind = kind or "always_raises"
         result.cls, result.error_kind = C.class_of_error_kind(kind), kind
-        result.reason = f"the template fails for every conversation ({first.kind}): {first.message}"
         if result.cls == C.ALWAYS_RAISES:
             _name_rejected(ctx, result)
 

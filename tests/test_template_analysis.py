@@ -1,0 +1,43 @@
+"""``rendering.analysis``: the facts read from the parse jinja does while compiling a template are the facts of a
+separate parse (the compiler folds the tree it compiles in place, so they must be read before it does)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import CORPUS
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from tito_audit.rendering.analysis import compiled_template, hazards, read_tree, template_facts
+
+TEMPLATES = sorted(CORPUS.glob("*.jinja"))[::25]
+
+
+@pytest.mark.parametrize("path", TEMPLATES, ids=lambda p: p.stem)
+def test_facts_read_during_the_compile_are_those_of_a_fresh_parse(path) -> None:
+    text = path.read_text(encoding="utf-8")
+    template_facts.cache_clear()
+    facts = template_facts(text)  # the corpus template is compiled here first, or was by an earlier test
+    assert facts == read_tree(compiled_template(text).environment.parse(text))
+    assert "_parse" not in vars(ImmutableSandboxedEnvironment)  # the hook is gone after the compile
+
+
+def test_a_constant_the_compiler_folds_is_still_a_hazard() -> None:
+    """``{{ ''.__class__ }}`` compiles to a constant: the hazard is read from the tree before that."""
+    template = "{{ ''.__class__ }}{% for m in messages %}{{ m['content'] }}{% endfor %}{{ 'x' ~ 'y' }}"
+    template_facts.cache_clear()
+    assert [h.kind for h in hazards(template)] == ["security"]
+    assert template_facts(template).literal_text.split("\n") == ["", "content", "x", "y"]
+    assert template_facts(template).loaded_names == frozenset({"messages", "m"})
+
+
+def test_control_tokens_are_transformers_own(loaded) -> None:
+    """The sanitizer's control tokens (from the parse the analysis holds) are ``_get_control_tokens``' (from
+    transformers' own parse), for every bundled tokenizer on corpus templates written for many vocabularies."""
+    from tito_audit.rendering.sanitizer import control_tokens
+    from tito_audit.sources import bundled_names
+
+    for name in bundled_names():
+        tok = loaded(name).tokenizer
+        for path in TEMPLATES:
+            text = path.read_text(encoding="utf-8")
+            assert control_tokens(tok, text) == tuple(tok._get_control_tokens(text)), (name, path.stem)

@@ -1,0 +1,154 @@
+"""Template analysis: each template compiled once by transformers, with a pinned clock, and its code read once.
+
+A template is compiled by transformers (``_compile_jinja_template``, cached per template text), and its code is
+read for hazards (``hazards``), for the literal text it can write and for the variable names it loads. Those
+readings need the tree as parsed: jinja's compiler folds constant expressions in the tree it compiles, in place.
+So where this process compiles a template first, the parse jinja does for that compile is read as it comes out
+of the parser, before the compiler sees it, and no second parse is needed (``template_facts``); a template
+compiled before (``compile_template`` when loading a model) is parsed once more, with the same environment.
+
+``install_pinned_clock`` swaps the pinned ``strftime_now`` (``clock``) into the compiled template's own globals,
+so that renders are reproducible without patching the clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from jinja2 import nodes
+
+from tito_audit.rendering.clock import pinned_strftime
+from tito_audit.rendering.guard import harden_environment
+from tito_audit.rendering.hazards import Hazard, find_hazards
+
+# Every node type some reading of a template's code looks at (one walk of the tree finds them all, in order).
+ANALYSED_NODES = (nodes.Getattr, nodes.Getitem, nodes.Filter, nodes.Call, nodes.Name, nodes.Const, nodes.TemplateData)
+
+
+@dataclass(frozen=True)
+class TemplateFacts:
+    """What a template's code says, read from its tree as parsed; ``walked`` is False where the tree is nested too
+    deep to walk (then each reading raises, as walking it would)."""
+
+    hazards: tuple[Hazard, ...]
+    literals: tuple[str, ...]  # its literal output text, then its string constants, in tree order
+    loaded_names: frozenset[str]  # every variable name it reads anywhere
+    walked: bool = True
+
+    @property
+    def literal_text(self) -> str:
+        """Its literal output text and string constants, joined (what it can write without data)."""
+        return "\n".join(self.literals)
+
+    def checked(self) -> TemplateFacts:
+        if not self.walked:
+            raise RecursionError("template nested too deep to read its code")
+        return self
+
+
+def read_tree(tree: nodes.Template) -> TemplateFacts:
+    """The facts of one freshly parsed tree (before any compiler folds it); raises RecursionError where it is
+    nested too deep to walk."""
+    found = list(tree.find_all(ANALYSED_NODES))
+    hazards = tuple(find_hazards(found))
+    parts = [n.data for n in found if isinstance(n, nodes.TemplateData)]
+    parts += [n.value for n in found if isinstance(n, nodes.Const) and isinstance(n.value, str)]
+    names = frozenset(n.name for n in found if isinstance(n, nodes.Name) and n.ctx == "load")
+    return TemplateFacts(hazards, tuple(parts), names)
+
+
+@contextmanager
+def _reading_parses(into: dict[str, TemplateFacts]) -> Iterator[None]:
+    """While open, every template the sandboxed environment parses is read (``read_tree``) as it is parsed.
+
+    The hook is set on the environment class for the duration of one compile (a scan or an audit compiles one
+    template at a time per process) and only reads: it returns the parser's tree unchanged."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    original = ImmutableSandboxedEnvironment._parse
+    own = "_parse" in vars(ImmutableSandboxedEnvironment)
+
+    def _parse(self: Any, source: str, name: str | None, filename: str | None) -> nodes.Template:
+        tree = original(self, source, name, filename)
+        try:
+            into[source] = read_tree(tree)
+        except Exception:  # reading is best effort here (deep inside the compile): template_facts parses again
+            pass
+        return tree
+
+    ImmutableSandboxedEnvironment._parse = _parse  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        if own:
+            ImmutableSandboxedEnvironment._parse = original  # type: ignore[method-assign]
+        else:
+            del ImmutableSandboxedEnvironment._parse
+
+
+def compiled_template(template: str) -> Any:
+    """transformers' compiled template (its cache); raises ``TemplateSyntaxError`` where it does not parse."""
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    return _compile_jinja_template(template)
+
+
+@lru_cache(maxsize=8)
+def template_facts(template: str) -> TemplateFacts:
+    """The facts of a template, from the parse of its compile when that happens now, else from one more parse by
+    the environment it was compiled with (so that its ``{% generation %}`` and loop-control tags parse). Raises
+    ``TemplateSyntaxError`` where it does not parse."""
+    read: dict[str, TemplateFacts] = {}
+    with _reading_parses(read):
+        compiled = compiled_template(template)
+    facts = read.get(template)
+    if facts is None:
+        tree = compiled.environment.parse(template)
+        try:
+            facts = read_tree(tree)
+        except RecursionError:
+            facts = TemplateFacts((), (template,), frozenset(), walked=False)
+    return facts
+
+
+def install_pinned_clock(template: str) -> None:
+    """The compiled template renders ``strftime_now`` at the pinned date (``clock.pinned_date``), in a hardened
+    environment (``guard``)."""
+    compiled = compiled_template(template)
+    compiled.environment.globals["strftime_now"] = pinned_strftime
+    harden_environment(compiled.environment)
+
+
+def hazards(source: str) -> list[Hazard]:
+    """Hazards found in the template's syntax tree (empty when it does not parse: compiling reports that)."""
+    try:
+        facts = template_facts(source)
+    except Exception:
+        return []
+    return list(facts.checked().hazards)
+
+
+def literal_text(source: str) -> str:
+    """The template's literal output text and string constants, joined (the raw text where it does not parse)."""
+    try:
+        facts = template_facts(source)
+    except Exception:
+        return source
+    return facts.checked().literal_text
+
+
+def loaded_names(template: str) -> frozenset[str]:
+    """Every variable name the template reads anywhere (a superset of ``template_variables``); raises where the
+    template does not parse or its tree cannot be walked."""
+    return template_facts(template).checked().loaded_names
+
+
+def template_variables(template: str) -> frozenset[str]:
+    """Variables a template reads from its context (what ``transformers``' ``_get_template_variables`` returns)."""
+    from jinja2 import meta
+
+    return frozenset(meta.find_undeclared_variables(compiled_template(template).environment.parse(template)))

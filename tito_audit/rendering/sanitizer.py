@@ -1,0 +1,115 @@
+"""``sanitize_control_tokens=True`` reproduced from transformers' own pieces, without redundant work.
+
+transformers' ``apply_chat_template(tokenize=True, sanitize_control_tokens=True)`` marks control-token text in
+message content (so that a tool result holding ``<|im_end|>`` is encoded as plain text), renders, and encodes
+the marked render. It recomputes the template's control tokens and re-marks every string on each call; here
+control tokens are found once per (tokenizer, template) and each string is marked once. The pieces used
+(``mark_control_tokens``, ``encode_marked_chat``, ``_get_control_token_patterns``, the tokenizer's
+``_get_control_tokens`` and ``_encode_without_added_tokens``) are transformers' private APIs: where they are
+missing, ``sanitizer`` returns None and transformers does it all. ``tests/test_renderer_caches.py`` holds the
+result to transformers'.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tito_audit.rendering.tokenizer_cache import TokenizerCache
+
+
+class EncodeView:
+    """The tokenizer as transformers' ``encode_marked_chat`` uses it, with the added-token table and plain encodes
+    served from the cache (recomputing the table costs milliseconds per call for large added vocabularies)."""
+
+    def __init__(self, tokenizer: Any, cache: TokenizerCache) -> None:
+        self._tokenizer = tokenizer
+        self._cache = cache
+        self.added_tokens_encoder = cache.added_tokens_encoder
+
+    def encode(self, text: str, add_special_tokens: bool = True, split_special_tokens: bool | None = None) -> list[int]:
+        return self._cache.encode(text, add_special_tokens, split_special_tokens)
+
+    def _encode_without_added_tokens(self, text: str) -> list[int]:
+        return self._cache.encode_without_added_tokens(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tokenizer, name)
+
+
+class Sanitizer:
+    """``sanitize_control_tokens=True`` for one (tokenizer, template): which strings to mark, and how to encode.
+
+    The template's own control-token set (special tokens plus the added tokens its text contains) is built only
+    for a string that holds a non-special added token; strings with special tokens only are marked tokenizer-wide.
+    """
+
+    def __init__(self, tokenizer: Any, chat_template: str, cache: TokenizerCache) -> None:
+        from transformers.utils import chat_template_utils as ctu
+
+        self._ctu = ctu
+        self._tokenizer, self._template, self._cache = tokenizer, chat_template, cache
+        self._own: tuple[Any, dict[str, str]] | None = None
+        self.view = EncodeView(tokenizer, cache)
+
+    def _own_pattern(self) -> tuple[Any, dict[str, str]]:
+        if self._own is None:
+            controls = control_tokens(self._tokenizer, self._template)
+            pattern, _ = self._ctu._get_control_token_patterns(controls)
+            self._own = (pattern, self._cache.marked.setdefault(controls, {}))
+        return self._own
+
+    def mark(self, obj: Any) -> Any:
+        """``mark_control_tokens(obj)``, with each string marked once."""
+        if isinstance(obj, str):
+            hit = self._cache.mark_specials(obj)
+            if hit is None:
+                pattern, memo = self._own_pattern()
+                hit = memo.get(obj)
+                if hit is None:
+                    hit = memo[obj] = self._ctu.mark_control_tokens(obj, pattern)
+            return hit
+        if isinstance(obj, dict):
+            return {key: self.mark(value) for key, value in obj.items()}
+        if isinstance(obj, list | tuple):
+            return [self.mark(value) for value in obj]
+        return obj
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._ctu.encode_marked_chat(self.view, text))
+
+
+def control_tokens(tokenizer: Any, template: str) -> tuple[str, ...]:
+    """``tokenizer._get_control_tokens(template)``: special tokens, and the added tokens found in the template's
+    literal text. transformers parses the template once more for that text (``_get_template_literal_text``: its
+    literals, joined with NUL so that a token cannot match across two); the literals come here from the parse
+    ``analysis`` holds. A tokenizer that overrides the method, lists ``chat_control_tokens``, or has a token
+    holding a NUL (whose match could depend on the order of the join) is asked itself.
+    ``tests/test_template_analysis.py`` holds the two to the same tuple."""
+    from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+    from tito_audit.rendering.analysis import template_facts
+
+    if (
+        type(tokenizer)._get_control_tokens is not PreTrainedTokenizerBase._get_control_tokens
+        or getattr(tokenizer, "chat_control_tokens", None) is not None
+    ):
+        return tuple(tokenizer._get_control_tokens(template))
+    try:
+        facts = template_facts(template).checked()
+    except Exception:  # transformers raises as it would
+        return tuple(tokenizer._get_control_tokens(template))
+    added = list(tokenizer.added_tokens_decoder.values())
+    if any("\0" in t.content for t in added):
+        return tuple(tokenizer._get_control_tokens(template))
+    text = "\0".join(dict.fromkeys(facts.literals))
+    return tuple(t.content for t in added if t.special or (t.content in text and not t.content.isspace()))
+
+
+def sanitizer_for(tokenizer: Any, chat_template: str, cache: TokenizerCache) -> Sanitizer | None:
+    """None where this transformers or tokenizer lacks the pieces (then apply_chat_template does it all)."""
+    try:
+        if not hasattr(tokenizer, "_get_control_tokens") or not hasattr(tokenizer, "_encode_without_added_tokens"):
+            return None
+        return Sanitizer(tokenizer, chat_template, cache)
+    except (ImportError, AttributeError, TypeError):
+        return None

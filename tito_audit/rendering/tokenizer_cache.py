@@ -1,0 +1,319 @@
+"""Pure functions of one tokenizer, computed once per tokenizer and shared by every renderer that uses it.
+
+An audit encodes the same text hundreds of times, and a scan audits hundreds of templates against a few
+tokenizers, so encodes, decodes, the added-token table and the vocabulary are cached per tokenizer object
+(``tokenizer_cache``; rebuilt when tokens are added to it). Where calling the Rust tokenizer directly does
+exactly what transformers' encode or decode would (a fast tokenizer with transformers' own methods), the cache
+calls it directly, without the per-call Python around it; long texts are encoded by segments cut at control
+tokens (``segments``), which consecutive prefixes of one conversation, and sibling templates in a scan, share.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+from tito_audit.rendering.bounded_cache import BoundedCache
+from tito_audit.rendering.segments import MIN_CHARS, SegmentedEncoder
+
+_DECODE_CACHED = 256  # longer id sequences are decoded every time
+
+
+@lru_cache(maxsize=1)
+def control_markers() -> tuple[str, ...]:
+    """The private-use characters ``sanitize_control_tokens`` wraps user control-token text in (none: no support).
+    Asked for on first use, not at import: importing transformers costs most of a cold start."""
+    try:
+        from transformers.utils import chat_template_utils as ctu
+
+        return (ctu._CONTROL_TOKEN_START, ctu._CONTROL_TOKEN_END)
+    except (ImportError, AttributeError):
+        return ()
+
+
+class TokenizerCache:
+    """Pure functions of one tokenizer, computed once: encodes, decodes, vocabulary, added and special tokens."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = weakref.ref(tokenizer)  # the cache must not keep its (weak) key alive
+        self.size = len(tokenizer)
+        self._encodes = BoundedCache()
+        self._offsets = BoundedCache(512)
+        self._decodes = BoundedCache()
+        self._fast_decode = bool(getattr(tokenizer, "is_fast", False)) and hasattr(tokenizer, "_decode")
+        self._direct = _plain_fast_encoding(tokenizer)
+        self._batch_decode = self._direct and _plain_fast_decoding(tokenizer)
+        self._segments: SegmentedEncoder | None = None
+        self._pieces: dict[int, str] = {}
+        self.marked: dict[tuple[str, ...], dict[str, str]] = {}  # control tokens -> {text: marked text}
+        self._added: dict[str, int] | None = None
+        self._added_re: Any = None
+        self._specials: frozenset[str] | None = None
+        self._special_marks = BoundedCache(16384)
+        self._tool_mentions = BoundedCache(256)
+        self._mentions = BoundedCache(16384)
+        self._vocab: dict[str, int] | None = None
+        self.markers = control_markers()
+        self.memo: dict[Any, Any] = {}  # other per-tokenizer facts (token splits...)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer()
+
+    def encode(
+        self, text: str, add_special_tokens: bool = False, split_special_tokens: bool | None = None
+    ) -> list[int]:
+        key = (text, add_special_tokens, split_special_tokens)
+        hit = self._encodes.get(key)
+        if hit is None:
+            backend = self._backend(split_special_tokens)
+            segmented = None if add_special_tokens else self._segmented(backend, text)
+            if segmented is not None:
+                ids = segmented.ids(text)
+            elif backend is not None:
+                ids = list(
+                    backend.encode_batch([text], add_special_tokens=add_special_tokens, is_pretokenized=False)[0].ids
+                )
+            else:
+                extra = {} if split_special_tokens is None else {"split_special_tokens": split_special_tokens}
+                ids = list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens, **extra))
+            hit = self._encodes.put(key, ids, len(text) + len(ids))
+        return list(hit)
+
+    def _backend(self, split_special_tokens: bool | None) -> Any:
+        """The Rust tokenizer, when calling it directly does exactly what transformers' encode would: the same
+        ``encode_batch`` call, minus the per-call Python around it (truncation and padding off, the same
+        special-token splitting). None otherwise: then transformers does it."""
+        if not self._direct:
+            return None
+        tok = self.tokenizer
+        backend = tok._tokenizer
+        split = tok.split_special_tokens if split_special_tokens is None else split_special_tokens
+        if backend.truncation is not None or backend.padding is not None or backend.encode_special_tokens != split:
+            return None
+        return backend
+
+    def _segmented(self, backend: Any, text: str) -> SegmentedEncoder | None:
+        """The segment-cached encoder, for long texts that the plain backend call would encode
+        (``add_special_tokens=False``, special tokens not split)."""
+        if backend is None or len(text) < MIN_CHARS or backend.encode_special_tokens:
+            return None
+        if self._segments is None:
+            self._segments = SegmentedEncoder(backend)
+        return self._segments if self._segments.usable else None
+
+    def encode_without_added_tokens(self, text: str) -> list[int]:
+        """Plain text with no added token matched (how sanitized control-token text is encoded)."""
+        key = (text, "without_added_tokens")
+        hit = self._encodes.get(key)
+        if hit is None:
+            ids = list(self.tokenizer._encode_without_added_tokens(text))
+            hit = self._encodes.put(key, ids, len(text) + len(ids))
+        return list(hit)
+
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        hit = self._offsets.get(text)
+        if hit is None:
+            backend = self._backend(None)
+            segmented = self._segmented(backend, text)
+            if segmented is not None:
+                ids, offsets = segmented.encode(text)
+            elif backend is not None:
+                enc = backend.encode_batch([text], add_special_tokens=False, is_pretokenized=False)[0]
+                ids, offsets = list(enc.ids), list(enc.offsets)  # already (start, end) tuples
+            else:
+                out = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+                ids, offsets = list(out["input_ids"]), [tuple(o) for o in out["offset_mapping"]]
+            hit = self._offsets.put(text, (ids, offsets), len(text) + 3 * len(ids))
+            self._encodes.put((text, False, None), ids, len(text) + len(ids))  # what encode(text) gives
+        return list(hit[0]), list(hit[1])
+
+    def encode_window(self, text: str, start: int, end: int) -> tuple[list[int], list[tuple[int, int]]]:
+        """A run of ``encode_with_offsets(text)`` holding every token that overlaps ``[start, end]`` (the whole
+        encoding unless the text is encoded by segments)."""
+        segmented = self._segmented(self._backend(None), text)
+        if segmented is not None:
+            return segmented.window(text, start, end)
+        return self.encode_with_offsets(text)
+
+    def decode(self, ids: Sequence[int], **kwargs: Any) -> str:
+        if len(ids) > _DECODE_CACHED:  # hashing the key would cost about what decoding does
+            return self._decode(list(ids), kwargs)
+        key = (tuple(ids), tuple(sorted(kwargs.items())))
+        hit = self._decodes.get(key)
+        if hit is None:
+            hit = self._decodes.put(key, self._decode(list(ids), kwargs), 2 * len(ids))
+        return str(hit)
+
+    def decode_many(self, sequences: Sequence[Sequence[int]], **kwargs: Any) -> list[str]:
+        """``[decode(ids, **kwargs) for ids in sequences]`` (not cached: for many one-off sequences). One call into
+        the Rust tokenizer when transformers' own ``_decode`` would do exactly that (no cleanup to apply)."""
+        if self._batch_decode and not kwargs.get("clean_up_tokenization_spaces", True) and sequences:
+            extra = {k: v for k, v in kwargs.items() if k != "clean_up_tokenization_spaces"}
+            if set(extra) <= {"skip_special_tokens"}:
+                skip = bool(extra.get("skip_special_tokens", False))
+                return list(
+                    self.tokenizer._tokenizer.decode_batch([list(s) for s in sequences], skip_special_tokens=skip)
+                )
+        return [self._decode(list(s), kwargs) for s in sequences]
+
+    def _decode(self, ids: list[int], kwargs: dict[str, Any]) -> str:
+        """``tokenizer.decode(ids, **kwargs)`` for one sequence. For fast tokenizers that is ``_decode`` after a
+        per-element type scan of the list (``to_py_obj``), which costs more than the decoding itself on long
+        sequences; the backend takes any integer ids itself."""
+        if self._fast_decode:
+            extra = dict(kwargs)
+            skip = bool(extra.pop("skip_special_tokens", False))
+            return str(self.tokenizer._decode(token_ids=ids, skip_special_tokens=skip, **extra))
+        return str(self.tokenizer.decode(ids, **kwargs))
+
+    def piece(self, token_id: int) -> str:
+        """One id decoded alone (what a token strip shows)."""
+        hit = self._pieces.get(token_id)
+        if hit is None:
+            hit = self._pieces[token_id] = self.tokenizer.decode([token_id], clean_up_tokenization_spaces=False)
+        return hit
+
+    def mentions_added_tokens(self, obj: Any) -> bool:
+        """Whether any string value in ``obj`` contains an added token's text (else sanitizing changes nothing).
+
+        Control tokens are always added tokens, so one tokenizer-wide test spares building a template's
+        control-token set for conversations that cannot contain one. Tuples count as a change (marking turns
+        them into lists)."""
+        if isinstance(obj, str):
+            hit = self._mentions.get(obj)
+            if hit is None:
+                # markers are stripped by transformers, so text holding one changes when sanitized
+                found = any(m in obj for m in self.markers) or self.added_re.search(obj) is not None
+                hit = self._mentions.put(obj, found, len(obj))
+            return hit
+        if isinstance(obj, dict):
+            return any(self.mentions_added_tokens(v) for v in obj.values())
+        if isinstance(obj, list):
+            return any(self.mentions_added_tokens(v) for v in obj)
+        return isinstance(obj, tuple)
+
+    def tools_mention_added_tokens(self, tools: Any) -> bool:
+        """``mentions_added_tokens(tools)``, once per distinct tools list (one list serves a whole audit)."""
+        if tools is None:
+            return False
+        key = repr(tools)
+        hit = self._tool_mentions.get(key)
+        if hit is None:
+            hit = self._tool_mentions.put(key, self.mentions_added_tokens(tools), len(key))
+        return bool(hit)
+
+    @property
+    def added_re(self) -> Any:
+        """transformers' pattern for every added token (longest first), as ``encode_marked_chat`` builds it."""
+        if self._added_re is None:
+            from transformers.utils.chat_template_utils import _get_control_token_patterns
+
+            self._added_re = _get_control_token_patterns(tuple(self.added_tokens_encoder))[0]
+        return self._added_re
+
+    def mark_specials(self, text: str) -> str | None:
+        """``mark_control_tokens(text)`` for any template, when every added token in ``text`` is a special token
+        (special tokens are control tokens for every template); None when one is not (the template decides).
+
+        The tokenizer-wide pattern then finds exactly the matches a template's control-token pattern finds: at
+        each position the longest added token that matches is special, hence also the longest control token."""
+        hit = self._special_marks.get(text, False)
+        if hit is False:
+            from transformers.utils.chat_template_utils import mark_control_tokens
+
+            if self._specials is None:
+                decoder = self.tokenizer.added_tokens_decoder
+                self._specials = frozenset(t.content for t in decoder.values() if t.special)
+            plain = text
+            for m in self.markers:
+                plain = plain.replace(m, "")
+            found = self.added_re.findall(plain)
+            hit = mark_control_tokens(text, self.added_re) if set(found) <= self._specials else None
+            self._special_marks.put(text, hit, len(text))
+        return hit
+
+    @property
+    def added_tokens_encoder(self) -> dict[str, int]:
+        if self._added is None:
+            self._added = dict(self.tokenizer.added_tokens_encoder)
+        return self._added
+
+    @property
+    def vocab(self) -> Mapping[str, int]:
+        """``tokenizer.get_vocab()`` as a read-only mapping. Lookups go to the Rust tokenizer where that is the same
+        thing (added tokens first, then the model's vocabulary), so the dict of 100k+ entries is built only if
+        someone iterates it."""
+        return _Vocab(self)
+
+    def full_vocab(self) -> dict[str, int]:
+        if self._vocab is None:
+            self._vocab = dict(self.tokenizer.get_vocab())
+        return self._vocab
+
+    def token_id(self, token: str) -> int | None:
+        if self._direct and self._vocab is None:
+            tid = self.tokenizer._tokenizer.token_to_id(token)
+            return None if tid is None else int(tid)
+        return self.full_vocab().get(token)
+
+
+class _Vocab(Mapping[str, int]):
+    """A tokenizer's vocabulary, looked up one token at a time (see ``TokenizerCache.vocab``)."""
+
+    def __init__(self, cache: TokenizerCache) -> None:
+        self._cache = cache
+
+    def __getitem__(self, token: str) -> int:
+        tid = self._cache.token_id(token) if isinstance(token, str) else None
+        if tid is None:
+            raise KeyError(token)
+        return tid
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._cache.full_vocab())
+
+    def __len__(self) -> int:
+        return len(self._cache.full_vocab())
+
+
+def _plain_fast_encoding(tokenizer: Any) -> bool:
+    """A fast tokenizer whose encode and __call__ are transformers' own (no model-specific override)."""
+    try:
+        from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+        from transformers.tokenization_utils_tokenizers import TokenizersBackend
+    except ImportError:
+        return False
+    cls = type(tokenizer)
+    return (
+        isinstance(tokenizer, TokenizersBackend)
+        and cls._encode_plus is TokenizersBackend._encode_plus
+        and cls.encode is PreTrainedTokenizerBase.encode
+        and cls.__call__ is PreTrainedTokenizerBase.__call__
+        and hasattr(tokenizer, "_tokenizer")
+    )
+
+
+def _plain_fast_decoding(tokenizer: Any) -> bool:
+    """transformers' own ``_decode``: the backend's decode, then only the optional space cleanup."""
+    try:
+        from transformers.tokenization_utils_tokenizers import TokenizersBackend
+    except ImportError:
+        return False
+    return type(tokenizer)._decode is TokenizersBackend._decode
+
+
+_TOKENIZER_CACHES: weakref.WeakKeyDictionary[Any, TokenizerCache] = weakref.WeakKeyDictionary()
+
+
+def tokenizer_cache(tokenizer: Any) -> TokenizerCache:
+    """The cache of ``tokenizer`` (rebuilt when tokens were added to it since)."""
+    try:
+        cache = _TOKENIZER_CACHES.get(tokenizer)
+    except TypeError:  # not weak-referenceable: no sharing
+        return TokenizerCache(tokenizer)
+    if cache is None or cache.size != len(tokenizer):
+        cache = _TOKENIZER_CACHES[tokenizer] = TokenizerCache(tokenizer)
+    return cache
