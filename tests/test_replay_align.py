@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tito_audit.replay.compare import align
+from tito_audit.replay.id_diff import align
 
 ids = st.lists(st.integers(0, 3), max_size=14)
 
