@@ -21,9 +21,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tito_audit.errors import AuditError
+from tito_audit.errors import AuditError, RenderError
 from tito_audit.rendering.analysis import hazards, literal_text
-from tito_audit.rendering.renderer import Renderer, RenderError
+from tito_audit.rendering.renderer import Renderer
 from tito_audit.rl.episodes import FormatCache, canonical_episodes
 from tito_audit.rollout.stop import stop_token_ids
 from tito_audit.scan import load_tokenizers

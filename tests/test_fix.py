@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from tito_audit.cli import app
 from tito_audit.context import AuditOptions
+from tito_audit.errors import RenderError
 from tito_audit.fix import audited_template, propose_fix, reasoning
 from tito_audit.fix.markers import plan_markers
 from tito_audit.fix.proof import STATUS_RANK
@@ -29,7 +30,6 @@ from tito_audit.fix.source import (
     right_after,
     split_literal,
 )
-from tito_audit.rendering.renderer import RenderError
 from tito_audit.rollout.tokens import common_prefix_len
 
 runner = CliRunner()

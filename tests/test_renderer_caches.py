@@ -13,7 +13,8 @@ import tito_audit.align as align_module
 from tito_audit.align import IdMatcher, count_unmatched_trainable
 from tito_audit.context import AuditContext, AuditOptions
 from tito_audit.rendering import Renderer, RenderError
-from tito_audit.rendering.renderer import pinned_date, tokenizer_cache
+from tito_audit.rendering.clock import pinned_date
+from tito_audit.rendering.tokenizer_cache import tokenizer_cache
 
 
 def _reference_ids(tok, template, messages, tools, agp, kwargs):

@@ -9,8 +9,8 @@ from tokenizers import AddedToken, Tokenizer
 
 from tests.conftest import SHARED_MODELS
 from tito_audit.context import AuditContext, AuditOptions
-from tito_audit.rendering.renderer import tokenizer_cache
 from tito_audit.rendering.segments import MIN_CHARS, SegmentedEncoder
+from tito_audit.rendering.tokenizer_cache import tokenizer_cache
 from tito_audit.sources import bundled_names
 
 MODELS = SHARED_MODELS + bundled_names()

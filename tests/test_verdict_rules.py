@@ -327,7 +327,8 @@ def test_special_token_injection_never_compares_plain_with_plain(loaded, monkeyp
     the plain encoding and compare it with itself: "content text stays text")."""
     from tito_audit.checks.base import run_check
     from tito_audit.context import AuditContext
-    from tito_audit.rendering.renderer import Renderer, RenderError
+    from tito_audit.errors import RenderError
+    from tito_audit.rendering.renderer import Renderer
 
     def refuse(self, *args, **kwargs):
         raise RenderError("type", "TypeError: cannot sanitize")
@@ -348,7 +349,8 @@ def test_a_check_whose_renders_fail_does_not_pass(loaded, monkeypatch, check_id:
     """These checks used to ``continue`` past a failed render and then pass having compared nothing."""
     from tito_audit.checks.base import run_check
     from tito_audit.context import AuditContext
-    from tito_audit.rendering.renderer import Renderer, RenderError
+    from tito_audit.errors import RenderError
+    from tito_audit.rendering.renderer import Renderer
 
     def refuse(self, *args, **kwargs):
         raise RenderError("raised", "refused for the test")

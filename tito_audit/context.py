@@ -11,10 +11,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from tito_audit.errors import RenderError
 from tito_audit.probes import TOOLS
 from tito_audit.rendering.analysis import loaded_names, template_variables
+from tito_audit.rendering.clock import DEFAULT_DATE
 from tito_audit.rendering.guard import RenderLimits
-from tito_audit.rendering.renderer import DEFAULT_DATE, Renderer, RenderError, tokenizer_cache
+from tito_audit.rendering.renderer import Renderer
+from tito_audit.rendering.tokenizer_cache import tokenizer_cache
 from tito_audit.rollout.stop import stop_token_ids
 from tito_audit.rollout.tokens import special_token_strings
 from tito_audit.scenarios import Scenario, build_scenarios

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tito_audit.context import AuditContext
-    from tito_audit.rendering.renderer import RenderError
+    from tito_audit.errors import RenderError
 
 CONTEXT_TOKENS = 4  # ids shown on each side of a divergence
 

@@ -6,9 +6,9 @@ from typing import Any
 
 from tito_audit.checks.base import check
 from tito_audit.context import AuditContext
+from tito_audit.errors import RenderError
 from tito_audit.findings import Collector, Outcome
 from tito_audit.probes import APPEND_BASES, APPENDS, TOOLS
-from tito_audit.rendering.renderer import RenderError
 from tito_audit.rollout.bridge import BridgeError, compute_bridge
 
 

@@ -169,7 +169,7 @@ def run_check(spec: CheckSpec, ctx: AuditContext) -> CheckResult:
 
 
 def _run(spec: CheckSpec, ctx: AuditContext) -> CheckResult:
-    from tito_audit.rendering.renderer import RenderError
+    from tito_audit.errors import RenderError
 
     try:
         outcome = spec.run(ctx)

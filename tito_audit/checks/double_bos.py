@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from tito_audit.checks.base import check
 from tito_audit.context import AuditContext
+from tito_audit.errors import RenderError
 from tito_audit.findings import Collector, Outcome
-from tito_audit.rendering.renderer import RenderError
 
 
 @check(

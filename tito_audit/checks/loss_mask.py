@@ -6,8 +6,8 @@ import re
 
 from tito_audit.checks.base import check
 from tito_audit.context import AuditContext
+from tito_audit.errors import RenderError
 from tito_audit.findings import Collector, Finding, Outcome
-from tito_audit.rendering.renderer import RenderError
 
 _MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
 

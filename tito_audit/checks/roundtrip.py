@@ -10,7 +10,7 @@ from tito_audit.checks.base import check
 from tito_audit.context import AuditContext
 from tito_audit.findings import Collector, Outcome
 from tito_audit.rendering.bounded_cache import BoundedCache
-from tito_audit.rendering.renderer import tokenizer_cache
+from tito_audit.rendering.tokenizer_cache import tokenizer_cache
 
 
 def noncanonical_split(tokenizer: Any, token_id: int, vocab: Mapping[str, int], specials: set[int]) -> list[int] | None:

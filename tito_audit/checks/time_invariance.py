@@ -6,8 +6,8 @@ import datetime as dt
 
 from tito_audit.checks.base import check
 from tito_audit.context import AuditContext
+from tito_audit.errors import RenderError
 from tito_audit.findings import Collector, Outcome
-from tito_audit.rendering.renderer import RenderError
 
 _OTHER_DATE_OFFSET = dt.timedelta(days=400, hours=13)
 

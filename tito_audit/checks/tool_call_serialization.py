@@ -7,8 +7,8 @@ from typing import Any
 
 from tito_audit.checks.base import check
 from tito_audit.context import AuditContext
+from tito_audit.errors import RenderError
 from tito_audit.findings import Collector, Finding, Outcome
-from tito_audit.rendering.renderer import RenderError
 from tito_audit.scenarios.adapt import call_function, with_arguments
 
 # Equivalent JSON a model can emit for the same arguments; a parser maps them all to one dict.

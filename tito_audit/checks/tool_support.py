@@ -7,8 +7,8 @@ from typing import Any
 
 from tito_audit.checks.base import check
 from tito_audit.context import AuditContext
+from tito_audit.errors import RenderError
 from tito_audit.findings import Collector, Outcome
-from tito_audit.rendering.renderer import RenderError
 from tito_audit.scenarios.adapt import call_function, content_text
 
 

@@ -67,8 +67,8 @@ def rewrite(src: Source) -> tuple[list[Edit], list[str]]:
 
 def dict_args_problem(audited: AuditedTemplate) -> str | None:
     """Render one tool call with dict and with JSON-string arguments: does the dict raise or print as repr?"""
+    from tito_audit.errors import RenderError
     from tito_audit.probes import TOOLS
-    from tito_audit.rendering.renderer import RenderError
 
     renderer = audited.renderer(audited.model.chat_template)
     args = {"city": "Paris", "metric": True}

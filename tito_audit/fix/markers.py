@@ -28,7 +28,7 @@ ID_STOP = "stop_in_mask"
 
 def header_text(audited: AuditedTemplate, template: str) -> str:
     """What the rendered assistant turn shares with the generation prompt (default template kwargs)."""
-    from tito_audit.rendering.renderer import RenderError
+    from tito_audit.errors import RenderError
 
     renderer = audited.renderer(template)
     base = [{"role": "user", "content": "Hi"}]

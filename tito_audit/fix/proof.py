@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from tito_audit.errors import RenderError
 from tito_audit.fix.patch import AuditedTemplate, Patch
 from tito_audit.probes import CHAT
-from tito_audit.rendering.renderer import RenderError
 from tito_audit.rollout.tokens import common_prefix_len, special_token_strings
 from tito_audit.scenarios.spec import Message, Scenario
 

@@ -109,8 +109,9 @@ def _atom_values(audited: AuditedTemplate, src: Source, cand: _Candidate) -> tup
     """(value of the atom for the turn being generated, whether the value moves when messages follow),
     measured by rendering probe conversations with the atom printed just before its ``if``.
     Also False for "moves" when the ``if`` is reached by other roles without an assistant-role test."""
+    from tito_audit.errors import RenderError
     from tito_audit.probes import TOOLS
-    from tito_audit.rendering.renderer import Renderer, RenderError
+    from tito_audit.rendering.renderer import Renderer
 
     atom = src.span_text(cand.atom.toks)
     probe = "{{ '\\x02' ~ loop.index0 ~ ':' ~ ('T' if (" + atom + ") else 'F') ~ '\\x03' }}"

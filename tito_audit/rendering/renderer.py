@@ -29,7 +29,7 @@ from tito_audit.rendering.sanitizer import Sanitizer, sanitizer_for
 from tito_audit.rendering.tokenizer_cache import tokenizer_cache
 
 # RenderError, tokenizer_cache and DEFAULT_DATE are also importable from here, where the package has long found them.
-__all__ = ["DEFAULT_DATE", "Message", "RenderError", "Renderer", "tokenizer_cache"]
+__all__ = ["Message", "Renderer"]
 
 Message = dict[str, Any]
 

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tito_audit.rendering.renderer import Renderer, RenderError
+from tito_audit.errors import RenderError
+from tito_audit.rendering.renderer import Renderer
 from tito_audit.replay.compare import Comparison, against_reference, against_sampled, mask_runs
 from tito_audit.replay.divergence import Divergence
 from tito_audit.replay.schema import Episode

@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tito_audit.rendering.renderer import Renderer, RenderError
+from tito_audit.errors import RenderError
+from tito_audit.rendering.renderer import Renderer
 from tito_audit.rl.toolformat import ToolCallFormat
 from tito_audit.scenarios.spec import Scenario
 from tito_audit.simulation import simulate

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from tito_audit.errors import UsageError
-from tito_audit.rendering.renderer import Renderer, RenderError
+from tito_audit.errors import RenderError, UsageError
+from tito_audit.rendering.renderer import Renderer
 from tito_audit.rl.episodes import Episode, View, naive_view, parse_turn
 from tito_audit.rl.model import VocabMap
 from tito_audit.rl.toolformat import ToolCallFormat

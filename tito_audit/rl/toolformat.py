@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tito_audit.rendering.renderer import Renderer, RenderError
+from tito_audit.errors import RenderError
+from tito_audit.rendering.renderer import Renderer
 from tito_audit.rollout.tokens import common_prefix_len
 
 Message = dict[str, Any]

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tito_audit.errors import RenderError
 from tito_audit.probes import MARKER, TOOLS, TURN_END_PROBES
-from tito_audit.rendering.renderer import Renderer, RenderError
+from tito_audit.rendering.renderer import Renderer
 from tito_audit.rollout.tokens import special_token_strings
 
 

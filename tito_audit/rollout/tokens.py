@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tito_audit.rendering.renderer import tokenizer_cache
+from tito_audit.rendering.tokenizer_cache import tokenizer_cache
 
 
 def common_prefix_len(a: Sequence[Any], b: Sequence[Any]) -> int:

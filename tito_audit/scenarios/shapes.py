@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tito_audit.rendering.renderer import Renderer, RenderError
+from tito_audit.errors import RenderError
+from tito_audit.rendering.renderer import Renderer
 from tito_audit.rollout.tokens import common_prefix_len
 from tito_audit.scenarios.adapt import (
     FRAMERS,
