@@ -22,3 +22,22 @@ def test_computing_past_the_limit_is_stopped() -> None:
         while True:
             pass
     assert 0.15 < time.process_time() - start < 2.0
+
+
+def test_a_scan_worker_is_judged_by_the_cpu_it_spent() -> None:
+    """The per-template deadline of the scan's pool counts the worker's CPU time too: a worker that waits (a
+    busy machine) is not killed at the deadline, one that computes is."""
+    import multiprocessing as mp
+
+    from tito_audit.scan.pool import PoolLimits, _Slot
+
+    ctx = mp.get_context("fork")
+    slot = _Slot(ctx, {}, PoolLimits(workers=1))
+    try:
+        slot.cpu_since = slot.cpu_seconds()
+        assert not slot.past_deadline(elapsed=1.5, deadline_s=1.0)  # idle worker: waiting is not working
+        assert slot.past_deadline(elapsed=10.5, deadline_s=1.0)  # but not forever (blocked in C code)
+        slot.cpu_since -= 2.0  # as if it had computed for two CPU seconds since the template came
+        assert slot.past_deadline(elapsed=1.5, deadline_s=1.0)
+    finally:
+        slot.kill()

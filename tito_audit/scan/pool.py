@@ -2,8 +2,10 @@
 
 Workers are forked after the tokenizers are loaded, so they share them copy-on-write and start in
 milliseconds. Each worker caps its own address space (``RLIMIT_AS``), every render inside it is bounded by
-``RenderLimits``, and the parent kills a worker that holds one template past ``deadline_s`` (a render stuck in
-C code that no signal interrupts) and starts a fresh one. A worker that dies is a classified result too.
+``RenderLimits``, and the parent kills a worker that spends more than ``deadline_s`` of CPU time on one template
+(a render stuck in C code that no signal interrupts) and starts a fresh one. CPU time, as for the render limit,
+so that a loaded machine does not change a template's result; a worker that holds a template ten deadlines of
+wall time without using the CPU (blocked) is killed too. A worker that dies is a classified result too.
 Jobs go out largest template first, so that no big one is left to run alone at the end. With ``--tokenizer auto``
 the worker picks the tokenizer (it parses the template anyway) and tells the parent before auditing, so that the
 result of a worker killed mid-audit still names it.
@@ -29,6 +31,8 @@ from tito_audit.scan.template_audit import TemplateResult, audit_auto, audit_tem
 from tito_audit.sources.synthesized import Synthesizer
 
 AUTO = "auto"
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_WALL_BACKSTOP = 10  # deadlines of wall time after which a worker that uses no CPU (blocked) is killed anyway
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,7 @@ class Job:
 @dataclass(frozen=True)
 class PoolLimits:
     workers: int = 2
-    deadline_s: float = 60.0  # per template, wall clock, enforced by SIGKILL
+    deadline_s: float = 60.0  # per template, the worker's CPU seconds, enforced by SIGKILL
     memory_bytes: int = 3 << 30  # address space a worker may add to what it inherited
     render: RenderLimits = field(default_factory=RenderLimits)
     scenarios: str = "quick"  # AuditOptions.scenarios: "quick" (the scan's default) or "full" (what `audit` plays)
@@ -91,10 +95,25 @@ class _Slot:
         child.close()
         self.job: Job | None = None
         self.since = 0.0
+        self.cpu_since = 0.0
 
     def give(self, job: Job) -> None:
-        self.job, self.since = job, time.monotonic()
+        self.job, self.since, self.cpu_since = job, time.monotonic(), self.cpu_seconds()
         self.conn.send(job)
+
+    def cpu_seconds(self) -> float:
+        """The worker's CPU time (user + system) from /proc; 0 where unreadable (the wall backstop remains)."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+        except (OSError, ValueError, IndexError):
+            return 0.0
+
+    def past_deadline(self, elapsed: float, deadline_s: float) -> bool:
+        if elapsed <= deadline_s:
+            return False
+        return self.cpu_seconds() - self.cpu_since > deadline_s or elapsed > _WALL_BACKSTOP * deadline_s
 
     def kill(self) -> None:
         if self.proc.is_alive() and self.proc.pid is not None:
@@ -195,7 +214,7 @@ def run_jobs(
                         ),
                     )
                     slots[i] = _Slot(ctx, models, limits, synthesizer)
-                elif elapsed > limits.deadline_s:
+                elif slot.past_deadline(elapsed, limits.deadline_s):
                     slot.kill()
                     done(
                         current.index,
@@ -203,7 +222,7 @@ def run_jobs(
                             current,
                             C.LIMIT,
                             "hard_timeout",
-                            f"killed after {limits.deadline_s:g}s (per-template deadline)",
+                            f"killed after {limits.deadline_s:g}s of CPU time (per-template deadline)",
                             elapsed,
                         ),
                     )
