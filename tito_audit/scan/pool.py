@@ -24,7 +24,7 @@ from typing import Any
 
 from tito_audit.rendering import RenderLimits
 from tito_audit.rendering.guard import address_space_bytes, limit_process_memory
-from tito_audit.scan import classify as C
+from tito_audit.scan import classify
 from tito_audit.scan.discover import TemplateFile
 from tito_audit.scan.pick import Picker
 from tito_audit.scan.template_audit import TemplateResult, audit_auto, audit_template
@@ -207,7 +207,7 @@ def run_jobs(
                         current.index,
                         _failed(
                             current,
-                            C.WORKER_CRASH,
+                            classify.WORKER_CRASH,
                             "worker_died",
                             f"worker process died (exit code {code})",
                             elapsed,
@@ -220,7 +220,7 @@ def run_jobs(
                         current.index,
                         _failed(
                             current,
-                            C.LIMIT,
+                            classify.LIMIT,
                             "hard_timeout",
                             f"killed after {limits.deadline_s:g}s of CPU time (per-template deadline)",
                             elapsed,

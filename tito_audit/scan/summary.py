@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tito_audit.quote import clipped
-from tito_audit.scan import classify as C
+from tito_audit.scan import classify
 from tito_audit.scan.template_audit import TemplateResult
 from tito_audit.verdict import MIN_COVERAGE
 
@@ -27,13 +27,13 @@ class ScanSummary:
     @property
     def counts(self) -> dict[str, int]:
         got = Counter(r.cls for r in self.results)
-        return {c: got[c] for c in C.CLASSES if got[c]} | {c: n for c, n in got.items() if c not in C.CLASSES}
+        return {c: got[c] for c in classify.CLASSES if got[c]} | {c: n for c, n in got.items() if c not in classify.CLASSES}
 
     @property
     def approximate_counts(self) -> dict[str, int]:
         """Verdicts given on a synthesized tokenizer (``counts`` includes them): counted apart, as approximate."""
         got = Counter(r.cls for r in self.results if r.approximate)
-        return {c: got[c] for c in C.VERDICTS if got[c]}
+        return {c: got[c] for c in classify.VERDICTS if got[c]}
 
     def _split(self, cls: str, n: int) -> str:
         approx = self.approximate_counts.get(cls, 0)
@@ -62,7 +62,7 @@ class ScanSummary:
 
     @property
     def crashes(self) -> int:
-        return sum(1 for r in self.results if r.cls == C.WORKER_CRASH or not r.cls)
+        return sum(1 for r in self.results if r.cls == classify.WORKER_CRASH or not r.cls)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -75,7 +75,7 @@ class ScanSummary:
             "counts": self.counts,
             "approximate": self.approximate_counts,
             "verdicts": {
-                "real": sum(1 for r in self.results if r.cls in C.VERDICTS and not r.approximate),
+                "real": sum(1 for r in self.results if r.cls in classify.VERDICTS and not r.approximate),
                 "approximate": sum(self.approximate_counts.values()),
             },
             "flags": self.flag_counts,
@@ -106,7 +106,7 @@ class ScanSummary:
             "|---|---:|---|",
         ]
         lines += [
-            f"| {c} | {self._split(c, n)} | {md_text(C.DESCRIPTIONS.get(c, ''))} |" for c, n in self.counts.items()
+            f"| {c} | {self._split(c, n)} | {md_text(classify.DESCRIPTIONS.get(c, ''))} |" for c, n in self.counts.items()
         ]
         if self.approximate_counts:
             lines += [
@@ -122,7 +122,7 @@ class ScanSummary:
         lines += ["", "## Templates by class"]
         for c, n in self.counts.items():
             lines += ["", f"**{c}** ({n}): " + ", ".join(md_code(name) for name in self.names(c))]
-        errors = [r for r in self.results if r.cls in C.ERROR_CLASSES][:show]
+        errors = [r for r in self.results if r.cls in classify.ERROR_CLASSES][:show]
         if errors:
             lines += ["", "| template | class | reason |", "|---|---|---|"]
             lines += [
@@ -142,7 +142,7 @@ class ScanSummary:
         for c, n in self.counts.items():
             names = self.names(c)
             which = ", ".join(names[:names_shown]) + (f" and {n - names_shown} more" if n > names_shown else "")
-            table.add_row(c, self._split(c, n), C.DESCRIPTIONS.get(c, ""), escape(which))
+            table.add_row(c, self._split(c, n), classify.DESCRIPTIONS.get(c, ""), escape(which))
         for k, n in self.flag_counts.items():
             table.add_row(f"[dim]flag: {k}[/dim]", str(n), "", "")
         for k, n in self.coverage.items():

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from tito_audit.errors import AuditError, RenderError, failed_every_conversation, first_line
 from tito_audit.rendering import Renderer, RenderLimits
 from tito_audit.rendering.analysis import hazards, literal_text
-from tito_audit.scan import classify as C
+from tito_audit.scan import classify
 from tito_audit.scan.discover import TemplateFile, read_template
 from tito_audit.scan.pick import Choice, Picker
 from tito_audit.sources.control_tokens import missing_tokens
@@ -78,27 +78,27 @@ def audit_template(
     try:
         _audit(template, model, limits or RenderLimits(), result, scenarios, synthesizer)
     except RenderError as err:  # a render outside the guarded scenario loop
-        result.cls = C.class_of_render_kind(err.kind) or C.AUDIT_ERROR
+        result.cls = classify.class_of_render_kind(err.kind) or classify.AUDIT_ERROR
         result.error_kind, result.reason = err.kind, err.message
     except AuditError as err:
         result.cls, result.error_kind, result.reason = (
-            C.class_of_error_kind(err.kind),
+            classify.class_of_error_kind(err.kind),
             err.kind,
             err.one_line(),
         )
     except MemoryError:
         result.cls, result.error_kind, result.reason = (
-            C.LIMIT,
+            classify.LIMIT,
             "memory",
             "audit exhausted the worker's memory",
         )
     except RecursionError:
-        result.cls, result.error_kind, result.reason = C.LIMIT, "recursion", "audit recursed too deeply"
+        result.cls, result.error_kind, result.reason = classify.LIMIT, "recursion", "audit recursed too deeply"
     except Exception as exc:  # the audit code failed on this template; classified, never a crash of the scan
-        result.cls, result.error_kind = C.AUDIT_ERROR, type(exc).__name__
+        result.cls, result.error_kind = classify.AUDIT_ERROR, type(exc).__name__
         result.reason = f"{type(exc).__name__}: {first_line(exc)}"
     if not result.cls:
-        result.cls = C.decide(
+        result.cls = classify.decide(
             security=False,
             limit=False,
             always_raises=False,
@@ -106,9 +106,9 @@ def audit_template(
             verdict=result.verdict,
             error_kind=result.error_kind,
         )
-        if result.cls == C.MISSING_TOKENS:
+        if result.cls == classify.MISSING_TOKENS:
             result.reason = "vocabulary lacks " + ", ".join(result.missing_tokens[:5])
-    result.approximate = result.tokenizer_kind == "synthesized" and result.cls in C.VERDICTS
+    result.approximate = result.tokenizer_kind == "synthesized" and result.cls in classify.VERDICTS
     result.seconds = round(time.perf_counter() - started, 4)
     return result
 
@@ -157,22 +157,22 @@ def _audit(
     try:
         text = read_template(template.path)
     except (OSError, ValueError) as exc:
-        result.cls, result.error_kind, result.reason = C.UNREADABLE, "unreadable", first_line(exc)
+        result.cls, result.error_kind, result.reason = classify.UNREADABLE, "unreadable", first_line(exc)
         return
     try:
         compile_template(template.name, text)
     except AuditError as err:
-        result.cls, result.error_kind, result.reason = C.DOES_NOT_COMPILE, err.kind, err.cause
+        result.cls, result.error_kind, result.reason = classify.DOES_NOT_COMPILE, err.kind, err.cause
         return
     except Exception as exc:  # the compiler itself choking (deep nesting, odd input)
-        result.cls, result.error_kind = C.DOES_NOT_COMPILE, "template_compile"
+        result.cls, result.error_kind = classify.DOES_NOT_COMPILE, "template_compile"
         result.reason = f"chat template does not compile: {type(exc).__name__}: {first_line(exc)}"
         return
     found = hazards(text)
     result.flags = [h.to_dict() for h in found]
     security = [h for h in found if h.kind == "security"]
     if security:  # never render code that reaches for internals
-        result.cls, result.error_kind = C.SECURITY, "security"
+        result.cls, result.error_kind = classify.SECURITY, "security"
         result.reason = f"line {security[0].line}: {security[0].detail}"
         return
     result.missing_tokens = missing_tokens(model.tokenizer, literal_text(text), model.hidden_specials)
@@ -191,14 +191,14 @@ def _audit(
     result.scenarios_ok = int(report.scenarios.get("played", 0))
     result.verdict_reasons = list(report.verdict_reasons)
     result.adaptations = list(report.scenarios.get("adaptations", []))
-    if report.verdict in C.VERDICTS:
+    if report.verdict in classify.VERDICTS:
         result.verdict = report.verdict
         _scenario_flags(ctx, result)
         return
     result.error_kind = report.error_kind or "undecided"
     result.reason = str(report.error or "; ".join(report.verdict_reasons) or "audit error").splitlines()[0][:300]
-    result.cls = C.class_of_error_kind(result.error_kind)
-    if result.cls == C.ALWAYS_RAISES:
+    result.cls = classify.class_of_error_kind(result.error_kind)
+    if result.cls == classify.ALWAYS_RAISES:
         _name_rejected(ctx, result)
 
 
@@ -262,8 +262,8 @@ def _playable(ctx: Any, result: TemplateResult) -> None:
     if first is not None:
         kind, result.reason = failed_every_conversation(first)
         kind = kind or "always_raises"
-        result.cls, result.error_kind = C.class_of_error_kind(kind), kind
-        if result.cls == C.ALWAYS_RAISES:
+        result.cls, result.error_kind = classify.class_of_error_kind(kind), kind
+        if result.cls == classify.ALWAYS_RAISES:
             _name_rejected(ctx, result)
 
 
@@ -273,13 +273,13 @@ def _scenario_flags(ctx: Any, result: TemplateResult) -> None:
     seen: set[str] = set()
     for sim in ctx.simulations:
         err = sim.error
-        if err is None or not C.class_of_render_kind(err.kind) or err.kind in seen:
+        if err is None or not classify.class_of_render_kind(err.kind) or err.kind in seen:
             continue
         seen.add(err.kind)
         detail = f"scenario {sim.scenario.id}: {err.message}"[:200]
         result.flags.append({"kind": f"scenario_{err.kind}", "detail": detail, "line": None})
         if err.kind == "security":
-            result.cls, result.error_kind, result.reason = C.SECURITY, "security", detail
+            result.cls, result.error_kind, result.reason = classify.SECURITY, "security", detail
 
 
 def _dynamic_flags(renderer: Renderer, result: TemplateResult) -> None:
@@ -287,7 +287,7 @@ def _dynamic_flags(renderer: Renderer, result: TemplateResult) -> None:
     try:
         first = renderer.render(_SMOKE, add_generation_prompt=True)
     except RenderError as err:
-        forced = C.class_of_render_kind(err.kind)
+        forced = classify.class_of_render_kind(err.kind)
         if forced:
             raise
         return
@@ -301,7 +301,7 @@ def _dynamic_flags(renderer: Renderer, result: TemplateResult) -> None:
         if moved and not any(f["kind"] == "nondeterministic" for f in result.flags):
             result.flags.append({"kind": "reads_date", "detail": "the render changes with the date", "line": None})
     except RenderError as err:
-        if C.class_of_render_kind(err.kind):
+        if classify.class_of_render_kind(err.kind):
             raise
         result.flags.append(
             {"kind": "nondeterministic", "detail": f"a repeat render failed: {err.message}", "line": None}
