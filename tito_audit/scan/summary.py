@@ -27,7 +27,9 @@ class ScanSummary:
     @property
     def counts(self) -> dict[str, int]:
         got = Counter(r.cls for r in self.results)
-        return {c: got[c] for c in classify.CLASSES if got[c]} | {c: n for c, n in got.items() if c not in classify.CLASSES}
+        return {c: got[c] for c in classify.CLASSES if got[c]} | {
+            c: n for c, n in got.items() if c not in classify.CLASSES
+        }
 
     @property
     def approximate_counts(self) -> dict[str, int]:
@@ -106,7 +108,8 @@ class ScanSummary:
             "|---|---:|---|",
         ]
         lines += [
-            f"| {c} | {self._split(c, n)} | {md_text(classify.DESCRIPTIONS.get(c, ''))} |" for c, n in self.counts.items()
+            f"| {c} | {self._split(c, n)} | {md_text(classify.DESCRIPTIONS.get(c, ''))} |"
+            for c, n in self.counts.items()
         ]
         if self.approximate_counts:
             lines += [
