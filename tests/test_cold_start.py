@@ -79,3 +79,19 @@ def test_no_pytorch_advisory_without_torch() -> None:
         out = _python(_HIDE_TORCH + _RUN_CLI, *args)
         assert "PyTorch was not found" not in out.stderr, args
         assert "Traceback" not in out.stderr, args
+
+
+def test_only_the_cli_freezes_what_a_load_leaves_alive() -> None:
+    """The CLI (a process that ends with its command) moves the loaded tokenizer and the imports out of the
+    garbage collector's passes; a library caller's process is left as it was, collector on, nothing frozen."""
+    library = _python(
+        "import gc, tito_audit; tito_audit.load('qwen3-0.6b'); print(gc.get_freeze_count(), gc.isenabled())"
+    )
+    assert library.stdout.split() == ["0", "True"], library.stderr
+    report = (
+        "import atexit, gc, sys; atexit.register(lambda: print('FROZEN', gc.get_freeze_count(), file=sys.stderr)); "
+    )
+    cli = _python(report + _RUN_CLI, "audit", "qwen3-0.6b", "-q")
+    assert cli.returncode in (0, 1), cli.stderr
+    frozen = next(ln for ln in cli.stderr.splitlines() if ln.startswith("FROZEN"))
+    assert int(frozen.split()[1]) > 10_000  # the tokenizer and the imports, tens of thousands of objects

@@ -30,9 +30,12 @@ THINKING = ("on", "off", "both", "default")
 
 
 def audit(*args: Any, **kwargs: Any) -> AuditReport:
-    """``tito_audit.audit.audit``, imported when a command runs rather than for ``--help``."""
+    """``tito_audit.audit.audit``, imported when a command runs rather than for ``--help``; this process ends with
+    the command, so what each load leaves alive is frozen out of the garbage collector's passes."""
     from tito_audit.audit import audit as audit_models
+    from tito_audit.sources.tokenizer import freeze_after_loads
 
+    freeze_after_loads()
     return audit_models(*args, **kwargs)
 
 
