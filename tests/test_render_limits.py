@@ -41,3 +41,18 @@ def test_a_scan_worker_is_judged_by_the_cpu_it_spent() -> None:
         assert slot.past_deadline(elapsed=1.5, deadline_s=1.0)
     finally:
         slot.kill()
+
+
+def test_other_threads_do_not_spend_a_renders_budget() -> None:
+    """In a trainer's process other threads burn CPU while a render runs: the limit is the render thread's own."""
+    import threading
+
+    def spin() -> None:
+        end = time.thread_time() + 0.6
+        while time.thread_time() < end:
+            pass
+
+    worker = threading.Thread(target=spin)
+    with time_limit(0.2):
+        worker.start()
+        worker.join()  # 0.6 s of the process's CPU, none of this thread's

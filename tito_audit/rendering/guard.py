@@ -12,9 +12,9 @@ Three layers, cheapest first:
   ``MemoryError`` at about ``memory_bytes`` instead of eating the machine. CPU time, not wall time: a loop
   that never ends burns CPU all the same, while a busy machine (a scan's workers, CI neighbours) stretches
   wall time and would time out an ordinary render, so the same template would get a different report on a
-  loaded machine. Both are process-wide, so they
-  only apply in a process's main thread; elsewhere only the output-size check (done by the renderer)
-  applies. Parallel audits use processes.
+  loaded machine. The render thread's own CPU time: the process-wide timer is re-armed while other threads
+  (a trainer's) have spent part of it. Both bounds are process-wide, so they only apply in a process's main
+  thread; elsewhere only the output-size check (done by the renderer) applies. Parallel audits use processes.
 * ``limit_process_memory`` caps a whole worker process (the scan's pool also kills a worker past a hard
   deadline).
 """
@@ -58,7 +58,15 @@ def time_limit(seconds: float) -> Iterator[None]:
         yield
         return
 
+    started = time.thread_time()
+
     def _expire(signum: int, frame: object) -> None:
+        # The timer counts the whole process's CPU; the limit is this thread's. Other threads (a trainer's) may
+        # have spent some of it: wait for the rest.
+        left = seconds - (time.thread_time() - started)
+        if left > 0.001:
+            signal.setitimer(signal.ITIMER_PROF, left)
+            return
         raise RenderTimeout(f"render exceeded {seconds:g}s of CPU time")
 
     previous = signal.signal(signal.SIGPROF, _expire)
