@@ -13,6 +13,7 @@ result of a worker killed mid-audit still names it.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import os
 import signal
@@ -73,6 +74,10 @@ def _worker_main(
 ) -> None:
     """Messages to the parent: ("picked", tokenizer, reason) when auto picks, then ("done", index, result)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles ^C and kills us
+    # What the fork inherited (the tokenizers, the imports) lives as long as this worker: out of the garbage
+    # collector's passes, which would otherwise walk it again at every full collection and, by writing to each
+    # object's header, copy the pages the worker shares with the parent.
+    gc.freeze()
     if limits.memory_bytes > 0:
         limit_process_memory(address_space_bytes() + limits.memory_bytes)
     pickers: dict[str, Picker] = {}
