@@ -23,9 +23,8 @@ os.environ.setdefault("HF_HUB_CACHE", str(ROOT.parent / "shared" / "hf-hub"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from tito_audit import load  # noqa: E402
-from tito_audit.replay.analyze import ReplayContext, analyze  # noqa: E402
-from tito_audit.replay.schema import episode_from_native  # noqa: E402
-from tito_audit.replay.synthetic import LOOPS, log_episode, played_episodes  # noqa: E402
+from tito_audit.replay.analyze import ReplayContext  # noqa: E402
+from tito_audit.replay.synthetic import LOOPS, log_episode, played_episodes, replay_logged  # noqa: E402
 
 # every model of the development Hub cache, by repo id (the folder names huggingface_hub writes)
 MODELS = sorted(
@@ -54,11 +53,7 @@ def main() -> None:
             measured = 0
             for n, p in enumerate(plays):
                 logged = log_episode(p, loop, p.scenario.id)
-                res = analyze(episode_from_native(logged.record, n + 1), ctx)
-                got = [(d.turn, d.index, d.cls) for d in res.divergences]
-                want = [(t.turn, t.index, t.cls) for t in logged.truth]
-                if logged.first_only:
-                    got = got[:1]
+                got, want, res = replay_logged(logged, n + 1, ctx)
                 exact += got == want
                 found += len(got)
                 injected.update(t.cls for t in logged.truth)

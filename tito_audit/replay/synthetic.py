@@ -30,7 +30,7 @@ import json
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tito_audit.errors import RenderError
 from tito_audit.rendering.renderer import Renderer
@@ -39,6 +39,9 @@ from tito_audit.rollout.buffer import Trajectory
 from tito_audit.rollout.tokens import common_prefix_len
 from tito_audit.scenarios.spec import Scenario
 from tito_audit.simulation import Simulation, derive_turn, simulate
+
+if TYPE_CHECKING:
+    from tito_audit.replay.analyze import EpisodeResult, ReplayContext
 
 Message = dict[str, Any]
 
@@ -327,6 +330,22 @@ def log_episode(p: Played, loop: str, eid: str) -> Logged:
     ids, mask = list(p.traj.input_ids), list(p.traj.loss_mask)
     new_ids, new_mask, truth = apply_edits(ids, mask, LOOPS[loop](p))
     return Logged(_record(p, new_ids, new_mask, eid), truth)
+
+
+Place = tuple[int, int | None, str]  # (turn, first divergent position, class)
+
+
+def replay_logged(logged: Logged, line: int, ctx: ReplayContext) -> tuple[list[Place], list[Place], EpisodeResult]:
+    """Replay one generated episode: what it found and what was injected, as (turn, position, class), and the
+    whole result. For a ``first_only`` truth only the first divergence found is kept: after a re-render only the
+    first one has a single right answer."""
+    from tito_audit.replay.analyze import analyze
+    from tito_audit.replay.schema import episode_from_native
+
+    res = analyze(episode_from_native(logged.record, line), ctx)
+    found: list[Place] = [(d.turn, d.index, d.cls) for d in res.divergences]
+    injected: list[Place] = [(t.turn, t.index, t.cls) for t in logged.truth]
+    return (found[:1] if logged.first_only else found), injected, res
 
 
 def _prefix_fallback(p: Played, eid: str) -> Logged:
