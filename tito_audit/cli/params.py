@@ -10,7 +10,9 @@ from typing import Any
 
 import typer
 
-FORMAT_NAMES = ("terminal", "json", "markdown", "html", "sarif")
+from tito_audit.formats import FORMATTERS
+
+FORMAT_NAMES = tuple(FORMATTERS)  # the formats/ registry (it imports no formatter until one is asked for)
 
 
 def one_of(allowed: Sequence[str] | Callable[[], Iterable[str]]) -> Callable[[Any], Any]:
