@@ -87,3 +87,6 @@ def test_scan_runs_audit_model_itself(tmp_path: Path, loaded) -> None:
     assert result.engine == "audit_model"
     assert result.verdict == expected.verdict and result.cls == expected.verdict
     assert result.scenarios_ok == expected.scenarios["played"] > 10
+    # the scan runs only the checks the verdict reads (verdict_inputs): the same verdict and reasons all the same
+    assert result.verdict_reasons == expected.verdict_reasons
+    assert result.adaptations == expected.scenarios["adaptations"]

@@ -155,3 +155,28 @@ def test_a_base_copy_serializes_as_the_base_and_adds_tokens_as_a_deep_copy_would
         assert fast._tokenizer.to_str() == deep._tokenizer.to_str(), name
         assert fast.encode(text) == deep.encode(text) and len(fast) == len(deep) == len(base) + 3, name
         assert base._tokenizer.to_str() == before and len(base) == len(deep) - 3, name
+
+
+def test_a_clone_with_another_eos_shares_the_backend_parts_and_encodes_as_its_own_cache_would(candidates) -> None:
+    """``Synthesizer._specials`` gives each template's eos its own clone of the base copy; the clone takes the
+    copy's added-token pattern and segment encoder (``TokenizerCache.share_backend_parts``) instead of building
+    them again, and encodes exactly what a cache built for the clone alone does."""
+    from tito_audit.rendering.segments import MIN_CHARS
+    from tito_audit.rendering.tokenizer_cache import TokenizerCache, tokenizer_cache
+
+    synthesizer = Synthesizer(candidates, ["<|zq_turn|>", "<|zq_end|>"])
+    name = next(iter(candidates))
+    copied, _ = synthesizer.tokenizer(name, ())
+    template = "{% for m in messages %}<|zq_turn|>{{ m['content'] }}<|zq_end|>{% endfor %}"
+    clone = synthesizer._specials(copied, template)
+    assert clone is not copied and clone.eos_token == "<|zq_end|>" and clone._tokenizer is copied._tokenizer
+    shared, own = tokenizer_cache(clone), TokenizerCache(clone)
+    assert shared._segments is tokenizer_cache(copied)._segments is not None
+    assert shared.added_re is tokenizer_cache(copied).added_re
+    text = ("<|zq_turn|>" + "hello there, " * (MIN_CHARS // 10) + "<|zq_end|>") * 3
+    assert shared.encode(text) == own.encode(text) == clone.encode(text, add_special_tokens=False)
+    assert shared.mentions_added_tokens("say <|zq_end|>") and not shared.mentions_added_tokens("say zq_end")
+    # another backend is never shared
+    other = TokenizerCache(candidates[list(candidates)[1]].tokenizer)
+    other.share_backend_parts(tokenizer_cache(copied))
+    assert other._segments is not tokenizer_cache(copied)._segments

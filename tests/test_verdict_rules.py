@@ -16,7 +16,7 @@ from tito_audit.audit import AuditReport, audit_model
 from tito_audit.checks import REGISTRY, CheckResult, Finding
 from tito_audit.context import AuditOptions
 from tito_audit.gate import Suppression, apply_suppressions
-from tito_audit.verdict import MIN_COVERAGE, decide
+from tito_audit.verdict import MIN_COVERAGE, decide, verdict_inputs
 
 TOKENIZER = "Qwen/Qwen2.5-7B-Instruct"
 
@@ -401,3 +401,13 @@ def test_the_public_api_names_the_types_it_returns(audited) -> None:
     findings = [f for c in report.checks for f in c.findings]
     assert findings and all(isinstance(f, tito_audit.Finding) for f in findings)
     assert any(isinstance(f.expected, tito_audit.TokenSide) for f in findings)
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_the_checks_the_verdict_reads_decide_it_alone(audited, name: str) -> None:
+    """What lets the corpus scan skip the other checks: their results never move the verdict or its reasons."""
+    m = audited(name)
+    alone = decide([c for c in m.checks if c.id in verdict_inputs()], m.scenarios)
+    assert (alone.verdict, alone.reasons) == (m.verdict, m.verdict_reasons)
+    others = [c for c in m.checks if c.id not in verdict_inputs()]
+    assert others and all(c.verdict_role is None and c.severity == "warning" for c in others)

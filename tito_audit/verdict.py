@@ -125,6 +125,13 @@ def decide(
     return Decision("safe", notes)
 
 
+def verdict_inputs() -> tuple[str, ...]:
+    """The ids of the checks whose results ``decide`` reads: a role in the verdict (``caveat`` included: its
+    findings are reasons) or error severity. The others only inform the per-check report, so a caller that keeps
+    only the verdict and its reasons (the corpus scan) need not run them."""
+    return tuple(s.id for s in REGISTRY.values() if s.verdict is not None or s.severity == "error")
+
+
 def describe_reason(reason: str) -> str:
     """One reason in words, for the verdict line."""
     kind, _, rest = reason.partition(":")

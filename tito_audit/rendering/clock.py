@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import contextvars
 import datetime as dt
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 DEFAULT_DATE = dt.datetime(2026, 1, 15, 12, 0, 0)
 _PINNED_DATE: contextvars.ContextVar[dt.datetime] = contextvars.ContextVar("tito_audit_date", default=DEFAULT_DATE)
@@ -19,10 +17,16 @@ def pinned_strftime(fmt: str) -> str:
     return _PINNED_DATE.get().strftime(fmt)
 
 
-@contextmanager
-def pinned_date(when: dt.datetime) -> Iterator[None]:
-    token = _PINNED_DATE.set(when)
-    try:
-        yield
-    finally:
-        _PINNED_DATE.reset(token)
+class pinned_date:
+    """The block renders at ``when``. A class, not a generator: it wraps every render (see ``guard.time_limit``)."""
+
+    __slots__ = ("_token", "when")
+
+    def __init__(self, when: dt.datetime) -> None:
+        self.when = when
+
+    def __enter__(self) -> None:
+        self._token = _PINNED_DATE.set(self.when)
+
+    def __exit__(self, *exc: object) -> None:
+        _PINNED_DATE.reset(self._token)

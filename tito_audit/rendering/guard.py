@@ -26,12 +26,15 @@ import resource
 import signal
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from jinja2.exceptions import SecurityError
+
+try:  # ``signal.signal`` without the enum conversions around it (they cost more than a small render)
+    from _signal import signal as _set_handler
+except ImportError:  # another interpreter
+    _set_handler = signal.signal
 
 
 @dataclass(frozen=True)
@@ -52,30 +55,40 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-@contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
-    if seconds <= 0 or not _in_main_thread():
-        yield
-        return
+class time_limit:
+    """Raise ``RenderTimeout`` in the block once this thread has spent ``seconds`` of CPU time in it.
 
-    started = time.thread_time()
+    A class, not a generator: renders are guarded by the thousand, and a generator's frames would cost a good
+    part of a small render."""
 
-    def _expire(signum: int, frame: object) -> None:
+    __slots__ = ("_armed", "_previous", "_started", "seconds")
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._armed = False
+
+    def _expire(self, signum: int, frame: object) -> None:
         # The timer counts the whole process's CPU; the limit is this thread's. Other threads (a trainer's) may
         # have spent some of it: wait for the rest.
-        left = seconds - (time.thread_time() - started)
+        left = self.seconds - (time.thread_time() - self._started)
         if left > 0.001:
             signal.setitimer(signal.ITIMER_PROF, left)
             return
-        raise RenderTimeout(f"render exceeded {seconds:g}s of CPU time")
+        raise RenderTimeout(f"render exceeded {self.seconds:g}s of CPU time")
 
-    previous = signal.signal(signal.SIGPROF, _expire)
-    signal.setitimer(signal.ITIMER_PROF, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_PROF, 0)
-        signal.signal(signal.SIGPROF, previous)
+    def __enter__(self) -> None:
+        if self.seconds <= 0 or not _in_main_thread():
+            return
+        self._started = time.thread_time()
+        self._previous = _set_handler(signal.SIGPROF, self._expire)
+        self._armed = True
+        signal.setitimer(signal.ITIMER_PROF, self.seconds)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._armed:
+            self._armed = False
+            signal.setitimer(signal.ITIMER_PROF, 0)
+            _set_handler(signal.SIGPROF, self._previous)
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -103,32 +116,56 @@ def _recent_address_space_bytes() -> int:
     return int(_size_seen[1])
 
 
-@contextmanager
-def memory_limit(extra_bytes: int) -> Iterator[None]:
+class memory_limit:
     """Lower the soft RLIMIT_AS to the current size plus ``extra_bytes`` for the duration of the block."""
-    current = _recent_address_space_bytes() if extra_bytes > 0 else 0
-    if extra_bytes <= 0 or current == 0 or not _in_main_thread():
-        yield
-        return
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    target = current + extra_bytes
-    if hard != resource.RLIM_INFINITY:
-        target = min(target, hard)
-    if soft != resource.RLIM_INFINITY and soft <= target:
-        yield  # an outer limit (a scan worker's) is already tighter
-        return
-    resource.setrlimit(resource.RLIMIT_AS, (target, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+    __slots__ = ("_restore", "extra_bytes")
+
+    def __init__(self, extra_bytes: int) -> None:
+        self.extra_bytes = extra_bytes
+        self._restore: tuple[int, int] | None = None
+
+    def __enter__(self) -> None:
+        current = _recent_address_space_bytes() if self.extra_bytes > 0 else 0
+        if self.extra_bytes <= 0 or current == 0 or not _in_main_thread():
+            return
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        target = current + self.extra_bytes
+        if hard != resource.RLIM_INFINITY:
+            target = min(target, hard)
+        if soft != resource.RLIM_INFINITY and soft <= target:
+            return  # an outer limit (a scan worker's) is already tighter
+        resource.setrlimit(resource.RLIMIT_AS, (target, hard))
+        self._restore = (soft, hard)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._restore is not None:
+            restore, self._restore = self._restore, None
+            resource.setrlimit(resource.RLIMIT_AS, restore)
 
 
-@contextmanager
-def render_limits(limits: RenderLimits) -> Iterator[None]:
+class render_limits:
     """Time and memory bounds for one render."""
-    with memory_limit(limits.memory_bytes), time_limit(limits.seconds):
-        yield
+
+    __slots__ = ("_memory", "_time")
+
+    def __init__(self, limits: RenderLimits) -> None:
+        self._memory = memory_limit(limits.memory_bytes)
+        self._time = time_limit(limits.seconds)
+
+    def __enter__(self) -> None:
+        self._memory.__enter__()
+        try:
+            self._time.__enter__()
+        except BaseException:
+            self._memory.__exit__()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._time.__exit__()
+        finally:
+            self._memory.__exit__()
 
 
 def limit_process_memory(total_bytes: int) -> None:

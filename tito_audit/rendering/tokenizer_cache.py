@@ -62,6 +62,29 @@ class TokenizerCache:
     def tokenizer(self) -> Any:
         return self._tokenizer()
 
+    def prepare(self) -> None:
+        """Build now what every audit on this tokenizer builds on first use: the added-token pattern (a regular
+        expression over every added token) and the segment encoder. A scan calls this before its workers fork,
+        so that they share them instead of each building its own."""
+        _ = self.added_re
+        self._segmented(self._backend(None), " " * MIN_CHARS)
+
+    def share_backend_parts(self, other: TokenizerCache) -> None:
+        """Take ``other``'s parts that only the Rust backend decides (the added-token table and pattern, which
+        strings mention an added token, the segment encoder and its cached segments), for a tokenizer that shares
+        ``other``'s backend and differs only in Python-side attributes (a clone with another bos or eos: every
+        synthesized template gets one). Without it each clone rebuilds them. Nothing else is shared: encodes with
+        special tokens and special ids depend on the Python side."""
+        mine = getattr(self.tokenizer, "_tokenizer", None)
+        if mine is None or mine is not getattr(other.tokenizer, "_tokenizer", None) or self.size != other.size:
+            return
+        try:
+            other.prepare()
+        except Exception:  # a transformers without the pattern builder: this cache builds what it can itself
+            return
+        self._added, self._added_re, self._mentions = other.added_tokens_encoder, other._added_re, other._mentions
+        self._segments = other._segments
+
     def encode(
         self, text: str, add_special_tokens: bool = False, split_special_tokens: bool | None = None
     ) -> list[int]:

@@ -69,14 +69,15 @@ def synthesizer_for(templates: Sequence[TemplateFile], models: dict[str, Any]) -
 
 def before_fork(models: dict[str, Any], synthesizer: Synthesizer | None) -> None:
     """What every worker would build for itself, built once in this process so that the forked workers share it
-    (copy-on-write): each candidate's added-token pattern, and the synthesized bases (``Synthesizer.prepare``).
-    Worth it when each worker meets every candidate (many more templates than workers times candidates). Only a
-    head start: whatever fails here is left to the worker that needs it, which classifies it as it would have."""
+    (copy-on-write): each candidate's added-token pattern and segment encoder, and the synthesized bases
+    (``Synthesizer.prepare``). Worth it when each worker meets every candidate (many more templates than workers
+    times candidates). Only a head start: whatever fails here is left to the worker that needs it, which
+    classifies it as it would have."""
     from tito_audit.rendering.tokenizer_cache import tokenizer_cache
 
     for model in models.values():
         try:
-            _ = tokenizer_cache(model.tokenizer).added_re  # computed once, kept by the cache
+            tokenizer_cache(model.tokenizer).prepare()  # computed once, kept by the cache
         except Exception:  # a transformers without the pattern builder: the worker does without
             continue
     if synthesizer is not None:

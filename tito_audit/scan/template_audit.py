@@ -153,6 +153,7 @@ def _audit(
     from tito_audit.audit import audit_context
     from tito_audit.context import AuditContext, AuditOptions
     from tito_audit.sources.load import compile_template
+    from tito_audit.verdict import verdict_inputs
 
     try:
         text = read_template(template.path)
@@ -180,7 +181,9 @@ def _audit(
         model = _synthesized(synthesizer, text, result)
 
     started = time.perf_counter()
-    ctx = AuditContext(model.with_template(text, result.path), AuditOptions(limits=limits, scenarios=scenarios))
+    # Only the checks the verdict reads: a scan keeps the verdict and its reasons, not the per-check report.
+    options = AuditOptions(limits=limits, scenarios=scenarios, only_checks=verdict_inputs())
+    ctx = AuditContext(model.with_template(text, result.path), options)
     _dynamic_flags(ctx.renderer, result)
     result.engine = "audit_model"
     if result.missing_tokens:

@@ -76,14 +76,16 @@ class BaseFit:
 def fit(name: str, tokenizer: Any, template: str, order: int = 0, hidden: frozenset[str] = frozenset()) -> BaseFit:
     """``hidden``: tokens added to the tokenizer by synthesis (not its own)."""
     from tito_audit.rendering.analysis import literal_text
+    from tito_audit.rendering.tokenizer_cache import tokenizer_cache
     from tito_audit.sources.control_tokens import token_in_vocab
 
     controls = template_controls(template)
     text = literal_text(template)
     for t in controls:
         text = text.replace(t, "\n")
-    ids = tokenizer.encode(text, add_special_tokens=False)
-    back = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    cache = tokenizer_cache(tokenizer)  # the tokenizer's own encode and decode, without the Python around them
+    ids = cache.encode(text)
+    back = cache.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
     return BaseFit(
         name=name,
         atomic=sum(1 for t in controls if t not in hidden and token_in_vocab(tokenizer, t)),
@@ -223,16 +225,16 @@ class Synthesizer:
         return self._copies[key]
 
     def prepare(self) -> None:
-        """Each base's copy with the whole ``vocabulary``, and its added-token pattern (``TokenizerCache.added_re``,
-        a regular expression over hundreds of tokens), built now. A scan calls this before its workers fork, so
-        that they share what each would otherwise build for itself. A base that fails here is left to the audit
-        that needs it, which classifies the failure."""
+        """Each base's copy with the whole ``vocabulary``, and its added-token pattern and segment encoder
+        (``TokenizerCache.prepare``: regular expressions over hundreds of tokens), built now. A scan calls this
+        before its workers fork, so that they share what each would otherwise build for itself. A base that fails
+        here is left to the audit that needs it, which classifies the failure."""
         from tito_audit.rendering.tokenizer_cache import tokenizer_cache
 
         for name in self.candidates:
             try:
                 tok, _ = self.tokenizer(name, ())
-                _ = tokenizer_cache(tok).added_re  # computed once, kept by the cache
+                tokenizer_cache(tok).prepare()  # computed once, kept by the cache
             except Exception:  # the audit that needs this base meets the failure itself
                 continue
 
@@ -246,7 +248,10 @@ class Synthesizer:
             return tok
         key = (id(tok), tuple(sorted(wanted.items())))
         if key not in self._clones:
-            self._clones[key] = _with_specials(tok, wanted)
+            from tito_audit.rendering.tokenizer_cache import tokenizer_cache
+
+            clone = self._clones[key] = _with_specials(tok, wanted)
+            tokenizer_cache(clone).share_backend_parts(tokenizer_cache(tok))  # one pattern per base, not per eos
         return self._clones[key]
 
     def model(self, template: str, origin: str, base: BaseFit | None = None) -> LoadedModel:
