@@ -38,6 +38,9 @@ class AuditOptions:
     limits: RenderLimits = field(default_factory=RenderLimits)
     debug: bool = False
     scenarios: str = "full"  # "full" (the whole catalog) | "quick" (QUICK_SCENARIOS: a documented subset for scans)
+    # Count the sampled tokens each naive re-tokenization finding loses (an alignment of the two sequences, the
+    # costliest part of a finding). The scan, which keeps the verdict and no finding, turns it off.
+    count_lost_tokens: bool = True
 
     def __post_init__(self) -> None:
         if self.scenarios not in SCENARIO_SETS:

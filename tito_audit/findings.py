@@ -129,7 +129,7 @@ def divergence(
     start, exp_side = window(ctx, expected, index)
     _, act_side = window(ctx, actual, index)
     affected = 0
-    if trainable is not None:
+    if trainable is not None and ctx.options.count_lost_tokens:
         affected = count_unmatched_trainable(expected, actual, trainable)
     return Finding(
         check=check,

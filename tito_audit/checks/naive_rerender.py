@@ -35,7 +35,7 @@ def naive_rerender(ctx: AuditContext) -> Outcome:
             "re-rendering the parsed conversation diverges from the buffer",
             trainable=traj.loss_mask,
         )
-        if f:
+        if f and ctx.options.count_lost_tokens:
             sampled = sum(traj.loss_mask)
             f.message = (
                 f"re-rendered ids diverge at token {f.index}; {f.affected_trainable} of {sampled} "

@@ -181,8 +181,9 @@ def _audit(
         model = _synthesized(synthesizer, text, result)
 
     started = time.perf_counter()
-    # Only the checks the verdict reads: a scan keeps the verdict and its reasons, not the per-check report.
-    options = AuditOptions(limits=limits, scenarios=scenarios, only_checks=verdict_inputs())
+    # A scan keeps the verdict and its reasons, not the per-check report: only the checks the verdict reads, and
+    # no count of the tokens a finding loses.
+    options = AuditOptions(limits=limits, scenarios=scenarios, only_checks=verdict_inputs(), count_lost_tokens=False)
     ctx = AuditContext(model.with_template(text, result.path), options)
     _dynamic_flags(ctx.renderer, result)
     result.engine = "audit_model"

@@ -73,34 +73,42 @@ class BaseFit:
         )
 
 
+def _atomic_and_provides(tokenizer: Any, template: str, hidden: frozenset[str]) -> tuple[int, int]:
+    """``BaseFit.atomic`` and ``BaseFit.provides``: the two leading criteria, which need no encoding."""
+    from tito_audit.sources.control_tokens import token_in_vocab
+
+    atomic = sum(1 for t in template_controls(template) if t not in hidden and token_in_vocab(tokenizer, t))
+    provides = sum(1 for v in read_special_variables(template) if getattr(tokenizer, v, None) is not None)
+    return atomic, provides
+
+
 def fit(name: str, tokenizer: Any, template: str, order: int = 0, hidden: frozenset[str] = frozenset()) -> BaseFit:
     """``hidden``: tokens added to the tokenizer by synthesis (not its own)."""
     from tito_audit.rendering.analysis import literal_text
     from tito_audit.rendering.tokenizer_cache import tokenizer_cache
-    from tito_audit.sources.control_tokens import token_in_vocab
 
-    controls = template_controls(template)
     text = literal_text(template)
-    for t in controls:
+    for t in template_controls(template):
         text = text.replace(t, "\n")
     cache = tokenizer_cache(tokenizer)  # the tokenizer's own encode and decode, without the Python around them
     ids = cache.encode(text)
     back = cache.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-    return BaseFit(
-        name=name,
-        atomic=sum(1 for t in controls if t not in hidden and token_in_vocab(tokenizer, t)),
-        provides=sum(1 for v in read_special_variables(template) if getattr(tokenizer, v, None) is not None),
-        lossless=back == text,
-        tokens=len(ids),
-        order=order,
-    )
+    atomic, provides = _atomic_and_provides(tokenizer, template, hidden)
+    return BaseFit(name=name, atomic=atomic, provides=provides, lossless=back == text, tokens=len(ids), order=order)
 
 
 def choose_base(template: str, candidates: Mapping[str, LoadedModel]) -> BaseFit:
-    """The candidate that fits ``template`` best (see the module's docstring)."""
+    """The candidate that fits ``template`` best (see the module's docstring). Only the candidates that lead on
+    the criteria that need no encoding are encoded: the others cannot win."""
     if not candidates:
         raise ValueError("no candidate tokenizers to synthesize from")
-    fits = [fit(name, m.tokenizer, template, i, m.hidden_specials) for i, (name, m) in enumerate(candidates.items())]
+    leading = {name: _atomic_and_provides(m.tokenizer, template, m.hidden_specials) for name, m in candidates.items()}
+    best = max(leading.values())
+    fits = [
+        fit(name, m.tokenizer, template, i, m.hidden_specials)
+        for i, (name, m) in enumerate(candidates.items())
+        if leading[name] == best
+    ]
     return max(fits, key=lambda f: f.key)
 
 
