@@ -173,6 +173,7 @@ def test_a_clone_with_another_eos_shares_the_backend_parts_and_encodes_as_its_ow
     shared, own = tokenizer_cache(clone), TokenizerCache(clone)
     assert shared._segments is tokenizer_cache(copied)._segments is not None
     assert shared.added_re is tokenizer_cache(copied).added_re
+    assert shared.special_texts == own.special_texts and "<|zq_end|>" in shared.special_texts
     text = ("<|zq_turn|>" + "hello there, " * (MIN_CHARS // 10) + "<|zq_end|>") * 3
     assert shared.encode(text) == own.encode(text) == clone.encode(text, add_special_tokens=False)
     assert shared.mentions_added_tokens("say <|zq_end|>") and not shared.mentions_added_tokens("say zq_end")

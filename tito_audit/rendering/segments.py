@@ -15,11 +15,11 @@ bundled tokenizer.
 
 from __future__ import annotations
 
-import re
 from itertools import pairwise
 from typing import Any
 
 from tito_audit.rendering.bounded_cache import BoundedCache
+from tito_audit.rendering.literal_pattern import any_of
 
 Encoded = tuple[list[int], list[tuple[int, int]]]
 
@@ -34,7 +34,7 @@ class SegmentedEncoder:
         tokens = list(backend.get_added_tokens_decoder().values())
         raw = sorted({t.content for t in tokens if not t.normalized and t.content}, key=len, reverse=True)
         self._cuts = frozenset(t.content for t in tokens if not t.normalized and not t.lstrip and t.content)
-        self._pattern = re.compile("|".join(map(re.escape, raw))) if raw else None
+        self._pattern = any_of(raw) if raw else None  # leftmost-longest, as the tokenizer matches them
         self.usable = bool(self._cuts) and not any(t.single_word for t in tokens)
         self._backend = backend
         self._pieces = BoundedCache(16384, 3_000_000)  # characters plus three per token (ids and offsets)

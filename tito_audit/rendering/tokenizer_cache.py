@@ -16,6 +16,7 @@ from functools import lru_cache
 from typing import Any
 
 from tito_audit.rendering.bounded_cache import BoundedCache
+from tito_audit.rendering.literal_pattern import any_of
 from tito_audit.rendering.segments import MIN_CHARS, SegmentedEncoder
 
 _DECODE_CACHED = 256  # longer id sequences are decoded every time
@@ -51,6 +52,7 @@ class TokenizerCache:
         self._added: dict[str, int] | None = None
         self._added_re: Any = None
         self._specials: frozenset[str] | None = None
+        self._special_texts: tuple[str, ...] | None = None
         self._special_marks = BoundedCache(16384)
         self._tool_mentions = BoundedCache(256)
         self._mentions = BoundedCache(16384)
@@ -64,17 +66,17 @@ class TokenizerCache:
 
     def prepare(self) -> None:
         """Build now what every audit on this tokenizer builds on first use: the added-token pattern (a regular
-        expression over every added token) and the segment encoder. A scan calls this before its workers fork,
-        so that they share them instead of each building its own."""
-        _ = self.added_re
+        expression over every added token), the special tokens' text and the segment encoder. A scan calls this
+        before its workers fork, so that they share them instead of each building its own."""
+        _ = self.added_re, self.special_texts
         self._segmented(self._backend(None), " " * MIN_CHARS)
 
     def share_backend_parts(self, other: TokenizerCache) -> None:
         """Take ``other``'s parts that only the Rust backend decides (the added-token table and pattern, which
-        strings mention an added token, the segment encoder and its cached segments), for a tokenizer that shares
-        ``other``'s backend and differs only in Python-side attributes (a clone with another bos or eos: every
-        synthesized template gets one). Without it each clone rebuilds them. Nothing else is shared: encodes with
-        special tokens and special ids depend on the Python side."""
+        strings mention an added token, the special tokens' text, the segment encoder and its cached segments),
+        for a tokenizer that shares ``other``'s backend and differs only in Python-side attributes (a clone with
+        another bos or eos: every synthesized template gets one). Without it each clone rebuilds them. Nothing
+        else is shared: encodes with special tokens and special ids depend on the Python side."""
         mine = getattr(self.tokenizer, "_tokenizer", None)
         if mine is None or mine is not getattr(other.tokenizer, "_tokenizer", None) or self.size != other.size:
             return
@@ -84,6 +86,7 @@ class TokenizerCache:
             return
         self._added, self._added_re, self._mentions = other.added_tokens_encoder, other._added_re, other._mentions
         self._segments = other._segments
+        self._special_texts = other.special_texts
 
     def encode(
         self, text: str, add_special_tokens: bool = False, split_special_tokens: bool | None = None
@@ -230,11 +233,11 @@ class TokenizerCache:
 
     @property
     def added_re(self) -> Any:
-        """transformers' pattern for every added token (longest first), as ``encode_marked_chat`` builds it."""
+        """A pattern for every added token that matches what transformers' (``_get_control_token_patterns``, as
+        ``encode_marked_chat`` builds it) matches, as a trie (``literal_pattern``): searched on every string an
+        audit renders, over hundreds of tokens."""
         if self._added_re is None:
-            from transformers.utils.chat_template_utils import _get_control_token_patterns
-
-            self._added_re = _get_control_token_patterns(tuple(self.added_tokens_encoder))[0]
+            self._added_re = any_of(self.added_tokens_encoder)
         return self._added_re
 
     def mark_specials(self, text: str) -> str | None:
@@ -257,6 +260,16 @@ class TokenizerCache:
             hit = mark_control_tokens(text, self.added_re) if set(found) <= self._specials else None
             self._special_marks.put(text, hit, len(text))
         return hit
+
+    @property
+    def special_texts(self) -> tuple[str, ...]:
+        """Text of the special added tokens, longest first (ties by text, so every run agrees; some tokenizers
+        have thousands)."""
+        if self._special_texts is None:
+            decoder = getattr(self.tokenizer, "added_tokens_decoder", {}) or {}
+            texts = {t.content for t in decoder.values() if getattr(t, "special", False) and t.content.strip()}
+            self._special_texts = tuple(sorted(texts, key=lambda t: (-len(t), t)))
+        return self._special_texts
 
     @property
     def added_tokens_encoder(self) -> dict[str, int]:

@@ -31,10 +31,5 @@ def common_prefix_len(a: Sequence[Any], b: Sequence[Any]) -> int:
 
 def special_token_strings(tokenizer: Any) -> list[str]:
     """Text of the tokenizer's special added tokens, longest first (ties by text, so every run agrees); computed
-    once per tokenizer (some have a thousand)."""
-    memo = tokenizer_cache(tokenizer).memo
-    if "special_token_strings" not in memo:
-        decoder = getattr(tokenizer, "added_tokens_decoder", {}) or {}
-        texts = {t.content for t in decoder.values() if getattr(t, "special", False) and t.content.strip()}
-        memo["special_token_strings"] = tuple(sorted(texts, key=lambda t: (-len(t), t)))
-    return list(memo["special_token_strings"])
+    once per tokenizer (``TokenizerCache.special_texts``)."""
+    return list(tokenizer_cache(tokenizer).special_texts)

@@ -1,0 +1,43 @@
+"""A regular expression that finds any of many literal strings, leftmost-longest, as a trie.
+
+Tokenizers add hundreds of tokens (a scan's synthesized bases thousands), and an audit searches every rendered
+string for them. The obvious pattern, every token escaped and joined longest first, makes Python's regex engine
+try each alternative in turn at every position where one could start. Written as a trie (``<|im_`` once, then
+``start|>`` or ``end|>``), the engine follows one path per position, and the matches are the same: at each node
+the longer continuations are tried first, so the match at a position is the longest token there, as with the
+longest-first alternation. ``tests/test_literal_pattern.py`` holds the two to the same matches.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+_END = ""  # marks a node where a word ends (no character is the empty string)
+_LONGEST = 200  # past this length a word nests the pattern (and the regex parser's recursion) too deep
+
+
+def any_of(words: Iterable[str]) -> re.Pattern[str]:
+    """``re.compile("|".join(map(re.escape, sorted(words, key=len, reverse=True))))``, matching the same."""
+    words = [w for w in words if w]
+    if any(len(w) > _LONGEST for w in words):
+        return re.compile("|".join(map(re.escape, sorted(words, key=len, reverse=True))) or "(?!)")
+    trie: dict[str, Any] = {}
+    for word in words:
+        node = trie
+        for char in word:
+            node = node.setdefault(char, {})
+        node[_END] = {}
+    return re.compile(_pattern(trie) or "(?!)")  # (?!) never matches
+
+
+def _pattern(node: dict[str, Any]) -> str:
+    """The pattern below ``node`` (recursive: one level per character, words are at most ``_LONGEST`` long)."""
+    branches = [re.escape(char) + _pattern(child) for char, child in sorted(node.items()) if char != _END]
+    if not branches:
+        return ""
+    body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+    if _END not in node:
+        return body
+    return f"(?:{body})?" if len(branches) > 1 or len(body) > 1 else f"{body}?"
