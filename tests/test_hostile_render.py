@@ -121,3 +121,44 @@ def test_exponential_growth_is_bounded_in_memory() -> None:
     kind, grew_mb = out.stdout.split()
     assert kind == "too_large"
     assert int(grew_mb) < 700
+
+
+@pytest.mark.slow
+def test_constant_folding_while_compiling_is_bounded_in_memory() -> None:
+    """jinja evaluates ``'ab' * 10**9`` while it compiles: under the compile limits that runs out of its budget,
+    jinja leaves the expression to the render, and the render's own limits stop it. Unbounded, the compile alone
+    would take two gigabytes (``analysis.COMPILE_LIMITS``)."""
+    code = textwrap.dedent(f"""
+        import resource
+        from tito_audit.rendering import Renderer, RenderError, RenderLimits
+        from tito_audit.sources.load import load
+        tok = load("qwen3-0.6b").tokenizer
+        text = open({str(HOSTILE / "compile_time_fold.jinja")!r}).read()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        try:
+            Renderer(tok, text, limits=RenderLimits(seconds=20, memory_bytes=512 << 20)).render(
+                [{{"role": "user", "content": "x"}}])
+            kind = "ok"
+        except RenderError as err:
+            kind = err.kind
+        print(kind, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    kind, grew_mb = out.stdout.split()
+    assert kind == "too_large"
+    assert int(grew_mb) < 1400
+
+
+def test_a_compile_past_its_time_limit_is_a_one_line_compile_error(monkeypatch) -> None:
+    from tito_audit.errors import TemplateCompileError
+    from tito_audit.rendering import analysis
+    from tito_audit.sources.load import compile_template
+
+    monkeypatch.setattr(analysis, "COMPILE_LIMITS", RenderLimits(seconds=0.001))
+    body = "{% for m in messages %}{% if m.role == 'user' %}{{ m.content | trim }}{% endif %}{% endfor %}" * 400
+    text = body + "{# compile limit test #}"  # never compiled before in this process
+    with pytest.raises(TemplateCompileError, match=r"does not compile: compiling took more than 0\.001s of CPU"):
+        compile_template("slow-model", text)
+    with pytest.raises(analysis.CompileLimitError):  # remembered: not compiled (and timed out) again
+        analysis.compiled_template(text)
+    assert hazards(text) == []  # a reading of its code says nothing rather than raise

@@ -1,11 +1,13 @@
-"""Template analysis: each template compiled once by transformers, with a pinned clock, and its code read once.
+"""Template analysis: each template compiled once by transformers, under limits, with a pinned clock, and its
+code read once.
 
-A template is compiled by transformers (``_compile_jinja_template``, cached per template text), and its code is
-read for hazards (``hazards``), for the literal text it can write and for the variable names it loads. Those
-readings need the tree as parsed: jinja's compiler folds constant expressions in the tree it compiles, in place.
-So where this process compiles a template first, the parse jinja does for that compile is read as it comes out
-of the parser, before the compiler sees it, and no second parse is needed (``template_facts``); a template
-compiled before (``compile_template`` when loading a model) is parsed once more, with the same environment.
+A template is compiled by transformers (``_compile_jinja_template``, cached per template text) under
+``COMPILE_LIMITS`` (``compiled_template``), and its code is read for hazards (``hazards``), for the literal text
+it can write and for the variable names it loads. Those readings need the tree as parsed: jinja's compiler folds
+constant expressions in the tree it compiles, in place. So the parse jinja does for that compile is read as it
+comes out of the parser, before the compiler sees it, and no second parse is needed (``template_facts``); a
+template compiled before its facts were kept (more than a few templates ago) is parsed once more, with the same
+environment.
 
 ``install_pinned_clock`` swaps the pinned ``strftime_now`` (``clock``) into the compiled template's own globals,
 so that renders are reproducible without patching the clock.
@@ -19,10 +21,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from jinja2 import nodes
+from jinja2 import TemplateError, nodes
 
 from tito_audit.rendering.clock import pinned_strftime
-from tito_audit.rendering.guard import harden_environment
+from tito_audit.rendering.guard import RenderLimits, RenderTimeout, harden_environment, render_limits
 from tito_audit.rendering.hazards import Hazard, find_hazards
 
 # Every node type some reading of a template's code looks at (one walk of the tree finds them all, in order).
@@ -75,9 +77,12 @@ def _reading_parses(into: dict[str, TemplateFacts]) -> Iterator[None]:
     def _parse(self: Any, source: str, name: str | None, filename: str | None) -> nodes.Template:
         tree = original(self, source, name, filename)
         try:
-            into[source] = read_tree(tree)
+            facts = read_tree(tree)
         except Exception:  # reading is best effort here (deep inside the compile): template_facts parses again
-            pass
+            return tree
+        while len(into) >= _KEPT:
+            del into[next(iter(into))]
+        into[source] = facts
         return tree
 
     ImmutableSandboxedEnvironment._parse = _parse  # type: ignore[method-assign]
@@ -90,11 +95,38 @@ def _reading_parses(into: dict[str, TemplateFacts]) -> Iterator[None]:
             del ImmutableSandboxedEnvironment._parse
 
 
+# Compiling runs template code: jinja folds constant expressions (``'ab' * 10**9``) while it compiles. So a
+# compile is bounded as a render is, with more time (a large template takes a second to compile).
+COMPILE_LIMITS = RenderLimits(seconds=10.0)
+_FAILED: dict[str, TemplateError] = {}  # templates whose compile hit a limit: not compiled again (last few kept)
+_PARSED: dict[str, TemplateFacts] = {}  # facts read while compiling, until ``template_facts`` takes them
+_KEPT = 16
+
+
+class CompileLimitError(TemplateError):
+    """Compiling a template ran past its time or memory budget (a ``TemplateError``: it does not compile)."""
+
+
 def compiled_template(template: str) -> Any:
-    """transformers' compiled template (its cache); raises ``TemplateSyntaxError`` where it does not parse."""
+    """transformers' compiled template (its cache), compiled under ``COMPILE_LIMITS``; raises a ``TemplateError``
+    where it does not parse or its compile hits a limit. Where jinja's constant folding runs out of memory it
+    leaves the expression to the render, which its own limits bound."""
     from transformers.utils.chat_template_utils import _compile_jinja_template
 
-    return _compile_jinja_template(template)
+    failed = _FAILED.get(template)
+    if failed is not None:
+        raise failed
+    try:
+        with _reading_parses(_PARSED), render_limits(COMPILE_LIMITS):
+            return _compile_jinja_template(template)
+    except RenderTimeout:
+        error = CompileLimitError(f"compiling took more than {COMPILE_LIMITS.seconds:g}s of CPU time")
+    except MemoryError:
+        error = CompileLimitError("compiling exhausted its memory budget")
+    while len(_FAILED) >= _KEPT:
+        del _FAILED[next(iter(_FAILED))]
+    _FAILED[template] = error
+    raise error
 
 
 @lru_cache(maxsize=8)
@@ -102,10 +134,8 @@ def template_facts(template: str) -> TemplateFacts:
     """The facts of a template, from the parse of its compile when that happens now, else from one more parse by
     the environment it was compiled with (so that its ``{% generation %}`` and loop-control tags parse). Raises
     ``TemplateSyntaxError`` where it does not parse."""
-    read: dict[str, TemplateFacts] = {}
-    with _reading_parses(read):
-        compiled = compiled_template(template)
-    facts = read.get(template)
+    compiled = compiled_template(template)
+    facts = _PARSED.pop(template, None)
     if facts is None:
         tree = compiled.environment.parse(template)
         try:

@@ -183,12 +183,14 @@ def _template_origin(folder: Path, template: str, name: str | None, config: dict
 
 
 def compile_template(spec: str, template: str) -> Any:
-    """Compile with transformers' sandboxed environment; syntax errors become one-line audit errors."""
+    """Compile with transformers' sandboxed environment, under the compile limits (``analysis.compiled_template``);
+    syntax errors and a compile past its limits become one-line audit errors."""
     from jinja2 import TemplateError
-    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    from tito_audit.rendering.analysis import compiled_template
 
     try:
-        return _compile_jinja_template(template)
+        return compiled_template(template)
     except TemplateError as exc:
         line = getattr(exc, "lineno", None)
         where = f" (line {line})" if line else ""
