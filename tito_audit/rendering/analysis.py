@@ -15,11 +15,12 @@ so that renders are reproducible without patching the clock.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, NoReturn
 
 from jinja2 import TemplateError, nodes
 
@@ -147,10 +148,23 @@ def template_facts(template: str) -> TemplateFacts:
 
 def install_pinned_clock(template: str) -> None:
     """The compiled template renders ``strftime_now`` at the pinned date (``clock.pinned_date``), in a hardened
-    environment (``guard``)."""
+    environment (``guard``), and its errors come out as raised (``_raise_as_raised``)."""
     compiled = compiled_template(template)
-    compiled.environment.globals["strftime_now"] = pinned_strftime
-    harden_environment(compiled.environment)
+    env = compiled.environment
+    env.globals["strftime_now"] = pinned_strftime
+    harden_environment(env)
+    env.handle_exception = _raise_as_raised
+
+
+def _raise_as_raised(source: str | None = None) -> NoReturn:
+    """``Environment.handle_exception`` for renders, without jinja's rewrite of the traceback into template lines
+    (it compiles a fake code object per template frame, a good part of a render that raises, and an audit renders
+    hundreds that do: strict templates raise for every shape they reject). The exception is the render's own, its
+    type and message unchanged; the renderer keeps only those. Set after the compile, whose syntax errors jinja
+    still translates."""
+    error = sys.exc_info()[1]
+    assert error is not None  # called from an except block
+    raise error
 
 
 def hazards(source: str) -> list[Hazard]:

@@ -66,10 +66,17 @@ class TokenizerCache:
 
     def prepare(self) -> None:
         """Build now what every audit on this tokenizer builds on first use: the added-token pattern (a regular
-        expression over every added token), the special tokens' text and the segment encoder. A scan calls this
-        before its workers fork, so that they share them instead of each building its own."""
+        expression over every added token, and transformers' for sanitized encodes), the special tokens' text and
+        the segment encoder. A scan calls this before its workers fork, so that they share them instead of each
+        building its own."""
         _ = self.added_re, self.special_texts
         self._segmented(self._backend(None), " " * MIN_CHARS)
+        try:  # the patterns transformers' encode_marked_chat compiles for this tokenizer (kept in its lru_cache)
+            from transformers.utils.chat_template_utils import _get_control_token_patterns
+
+            _get_control_token_patterns(tuple(self.added_tokens_encoder))
+        except (ImportError, AttributeError):  # a transformers without them: the sanitizer is not used either
+            pass
 
     def share_backend_parts(self, other: TokenizerCache) -> None:
         """Take ``other``'s parts that only the Rust backend decides (the added-token table and pattern, which
