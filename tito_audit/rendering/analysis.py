@@ -16,6 +16,7 @@ so that renders are reproducible without patching the clock.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -68,8 +69,8 @@ def read_tree(tree: nodes.Template) -> TemplateFacts:
 def _reading_parses(into: dict[str, TemplateFacts]) -> Iterator[None]:
     """While open, every template the sandboxed environment parses is read (``read_tree``) as it is parsed.
 
-    The hook is set on the environment class for the duration of one compile (a scan or an audit compiles one
-    template at a time per process) and only reads: it returns the parser's tree unchanged."""
+    The hook is set on the environment class for the duration of one compile (``compiled_template`` compiles
+    one template at a time per process) and only reads: it returns the parser's tree unchanged."""
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     original = ImmutableSandboxedEnvironment._parse
@@ -102,6 +103,7 @@ COMPILE_LIMITS = RenderLimits(seconds=10.0)
 _FAILED: dict[str, TemplateError] = {}  # templates whose compile hit a limit: not compiled again (last few kept)
 _PARSED: dict[str, TemplateFacts] = {}  # facts read while compiling, until ``template_facts`` takes them
 _KEPT = 16
+_COMPILING = threading.Lock()  # the parse hook is set on the environment class: one compile at a time
 
 
 class CompileLimitError(TemplateError):
@@ -118,7 +120,7 @@ def compiled_template(template: str) -> Any:
     if failed is not None:
         raise failed
     try:
-        with _reading_parses(_PARSED), render_limits(COMPILE_LIMITS):
+        with _COMPILING, _reading_parses(_PARSED), render_limits(COMPILE_LIMITS):
             return _compile_jinja_template(template)
     except RenderTimeout:
         error = CompileLimitError(f"compiling took more than {COMPILE_LIMITS.seconds:g}s of CPU time")
