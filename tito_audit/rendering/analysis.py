@@ -19,7 +19,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, NoReturn
 
@@ -66,18 +66,19 @@ def read_tree(tree: nodes.Template) -> TemplateFacts:
 
 
 @contextmanager
-def _reading_parses(into: dict[str, TemplateFacts]) -> Iterator[None]:
-    """While open, every template the sandboxed environment parses is read (``read_tree``) as it is parsed.
+def _compiling(into: dict[str, TemplateFacts], limits: RenderLimits) -> Iterator[None]:
+    """While open, a template the sandboxed environment compiles is compiled under ``limits``, and read
+    (``read_tree``) as it is parsed. A template transformers has compiled before (its cache) is neither.
 
-    The hook is set on the environment class for the duration of one compile (``compiled_template`` compiles
-    one template at a time per process) and only reads: it returns the parser's tree unchanged."""
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    The hooks are set on the environment class for the duration of one ``compiled_template`` call (one at a
+    time per process) and only read and bound: the parser's tree and the compiled template are unchanged."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment as Env
 
-    original = ImmutableSandboxedEnvironment._parse
-    own = "_parse" in vars(ImmutableSandboxedEnvironment)
+    originals = {name: (getattr(Env, name), name in vars(Env)) for name in ("_parse", "from_string")}
+    parse, from_string = originals["_parse"][0], originals["from_string"][0]
 
     def _parse(self: Any, source: str, name: str | None, filename: str | None) -> nodes.Template:
-        tree = original(self, source, name, filename)
+        tree = parse(self, source, name, filename)
         try:
             facts = read_tree(tree)
         except Exception:  # reading is best effort here (deep inside the compile): template_facts parses again
@@ -87,40 +88,48 @@ def _reading_parses(into: dict[str, TemplateFacts]) -> Iterator[None]:
         into[source] = facts
         return tree
 
-    ImmutableSandboxedEnvironment._parse = _parse  # type: ignore[method-assign]
+    def _from_string(self: Any, source: Any, *args: Any, **kwargs: Any) -> Any:
+        with render_limits(limits):
+            return from_string(self, source, *args, **kwargs)
+
+    Env._parse, Env.from_string = _parse, _from_string  # type: ignore[method-assign]
     try:
         yield
     finally:
-        if own:
-            ImmutableSandboxedEnvironment._parse = original  # type: ignore[method-assign]
-        else:
-            del ImmutableSandboxedEnvironment._parse
+        for name, (original, own) in originals.items():
+            if own:
+                setattr(Env, name, original)
+            else:
+                delattr(Env, name)
 
 
 # Compiling runs template code: jinja folds constant expressions (``'ab' * 10**9``) while it compiles. So a
-# compile is bounded as a render is, with more time (a large template takes a second to compile).
+# compile is bounded as a render is, with more time (a large template takes a second to compile), and with the
+# memory budget of the renders that follow (none for a library caller's renderer: ``Renderer`` passes its own).
 COMPILE_LIMITS = RenderLimits(seconds=10.0)
 _FAILED: dict[str, TemplateError] = {}  # templates whose compile hit a limit: not compiled again (last few kept)
 _PARSED: dict[str, TemplateFacts] = {}  # facts read while compiling, until ``template_facts`` takes them
 _KEPT = 16
-_COMPILING = threading.Lock()  # the parse hook is set on the environment class: one compile at a time
+_COMPILING = threading.Lock()  # the hooks are set on the environment class: one compile at a time
 
 
 class CompileLimitError(TemplateError):
     """Compiling a template ran past its time or memory budget (a ``TemplateError``: it does not compile)."""
 
 
-def compiled_template(template: str) -> Any:
-    """transformers' compiled template (its cache), compiled under ``COMPILE_LIMITS``; raises a ``TemplateError``
-    where it does not parse or its compile hits a limit. Where jinja's constant folding runs out of memory it
-    leaves the expression to the render, which its own limits bound."""
+def compiled_template(template: str, memory_bytes: int | None = None) -> Any:
+    """transformers' compiled template (its cache), compiled under ``COMPILE_LIMITS`` (``memory_bytes``: another
+    memory budget; 0 for none) when it is not in the cache; raises a ``TemplateError`` where it does not parse or
+    its compile hits a limit. Where jinja's constant folding runs out of memory it leaves the expression to the
+    render, which its own limits bound."""
     from transformers.utils.chat_template_utils import _compile_jinja_template
 
     failed = _FAILED.get(template)
     if failed is not None:
         raise failed
+    limits = COMPILE_LIMITS if memory_bytes is None else replace(COMPILE_LIMITS, memory_bytes=memory_bytes)
     try:
-        with _COMPILING, _reading_parses(_PARSED), render_limits(COMPILE_LIMITS):
+        with _COMPILING, _compiling(_PARSED, limits):
             return _compile_jinja_template(template)
     except RenderTimeout:
         error = CompileLimitError(f"compiling took more than {COMPILE_LIMITS.seconds:g}s of CPU time")
@@ -148,10 +157,11 @@ def template_facts(template: str) -> TemplateFacts:
     return facts
 
 
-def install_pinned_clock(template: str) -> None:
+def install_pinned_clock(template: str, limits: RenderLimits | None = None) -> None:
     """The compiled template renders ``strftime_now`` at the pinned date (``clock.pinned_date``), in a hardened
-    environment (``guard``), and its errors come out as raised (``_raise_as_raised``)."""
-    compiled = compiled_template(template)
+    environment (``guard``), and its errors come out as raised (``_raise_as_raised``). ``limits``: the renders'
+    (their memory budget is the compile's)."""
+    compiled = compiled_template(template, None if limits is None else limits.memory_bytes)
     env = compiled.environment
     env.globals["strftime_now"] = pinned_strftime
     harden_environment(env)

@@ -91,7 +91,7 @@ class Renderer:
         self.date = date
         self.limits = limits or RenderLimits()
         if _shared is None:
-            install_pinned_clock(chat_template)
+            install_pinned_clock(chat_template, self.limits)
             _shared = _Shared(tokenizer, chat_template)
         self._shared = _shared
 
