@@ -24,6 +24,25 @@ def test_computing_past_the_limit_is_stopped() -> None:
     assert 0.15 < time.process_time() - start < 2.0
 
 
+def test_a_timeout_swallowed_by_a_finalizer_fires_again() -> None:
+    """A timeout that lands in a finalizer (or a gc callback) is only reported there: the timer fires again, so
+    the render is still stopped (CI once saw a compile run on after its timeout was swallowed by hypothesis'
+    gc callback)."""
+
+    class Spin:
+        def __del__(self) -> None:
+            end = time.thread_time() + 0.3  # the limit passes in here
+            while time.thread_time() < end:
+                pass
+
+    start = time.process_time()
+    with pytest.raises(RenderTimeout), time_limit(0.1):
+        Spin()
+        while time.process_time() - start < 3.0:
+            pass
+    assert time.process_time() - start < 1.0
+
+
 def test_a_scan_worker_is_judged_by_the_cpu_it_spent() -> None:
     """The per-template deadline of the scan's pool counts the worker's CPU time too: a worker that waits (a
     busy machine) is not killed at the deadline, one that computes is."""

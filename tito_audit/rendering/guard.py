@@ -55,6 +55,9 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+_REFIRE_S = 0.05
+
+
 class time_limit:
     """Raise ``RenderTimeout`` in the block once this thread has spent ``seconds`` of CPU time in it.
 
@@ -74,6 +77,9 @@ class time_limit:
         if left > 0.001:
             signal.setitimer(signal.ITIMER_PROF, left)
             return
+        # Raised inside a garbage-collector callback or a finalizer, the exception is only reported, never seen by
+        # the render: fire again shortly until it is (``__exit__`` disarms the timer).
+        signal.setitimer(signal.ITIMER_PROF, _REFIRE_S)
         raise RenderTimeout(f"render exceeded {self.seconds:g}s of CPU time")
 
     def __enter__(self) -> None:
