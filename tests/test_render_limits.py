@@ -24,6 +24,7 @@ def test_computing_past_the_limit_is_stopped() -> None:
     assert 0.15 < time.process_time() - start < 2.0
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowed one, on purpose
 def test_a_timeout_swallowed_by_a_finalizer_fires_again() -> None:
     """A timeout that lands in a finalizer (or a gc callback) is only reported there: the timer fires again, so
     the render is still stopped (CI once saw a compile run on after its timeout was swallowed by hypothesis'
