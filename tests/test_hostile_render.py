@@ -99,15 +99,15 @@ def test_benign_template_has_no_hazards() -> None:
     assert hazards((HOSTILE / "benign_chatml.jinja").read_text()) == []
 
 
-@pytest.mark.slow
-def test_exponential_growth_is_bounded_in_memory() -> None:
-    """A fresh process renders the doubling template; its peak RSS stays near the 512 MiB render budget."""
+def _render_in_a_fresh_process(name: str) -> tuple[str, int]:
+    """Render a hostile template once in a fresh process under a 512 MiB render budget: its class and how many MiB
+    its peak RSS grew by."""
     code = textwrap.dedent(f"""
         import resource
         from tito_audit.rendering import Renderer, RenderError, RenderLimits
         from tito_audit.sources.load import load
         tok = load("qwen3-0.6b").tokenizer
-        text = open({str(HOSTILE / "exponential_growth.jinja")!r}).read()
+        text = open({str(HOSTILE / f"{name}.jinja")!r}).read()
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         try:
             Renderer(tok, text, limits=RenderLimits(seconds=20, memory_bytes=512 << 20)).render(
@@ -119,8 +119,15 @@ def test_exponential_growth_is_bounded_in_memory() -> None:
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     kind, grew_mb = out.stdout.split()
+    return kind, int(grew_mb)
+
+
+@pytest.mark.slow
+def test_exponential_growth_is_bounded_in_memory() -> None:
+    """A fresh process renders the doubling template; its peak RSS stays near the 512 MiB render budget."""
+    kind, grew_mb = _render_in_a_fresh_process("exponential_growth")
     assert kind == "too_large"
-    assert int(grew_mb) < 700
+    assert grew_mb < 700
 
 
 @pytest.mark.slow
@@ -128,25 +135,9 @@ def test_constant_folding_while_compiling_is_bounded_in_memory() -> None:
     """jinja evaluates ``'ab' * 10**9`` while it compiles: under the compile limits that runs out of its budget,
     jinja leaves the expression to the render, and the render's own limits stop it. Unbounded, the compile alone
     would take two gigabytes (``analysis.COMPILE_LIMITS``)."""
-    code = textwrap.dedent(f"""
-        import resource
-        from tito_audit.rendering import Renderer, RenderError, RenderLimits
-        from tito_audit.sources.load import load
-        tok = load("qwen3-0.6b").tokenizer
-        text = open({str(HOSTILE / "compile_time_fold.jinja")!r}).read()
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        try:
-            Renderer(tok, text, limits=RenderLimits(seconds=20, memory_bytes=512 << 20)).render(
-                [{{"role": "user", "content": "x"}}])
-            kind = "ok"
-        except RenderError as err:
-            kind = err.kind
-        print(kind, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
-    """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    kind, grew_mb = out.stdout.split()
+    kind, grew_mb = _render_in_a_fresh_process("compile_time_fold")
     assert kind == "too_large"
-    assert int(grew_mb) < 1400
+    assert grew_mb < 1400
 
 
 def test_a_compile_past_its_time_limit_is_a_one_line_compile_error(monkeypatch) -> None:

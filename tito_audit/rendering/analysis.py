@@ -83,9 +83,7 @@ def _compiling(into: dict[str, TemplateFacts], limits: RenderLimits) -> Iterator
             facts = read_tree(tree)
         except Exception:  # reading is best effort here (deep inside the compile): template_facts parses again
             return tree
-        while len(into) >= _KEPT:
-            del into[next(iter(into))]
-        into[source] = facts
+        _keep(into, source, facts)
         return tree
 
     def _from_string(self: Any, source: Any, *args: Any, **kwargs: Any) -> Any:
@@ -113,6 +111,13 @@ _KEPT = 16
 _COMPILING = threading.Lock()  # the hooks are set on the environment class: one compile at a time
 
 
+def _keep(memo: dict[str, Any], template: str, value: Any) -> None:
+    """``memo[template] = value``, the oldest entries dropped past ``_KEPT``."""
+    while len(memo) >= _KEPT:
+        del memo[next(iter(memo))]
+    memo[template] = value
+
+
 class CompileLimitError(TemplateError):
     """Compiling a template ran past its time or memory budget (a ``TemplateError``: it does not compile)."""
 
@@ -135,9 +140,7 @@ def compiled_template(template: str, memory_bytes: int | None = None) -> Any:
         error = CompileLimitError(f"compiling took more than {COMPILE_LIMITS.seconds:g}s of CPU time")
     except MemoryError:
         error = CompileLimitError("compiling exhausted its memory budget")
-    while len(_FAILED) >= _KEPT:
-        del _FAILED[next(iter(_FAILED))]
-    _FAILED[template] = error
+    _keep(_FAILED, template, error)
     raise error
 
 

@@ -84,6 +84,11 @@ def _atomic_and_provides(tokenizer: Any, template: str, hidden: frozenset[str]) 
 
 def fit(name: str, tokenizer: Any, template: str, order: int = 0, hidden: frozenset[str] = frozenset()) -> BaseFit:
     """``hidden``: tokens added to the tokenizer by synthesis (not its own)."""
+    return _encoded_fit(name, tokenizer, template, order, _atomic_and_provides(tokenizer, template, hidden))
+
+
+def _encoded_fit(name: str, tokenizer: Any, template: str, order: int, leading: tuple[int, int]) -> BaseFit:
+    """``fit``, given its two leading criteria: the template's literal text encoded and decoded."""
     from tito_audit.rendering.analysis import literal_text
     from tito_audit.rendering.tokenizer_cache import tokenizer_cache
 
@@ -93,7 +98,7 @@ def fit(name: str, tokenizer: Any, template: str, order: int = 0, hidden: frozen
     cache = tokenizer_cache(tokenizer)  # the tokenizer's own encode and decode, without the Python around them
     ids = cache.encode(text)
     back = cache.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-    atomic, provides = _atomic_and_provides(tokenizer, template, hidden)
+    atomic, provides = leading
     return BaseFit(name=name, atomic=atomic, provides=provides, lossless=back == text, tokens=len(ids), order=order)
 
 
@@ -105,7 +110,7 @@ def choose_base(template: str, candidates: Mapping[str, LoadedModel]) -> BaseFit
     leading = {name: _atomic_and_provides(m.tokenizer, template, m.hidden_specials) for name, m in candidates.items()}
     best = max(leading.values())
     fits = [
-        fit(name, m.tokenizer, template, i, m.hidden_specials)
+        _encoded_fit(name, m.tokenizer, template, i, best)
         for i, (name, m) in enumerate(candidates.items())
         if leading[name] == best
     ]
