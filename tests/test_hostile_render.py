@@ -140,6 +140,8 @@ def test_constant_folding_while_compiling_is_bounded_in_memory() -> None:
     assert grew_mb < 1400
 
 
+# A first timeout may land in another library's gc callback, which only reports it; the timer fires again.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_a_compile_past_its_time_limit_is_a_one_line_compile_error(monkeypatch) -> None:
     from tito_audit.errors import TemplateCompileError
     from tito_audit.rendering import analysis
