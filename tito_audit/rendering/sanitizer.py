@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tito_audit.rendering.literal_pattern import any_of
 from tito_audit.rendering.tokenizer_cache import TokenizerCache
 
 
@@ -52,9 +53,13 @@ class Sanitizer:
         self.view = EncodeView(tokenizer, cache)
 
     def _own_pattern(self) -> tuple[Any, dict[str, str]]:
+        """The template's control tokens and their pattern: transformers' (``_get_control_token_patterns``), built
+        here as a trie that matches the same (``literal_pattern``). Asking transformers would put one pattern per
+        template into its cache of 128, which also holds the pattern over every added token that
+        ``encode_marked_chat`` asks for on each call: a scan would push that one out and compile it again and again."""
         if self._own is None:
             controls = control_tokens(self._tokenizer, self._template)
-            pattern, _ = self._ctu._get_control_token_patterns(controls)
+            pattern = any_of(controls) if all(controls) else self._ctu._get_control_token_patterns(controls)[0]
             self._own = (pattern, self._cache.marked.setdefault(controls, {}))
         return self._own
 

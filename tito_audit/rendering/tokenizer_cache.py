@@ -10,8 +10,9 @@ tokens (``segments``), which consecutive prefixes of one conversation, and sibli
 
 from __future__ import annotations
 
+import marshal
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -54,8 +55,8 @@ class TokenizerCache:
         self._specials: frozenset[str] | None = None
         self._special_texts: tuple[str, ...] | None = None
         self._special_marks = BoundedCache(16384)
-        self._tool_mentions = BoundedCache(256)
         self._mentions = BoundedCache(16384)
+        self._value_mentions = BoundedCache(16384)
         self._vocab: dict[str, int] | None = None
         self.markers = control_markers()
         self.memo: dict[Any, Any] = {}  # other per-tokenizer facts (token splits...)
@@ -91,7 +92,8 @@ class TokenizerCache:
             other.prepare()
         except Exception:  # a transformers without the pattern builder: this cache builds what it can itself
             return
-        self._added, self._added_re, self._mentions = other.added_tokens_encoder, other._added_re, other._mentions
+        self._added, self._added_re = other.added_tokens_encoder, other._added_re
+        self._mentions, self._value_mentions = other._mentions, other._value_mentions
         self._segments = other._segments
         self._special_texts = other.special_texts
 
@@ -228,15 +230,24 @@ class TokenizerCache:
             return any(self.mentions_added_tokens(v) for v in obj)
         return isinstance(obj, tuple)
 
-    def tools_mention_added_tokens(self, tools: Any) -> bool:
-        """``mentions_added_tokens(tools)``, once per distinct tools list (one list serves a whole audit)."""
-        if tools is None:
-            return False
-        key = repr(tools)
-        hit = self._tool_mentions.get(key)
-        if hit is None:
-            hit = self._tool_mentions.put(key, self.mentions_added_tokens(tools), len(key))
-        return bool(hit)
+    def any_mentions_added_tokens(self, values: Iterable[Any]) -> bool:
+        """``mentions_added_tokens(list(values))``, with each value's answer kept by its exact content (``marshal``
+        format 2: every value and its type, no back-references): an audit asks about each message of a
+        conversation again with every longer prefix, and about one tools list for a whole scenario. Values
+        ``marshal`` cannot write (other types, subclasses) are walked every time."""
+        for value in values:
+            try:
+                key = marshal.dumps(value, 2)
+            except ValueError:
+                if self.mentions_added_tokens(value):
+                    return True
+                continue
+            hit = self._value_mentions.get(key)
+            if hit is None:
+                hit = self._value_mentions.put(key, self.mentions_added_tokens(value), len(key))
+            if hit:
+                return True
+        return False
 
     @property
     def added_re(self) -> Any:
