@@ -222,3 +222,60 @@ def test_tools_are_dropped_only_for_templates_that_never_read_them(loaded) -> No
         assert r.render(msgs, tools=tools) == ref and r._shared.reads_tools is reads
         assert r.render_ids(msgs, tools=tools) == m.tokenizer.encode(ref, add_special_tokens=False)
     assert Renderer(m.tokenizer, with_tools).render(msgs, tools=tools) != Renderer(m.tokenizer, with_tools).render(msgs)
+
+
+def test_render_cache_keys_tell_apart_values_json_or_equality_would_confuse(loaded) -> None:
+    """The render cache is keyed by ``marshal``: True, 1, 1.0, "1", a tuple and a list each get their own render
+    (``True == 1 == 1.0``), and values marshal cannot write (a str subclass, a date) fall back to ``repr`` keys."""
+    import datetime as dt
+
+    m = loaded("Qwen/Qwen2.5-7B-Instruct")
+    template = "{% for m in messages %}[{{ m.content }}|{{ m.content is string }}]{% endfor %}"
+
+    class Tag(str):
+        pass
+
+    values = [True, 1, 1.0, "1", (1, 2), [1, 2], Tag("1"), dt.date(2026, 1, 1), {"a": True}, {"a": 1}]
+    renderer = Renderer(m.tokenizer, template)
+    for value in values * 2:  # the second round is served from the cache
+        messages = [{"role": "user", "content": value}]
+        ref = m.tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False)
+        assert renderer.render(messages) == ref, value
+    assert len(renderer._shared.texts) == len(values)
+
+
+_ADDED = ["<|im_end|>", "<tool_call>", "\U000f0000"]
+_json_like = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.text(alphabet="ab<|>_")
+    | st.sampled_from(_ADDED),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.tuples(children)
+        | st.dictionaries(st.sampled_from(["role", "content", "x"]), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_json_like, max_size=4))
+def test_mention_answers_kept_per_value_equal_walking_the_values(values) -> None:
+    """``any_mentions_added_tokens`` (answers kept by each value's marshalled content) answers as walking them all,
+    asked twice (the second time from the memo)."""
+    from tito_audit.sources.load import load
+
+    cache = tokenizer_cache(_mention_tokenizer(load))
+    expected = cache.mentions_added_tokens(list(values))
+    assert cache.any_mentions_added_tokens(values) is expected
+    assert cache.any_mentions_added_tokens(values) is expected
+
+
+def _mention_tokenizer(load):
+    """Qwen2.5 (``<|im_end|>`` and ``<tool_call>`` are added tokens), loaded once for the whole fuzz run."""
+    if not hasattr(_mention_tokenizer, "tok"):
+        _mention_tokenizer.tok = load("qwen2.5-7b-instruct").tokenizer
+    return _mention_tokenizer.tok
