@@ -236,6 +236,13 @@ def test_version() -> None:
     assert r.exit_code == 0 and r.stdout.strip() == f"tito-audit {__version__}"
 
 
+def test_the_installed_package_carries_the_version_written_in_version_py() -> None:
+    """pyproject.toml's version is dynamic: the installed metadata says what ``_version.py`` says."""
+    from importlib.metadata import version
+
+    assert version("tito-audit") == __version__
+
+
 def test_output_says_where_it_wrote(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     r = run("audit", "qwen2.5-7b-instruct", "--format", "json", "--output", str(out))

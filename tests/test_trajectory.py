@@ -264,3 +264,33 @@ def test_library_renders_never_lower_the_process_address_space_limit(qwen25, mon
     traj.append_messages([TOOL])
     assert calls == []
     assert traj.renderer.limits.seconds > 0 and traj.renderer.limits.max_chars > 0
+
+
+def test_the_buffer_keeps_its_own_copy_of_every_message(qwen25) -> None:
+    """What the caller changes afterwards never reaches the buffer's messages; values keep their exact types
+    (True stays apart from 1, tuples from lists), and values beyond plain data (a date) are copied too."""
+    import datetime as dt
+
+    traj = Trajectory.from_tokenizer(qwen25.tokenizer, tools=list(TOOLS))
+    user = {"role": "user", "content": "Weather?", "meta": {"flags": [True, 1, 1.0], "pair": (1, 2)}}
+    when = {"role": "user", "content": "Weather?", "sent": dt.date(2026, 1, 1)}
+    traj.start([user])
+    call = {**ASSISTANT_CALL, "tool_calls": [json.loads(json.dumps(CALL))]}
+    traj.append_sampled(_sampled(traj, call), message=call)
+    tool = dict(TOOL)
+    traj.append_messages([tool])
+    user["meta"]["flags"].append("changed")
+    call["tool_calls"][0]["function"]["arguments"]["city"] = "Oslo"
+    tool["content"] = "changed"
+    stored = traj.messages
+    assert stored[0] == {"role": "user", "content": "Weather?", "meta": {"flags": [True, 1, 1.0], "pair": (1, 2)}}
+    assert [type(v) for v in stored[0]["meta"]["flags"]] == [bool, int, float] and type(
+        stored[0]["meta"]["pair"]
+    ) is tuple
+    assert (
+        stored[1]["tool_calls"][0]["function"]["arguments"]["city"] == "Paris"
+        and stored[2]["content"] == TOOL["content"]
+    )
+    other = Trajectory.from_tokenizer(qwen25.tokenizer)
+    other.start([when])
+    assert other.messages[0] == when and other.messages[0] is not when

@@ -79,6 +79,13 @@ MINIMAL_TOOL_RESULT: list[Message] = [
     {"role": "tool", "tool_call_id": "call00001", "name": "dummy", "content": "dummy"}
 ]
 
+# ``scenarios.shapes``: one tool episode rendered in each conversation shape. Values no template writes by itself,
+# so that finding them in a render means the message was rendered.
+SHAPE_PROBE_TOOL = "get_weather"
+SHAPE_PROBE_ARGS: dict[str, Any] = {"city": "Quixotic"}
+SHAPE_PROBE_RESULT = "Sunny, 21 C (probe 4417)."
+SHAPE_PROBE_REASONING = "Probe reasoning 5521."
+
 # Stop detection: an answer and a call whose payload ends with ``MARKER``; the template's turn end follows it.
 TURN_END_PROBES: tuple[list[Message], ...] = (
     [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": f"Answer {MARKER}"}],

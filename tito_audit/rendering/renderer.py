@@ -229,7 +229,7 @@ class Renderer:
         san = self._shared.sanitizer
         if san is None:
             return self._apply_sanitized(messages, tools, agp)
-        msgs, marked_tools, kwargs = san.mark([list(messages), tools, self.template_kwargs])
+        *msgs, marked_tools, kwargs = san.mark_each([*messages, tools, self.template_kwargs])
         return list(self._guarded(lambda: san.encode(self._apply(msgs, marked_tools, agp, kwargs, tokenize=False))))
 
     def _apply_sanitized(self, messages: Sequence[Message], tools: Any, agp: bool) -> list[int]:

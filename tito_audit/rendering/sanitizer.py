@@ -12,8 +12,11 @@ result to transformers'.
 
 from __future__ import annotations
 
+import marshal
+from collections.abc import Sequence
 from typing import Any
 
+from tito_audit.rendering.bounded_cache import BoundedCache
 from tito_audit.rendering.literal_pattern import any_of
 from tito_audit.rendering.tokenizer_cache import TokenizerCache
 
@@ -50,6 +53,7 @@ class Sanitizer:
         self._ctu = ctu
         self._tokenizer, self._template, self._cache = tokenizer, chat_template, cache
         self._own: tuple[Any, dict[str, str]] | None = None
+        self._marked_values = BoundedCache(4096)
         self.view = EncodeView(tokenizer, cache)
 
     def _own_pattern(self) -> tuple[Any, dict[str, str]]:
@@ -78,6 +82,23 @@ class Sanitizer:
         if isinstance(obj, list | tuple):
             return [self.mark(value) for value in obj]
         return obj
+
+    def mark_each(self, values: Sequence[Any]) -> list[Any]:
+        """``[mark(v) for v in values]``, each value's marking kept by its exact content (``marshal`` format 2): an
+        audit marks each message of a conversation again with every longer prefix. The marked values are shared
+        between calls, read-only: transformers renders a copy of what it is given."""
+        out = []
+        for value in values:
+            try:
+                key = marshal.dumps(value, 2)
+            except ValueError:  # a value marshal cannot write: marked every time
+                out.append(self.mark(value))
+                continue
+            hit = self._marked_values.get(key)
+            if hit is None:
+                hit = self._marked_values.put(key, self.mark(value), len(key))
+            out.append(hit)
+        return out
 
     def encode(self, text: str) -> list[int]:
         return list(self._ctu.encode_marked_chat(self.view, text))

@@ -17,6 +17,7 @@ No torch needed: everything is lists of ints, rendered through the sandboxed ``R
 from __future__ import annotations
 
 import copy
+import marshal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -37,6 +38,16 @@ AfterStop = Literal["error", "drop"]
 # RLIMIT_AS budget, which is process-wide.
 LIBRARY_LIMITS = RenderLimits(memory_bytes=0)
 LOGPROB_FILL = None  # value of ``Trajectory.logprobs`` where nothing was sampled (or the engine gave none)
+
+
+def _copied(value: Any) -> Any:
+    """A deep copy of messages the caller may change later. Plain JSON-like data (the usual case) goes through
+    ``marshal`` (format 2: every value with its exact type), several times faster than ``copy.deepcopy``, which
+    takes anything else."""
+    try:
+        return marshal.loads(marshal.dumps(value, 2))
+    except ValueError:
+        return copy.deepcopy(value)
 
 
 class TruncatedCompletion(AppendRefused):
@@ -180,7 +191,7 @@ class Trajectory:
         if not prompt_messages:
             raise ValueError("start() needs at least one message")
         ids = self.renderer.render_ids(prompt_messages, tools=self.tools, add_generation_prompt=True)
-        self.messages.extend(copy.deepcopy(list(prompt_messages)))
+        self.messages.extend(_copied(list(prompt_messages)))
         self._push("prompt", ids, trained=False)
         return list(ids)
 
@@ -223,9 +234,9 @@ class Trajectory:
             body = turn if self.truncated else turn[:-1]
             message = {"role": "assistant", "content": self.renderer.decode(body, skip_special_tokens=True)}
         if continuing:
-            self.messages[-1] = copy.deepcopy(message)
+            self.messages[-1] = _copied(message)
         else:
-            self.messages.append(copy.deepcopy(message))
+            self.messages.append(_copied(message))
         return keep
 
     def append_messages(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> list[int]:
@@ -257,7 +268,7 @@ class Trajectory:
             if turn_end:
                 self._push("turn_end", turn_end, trained=False)
             appended += turn_end
-        self.messages.extend(copy.deepcopy(list(messages)))
+        self.messages.extend(_copied(list(messages)))
         self._push("bridge", bridge.ids, trained=False)
         self.bridges.append(bridge)
         self._no_generation_prompt = not add_generation_prompt
@@ -271,7 +282,7 @@ class Trajectory:
         append, and the caller keeps going with the tokens a naive loop would append (the tail of the new render
         after the same stop token), untrained. The buffer then no longer equals any render of ``messages``.
         """
-        self.messages.extend(copy.deepcopy(list(messages)))
+        self.messages.extend(_copied(list(messages)))
         self._push("bridge", refusal.forced_ids, trained=False)
         return list(refusal.forced_ids)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tito_audit.errors import RenderError
+from tito_audit.probes import SHAPE_PROBE_ARGS, SHAPE_PROBE_REASONING, SHAPE_PROBE_RESULT, SHAPE_PROBE_TOOL
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.rollout.tokens import common_prefix_len
 from tito_audit.scenarios.adapt import (
@@ -28,12 +29,6 @@ from tito_audit.scenarios.adapt import (
 )
 from tito_audit.scenarios.spec import Message
 
-# The probe episode: one call, one result, one answer. Values no template writes by itself, so that finding them
-# in a render means the message was rendered.
-_PROBE_ARGS = {"city": "Quixotic"}
-_PROBE_RESULT = "Sunny, 21 C (probe 4417)."
-_PROBE_REASONING = "Probe reasoning 5521."
-_PROBE_NAME = "get_weather"
 CANONICAL = ("nested", "dict", "none", "tool")  # call shape, arguments, content next to calls, tool-result role
 
 
@@ -137,12 +132,12 @@ def _probe_episode(shape: Shape, framing: tuple[str, ...] = ()) -> list[Message]
     call: Message = {
         "id": "call00001",
         "type": "function",
-        "function": {"name": _PROBE_NAME, "arguments": dict(_PROBE_ARGS)},
+        "function": {"name": SHAPE_PROBE_TOOL, "arguments": dict(SHAPE_PROBE_ARGS)},
     }
     messages: list[Message] = [
         {"role": "user", "content": "What is the weather?"},
         {"role": "assistant", "content": None if content == "none" else "", "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": "call00001", "name": _PROBE_NAME, "content": _PROBE_RESULT},
+        {"role": "tool", "tool_call_id": "call00001", "name": SHAPE_PROBE_TOOL, "content": SHAPE_PROBE_RESULT},
         {"role": "assistant", "content": "It is sunny."},
     ]
     if arguments == "string":
@@ -166,11 +161,11 @@ def _probe(renderer: Renderer, tools: Any, shape: Shape, framing: tuple[str, ...
     except RenderError as err:
         return Probe(error=err)
     completion = turn[common_prefix_len(prompt, turn) :]
-    value = _PROBE_ARGS["city"]
+    value = SHAPE_PROBE_ARGS["city"]
     return Probe(
-        shows_call=_PROBE_NAME in completion,
+        shows_call=SHAPE_PROBE_TOOL in completion,
         shows_arguments=value in completion or value in full,
-        shows_result=_PROBE_RESULT in full or json.dumps(_PROBE_RESULT)[1:-1] in full,
+        shows_result=SHAPE_PROBE_RESULT in full or json.dumps(SHAPE_PROBE_RESULT)[1:-1] in full,
     )
 
 
@@ -236,17 +231,17 @@ def _reasoning(renderer: Renderer) -> tuple[str, tuple[str, str]]:
     if "think" not in source and "reasoning" not in source:
         return "", tags
     user: Message = {"role": "user", "content": "Hi"}
-    field = {"role": "assistant", "content": "Hello.", "reasoning_content": _PROBE_REASONING}
+    field = {"role": "assistant", "content": "Hello.", "reasoning_content": SHAPE_PROBE_REASONING}
     try:
-        if _PROBE_REASONING in renderer.render([user, field]):
+        if SHAPE_PROBE_REASONING in renderer.render([user, field]):
             return "field", tags
     except RenderError:
         pass
     if tags[1] not in source:
         return "", tags  # no think tags: nothing inline to try, the reasoning field is just not read
-    inline = {"role": "assistant", "content": f"{tags[0]}\n{_PROBE_REASONING}\n{tags[1]}\n\nHello."}
+    inline = {"role": "assistant", "content": f"{tags[0]}\n{SHAPE_PROBE_REASONING}\n{tags[1]}\n\nHello."}
     try:
-        if _PROBE_REASONING in renderer.render([user, inline]):
+        if SHAPE_PROBE_REASONING in renderer.render([user, inline]):
             return "inline", tags
     except RenderError:
         return "", tags
