@@ -279,3 +279,18 @@ def _mention_tokenizer(load):
     if not hasattr(_mention_tokenizer, "tok"):
         _mention_tokenizer.tok = load("qwen2.5-7b-instruct").tokenizer
     return _mention_tokenizer.tok
+
+
+@settings(max_examples=200, deadline=None)
+@given(_json_like, _json_like)
+def test_content_keys_are_equal_exactly_for_equal_values_of_equal_types(a, b) -> None:
+    """``content_key``: the same bytes for two separately built copies of one value, different bytes as soon as
+    a value or a type differs (True, 1 and 1.0 compare equal in Python; tuples and lists, too, once listed)."""
+    import copy
+    import marshal
+
+    from tito_audit.rendering.bounded_cache import content_key
+
+    assert content_key(a) == content_key(copy.deepcopy(a)) and marshal.loads(content_key(a)) == a
+    same = repr(a) == repr(b)  # repr shows every type these values can have (1 vs 1.0 vs True, () vs [])
+    assert (content_key(a) == content_key(b)) is same

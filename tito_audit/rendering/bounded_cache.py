@@ -1,8 +1,14 @@
 """A memo that cannot grow without bound: a scan feeds one tokenizer hundreds of templates, and renders can be
-long, so every per-tokenizer cache forgets its oldest entries past an entry count or a total weight."""
+long, so every per-tokenizer cache forgets its oldest entries past an entry count or a total weight.
+
+Memos of messages and tools are keyed by their content (``content_key``): an audit asks about each message of a
+conversation again with every longer prefix, in new lists and copies, so identity cannot key them.
+"""
 
 from __future__ import annotations
 
+import marshal
+from collections.abc import Callable
 from typing import Any
 
 CACHE_ENTRIES = 4096  # per tokenizer and kind
@@ -27,3 +33,23 @@ class BoundedCache(dict[Any, Any]):
             self._weights[key] = weight
         self[key] = value
         return value
+
+    def by_content(self, value: Any, compute: Callable[[Any], Any]) -> Any:
+        """``compute(value)``, kept under ``content_key(value)``; computed every time for a value without one."""
+        key = content_key(value)
+        if key is None:
+            return compute(value)
+        hit = self.get(key)
+        if hit is None:
+            hit = self.put(key, compute(value), len(key))
+        return hit
+
+
+def content_key(value: Any) -> bytes | None:
+    """Every value in ``value`` with its exact type, as bytes: ``marshal`` format 2, which writes no back-references
+    and no interning marks, so equal content gives equal bytes, and True, 1 and 1.0, or a tuple and a list, stay
+    apart; a few times cheaper than ``repr``. None where marshal cannot write it (other types, subclasses, cycles)."""
+    try:
+        return marshal.dumps(value, 2)
+    except ValueError:
+        return None

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import marshal
 from collections.abc import Sequence
 from contextlib import nullcontext
 from typing import Any
@@ -24,6 +23,7 @@ from jinja2.exceptions import SecurityError
 
 from tito_audit.errors import RenderError, first_line
 from tito_audit.rendering.analysis import install_pinned_clock, loaded_names
+from tito_audit.rendering.bounded_cache import content_key
 from tito_audit.rendering.clock import DEFAULT_DATE, pinned_date
 from tito_audit.rendering.guard import RenderLimits, RenderTimeout, render_limits
 from tito_audit.rendering.sanitizer import Sanitizer, sanitizer_for
@@ -36,17 +36,11 @@ Message = dict[str, Any]
 
 
 def _key(messages: Sequence[Message], tools: Any, agp: bool, kwargs: dict[str, Any], date: dt.datetime) -> bytes | str:
-    """A cache key for one render, computed for every render call (hits included), so it must be cheap.
-
-    ``marshal`` (format 2: no back-references, no interning marks) writes exactly the content and the exact type
-    of every value (True apart from 1, tuples apart from lists), a few times faster than ``repr``. Values it
-    cannot write (other types, subclasses, cycles) fall back to ``repr``, which tells apart every value json
-    would; the two kinds of key (bytes, str) never collide."""
+    """A cache key for one render, computed for every render call (hits included), so it must be cheap: the
+    content key (``bounded_cache.content_key``), or ``repr`` for values marshal cannot write (``repr`` tells apart
+    every value json would); the two kinds of key (bytes, str) never collide."""
     value = (list(messages), tools, agp, kwargs, date.isoformat())
-    try:
-        return marshal.dumps(value, 2)
-    except ValueError:
-        return repr(value)
+    return content_key(value) or repr(value)
 
 
 class _Shared:

@@ -12,7 +12,6 @@ result to transformers'.
 
 from __future__ import annotations
 
-import marshal
 from collections.abc import Sequence
 from typing import Any
 
@@ -84,21 +83,10 @@ class Sanitizer:
         return obj
 
     def mark_each(self, values: Sequence[Any]) -> list[Any]:
-        """``[mark(v) for v in values]``, each value's marking kept by its exact content (``marshal`` format 2): an
+        """``[mark(v) for v in values]``, each value's marking kept by its content (``BoundedCache.by_content``): an
         audit marks each message of a conversation again with every longer prefix. The marked values are shared
         between calls, read-only: transformers renders a copy of what it is given."""
-        out = []
-        for value in values:
-            try:
-                key = marshal.dumps(value, 2)
-            except ValueError:  # a value marshal cannot write: marked every time
-                out.append(self.mark(value))
-                continue
-            hit = self._marked_values.get(key)
-            if hit is None:
-                hit = self._marked_values.put(key, self.mark(value), len(key))
-            out.append(hit)
-        return out
+        return [self._marked_values.by_content(value, self.mark) for value in values]
 
     def encode(self, text: str) -> list[int]:
         return list(self._ctu.encode_marked_chat(self.view, text))

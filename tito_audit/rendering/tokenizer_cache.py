@@ -10,7 +10,6 @@ tokens (``segments``), which consecutive prefixes of one conversation, and sibli
 
 from __future__ import annotations
 
-import marshal
 import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
@@ -231,23 +230,10 @@ class TokenizerCache:
         return isinstance(obj, tuple)
 
     def any_mentions_added_tokens(self, values: Iterable[Any]) -> bool:
-        """``mentions_added_tokens(list(values))``, with each value's answer kept by its exact content (``marshal``
-        format 2: every value and its type, no back-references): an audit asks about each message of a
-        conversation again with every longer prefix, and about one tools list for a whole scenario. Values
-        ``marshal`` cannot write (other types, subclasses) are walked every time."""
-        for value in values:
-            try:
-                key = marshal.dumps(value, 2)
-            except ValueError:
-                if self.mentions_added_tokens(value):
-                    return True
-                continue
-            hit = self._value_mentions.get(key)
-            if hit is None:
-                hit = self._value_mentions.put(key, self.mentions_added_tokens(value), len(key))
-            if hit:
-                return True
-        return False
+        """``mentions_added_tokens(list(values))``, with each value's answer kept by its content
+        (``BoundedCache.by_content``): an audit asks about each message of a conversation again with every longer
+        prefix, and about one tools list for a whole scenario."""
+        return any(self._value_mentions.by_content(value, self.mentions_added_tokens) for value in values)
 
     @property
     def added_re(self) -> Any:

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from tito_audit.errors import RenderError
 from tito_audit.probes import APPEND_BASES, APPENDS, MINIMAL_TOOL_EPISODE, MINIMAL_TOOL_RESULT, TOOLS
+from tito_audit.rendering.bounded_cache import content_key
 from tito_audit.rendering.guard import RenderLimits
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.rollout.bridge import AppendRefused, Bridge, BridgeError, compute_bridge
@@ -41,13 +42,11 @@ LOGPROB_FILL = None  # value of ``Trajectory.logprobs`` where nothing was sample
 
 
 def _copied(value: Any) -> Any:
-    """A deep copy of messages the caller may change later. Plain JSON-like data (the usual case) goes through
-    ``marshal`` (format 2: every value with its exact type), several times faster than ``copy.deepcopy``, which
+    """A deep copy of messages the caller may change later. Plain JSON-like data (the usual case) goes through its
+    content key (``marshal``: every value with its exact type), several times faster than ``copy.deepcopy``, which
     takes anything else."""
-    try:
-        return marshal.loads(marshal.dumps(value, 2))
-    except ValueError:
-        return copy.deepcopy(value)
+    key = content_key(value)
+    return copy.deepcopy(value) if key is None else marshal.loads(key)
 
 
 class TruncatedCompletion(AppendRefused):
