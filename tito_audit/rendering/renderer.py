@@ -147,11 +147,15 @@ class Renderer:
             list(messages), tools=tools, chat_template=self.chat_template, add_generation_prompt=agp, **extra, **kwargs
         )
 
-    def render(self, messages: Sequence[Message], tools: Any = None, add_generation_prompt: bool = False) -> str:
-        """Rendered text; raises RenderError (cached, so a failing render is not retried)."""
+    def _keyed(self, messages: Sequence[Message], tools: Any, agp: bool) -> tuple[bytes | str, Any]:
+        """The cache key of a render, and the tools to render with (None for a template that never reads them)."""
         if tools is not None and not self._shared.reads_tools:
             tools = None
-        key = _key(messages, tools, add_generation_prompt, self.template_kwargs, self.date)
+        return _key(messages, tools, agp, self.template_kwargs, self.date), tools
+
+    def render(self, messages: Sequence[Message], tools: Any = None, add_generation_prompt: bool = False) -> str:
+        """Rendered text; raises RenderError (cached, so a failing render is not retried)."""
+        key, tools = self._keyed(messages, tools, add_generation_prompt)
         return self._render(key, messages, tools, add_generation_prompt)
 
     def _render(self, key: bytes | str, messages: Sequence[Message], tools: Any, add_generation_prompt: bool) -> str:
@@ -177,9 +181,7 @@ class Renderer:
         This is how environment messages must be encoded: a tool result that contains ``<|im_end|>`` must not
         become the control token. Falls back to plain encoding where the tokenizer cannot sanitize.
         """
-        if tools is not None and not self._shared.reads_tools:
-            tools = None
-        key = _key(messages, tools, add_generation_prompt, self.template_kwargs, self.date)
+        key, tools = self._keyed(messages, tools, add_generation_prompt)
         cache = self._shared.ids
         hit = cache.get(key)
         if hit is None:
@@ -203,9 +205,7 @@ class Renderer:
     ) -> list[int]:
         """``render_ids`` without its fallback: raises RenderError when the render cannot be sanitized (for a check
         that compares sanitized with plain ids, a silent plain fallback would compare plain with plain)."""
-        if tools is not None and not self._shared.reads_tools:
-            tools = None
-        key = _key(messages, tools, add_generation_prompt, self.template_kwargs, self.date)
+        key, tools = self._keyed(messages, tools, add_generation_prompt)
         return self._sanitized(key, messages, tools, add_generation_prompt)
 
     def _sanitized(self, key: bytes | str, messages: Sequence[Message], tools: Any, agp: bool) -> list[int]:

@@ -32,7 +32,7 @@ class SegmentedEncoder:
 
     def __init__(self, backend: Any) -> None:
         tokens = list(backend.get_added_tokens_decoder().values())
-        raw = sorted({t.content for t in tokens if not t.normalized and t.content}, key=len, reverse=True)
+        raw = {t.content for t in tokens if not t.normalized and t.content}
         self._cuts = frozenset(t.content for t in tokens if not t.normalized and not t.lstrip and t.content)
         self._pattern = any_of(raw) if raw else None  # leftmost-longest, as the tokenizer matches them
         self.usable = bool(self._cuts) and not any(t.single_word for t in tokens)
