@@ -6,7 +6,7 @@ import difflib
 
 import pytest
 from conftest import SHARED_MODELS
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import tito_audit.align as align_module
@@ -294,3 +294,51 @@ def test_content_keys_are_equal_exactly_for_equal_values_of_equal_types(a, b) ->
     assert content_key(a) == content_key(copy.deepcopy(a)) and marshal.loads(content_key(a)) == a
     same = repr(a) == repr(b)  # repr shows every type these values can have (1 vs 1.0 vs True, () vs [])
     assert (content_key(a) == content_key(b)) is same
+
+
+def test_prepared_templates_render_as_transformers_renders_them_unprepared(loaded) -> None:
+    """``prepare_for_renders`` flattens a template's globals and memoizes its ``tojson``: the renders stay those of
+    the template as transformers compiles it (here the same text plus a comment, which no renderer prepares).
+    Values equal in Python but of different types (True, 1, 1.0; a tuple and a list) each get their own JSON, a
+    second round is served from the memo, and a value tojson cannot write raises as it does unprepared."""
+    m = loaded("Qwen/Qwen2.5-7B-Instruct")
+    template = (
+        "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
+        "{{ m.content | tojson }}|{{ m.content | tojson(indent=2, sort_keys=true) }}|{{ range(ns.n) | list }}|"
+        "{{ dict(k=ns.n) | tojson(separators=(',', ':')) }}|{{ raise_exception is defined }};{% endfor %}"
+        "{{ tools | tojson }}"
+    )
+    unprepared = template + "{# compiled by transformers alone #}"
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    renderer = Renderer(m.tokenizer, template)
+    values = [True, 1, 1.0, "1", "é <|im_end|>", (1, 2), [1, 2], {"b": True, "a": 1}, {"b": 1, "a": 1}, {}]
+    for value in values * 2:
+        messages = [{"role": "user", "content": value}, {"role": "assistant", "content": value}]
+        ref = m.tokenizer.apply_chat_template(messages, tools=tools, chat_template=unprepared, tokenize=False)
+        assert renderer.render(messages, tools=tools) == ref, value
+    with pytest.raises(TypeError):
+        m.tokenizer.apply_chat_template([{"role": "user"}], chat_template=unprepared, tokenize=False)
+    with pytest.raises(RenderError):
+        renderer.render([{"role": "user"}])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(_json_like, st.sampled_from([{}, {"indent": 2}, {"sort_keys": True}]))))
+@example([(True, {}), (1, {}), (1.0, {}), ([True], {}), ([1], {"indent": 2}), ([1], {})])
+def test_memoized_tojson_writes_what_tojson_writes(calls) -> None:
+    """Every call answered as transformers' ``tojson`` answers it, whatever was asked before (a memo keyed loosely
+    would answer 1 with the JSON of True)."""
+    from transformers.utils.chat_template_utils import _cached_compile_jinja_template
+
+    from tito_audit.rendering.analysis import _memoized_tojson
+
+    tojson = _cached_compile_jinja_template("x").environment.filters["tojson"]
+    memoized = _memoized_tojson(tojson)
+    for value, kwargs in calls * 2:
+        try:
+            expected = tojson(value, **kwargs)
+        except TypeError:  # sort_keys over keys of mixed types
+            with pytest.raises(TypeError):
+                memoized(value, **kwargs)
+            continue
+        assert memoized(value, **kwargs) == expected

@@ -9,14 +9,15 @@ comes out of the parser, before the compiler sees it, and no second parse is nee
 template compiled before its facts were kept (more than a few templates ago) is parsed once more, with the same
 environment.
 
-``install_pinned_clock`` swaps the pinned ``strftime_now`` (``clock``) into the compiled template's own globals,
-so that renders are reproducible without patching the clock.
+``prepare_for_renders`` swaps the pinned ``strftime_now`` (``clock``) into the compiled template's own globals,
+so that renders are reproducible without patching the clock, and hardens it (``guard``).
 """
 
 from __future__ import annotations
 
 import sys
 import threading
+from collections import ChainMap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -25,6 +26,7 @@ from typing import Any, NoReturn
 
 from jinja2 import TemplateError, nodes
 
+from tito_audit.rendering.bounded_cache import BoundedCache, content_key
 from tito_audit.rendering.clock import pinned_strftime
 from tito_audit.rendering.guard import RenderLimits, RenderTimeout, harden_environment, render_limits
 from tito_audit.rendering.hazards import Hazard, find_hazards
@@ -160,15 +162,46 @@ def template_facts(template: str) -> TemplateFacts:
     return facts
 
 
-def install_pinned_clock(template: str, limits: RenderLimits | None = None) -> None:
-    """The compiled template renders ``strftime_now`` at the pinned date (``clock.pinned_date``), in a hardened
-    environment (``guard``), and its errors come out as raised (``_raise_as_raised``). ``limits``: the renders'
-    (their memory budget is the compile's)."""
+def prepare_for_renders(template: str, limits: RenderLimits | None = None) -> None:
+    """Ready the compiled template for an audit's renders: ``strftime_now`` at the pinned date
+    (``clock.pinned_date``), a hardened environment (``guard``), errors that come out as raised
+    (``_raise_as_raised``), and two changes that leave every render's output as it was: flat globals and a
+    memoized ``tojson`` (``_memoized_tojson``). ``limits``: the renders' (their memory budget is the compile's)."""
     compiled = compiled_template(template, None if limits is None else limits.memory_bytes)
     env = compiled.environment
     env.globals["strftime_now"] = pinned_strftime
+    if isinstance(compiled.globals, ChainMap):
+        # jinja looks the template's globals up through a ChainMap (its own over the environment's) and copies them
+        # into every render's context key by key in Python. transformers gives each template an environment of its
+        # own that nothing changes after this, so a flat dict with the same entries is the same lookup, copied in C.
+        compiled.globals = dict(compiled.globals)
+    compiled.globals["strftime_now"] = pinned_strftime
     harden_environment(env)
     env.handle_exception = _raise_as_raised
+    tojson = env.filters.get("tojson")
+    if tojson is not None and not getattr(tojson, "memoized", False):
+        env.filters["tojson"] = _memoized_tojson(tojson)
+
+
+def _memoized_tojson(tojson: Any) -> Any:
+    """transformers' ``tojson`` filter (``json.dumps``, with indent in pure Python), kept per content key of its
+    arguments (``bounded_cache.content_key``: every value with its exact type, so equal keys give equal JSON): an
+    audit renders the same tool schemas hundreds of times. Arguments without a key (jinja's undefined, namespaces,
+    subclasses) and calls that raise go to the filter every time. One memo per template, as its render caches."""
+    texts = BoundedCache(256, 1_000_000)
+
+    def memoized(*args: Any, **kwargs: Any) -> Any:
+        key = content_key((args, kwargs))
+        if key is None:
+            return tojson(*args, **kwargs)
+        hit = texts.get(key)
+        if hit is None:
+            out = tojson(*args, **kwargs)
+            hit = out if not isinstance(out, str) else texts.put(key, out, len(key) + len(out))
+        return hit
+
+    memoized.memoized = True  # type: ignore[attr-defined]
+    return memoized
 
 
 def _raise_as_raised(source: str | None = None) -> NoReturn:

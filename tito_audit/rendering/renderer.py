@@ -1,7 +1,7 @@
 """``Renderer``: one model's rendering and encoding, as its RL stack would do them, with caching and bounds.
 
 Every render goes through ``tokenizer.apply_chat_template`` (transformers' ImmutableSandboxedEnvironment), under
-the render limits (``guard``), with the template's clock pinned (``analysis.install_pinned_clock``); every
+the render limits (``guard``), with the template's clock pinned (``analysis.prepare_for_renders``); every
 failure becomes a classified ``RenderError``. An audit renders the same conversations hundreds of times, so
 renders are cached per (messages, tools, generation prompt, kwargs, date) and shared by every renderer derived
 with ``with_kwargs``/``with_date``; a failing render is cached too, so it is not retried. Encodes and decodes
@@ -22,7 +22,7 @@ from jinja2 import TemplateError
 from jinja2.exceptions import SecurityError
 
 from tito_audit.errors import RenderError, first_line
-from tito_audit.rendering.analysis import install_pinned_clock, loaded_names
+from tito_audit.rendering.analysis import loaded_names, prepare_for_renders
 from tito_audit.rendering.bounded_cache import content_key
 from tito_audit.rendering.clock import DEFAULT_DATE, pinned_date
 from tito_audit.rendering.guard import RenderLimits, RenderTimeout, render_limits
@@ -95,7 +95,7 @@ class Renderer:
         self.date = date
         self.limits = limits or RenderLimits()
         if _shared is None:
-            install_pinned_clock(chat_template, self.limits)
+            prepare_for_renders(chat_template, self.limits)
             _shared = _Shared(tokenizer, chat_template)
         self._shared = _shared
 
