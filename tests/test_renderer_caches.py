@@ -340,3 +340,25 @@ def test_memoized_tojson_writes_what_tojson_writes(calls) -> None:
     memoized = _memoized_tojson(tojson)
     for value, kwargs in calls * 2:
         assert memoized(value, **kwargs) == tojson(value, **kwargs)
+
+
+def test_a_renderer_outliving_transformers_compile_cache_still_renders_its_prepared_template(loaded) -> None:
+    """transformers keeps 128 compiled templates; one dropped and compiled anew is unprepared (the real clock, a
+    sandbox that answers unsafe access with a silent undefined). A renderer made before prepares it again: the
+    pinned date and the refusal survive the template leaving transformers' cache."""
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    from tito_audit.rendering.clock import DEFAULT_DATE
+
+    m = loaded("Qwen/Qwen3-0.6B")
+    template = (
+        "{{ strftime_now('%Y-%m-%d') }}|{% if messages[0].content == 'probe' %}{{ messages.__class__ }}{% endif %}"
+    )
+    renderer = Renderer(m.tokenizer, template)
+    pinned = DEFAULT_DATE.strftime("%Y-%m-%d") + "|"
+    assert renderer.render([{"role": "user", "content": "hi"}]) == pinned
+    _compile_jinja_template.cache_clear()  # what 128 other templates compiled after this one do
+    assert renderer.with_kwargs(x=1).render([{"role": "user", "content": "hi"}]) == pinned
+    with pytest.raises(RenderError) as refused:
+        renderer.render([{"role": "user", "content": "probe"}])
+    assert refused.value.kind == "security"

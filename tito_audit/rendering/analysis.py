@@ -183,6 +183,16 @@ def prepare_for_renders(template: str, limits: RenderLimits | None = None) -> No
         env.filters["tojson"] = _memoized_tojson(tojson)
 
 
+def transformers_compiles() -> int:
+    """How many templates transformers has compiled so far (misses of its compile cache, which keeps 128): a
+    renderer whose count is behind prepares its template again (``prepare_for_renders`` is idempotent), since
+    transformers may have dropped the prepared one and compiled it anew, unprepared (the real clock, a sandbox
+    that answers unsafe access with a silent undefined)."""
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    return int(_compile_jinja_template.cache_info().misses)
+
+
 def _memoized_tojson(tojson: Any) -> Any:
     """transformers' ``tojson`` filter (``json.dumps``, with indent in pure Python), kept per content key of its
     arguments (``bounded_cache.content_key``: every value with its exact type, so equal keys give equal JSON): an

@@ -1,8 +1,9 @@
 """``Renderer``: one model's rendering and encoding, as its RL stack would do them, with caching and bounds.
 
 Every render goes through ``tokenizer.apply_chat_template`` (transformers' ImmutableSandboxedEnvironment), under
-the render limits (``guard``), with the template's clock pinned (``analysis.prepare_for_renders``); every
-failure becomes a classified ``RenderError``. An audit renders the same conversations hundreds of times, so
+the render limits (``guard``), with the template's clock pinned (``analysis.prepare_for_renders``, again
+whenever transformers may have compiled the template anew: its cache keeps 128); every failure becomes a
+classified ``RenderError``. An audit renders the same conversations hundreds of times, so
 renders are cached per (messages, tools, generation prompt, kwargs, date) and shared by every renderer derived
 with ``with_kwargs``/``with_date``; a failing render is cached too, so it is not retried. Encodes and decodes
 are the tokenizer's (``tokenizer_cache``). Sanitized encoding (``render_ids``) is exactly the plain encoding
@@ -22,7 +23,7 @@ from jinja2 import TemplateError
 from jinja2.exceptions import SecurityError
 
 from tito_audit.errors import RenderError, first_line
-from tito_audit.rendering.analysis import loaded_names, prepare_for_renders
+from tito_audit.rendering.analysis import loaded_names, prepare_for_renders, transformers_compiles
 from tito_audit.rendering.bounded_cache import content_key
 from tito_audit.rendering.clock import DEFAULT_DATE, pinned_date
 from tito_audit.rendering.guard import RenderLimits, RenderTimeout, render_limits
@@ -56,6 +57,7 @@ class _Shared:
         self.tokenizer = tokenizer
         self.chat_template = chat_template
         self._reads_tools: bool | None = None
+        self.compiles_seen = transformers_compiles()  # the constructor has just prepared the template
 
     @property
     def reads_tools(self) -> bool:
@@ -119,6 +121,12 @@ class Renderer:
         ``template_code=False`` is for encoding text a guarded render already produced: no template code runs,
         so the time and memory budgets (set per call, at a cost) are left out; the size bound still applies."""
         try:
+            if template_code and transformers_compiles() != self._shared.compiles_seen:
+                # transformers may have dropped the prepared template from its cache and compiled it anew. Prepared
+                # again here, outside the render's limits: the compile has its own, and a nested time limit would
+                # disarm the render's.
+                prepare_for_renders(self.chat_template, self.limits)
+                self._shared.compiles_seen = transformers_compiles()
             with pinned_date(self.date), render_limits(self.limits) if template_code else nullcontext():
                 out = run()
         except RenderTimeout as exc:
