@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 
 from jinja2 import TemplateError, nodes
 
-from tito_audit.rendering.bounded_cache import BoundedCache, content_key
+from tito_audit.rendering.bounded_cache import BoundedCache
 from tito_audit.rendering.clock import pinned_strftime
 from tito_audit.rendering.guard import RenderLimits, RenderTimeout, harden_environment, render_limits
 from tito_audit.rendering.hazards import Hazard, find_hazards
@@ -200,15 +200,11 @@ def _memoized_tojson(tojson: Any) -> Any:
     subclasses) and calls that raise go to the filter every time. One memo per template, as its render caches."""
     texts = BoundedCache(256, 1_000_000)
 
+    def write(call: tuple[tuple[Any, ...], dict[str, Any]]) -> Any:
+        return tojson(*call[0], **call[1])
+
     def memoized(*args: Any, **kwargs: Any) -> Any:
-        key = content_key((args, kwargs))
-        if key is None:
-            return tojson(*args, **kwargs)
-        hit = texts.get(key)
-        if hit is None:
-            out = tojson(*args, **kwargs)
-            hit = out if not isinstance(out, str) else texts.put(key, out, len(key) + len(out))
-        return hit
+        return texts.by_content((args, kwargs), write, len)
 
     memoized.memoized = True  # type: ignore[attr-defined]
     return memoized

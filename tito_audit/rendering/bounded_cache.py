@@ -34,14 +34,16 @@ class BoundedCache(dict[Any, Any]):
         self[key] = value
         return value
 
-    def by_content(self, value: Any, compute: Callable[[Any], Any]) -> Any:
-        """``compute(value)``, kept under ``content_key(value)``; computed every time for a value without one."""
+    def by_content(self, value: Any, compute: Callable[[Any], Any], weigh: Callable[[Any], int] | None = None) -> Any:
+        """``compute(value)``, kept under ``content_key(value)``; computed every time for a value without one.
+        Each entry weighs its key's length, plus ``weigh(result)`` for results whose size matters."""
         key = content_key(value)
         if key is None:
             return compute(value)
         hit = self.get(key)
         if hit is None:
-            hit = self.put(key, compute(value), len(key))
+            hit = compute(value)
+            self.put(key, hit, len(key) + (weigh(hit) if weigh is not None else 0))
         return hit
 
 
