@@ -163,6 +163,7 @@ def test_a_clone_with_another_eos_shares_the_backend_parts_and_encodes_as_its_ow
     them again, and encodes exactly what a cache built for the clone alone does."""
     from tito_audit.rendering.segments import MIN_CHARS
     from tito_audit.rendering.tokenizer_cache import TokenizerCache, tokenizer_cache
+    from tito_audit.sources.synthesized import _with_specials
 
     synthesizer = Synthesizer(candidates, ["<|zq_turn|>", "<|zq_end|>"])
     name = next(iter(candidates))
@@ -170,6 +171,12 @@ def test_a_clone_with_another_eos_shares_the_backend_parts_and_encodes_as_its_ow
     template = "{% for m in messages %}<|zq_turn|>{{ m['content'] }}<|zq_end|>{% endfor %}"
     clone = synthesizer._specials(copied, template)
     assert clone is not copied and clone.eos_token == "<|zq_end|>" and clone._tokenizer is copied._tokenizer
+    assert copied.eos_token != "<|zq_end|>"  # the clone's special-token map is its own
+    # the vocabulary and merges a tokenizer class keeps (read-only model data) are shared, not copied per eos
+    kept = next(c.tokenizer for c in candidates.values() if isinstance(vars(c.tokenizer).get("_merges"), list))
+    twin = _with_specials(kept, {"eos_token": "<|zq_end|>"})
+    assert twin.eos_token == "<|zq_end|>" != kept.eos_token
+    assert twin._merges is kept._merges and twin._vocab is kept._vocab
     shared, own = tokenizer_cache(clone), TokenizerCache(clone)
     assert shared._segments is tokenizer_cache(copied)._segments is not None
     assert shared.added_re is tokenizer_cache(copied).added_re

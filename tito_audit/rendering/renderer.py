@@ -50,7 +50,7 @@ class _Shared:
     def __init__(self, tokenizer: Any, chat_template: str) -> None:
         self.cache = tokenizer_cache(tokenizer)
         self.texts: dict[bytes | str, str | RenderError] = {}
-        self.ids: dict[bytes | str, list[int] | RenderError] = {}
+        self.ids: dict[bytes | str, tuple[int, ...] | RenderError] = {}
         self.derived: dict[str, Renderer] = {}
         self._sanitizer: Sanitizer | None = None
         self._sanitizer_tried = False
@@ -200,7 +200,7 @@ class Renderer:
                     if err.kind not in ("type", "crash"):
                         raise
                     out = self.encode(self.render(messages, tools, add_generation_prompt))
-                hit = list(out)
+                hit = tuple(out)  # a tuple of ints: never walked by the garbage collector
             except RenderError as err:
                 hit = err
             cache[key] = hit

@@ -22,6 +22,7 @@ from tito_audit.rendering.bounded_cache import BoundedCache
 from tito_audit.rendering.literal_pattern import any_of
 
 Encoded = tuple[list[int], list[tuple[int, int]]]
+Cached = tuple[tuple[int, ...], tuple[tuple[int, int], ...]]
 
 MIN_CHARS = 512  # shorter texts cost less to encode whole than to cut
 
@@ -68,21 +69,21 @@ class SegmentedEncoder:
             shift += len(piece)
         return all_ids, all_offsets
 
-    def _encoded(self, text: str) -> list[tuple[str, Encoded]]:
+    def _encoded(self, text: str) -> list[tuple[str, Cached]]:
         """Each segment with its encoding; the segments not cached yet go to the tokenizer in one batch."""
         pieces = self.segments(text)
-        found: dict[str, Encoded] = {}
+        found: dict[str, Cached] = {}
         missing: list[str] = []
         for piece in pieces:
             if piece not in found:
                 hit = self._pieces.get(piece)
                 if hit is None:
                     missing.append(piece)
-                    hit = ([], [])
+                    hit = ((), ())
                 found[piece] = hit
         if missing:
             batch = self._backend.encode_batch(missing, add_special_tokens=False, is_pretokenized=False)
             for piece, enc in zip(missing, batch, strict=True):
-                ids, offsets = list(enc.ids), list(enc.offsets)
+                ids, offsets = tuple(enc.ids), tuple(enc.offsets)
                 found[piece] = self._pieces.put(piece, (ids, offsets), len(piece) + 3 * len(ids))
         return [(piece, found[piece]) for piece in pieces]

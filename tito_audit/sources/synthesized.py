@@ -195,11 +195,18 @@ def _clone_backend(backend: Any) -> Any:
         return None
 
 
+# What a copy shares with its tokenizer instead of copying: the vocabulary and merges some tokenizer classes keep
+# from their construction (read-only model data, hundreds of thousands of entries, that a copy would make the
+# garbage collector walk again and again), and the backend.
+_SHARED_ATTRIBUTES = frozenset({"_tokenizer", "_vocab", "_merges"})
+
+
 def _with_specials(tokenizer: Any, specials: dict[str, str]) -> Any:
     """``tokenizer`` with other bos/eos, sharing its backend (a shallow copy with its own special-token map)."""
     clone = copy.copy(tokenizer)
     clone.__dict__ = {
-        k: copy.copy(v) if isinstance(v, dict | list) and k != "_tokenizer" else v for k, v in vars(tokenizer).items()
+        k: copy.copy(v) if isinstance(v, dict | list) and k not in _SHARED_ATTRIBUTES else v
+        for k, v in vars(tokenizer).items()
     }
     for name, text in specials.items():
         setattr(clone, name, text)
