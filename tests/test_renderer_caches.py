@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 
 import pytest
-from conftest import SHARED_MODELS
+from conftest import CORPUS, SHARED_MODELS, needs_corpus
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -393,3 +393,70 @@ def test_kept_encodings_are_never_walked_by_the_garbage_collector(loaded) -> Non
     assert len(kept) >= 6 and not any(gc.is_tracked(value) for value in kept)
     ids.append(-1)  # a caller's list is its own
     assert cache.encode(short) == m.tokenizer.encode(short, add_special_tokens=False)
+
+
+@needs_corpus
+def test_templates_compiled_without_the_optimizer_render_as_transformers_compiles_them(loaded, monkeypatch) -> None:
+    """``compiled_template`` compiles with jinja's optimizer off. A fourth of the corpus renders every prefix of a
+    tool conversation, with and without a generation prompt, exactly as transformers' own compile of the same text
+    (optimizer on, the clock pinned alike) renders it, or both refuse it."""
+    from transformers.utils import chat_template_utils as ctu
+
+    from tito_audit.rendering.analysis import compiled_template
+    from tito_audit.rendering.clock import pinned_strftime
+
+    tok = loaded("Qwen/Qwen2.5-7B-Instruct").tokenizer
+    call = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+    messages = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "name": "get_weather", "content": "Sunny, 21 C."},
+        {"role": "assistant", "content": "Sunny."},
+    ]
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    asks = [(end, agp) for end in range(1, len(messages) + 1) for agp in (False, True)]
+
+    def rendered(render) -> list[str | None]:
+        out: list[str | None] = []
+        for end, agp in asks:
+            try:
+                out.append(render(messages[:end], tools=tools, add_generation_prompt=agp))
+            except Exception:
+                out.append(None)
+        return out
+
+    ours: dict[str, list[str | None]] = {}
+    for path in sorted(CORPUS.glob("*.jinja"))[::4]:
+        text = path.read_text(encoding="utf-8")
+        if _compiles(text):
+            assert compiled_template(text).environment.optimized is False
+            ours[text] = rendered(Renderer(tok, text).render)
+
+    fresh: dict[str, object] = {}
+
+    def transformers_compile(text: str):  # transformers' compile, not its cache (which holds ours)
+        if text not in fresh:
+            compiled = fresh[text] = ctu._cached_compile_jinja_template(text)
+            compiled.environment.globals["strftime_now"] = pinned_strftime
+            assert compiled.environment.optimized is True
+        return fresh[text]
+
+    monkeypatch.setattr(ctu, "_compile_jinja_template", transformers_compile)
+    equal = refused = 0
+    for text, mine in ours.items():
+        reference = rendered(lambda msgs, **kw: tok.apply_chat_template(msgs, chat_template=text, tokenize=False, **kw))
+        assert mine == reference, text[:200]
+        equal += sum(r is not None for r in mine)
+        refused += sum(r is None for r in mine)
+    assert equal > 1000 and refused > 50
+
+
+def _compiles(text: str) -> bool:
+    from tito_audit.rendering.analysis import compiled_template
+
+    try:
+        compiled_template(text)
+    except Exception:
+        return False
+    return True

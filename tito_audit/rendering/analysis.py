@@ -3,11 +3,18 @@ code read once.
 
 A template is compiled by transformers (``_compile_jinja_template``, cached per template text) under
 ``COMPILE_LIMITS`` (``compiled_template``), and its code is read for hazards (``hazards``), for the literal text
-it can write and for the variable names it loads. Those readings need the tree as parsed: jinja's compiler folds
+it can write and for the variable names it loads. Those readings need the tree as parsed: jinja's optimizer folds
 constant expressions in the tree it compiles, in place. So the parse jinja does for that compile is read as it
 comes out of the parser, before the compiler sees it, and no second parse is needed (``template_facts``); a
 template compiled before its facts were kept (more than a few templates ago) is parsed once more, with the same
 environment.
+
+The compile runs with jinja's optimizer off (``Environment.optimized``). The optimizer is an optimization only:
+it folds an expression at compile time where evaluating it then gives what the render would, so the renders are
+the same (``tests/test_renderer_caches.py`` holds them to transformers' own compile on a fourth of the corpus).
+It re-walks every nested expression at every level of the code generator, almost a quarter of the compile's
+time on the corpus, for templates an audit renders a hundred times at most; and it runs less template code while
+compiling (constant ``{{ output }}`` is still written at compile time, so the compile limits stay).
 
 ``prepare_for_renders`` swaps the pinned ``strftime_now`` (``clock``) into the compiled template's own globals,
 so that renders are reproducible without patching the clock, and hardens it (``guard``).
@@ -73,7 +80,7 @@ def _compiling(into: dict[str, TemplateFacts], limits: RenderLimits) -> Iterator
     (``read_tree``) as it is parsed. A template transformers has compiled before (its cache) is neither.
 
     The hooks are set on the environment class for the duration of one ``compiled_template`` call (one at a
-    time per process) and only read and bound: the parser's tree and the compiled template are unchanged."""
+    time per process) and only read, bound, and turn the optimizer off: the parser's tree is unchanged."""
     from jinja2.sandbox import ImmutableSandboxedEnvironment as Env
 
     originals = {name: (getattr(Env, name), name in vars(Env)) for name in ("_parse", "from_string")}
@@ -89,6 +96,7 @@ def _compiling(into: dict[str, TemplateFacts], limits: RenderLimits) -> Iterator
         return tree
 
     def _from_string(self: Any, source: Any, *args: Any, **kwargs: Any) -> Any:
+        self.optimized = False  # this template's own environment (transformers makes one per template): see above
         with render_limits(limits):
             return from_string(self, source, *args, **kwargs)
 
