@@ -195,10 +195,16 @@ def transformers_compiles() -> int:
     """How many templates transformers has compiled so far (misses of its compile cache, which keeps 128): a
     renderer whose count is behind prepares its template again (``prepare_for_renders`` is idempotent), since
     transformers may have dropped the prepared one and compiled it anew, unprepared (the real clock, a sandbox
-    that answers unsafe access with a silent undefined)."""
+    that answers unsafe access with a silent undefined). Asked before every render: the cache's ``cache_info`` is
+    looked up once (an import statement costs more than the question)."""
+    return int(_compile_cache_info()().misses)
+
+
+@lru_cache(maxsize=1)
+def _compile_cache_info() -> Any:
     from transformers.utils.chat_template_utils import _compile_jinja_template
 
-    return int(_compile_jinja_template.cache_info().misses)
+    return _compile_jinja_template.cache_info
 
 
 def _memoized_tojson(tojson: Any) -> Any:
