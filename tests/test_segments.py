@@ -75,7 +75,11 @@ def test_fuzzed_texts_encode_as_a_whole(loaded, spec, data):
     pieces = st.sampled_from(_PIECES + added[:40] + added[-10:]) | st.text(max_size=12)
     text = "".join(data.draw(st.lists(pieces, max_size=60)))
     seg, whole = SegmentedEncoder(backend), _whole(backend, text)
-    assert seg.encode(text) == whole
+    start = data.draw(st.integers(0, len(text)))
+    end = data.draw(st.integers(start, len(text)))
+    _assert_window(seg.window(text, start, end), whole, start, end)  # only the segments there are encoded
+    assert seg.ids(text) == whole[0]  # the others without their offsets
+    assert seg.encode(text) == whole  # which are encoded again where asked for
     assert seg.ids(text) == whole[0]
 
 

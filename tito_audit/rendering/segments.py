@@ -22,7 +22,8 @@ from tito_audit.rendering.bounded_cache import BoundedCache
 from tito_audit.rendering.literal_pattern import any_of
 
 Encoded = tuple[list[int], list[tuple[int, int]]]
-Cached = tuple[tuple[int, ...], tuple[tuple[int, int], ...]]
+# A segment's ids and offsets, or its ids alone (None: encoded without offsets, which costs the tokenizer less)
+Cached = tuple[tuple[int, ...], tuple[tuple[int, int], ...] | None]
 
 MIN_CHARS = 512  # shorter texts cost less to encode whole than to cut
 
@@ -38,6 +39,8 @@ class SegmentedEncoder:
         self._pattern = any_of(raw) if raw else None  # leftmost-longest, as the tokenizer matches them
         self.usable = bool(self._cuts) and not any(t.single_word for t in tokens)
         self._backend = backend
+        # ``encode_batch`` without the offsets (tokenizers 0.20 and later): where only ids are asked for
+        self._ids_only = getattr(backend, "encode_batch_fast", None)
         self._pieces = BoundedCache(16384, 3_000_000)  # characters plus three per token (ids and offsets)
 
     def segments(self, text: str) -> list[str]:
@@ -49,7 +52,7 @@ class SegmentedEncoder:
 
     def ids(self, text: str) -> list[int]:
         out: list[int] = []
-        for _, (ids, _offsets) in self._encoded(text):
+        for ids, _offsets in self._encoded(self.segments(text), offsets=False):
             out += ids
         return out
 
@@ -58,32 +61,41 @@ class SegmentedEncoder:
 
     def window(self, text: str, start: int, end: int) -> Encoded:
         """Ids and offsets of the segments that overlap ``[start, end]``: a run of the whole encoding that holds
-        every token overlapping the span, without building offsets for the rest of a long render."""
+        every token overlapping the span, without encoding the rest of a long render (only its length counts)."""
+        wanted: list[tuple[str, int]] = []
+        shift = 0
+        for piece in self.segments(text):
+            if shift <= end and shift + len(piece) >= start:
+                wanted.append((piece, shift))
+            shift += len(piece)
         all_ids: list[int] = []
         all_offsets: list[tuple[int, int]] = []
-        shift = 0
-        for piece, (ids, offsets) in self._encoded(text):
-            if shift <= end and shift + len(piece) >= start:
-                all_ids += ids
-                all_offsets += [(a + shift, b + shift) for a, b in offsets]
-            shift += len(piece)
+        for (_, shift), (ids, offsets) in zip(wanted, self._encoded([p for p, _ in wanted], offsets=True), strict=True):
+            assert offsets is not None
+            all_ids += ids
+            all_offsets += [(a + shift, b + shift) for a, b in offsets]
         return all_ids, all_offsets
 
-    def _encoded(self, text: str) -> list[tuple[str, Cached]]:
-        """Each segment with its encoding; the segments not cached yet go to the tokenizer in one batch."""
-        pieces = self.segments(text)
+    def _encoded(self, pieces: list[str], offsets: bool) -> list[Cached]:
+        """Each piece's encoding (with its offsets if ``offsets``); the pieces not cached yet (or cached without
+        the offsets asked for) go to the tokenizer in one batch."""
         found: dict[str, Cached] = {}
         missing: list[str] = []
         for piece in pieces:
             if piece not in found:
                 hit = self._pieces.get(piece)
-                if hit is None:
+                if hit is None or (offsets and hit[1] is None):
                     missing.append(piece)
                     hit = ((), ())
                 found[piece] = hit
         if missing:
-            batch = self._backend.encode_batch(missing, add_special_tokens=False, is_pretokenized=False)
-            for piece, enc in zip(missing, batch, strict=True):
-                ids, offsets = tuple(enc.ids), tuple(enc.offsets)
-                found[piece] = self._pieces.put(piece, (ids, offsets), len(piece) + 3 * len(ids))
-        return [(piece, found[piece]) for piece in pieces]
+            fast = None if offsets else self._ids_only
+            if fast is not None:
+                for piece, enc in zip(missing, fast(missing, add_special_tokens=False), strict=True):
+                    found[piece] = self._pieces.put(piece, (tuple(enc.ids), None), len(piece) + 3 * len(enc.ids))
+            else:
+                batch = self._backend.encode_batch(missing, add_special_tokens=False, is_pretokenized=False)
+                for piece, enc in zip(missing, batch, strict=True):
+                    ids = tuple(enc.ids)
+                    found[piece] = self._pieces.put(piece, (ids, tuple(enc.offsets)), len(piece) + 3 * len(ids))
+        return [found[piece] for piece in pieces]

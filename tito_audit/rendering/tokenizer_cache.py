@@ -109,10 +109,9 @@ class TokenizerCache:
             segmented = None if add_special_tokens else self._segmented(backend, text)
             if segmented is not None:
                 ids = segmented.ids(text)
-            elif backend is not None:
-                ids = list(
-                    backend.encode_batch([text], add_special_tokens=add_special_tokens, is_pretokenized=False)[0].ids
-                )
+            elif backend is not None:  # the ids alone: without the offsets where this tokenizers can
+                batch = getattr(backend, "encode_batch_fast", backend.encode_batch)
+                ids = list(batch([text], add_special_tokens=add_special_tokens, is_pretokenized=False)[0].ids)
             else:
                 extra = {} if split_special_tokens is None else {"split_special_tokens": split_special_tokens}
                 ids = list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens, **extra))
