@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 from conftest import CORPUS, needs_corpus
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tito_audit.errors import UsageError
 from tito_audit.rendering.analysis import hazards, literal_text
@@ -90,3 +92,15 @@ def test_scan_runs_audit_model_itself(tmp_path: Path, loaded) -> None:
     # the scan runs only the checks the verdict reads (verdict_inputs): the same verdict and reasons all the same
     assert result.verdict_reasons == expected.verdict_reasons
     assert result.adaptations == expected.scenarios["adaptations"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.frozensets(st.text("<|>ab_", min_size=3, max_size=8), max_size=30),
+    st.text("<|>ab_ \n", max_size=80),
+)
+def test_a_candidates_count_is_every_added_token_the_text_holds(added, text) -> None:
+    """``Candidate.count_in`` looks a token up only where its first three characters occur: the same count as
+    looking every token up (tokens inside, overlapping or prefixing others included)."""
+    heads = {text[i : i + 3] for i in range(len(text) - 2)}
+    assert Candidate("c", added).count_in(text, heads) == sum(1 for t in added if t in text)

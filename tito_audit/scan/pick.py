@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from tito_audit.sources.control_tokens import control_literals, missing_tokens
@@ -21,6 +22,19 @@ from tito_audit.sources.control_tokens import control_literals, missing_tokens
 class Candidate:
     name: str
     added: frozenset[str]  # added-token text (special or not), at least 3 characters
+
+    @cached_property
+    def _by_head(self) -> dict[str, list[str]]:
+        heads: dict[str, list[str]] = {}
+        for token in self.added:
+            heads.setdefault(token[:3], []).append(token)
+        return heads
+
+    def count_in(self, text: str, heads: set[str]) -> int:
+        """How many of ``added`` occur in ``text`` (``heads``: every 3 characters of it), each looked for only
+        where its first three characters occur: a candidate has hundreds, a template a few."""
+        by_head = self._by_head
+        return sum(1 for head in heads & by_head.keys() for token in by_head[head] if token in text)
 
     @classmethod
     def of(cls, name: str, tokenizer: Any, hidden: frozenset[str] = frozenset()) -> Candidate:
@@ -50,10 +64,11 @@ def pick(
     if not candidates:
         raise ValueError("no candidate tokenizers")
     controls = control_literals(literal)
+    heads = {literal[i : i + 3] for i in range(len(literal) - 2)}
     best: tuple[int, int, int] | None = None
     chosen = candidates[0]
     for order, cand in enumerate(candidates):
-        score = sum(1 for t in cand.added if t in literal)
+        score = cand.count_in(literal, heads)
         lacking = (
             sum(1 for t in controls if t not in cand.added)
             if tokenizers is None
