@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from functools import lru_cache
 from typing import Any
 
 _END = ""  # marks a node where a word ends (no character is the empty string)
@@ -19,8 +20,14 @@ _LONGEST = 200  # past this length a word nests the pattern (and the regex parse
 
 
 def any_of(words: Iterable[str]) -> re.Pattern[str]:
-    """``re.compile("|".join(map(re.escape, sorted(words, key=len, reverse=True))))``, matching the same."""
-    words = [w for w in words if w]
+    """``re.compile("|".join(map(re.escape, sorted(words, key=len, reverse=True))))``, matching the same. Kept per
+    set of words: a tokenizer's added tokens are asked for by its cache and its segment encoder alike, and the
+    control tokens of one template by every template of its family."""
+    return _any_of(frozenset(w for w in words if w))
+
+
+@lru_cache(maxsize=64)
+def _any_of(words: frozenset[str]) -> re.Pattern[str]:
     if any(len(w) > _LONGEST for w in words):
         return re.compile("|".join(map(re.escape, sorted(words, key=len, reverse=True))) or "(?!)")
     trie: dict[str, Any] = {}
