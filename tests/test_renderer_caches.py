@@ -15,7 +15,7 @@ from tito_audit.align import IdMatcher, count_unmatched_trainable
 from tito_audit.context import AuditContext, AuditOptions
 from tito_audit.rendering import Renderer, RenderError
 from tito_audit.rendering.clock import pinned_date
-from tito_audit.rendering.tokenizer_cache import tokenizer_cache
+from tito_audit.rendering.tokenizer_cache import TokenizerCache, tokenizer_cache
 
 
 def _reference_ids(tok, template, messages, tools, agp, kwargs):
@@ -374,7 +374,7 @@ def test_kept_encodings_are_never_walked_by_the_garbage_collector(loaded) -> Non
     from tito_audit.rendering.segments import MIN_CHARS
 
     m = loaded("Qwen/Qwen2.5-7B-Instruct")
-    cache = tokenizer_cache(m.tokenizer)
+    cache = TokenizerCache(m.tokenizer)  # its own: entries an earlier test kept may have been frozen since
     renderer = Renderer(m.tokenizer, m.chat_template)
     short, long = "Hello there", "<|im_start|>user\n" + "a fairly long line of text\n" * (MIN_CHARS // 20)
     msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
@@ -461,3 +461,30 @@ def _compiles(text: str) -> bool:
     except Exception:
         return False
     return True
+
+
+@pytest.mark.parametrize("model", ["meta-llama/Llama-3.2-3B-Instruct", "deepseek-ai/DeepSeek-V3"])
+def test_an_audit_leaves_no_reference_cycles_of_its_own(loaded, model) -> None:
+    """Kept errors carry no traceback and derived renderers are held weakly, so an audit's renderers, caches,
+    simulations and buffers are freed as soon as it is dropped, not left for the garbage collector to walk
+    generation by generation (jinja's own contexts and macros still make cycles of their own)."""
+    import gc
+
+    from tito_audit import audit_model
+
+    m = loaded(model)
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        report = audit_model(m, AuditOptions(scenarios="quick"))
+        assert report.error is None and report.checks
+        del report
+        gc.collect()
+        ours = {type(o).__name__ for o in gc.garbage if type(o).__module__.startswith("tito_audit")}
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    # the memo of a template's ``tojson`` lives and dies with that template's jinja environment, cyclic by design
+    assert ours - {"BoundedCache"} == set()

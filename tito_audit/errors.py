@@ -7,6 +7,10 @@ not check": a check errored, or fewer scenarios played than ``--min-coverage`` a
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+_E = TypeVar("_E", bound=BaseException)
+
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_OPERATIONAL = 2
@@ -105,3 +109,17 @@ def first_line(exc: BaseException) -> str:
     """An exception as one line of at most 300 characters (its type name where it has no message)."""
     text = str(exc).strip()
     return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def detached(exc: _E) -> _E:
+    """``exc`` without the tracebacks of its chain (``__cause__``, else ``__context__``), for an exception kept as
+    data (a cached render error, a refused append on a simulation). A kept traceback keeps every frame the
+    exception passed through alive with its locals, among them what keeps the exception: a reference cycle that
+    holds a whole audit's renders and buffers until the garbage collector walks them, generation by generation."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        link.__traceback__ = None
+        link = link.__cause__ or link.__context__
+    return exc

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tito_audit.errors import RenderError
+from tito_audit.errors import RenderError, detached
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.rollout.bridge import BridgeError
 from tito_audit.rollout.buffer import Trajectory
@@ -145,7 +145,7 @@ def _first_render_error(renderer: Renderer, messages: list[Message], tools: Any)
         try:
             renderer.render(messages[:i], tools=tools, add_generation_prompt=messages[i - 1]["role"] != "assistant")
         except RenderError as err:
-            return err
+            return detached(err)
     return None
 
 
@@ -183,7 +183,7 @@ def simulate(
     emit = shapes.think_tags if shapes is not None and shapes.reasoning == "emitted" else None
     sim = Simulation(scenario, messages, adapters)
     if err is not None:
-        sim.error = err
+        sim.error = detached(err)
         return sim
     tools = list(scenario.tools)
     traj = Trajectory(renderer, stop_ids, tools)
@@ -199,7 +199,7 @@ def simulate(
                 try:
                     traj.append_messages(messages[idx + 1 : nxt])
                 except BridgeError as exc:
-                    sim.bridge_errors.append((idx, exc))
+                    sim.bridge_errors.append((idx, detached(exc)))
                     # Append anyway, as code without the check would, so later checks see the consequence.
                     traj.append_refused(messages[idx + 1 : nxt], exc)
         naive_text = renderer.render(messages, tools=tools)
@@ -210,7 +210,7 @@ def simulate(
             naive = naive[: len(naive) - trailing] if trailing else naive
         sim.naive_ids = naive
     except RenderError as exc:
-        sim.error = exc
+        sim.error = detached(exc)  # kept: its traceback holds this frame, which holds ``sim``
         return sim
     sim.trajectory = traj
     return sim

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import weakref
 from collections.abc import Sequence
 from contextlib import nullcontext
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 from jinja2 import TemplateError
 from jinja2.exceptions import SecurityError
 
-from tito_audit.errors import RenderError, first_line
+from tito_audit.errors import RenderError, detached, first_line
 from tito_audit.rendering.analysis import loaded_names, prepare_for_renders, transformers_compiles
 from tito_audit.rendering.bounded_cache import content_key
 from tito_audit.rendering.clock import DEFAULT_DATE, pinned_date
@@ -44,6 +45,12 @@ def _key(messages: Sequence[Message], tools: Any, agp: bool, kwargs: dict[str, A
     return content_key(value) or repr(value)
 
 
+def _again(cached: RenderError) -> RenderError:
+    """A cached failure raised once more, as a copy: raising the cached one would give it a traceback through
+    this renderer's frames, a reference cycle through its caches (``errors.detached``)."""
+    return RenderError(cached.kind, cached.message)
+
+
 class _Shared:
     """What every renderer derived from one ``Renderer(...)`` shares: render caches, derived renderers, sanitizer."""
 
@@ -51,7 +58,9 @@ class _Shared:
         self.cache = tokenizer_cache(tokenizer)
         self.texts: dict[bytes | str, str | RenderError] = {}
         self.ids: dict[bytes | str, tuple[int, ...] | RenderError] = {}
-        self.derived: dict[str, Renderer] = {}
+        # held weakly: a derived renderer holds this, and a cycle would keep every cache of an audit alive until the
+        # garbage collector finds it (one that is dropped is derived again, cheaply: the caches are here)
+        self.derived: weakref.WeakValueDictionary[str, Renderer] = weakref.WeakValueDictionary()
         self._sanitizer: Sanitizer | None = None
         self._sanitizer_tried = False
         self.tokenizer = tokenizer
@@ -175,10 +184,10 @@ class Renderer:
                     lambda: self._apply(messages, tools, add_generation_prompt, self.template_kwargs, tokenize=False)
                 )
             except RenderError as err:
-                hit = err
+                hit = detached(err)  # kept: its traceback would keep this renderer's frames (and caches) alive
             texts[key] = hit
         if isinstance(hit, RenderError):
-            raise hit
+            raise _again(hit)
         return hit
 
     def render_ids(
@@ -202,10 +211,10 @@ class Renderer:
                     out = self.encode(self.render(messages, tools, add_generation_prompt))
                 hit = tuple(out)  # a tuple of ints: never walked by the garbage collector
             except RenderError as err:
-                hit = err
+                hit = detached(err)
             cache[key] = hit
         if isinstance(hit, RenderError):
-            raise hit
+            raise _again(hit)
         return list(hit)
 
     def sanitized_ids(

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tito_audit.errors import RenderError
+from tito_audit.errors import RenderError, detached
 from tito_audit.probes import SHAPE_PROBE_ARGS, SHAPE_PROBE_REASONING, SHAPE_PROBE_RESULT, SHAPE_PROBE_TOOL
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.rollout.tokens import common_prefix_len
@@ -159,7 +159,7 @@ def _probe(renderer: Renderer, tools: Any, shape: Shape, framing: tuple[str, ...
         prompt = renderer.render(messages[:lead], tools=tools, add_generation_prompt=True)
         turn = renderer.render(messages[: lead + 1], tools=tools)
     except RenderError as err:
-        return Probe(error=err)
+        return Probe(error=detached(err))
     completion = turn[common_prefix_len(prompt, turn) :]
     value = SHAPE_PROBE_ARGS["city"]
     return Probe(
