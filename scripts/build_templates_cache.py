@@ -7,8 +7,8 @@ Only permissively licensed models are bundled; tokenizer.json is stored xz-compr
 
 from __future__ import annotations
 
+import gzip
 import json
-import lzma
 import shutil
 import sys
 from pathlib import Path
@@ -36,7 +36,8 @@ def main(hub_cache: Path, out: Path) -> None:
         source = json.loads((snap / "SOURCE.json").read_text())
         for f in snap.iterdir():
             if f.name == "tokenizer.json":
-                (dest / "tokenizer.json.xz").write_bytes(lzma.compress(f.read_bytes(), preset=9 | lzma.PRESET_EXTREME))
+                packed = gzip.compress(f.read_bytes(), compresslevel=9, mtime=0)  # quick to unpack: see sources/bundled
+                (dest / "tokenizer.json.gz").write_bytes(packed)
             elif f.name != "SOURCE.json":
                 shutil.copy(f, dest / f.name)
         provenance = {"repo_id": repo_id, "revision": revision, "license": source.get("license"), "source": source}

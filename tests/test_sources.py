@@ -183,3 +183,37 @@ def test_no_network(tmp_path):
     assert out.returncode == 2
     assert "org/anything" in out.stderr and "unreachable" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("packing", ["gz", "xz", "truncated"])
+def test_a_bundle_unpacks_gzip_and_xz_and_names_a_corrupt_archive(tmp_path, monkeypatch, packing):
+    """The bundle ships ``tokenizer.json`` gzip-packed (quick to unpack); an xz-packed folder (an older bundle)
+    still loads; a cut archive is a one-line corrupt-tokenizer error naming the file."""
+    import gzip
+    import lzma
+
+    from tito_audit.errors import CorruptTokenizer
+    from tito_audit.sources import bundled
+
+    shipped = bundled.cache_root() / "phi-3-mini-4k-instruct"
+    raw = gzip.decompress((shipped / "tokenizer.json.gz").read_bytes())
+    vocab = load("phi-3-mini-4k-instruct").tokenizer.get_vocab()
+    folder = shutil.copytree(shipped, tmp_path / f"phi-{packing}")
+    if packing == "xz":
+        (folder / "tokenizer.json.gz").unlink()
+        (folder / "tokenizer.json.xz").write_bytes(lzma.compress(raw))
+    elif packing == "truncated":
+        (folder / "tokenizer.json.gz").write_bytes((shipped / "tokenizer.json.gz").read_bytes()[:100_000])
+    (tmp_path / "index.json").write_text(json.dumps({folder.name: {"folder": folder.name}}))
+    monkeypatch.setenv("TITO_AUDIT_TEMPLATES_CACHE", str(tmp_path))
+    bundled._index.cache_clear()
+    try:
+        if packing == "truncated":
+            with pytest.raises(CorruptTokenizer, match=r"tokenizer\.json\.gz is corrupt"):
+                load(folder.name)
+        else:
+            model = load(folder.name)
+            assert model.tokenizer.get_vocab() == vocab
+    finally:
+        monkeypatch.delenv("TITO_AUDIT_TEMPLATES_CACHE")
+        bundled._index.cache_clear()

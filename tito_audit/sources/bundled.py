@@ -1,18 +1,23 @@
 """The offline set shipped in ``templates_cache/``: audit without a network or a Hub cache.
 
 Each bundled model is a folder with its tokenizer-side files and ``PROVENANCE.json``; ``tokenizer.json`` is
-stored xz-compressed to keep the repository small. It is unpacked into memory (a tmpfs such as /dev/shm when
-the system has one) only because transformers' loader reads folders; the copy is removed at exit.
+stored gzip-compressed to keep the repository small (xz would save a third of the bytes but costs four times
+the CPU to unpack, 0.66 s against 0.18 s for the seven, on every cold start). It is unpacked into memory (a
+tmpfs such as /dev/shm when the system has one) only because transformers' loader reads folders; the copy is
+removed at exit. A folder packed with xz (an older bundle) is unpacked as well.
 """
 
 from __future__ import annotations
 
 import atexit
+import gzip
 import json
 import lzma
 import os
 import shutil
 import tempfile
+import zlib
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -20,6 +25,8 @@ from tito_audit.errors import CorruptTokenizer, ModelNotFound
 from tito_audit.sources.base import ModelFiles
 
 PREFIX = "bundled:"
+_UNPACK: dict[str, Callable[[bytes], bytes]] = {".gz": gzip.decompress, ".xz": lzma.decompress}
+_PACKED_GLOBS = tuple(f"*{suffix}" for suffix in _UNPACK)
 
 
 def cache_root() -> Path:
@@ -74,11 +81,11 @@ class BundledSource:
         folder = _scratch_root() / name
         if not folder.is_dir():
             staging = folder.with_suffix(".part")
-            shutil.copytree(stored, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.xz"))
-            for packed in stored.glob("*.xz"):
+            shutil.copytree(stored, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*_PACKED_GLOBS))
+            for packed in (p for glob in _PACKED_GLOBS for p in stored.glob(glob)):
                 try:
-                    (staging / packed.stem).write_bytes(lzma.decompress(packed.read_bytes()))
-                except lzma.LZMAError as exc:
+                    (staging / packed.stem).write_bytes(_UNPACK[packed.suffix](packed.read_bytes()))
+                except (lzma.LZMAError, OSError, EOFError, zlib.error) as exc:
                     raise CorruptTokenizer(spec, f"{packed.name} is corrupt: {exc}") from exc
             staging.rename(folder)
         return ModelFiles(
