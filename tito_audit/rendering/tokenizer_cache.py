@@ -109,7 +109,7 @@ class TokenizerCache:
             segmented = None if add_special_tokens else self._segmented(backend, text)
             if segmented is not None:
                 ids = segmented.ids(text)
-            elif backend is not None:  # the ids alone: without the offsets where this tokenizers can
+            elif backend is not None:  # the ids alone: without offsets where this version of tokenizers can
                 batch = getattr(backend, "encode_batch_fast", backend.encode_batch)
                 ids = list(batch([text], add_special_tokens=add_special_tokens, is_pretokenized=False)[0].ids)
             else:

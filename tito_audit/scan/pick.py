@@ -34,7 +34,8 @@ class Candidate:
         """How many of ``added`` occur in ``text`` (``heads``: every 3 characters of it), each looked for only
         where its first three characters occur: a candidate has hundreds, a template a few."""
         by_head = self._by_head
-        return sum(1 for head in heads & by_head.keys() for token in by_head[head] if token in text)
+        short = sum(1 for head, tokens in by_head.items() if len(head) < 3 for t in tokens if t in text)
+        return short + sum(1 for head in heads & by_head.keys() for token in by_head[head] if token in text)
 
     @classmethod
     def of(cls, name: str, tokenizer: Any, hidden: frozenset[str] = frozenset()) -> Candidate:
