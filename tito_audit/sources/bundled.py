@@ -1,8 +1,8 @@
 """The offline set shipped in ``templates_cache/``: audit without a network or a Hub cache.
 
 Each bundled model is a folder with its tokenizer-side files and ``PROVENANCE.json``; ``tokenizer.json`` is
-stored gzip-compressed to keep the repository small (xz would save a third of the bytes but costs four times
-the CPU to unpack, 0.66 s against 0.18 s for the seven, on every cold start). It is unpacked into memory (a
+stored gzip-compressed to keep the repository small (xz saves 30% of the bytes but takes four times the CPU
+to unpack, on every cold start: ``benchmarks/bench_compile_unpack.py``). It is unpacked into memory (a
 tmpfs such as /dev/shm when the system has one) only because transformers' loader reads folders; the copy is
 removed at exit. A folder packed with xz (an older bundle) is unpacked as well.
 """
