@@ -89,13 +89,11 @@ class SegmentedEncoder:
                     hit = ((), ())
                 found[piece] = hit
         if missing:
-            fast = None if offsets else self._ids_only
-            if fast is not None:
-                for piece, enc in zip(missing, fast(missing, add_special_tokens=False), strict=True):
-                    found[piece] = self._pieces.put(piece, (tuple(enc.ids), None), len(piece) + 3 * len(enc.ids))
-            else:
-                batch = self._backend.encode_batch(missing, add_special_tokens=False, is_pretokenized=False)
-                for piece, enc in zip(missing, batch, strict=True):
-                    ids = tuple(enc.ids)
-                    found[piece] = self._pieces.put(piece, (ids, tuple(enc.offsets)), len(piece) + 3 * len(ids))
+            keep_offsets = offsets or self._ids_only is None  # computed anyway where there is no ids-only call
+            encode: Any = self._backend.encode_batch if keep_offsets else self._ids_only
+            batch = encode(missing, add_special_tokens=False, is_pretokenized=False)
+            for piece, enc in zip(missing, batch, strict=True):
+                ids = tuple(enc.ids)
+                entry = (ids, tuple(enc.offsets) if keep_offsets else None)
+                found[piece] = self._pieces.put(piece, entry, len(piece) + 3 * len(ids))
         return [found[piece] for piece in pieces]

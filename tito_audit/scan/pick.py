@@ -25,16 +25,21 @@ class Candidate:
 
     @cached_property
     def _by_head(self) -> dict[str, list[str]]:
+        """``added`` by its first three characters; tokens shorter than that under themselves."""
         heads: dict[str, list[str]] = {}
         for token in self.added:
             heads.setdefault(token[:3], []).append(token)
         return heads
 
+    @cached_property
+    def _short(self) -> list[str]:
+        return [token for token in self.added if len(token) < 3]
+
     def count_in(self, text: str, heads: set[str]) -> int:
         """How many of ``added`` occur in ``text`` (``heads``: every 3 characters of it), each looked for only
         where its first three characters occur: a candidate has hundreds, a template a few."""
         by_head = self._by_head
-        short = sum(1 for head, tokens in by_head.items() if len(head) < 3 for t in tokens if t in text)
+        short = sum(1 for token in self._short if token in text)
         return short + sum(1 for head in heads & by_head.keys() for token in by_head[head] if token in text)
 
     @classmethod
