@@ -4,7 +4,12 @@ while a template that never stops computing is still cut off."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +81,67 @@ def test_other_threads_do_not_spend_a_renders_budget() -> None:
     with time_limit(0.2):
         worker.start()
         worker.join()  # 0.6 s of the process's CPU, none of this thread's
+
+
+def _in_fresh_process(code: str) -> list[str]:
+    """What ``code`` prints, run in a process of its own (what it sets up cannot be undone)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+def test_a_worker_that_keeps_the_timer_handler_is_limited_alike() -> None:
+    """A scan worker keeps SIGPROF's handler installed (``keep_timer_handler``): waiting is still not rendering, a
+    render that computes past its limit is still stopped, and a timer signal with no limit armed is ignored
+    (SIGPROF's default action ends the process)."""
+    printed = _in_fresh_process(
+        """
+        import signal, time
+        from tito_audit.rendering.guard import RenderTimeout, keep_timer_handler, time_limit
+        keep_timer_handler()
+        with time_limit(0.2):
+            time.sleep(0.4)
+        print("waited")
+        try:
+            with time_limit(0.2):
+                while True:
+                    pass
+        except RenderTimeout:
+            print("stopped")
+        signal.setitimer(signal.ITIMER_PROF, 0.01)
+        end = time.process_time() + 0.2
+        while time.process_time() < end:
+            pass
+        print("alive")
+        """
+    )
+    assert printed == ["waited", "stopped", "alive"]
+
+
+def test_a_render_budget_wider_than_the_process_cap_keeps_the_cap() -> None:
+    """Under a worker's own cap (``limit_process_memory``), a render budget that would not be tighter is left out
+    without asking the kernel, and the cap still stops the render; a tighter one is still set, and undone."""
+    printed = _in_fresh_process(
+        """
+        import resource
+        from tito_audit.rendering import guard
+        cap = guard.address_space_bytes() + (512 << 20)
+        guard.limit_process_memory(cap)
+        asked = []
+        getrlimit = resource.getrlimit
+        resource.getrlimit = lambda which: asked.append(which) or getrlimit(which)
+        with guard.memory_limit(1 << 30):
+            print(len(asked), getrlimit(resource.RLIMIT_AS)[0] == cap)
+            try:
+                block = bytearray(1 << 30)
+            except MemoryError:
+                print("refused")
+        with guard.memory_limit(64 << 20):
+            print(len(asked), getrlimit(resource.RLIMIT_AS)[0] < cap)
+        print(getrlimit(resource.RLIMIT_AS)[0] == cap)
+        """
+    )
+    assert printed == ["0", "True", "refused", "1", "True", "True"]

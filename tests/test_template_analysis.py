@@ -42,3 +42,20 @@ def test_control_tokens_are_transformers_own(loaded) -> None:
         for path in TEMPLATES:
             text = path.read_text(encoding="utf-8")
             assert control_tokens(tok, text) == tuple(tok._get_control_tokens(text)), (name, path.stem)
+
+
+def test_compiling_changes_no_class_of_jinjas(monkeypatch) -> None:
+    """The compile hooks live on a subclass that transformers is handed for the compile, never on jinja's own
+    environment class, which other threads of a library caller's process may be compiling with meanwhile."""
+    from tito_audit.rendering import analysis
+
+    before = dict(vars(ImmutableSandboxedEnvironment))
+    during: list[dict] = []
+    read = analysis.read_tree
+    monkeypatch.setattr(
+        analysis, "read_tree", lambda tree: during.append(dict(vars(ImmutableSandboxedEnvironment))) or read(tree)
+    )
+    compiled = compiled_template("{{ 'a template no other test compiles' }}{{ messages | length }}")
+    assert during == [before]  # read once, as it was parsed, with jinja's class as it always is
+    assert dict(vars(ImmutableSandboxedEnvironment)) == before
+    assert isinstance(compiled.environment, ImmutableSandboxedEnvironment) and not compiled.environment.optimized

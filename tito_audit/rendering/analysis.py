@@ -33,6 +33,7 @@ from functools import lru_cache
 from typing import Any, NoReturn
 
 from jinja2 import TemplateError, nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from tito_audit.rendering.bounded_cache import BoundedCache
 from tito_audit.rendering.clock import pinned_strftime
@@ -75,41 +76,61 @@ def read_tree(tree: nodes.Template) -> TemplateFacts:
     return TemplateFacts(hazards, tuple(parts), names)
 
 
-@contextmanager
-def _compiling(into: dict[str, TemplateFacts], limits: RenderLimits) -> Iterator[None]:
-    """While open, a template the sandboxed environment compiles is compiled under ``limits``, and read
-    (``read_tree``) as it is parsed. A template transformers has compiled before (its cache) is neither.
+class _Compile:
+    """What the compile under way (one at a time per process: ``_COMPILING``) wants: where to keep the facts read as
+    the template is parsed, and the compile's limits."""
 
-    The hooks are set on the environment class for the duration of one ``compiled_template`` call (one at a
-    time per process) and only read, bound, and turn the optimizer off: the parser's tree is unchanged."""
-    from jinja2.sandbox import ImmutableSandboxedEnvironment as Env
+    into: dict[str, TemplateFacts] | None = None
+    limits: RenderLimits | None = None
 
-    originals = {name: (getattr(Env, name), name in vars(Env)) for name in ("_parse", "from_string")}
-    parse, from_string = originals["_parse"][0], originals["from_string"][0]
 
-    def _parse(self: Any, source: str, name: str | None, filename: str | None) -> nodes.Template:
-        tree = parse(self, source, name, filename)
+class _ReadingEnvironment(ImmutableSandboxedEnvironment):
+    """transformers' sandboxed environment, as ``compiled_template`` has transformers build it for a template: the
+    template is read (``read_tree``) as it is parsed, compiled under the compile's limits, and without jinja's
+    optimizer (see the module's docstring). Renders are the sandbox's own: nothing else is overridden, and the
+    parse and compile hooks do nothing outside a ``compiled_template`` call."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.optimized = False
+
+    def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
+        tree = super()._parse(source, name, filename)
+        if _Compile.into is None:
+            return tree
         try:
             facts = read_tree(tree)
         except Exception:  # reading is best effort here (deep inside the compile): template_facts parses again
             return tree
-        _keep(into, source, facts)
+        _keep(_Compile.into, source, facts)
         return tree
 
-    def _from_string(self: Any, source: Any, *args: Any, **kwargs: Any) -> Any:
-        self.optimized = False  # this template's own environment (transformers makes one per template): see above
-        with render_limits(limits):
-            return from_string(self, source, *args, **kwargs)
+    def from_string(self, source: Any, *args: Any, **kwargs: Any) -> Any:
+        if _Compile.limits is None:
+            return super().from_string(source, *args, **kwargs)
+        with render_limits(_Compile.limits):
+            return super().from_string(source, *args, **kwargs)
 
-    Env._parse, Env.from_string = _parse, _from_string  # type: ignore[method-assign]
+
+@contextmanager
+def _compiling(into: dict[str, TemplateFacts], limits: RenderLimits) -> Iterator[None]:
+    """While open, a template transformers compiles is compiled by ``_ReadingEnvironment``: under ``limits``, and
+    read as it is parsed. A template transformers has compiled before (its cache) is neither.
+
+    transformers builds each template's environment from the class its module names; the module's name points at
+    the subclass for the duration of one ``compiled_template`` call. No class of jinja's is changed: in a library
+    caller's process, another thread that compiles a template of its own meanwhile gets jinja's environment as it
+    is, not this compile's limits and reading."""
+    from transformers.utils import chat_template_utils
+
+    original = chat_template_utils.ImmutableSandboxedEnvironment
+    chat_template_utils.ImmutableSandboxedEnvironment = _ReadingEnvironment  # type: ignore[misc]
+    _Compile.into, _Compile.limits = into, limits
     try:
         yield
     finally:
-        for name, (original, own) in originals.items():
-            if own:
-                setattr(Env, name, original)
-            else:
-                delattr(Env, name)
+        chat_template_utils.ImmutableSandboxedEnvironment = original  # type: ignore[misc]
+        _Compile.into = _Compile.limits = None
 
 
 # Compiling runs template code: jinja folds constant expressions (``'ab' * 10**9``) while it compiles. So a

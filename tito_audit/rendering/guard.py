@@ -57,6 +57,27 @@ def _in_main_thread() -> bool:
 
 _REFIRE_S = 0.05
 
+# In a process of the audit's own (a scan worker: ``keep_timer_handler``), SIGPROF's handler stays installed and
+# passes the signal to the limit armed now; elsewhere each limit installs it for its block and puts back what was
+# there (a library caller's process may use SIGPROF itself).
+_handler_kept = False
+_armed: time_limit | None = None
+
+
+def _on_timer(signum: int, frame: object) -> None:
+    limit = _armed
+    if limit is not None:
+        limit._expire(signum, frame)
+
+
+def keep_timer_handler() -> None:
+    """For a process that only audits (a scan worker): SIGPROF's handler stays the render limits' from now on,
+    so that arming a limit costs two timer calls instead of two more handler swaps on each of thousands of
+    renders. Irreversible by design, as ``limit_process_memory``."""
+    global _handler_kept
+    _set_handler(signal.SIGPROF, _on_timer)
+    _handler_kept = True
+
 
 class time_limit:
     """Raise ``RenderTimeout`` in the block once this thread has spent ``seconds`` of CPU time in it.
@@ -83,18 +104,26 @@ class time_limit:
         raise RenderTimeout(f"render exceeded {self.seconds:g}s of CPU time")
 
     def __enter__(self) -> None:
+        global _armed
         if self.seconds <= 0 or not _in_main_thread():
             return
         self._started = time.thread_time()
-        self._previous = _set_handler(signal.SIGPROF, self._expire)
+        if _handler_kept:
+            self._previous, _armed = _armed, self
+        else:
+            self._previous = _set_handler(signal.SIGPROF, self._expire)
         self._armed = True
         signal.setitimer(signal.ITIMER_PROF, self.seconds)
 
     def __exit__(self, *exc: object) -> None:
+        global _armed
         if self._armed:
             self._armed = False
             signal.setitimer(signal.ITIMER_PROF, 0)
-            _set_handler(signal.SIGPROF, self._previous)
+            if _handler_kept:
+                _armed = self._previous
+            else:
+                _set_handler(signal.SIGPROF, self._previous)
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -133,10 +162,14 @@ class memory_limit:
 
     def __enter__(self) -> None:
         current = _recent_address_space_bytes() if self.extra_bytes > 0 else 0
-        if self.extra_bytes <= 0 or current == 0 or not _in_main_thread():
+        if current == 0:
+            return
+        target = current + self.extra_bytes
+        if 0 < _process_cap <= target:
+            return  # this process's own cap (``limit_process_memory``) is already tighter: no system call to see it
+        if not _in_main_thread():
             return
         soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-        target = current + self.extra_bytes
         if hard != resource.RLIM_INFINITY:
             target = min(target, hard)
         if soft != resource.RLIM_INFINITY and soft <= target:
@@ -174,12 +207,17 @@ class render_limits:
             self._memory.__exit__()
 
 
+_process_cap = 0  # the soft RLIMIT_AS ``limit_process_memory`` set (0: none); ``memory_limit`` restores what it lowers
+
+
 def limit_process_memory(total_bytes: int) -> None:
     """Cap this whole process's address space (for worker processes; irreversible by design)."""
+    global _process_cap
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     if hard != resource.RLIM_INFINITY:
         total_bytes = min(total_bytes, hard)
     resource.setrlimit(resource.RLIMIT_AS, (total_bytes, hard))
+    _process_cap = total_bytes
 
 
 def _refuse(obj: Any, attribute: str) -> Any:

@@ -37,11 +37,12 @@ __all__ = ["Message", "Renderer"]
 Message = dict[str, Any]
 
 
-def _key(messages: Sequence[Message], tools: Any, agp: bool, kwargs: dict[str, Any], date: dt.datetime) -> bytes | str:
+def _key(messages: Sequence[Message], tools: Any, agp: bool, kwargs: dict[str, Any], date: str) -> bytes | str:
     """A cache key for one render, computed for every render call (hits included), so it must be cheap: the
     content key (``bounded_cache.content_key``), or ``repr`` for values marshal cannot write (``repr`` tells apart
-    every value json would); the two kinds of key (bytes, str) never collide."""
-    value = (list(messages), tools, agp, kwargs, date.isoformat())
+    every value json would); the two kinds of key (bytes, str) never collide. ``date``: the render date's ISO
+    text."""
+    value = (messages if type(messages) is list else list(messages), tools, agp, kwargs, date)
     return content_key(value) or repr(value)
 
 
@@ -104,6 +105,7 @@ class Renderer:
         self.chat_template = chat_template
         self.template_kwargs = dict(template_kwargs or {})
         self.date = date
+        self._date_key = date.isoformat()
         self.limits = limits or RenderLimits()
         if _shared is None:
             prepare_for_renders(chat_template, self.limits)
@@ -168,7 +170,7 @@ class Renderer:
         """The cache key of a render, and the tools to render with (None for a template that never reads them)."""
         if tools is not None and not self._shared.reads_tools:
             tools = None
-        return _key(messages, tools, agp, self.template_kwargs, self.date), tools
+        return _key(messages, tools, agp, self.template_kwargs, self._date_key), tools
 
     def render(self, messages: Sequence[Message], tools: Any = None, add_generation_prompt: bool = False) -> str:
         """Rendered text; raises RenderError (cached, so a failing render is not retried)."""

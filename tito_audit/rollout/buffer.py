@@ -171,7 +171,7 @@ class Trajectory:
         logprobs: Sequence[float | None] | None = None,
     ) -> None:
         start = len(self.input_ids)
-        self.input_ids.extend(int(i) for i in ids)
+        self.input_ids.extend(map(int, ids))
         self.loss_mask.extend([1 if trained else 0] * len(ids))
         self.logprobs.extend(list(logprobs) if logprobs is not None else [LOGPROB_FILL] * len(ids))
         self.segments.append(Segment(kind, start, len(self.input_ids), len(self.messages)))
@@ -215,7 +215,9 @@ class Trajectory:
         if logprobs is not None and len(logprobs) != len(ids):
             raise ValueError(f"{len(logprobs)} logprobs for {len(ids)} ids")
         stops = set(self.stop_ids)
-        keep = next((i + 1 for i, t in enumerate(ids) if int(t) in stops), len(ids))
+        ints = list(map(int, ids))
+        first_stops = [ints.index(s) for s in stops if s in ints]
+        keep = min(first_stops) + 1 if first_stops else len(ints)
         if keep < len(ids) and self.after_stop == "error":
             tok = self.renderer.decode([ids[keep - 1]], skip_special_tokens=False)
             raise ValueError(
@@ -225,7 +227,7 @@ class Trajectory:
         continuing = self.truncated
         if not continuing:
             self._turn_start = len(self.input_ids)
-        kept = [int(t) for t in ids[:keep]]
+        kept = ints[:keep]
         self._push("sampled", kept, trained=True, logprobs=None if logprobs is None else list(logprobs[:keep]))
         self.truncated = not kept or kept[-1] not in stops
         if message is None:

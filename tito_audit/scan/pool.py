@@ -24,7 +24,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from tito_audit.rendering import RenderLimits
-from tito_audit.rendering.guard import address_space_bytes, limit_process_memory
+from tito_audit.rendering.guard import address_space_bytes, keep_timer_handler, limit_process_memory
 from tito_audit.scan import classify
 from tito_audit.scan.discover import TemplateFile
 from tito_audit.scan.pick import Picker
@@ -85,6 +85,7 @@ def _worker_main(
     gc.set_threshold(5000, 10, 10)
     if limits.memory_bytes > 0:
         limit_process_memory(address_space_bytes() + limits.memory_bytes)
+    keep_timer_handler()
     pickers: dict[str, Picker] = {}
     while True:
         try:
