@@ -75,3 +75,42 @@ def test_fuzzed_content_never_crashes(case) -> None:
         assert sim.error.kind in CLASSIFIED, (sim.error.kind, sim.error.message)
     else:
         assert sim.trajectory is not None and sim.trajectory.input_ids
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.dictionaries(st.text(max_size=5), json_values, max_size=4), max_size=4))
+def test_a_scenarios_messages_are_copied_as_a_json_round_trip_gives_them(messages) -> None:
+    """``messages_list`` gives what ``json.loads(json.dumps(...))`` gives: equal, with the same types at every level
+    (tuples become lists), and no dict or list shared with the scenario."""
+    import json
+
+    scenario = Scenario("s", "", tuple(messages), (), frozenset())
+    copied, expected = scenario.messages_list(), json.loads(json.dumps(scenario.messages))
+
+    def shape(value):
+        if isinstance(value, dict):
+            return ("dict", [(k, shape(v)) for k, v in value.items()])
+        if isinstance(value, list):
+            return ("list", [shape(v) for v in value])
+        return (type(value).__name__, value)
+
+    assert shape(copied) == shape(expected)
+
+    def containers(value):
+        if isinstance(value, dict | list | tuple):
+            yield id(value)
+            for item in value.values() if isinstance(value, dict) else value:
+                yield from containers(item)
+
+    assert not set(containers(copied)) & set(containers(list(scenario.messages)))
