@@ -59,3 +59,13 @@ def test_compiling_changes_no_class_of_jinjas(monkeypatch) -> None:
     assert during == [before]  # read once, as it was parsed, with jinja's class as it always is
     assert dict(vars(ImmutableSandboxedEnvironment)) == before
     assert isinstance(compiled.environment, ImmutableSandboxedEnvironment) and not compiled.environment.optimized
+
+
+def test_a_transformers_that_compiles_another_way_is_refused(monkeypatch) -> None:
+    """The compile limits depend on transformers building its environment from the class its module names: where
+    it no longer does, compiling says so instead of compiling without limits."""
+    from transformers.utils import chat_template_utils
+
+    monkeypatch.delattr(chat_template_utils, "ImmutableSandboxedEnvironment")
+    with pytest.raises(RuntimeError, match="no longer compiles"):
+        compiled_template("{{ 'another template no other test compiles' }}")

@@ -123,7 +123,9 @@ def _compiling(into: dict[str, TemplateFacts], limits: RenderLimits) -> Iterator
     is, not this compile's limits and reading."""
     from transformers.utils import chat_template_utils
 
-    original = chat_template_utils.ImmutableSandboxedEnvironment
+    original = getattr(chat_template_utils, "ImmutableSandboxedEnvironment", None)
+    if original is not ImmutableSandboxedEnvironment:  # a transformers that builds its environment another way
+        raise RuntimeError("transformers' chat_template_utils no longer compiles with jinja's sandboxed environment")
     chat_template_utils.ImmutableSandboxedEnvironment = _ReadingEnvironment  # type: ignore[misc]
     _Compile.into, _Compile.limits = into, limits
     try:
