@@ -85,12 +85,13 @@ def main() -> None:
     args = ap.parse_args()
     corpus = (ROOT / CORPUS).resolve()
     templates = len(sorted(corpus.glob("*.jinja"))[:: args.every])
+    at_start = machine()
     with tempfile.TemporaryDirectory() as tmp:
         before = export(args.before, Path(tmp) / "before")
         with ThreadPoolExecutor(2) as pool:  # the two sides at once, one core each (counts do not depend on it)
             old, new = pool.map(lambda tree: side(tree, corpus, args.every), [before, ROOT])
     result = {
-        "machine": machine(),
+        "machine": at_start,
         "command": f"python benchmarks/bench_instructions.py --before {args.before} --every {args.every}",
         "before": args.before,
         "templates": templates,
