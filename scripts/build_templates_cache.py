@@ -2,7 +2,7 @@
 
     python scripts/build_templates_cache.py ../shared/hf-hub
 
-Only permissively licensed models are bundled; tokenizer.json is stored xz-compressed.
+Only permissively licensed models are bundled; tokenizer.json is stored gzip-compressed (see sources/bundled).
 """
 
 from __future__ import annotations

@@ -25,10 +25,11 @@ class Candidate:
 
     @cached_property
     def _by_head(self) -> dict[str, list[str]]:
-        """``added`` by its first three characters; tokens shorter than that under themselves."""
+        """``added`` by its first three characters (the tokens shorter than that are ``_short``)."""
         heads: dict[str, list[str]] = {}
         for token in self.added:
-            heads.setdefault(token[:3], []).append(token)
+            if len(token) >= 3:
+                heads.setdefault(token[:3], []).append(token)
         return heads
 
     @cached_property
