@@ -39,6 +39,7 @@ from tito_audit.rendering.bounded_cache import BoundedCache
 from tito_audit.rendering.clock import pinned_strftime
 from tito_audit.rendering.guard import RenderLimits, RenderTimeout, harden_environment, render_limits
 from tito_audit.rendering.hazards import Hazard, find_hazards
+from tito_audit.rendering.sandbox_decisions import memoize_decisions
 
 # Every node type some reading of a template's code looks at (one walk of the tree finds them all, in order).
 ANALYSED_NODES = (nodes.Getattr, nodes.Getitem, nodes.Filter, nodes.Call, nodes.Name, nodes.Const, nodes.TemplateData)
@@ -197,8 +198,9 @@ def template_facts(template: str) -> TemplateFacts:
 def prepare_for_renders(template: str, limits: RenderLimits | None = None) -> None:
     """Ready the compiled template for an audit's renders: ``strftime_now`` at the pinned date
     (``clock.pinned_date``), a hardened environment (``guard``), errors that come out as raised
-    (``_raise_as_raised``), and two changes that leave every render's output as it was: flat globals and a
-    memoized ``tojson`` (``_memoized_tojson``). ``limits``: the renders' (their memory budget is the compile's)."""
+    (``_raise_as_raised``), and three changes that leave every render's output as it was: flat globals, a
+    memoized ``tojson`` (``_memoized_tojson``) and the sandbox's attribute decisions made once per type and name
+    (``sandbox_decisions``). ``limits``: the renders' (their memory budget is the compile's)."""
     compiled = compiled_template(template, None if limits is None else limits.memory_bytes)
     env = compiled.environment
     env.globals["strftime_now"] = pinned_strftime
@@ -209,6 +211,7 @@ def prepare_for_renders(template: str, limits: RenderLimits | None = None) -> No
         compiled.globals = dict(compiled.globals)
     compiled.globals["strftime_now"] = pinned_strftime
     harden_environment(env)
+    memoize_decisions(env)
     env.handle_exception = _raise_as_raised
     tojson = env.filters.get("tojson")
     if tojson is not None and not getattr(tojson, "memoized", False):

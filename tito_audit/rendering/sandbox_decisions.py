@@ -1,0 +1,76 @@
+"""jinja's sandbox, making each attribute decision once per (type, name) instead of on every access.
+
+The sandbox decides at every ``{{ message.content.strip() }}`` whether the attribute is safe: about ten
+``isinstance`` checks, three of them against ``collections.abc``'s mutable ABCs. And a dict key written as an
+attribute (``message.role``) raises an AttributeError, which the sandbox catches before it looks the key up.
+An audit makes some fifty such accesses per render, and a hundred renders per template.
+
+Two changes to one environment, neither of which changes an answer:
+
+- ``is_safe_attribute`` is remembered per (type of the object, name). jinja's answer depends on nothing else.
+  It is made of ``isinstance`` checks of the object, ``attr.startswith``, and ABC checks that ABCMeta itself
+  caches per class until the next ``register`` anywhere (``abc.get_cache_token``). The memo is dropped when
+  that token moves. An object whose ``__class__`` is not its type (a proxy) is decided every time.
+- ``getattr`` of a plain ``dict`` with a name that no dict has as an attribute goes straight to the key lookup.
+  This is what jinja does after ``getattr`` failed, with the same exceptions caught and the same undefined
+  returned. A plain dict's attributes are its type's, and a builtin type's attributes cannot change.
+
+Applied only where the environment's two methods are still jinja's ``ImmutableSandboxedEnvironment``'s: the
+facts above are about those. ``tests/test_sandbox_decisions.py`` holds both to jinja's answers.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
+
+_DICT_ATTRIBUTES = frozenset(dir(dict))
+_MEMO_SIZE = 4096  # (type, name) pairs: templates see a few dozen types; a bound for a caller's odd objects
+
+
+def memoize_decisions(env: Any) -> None:
+    """Install the two changes on ``env`` (idempotent); an environment of another kind is left as it is."""
+    if getattr(env, "decisions_memoized", False):
+        return
+    kind = type(env)
+    if kind.is_safe_attribute is not ImmutableSandboxedEnvironment.is_safe_attribute:
+        return
+    if kind.getattr is not SandboxedEnvironment.getattr:
+        return
+    decide = env.is_safe_attribute  # jinja's, bound
+    jinja_getattr = env.getattr
+    memo: dict[tuple[type, str], bool] = {}
+    token = [abc.get_cache_token()]
+
+    def is_safe_attribute(obj: Any, attr: str, value: Any) -> bool:
+        cls = type(obj)
+        if obj.__class__ is not cls or type(attr) is not str:
+            return bool(decide(obj, attr, value))
+        now = abc.get_cache_token()
+        if now != token[0]:  # an ABC registered a class: ABC answers may have changed
+            memo.clear()
+            token[0] = now
+        key = (cls, attr)
+        safe = memo.get(key)
+        if safe is None:
+            safe = bool(decide(obj, attr, value))
+            if len(memo) >= _MEMO_SIZE:
+                memo.clear()
+            memo[key] = safe
+        return safe
+
+    def getattr_(obj: Any, attribute: str) -> Any:
+        if type(obj) is dict and type(attribute) is str and attribute not in _DICT_ATTRIBUTES:
+            try:
+                return obj[attribute]
+            except (TypeError, LookupError):
+                return env.undefined(obj=obj, name=attribute)
+        return jinja_getattr(obj, attribute)
+
+    # jinja's own methods call ``self.is_safe_attribute``, and compiled templates ``environment.getattr``: both
+    # find these first, on the instance.
+    env.is_safe_attribute = is_safe_attribute
+    env.getattr = getattr_
+    env.decisions_memoized = True
