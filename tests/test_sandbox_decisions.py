@@ -9,8 +9,8 @@ from collections.abc import MutableSequence
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from jinja2 import Undefined
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2 import Undefined, pass_context
+from jinja2.sandbox import ImmutableSandboxedEnvironment, unsafe
 from jinja2.utils import Namespace
 
 from tito_audit.rendering.sandbox_decisions import memoize_decisions
@@ -143,6 +143,53 @@ def _undefined_alike(a: object, b: object) -> bool:
     if isinstance(a, Undefined) and isinstance(b, Undefined):
         return (a._undefined_hint, a._undefined_name) == (b._undefined_hint, b._undefined_name)
     return callable(a) and callable(b) and getattr(a, "__name__", None) == getattr(b, "__name__", None)
+
+
+def _called(env: ImmutableSandboxedEnvironment, fn: object, *args: object, **kwargs: object) -> tuple:
+    context = env.from_string("").new_context({})
+    try:
+        value = env.call(context, fn, *args, **kwargs)
+    except Exception as exc:
+        return ("raised", type(exc), str(exc))
+    if isinstance(value, Undefined):
+        return ("undefined", value._undefined_hint)
+    return ("value", value)
+
+
+@pass_context
+def _with_context(context: object, x: int) -> tuple:
+    return (type(context).__name__, x)
+
+
+def test_calls_answer_as_jinja_does() -> None:
+    """Builtin methods are called directly; every other callable (context-taking, unsafe, a class) goes through
+    jinja; a builtin that raises StopIteration gives jinja's undefined; loop and block variables never reach a
+    builtin."""
+    jinja = ImmutableSandboxedEnvironment()
+    ours = ImmutableSandboxedEnvironment()
+    memoize_decisions(ours)
+    calls = [
+        ("a b".split, (), {}),
+        ("a,b".split, (",",), {"maxsplit": 1}),
+        ("x".upper, (), {"_loop_vars": {"i": 1}, "_block_vars": {}}),
+        ({"k": 1}.items, (), {}),
+        ([3, 1].index, (1,), {}),
+        ([1].index, (5,), {}),
+        (next, (iter(()),), {}),
+        (len, ("abc",), {}),
+        (_with_context, (2,), {}),
+        (Plain().append, (1,), {}),
+        (unsafe(lambda: 1), (), {}),
+        (Namespace, (), {"a": 1}),
+        ([].append, (1,), {}),
+    ]
+    for fn, args, kwargs in calls:
+        mine = _called(ours, fn, *args, **dict(kwargs))
+        theirs = _called(jinja, fn, *args, **dict(kwargs))
+        if mine[0] == "value" and isinstance(mine[1], Namespace):
+            assert theirs[0] == "value" and isinstance(theirs[1], Namespace)
+            continue
+        assert mine == theirs, fn
 
 
 def test_a_class_registered_with_an_abc_later_is_decided_anew() -> None:

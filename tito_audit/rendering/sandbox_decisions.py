@@ -5,7 +5,7 @@ The sandbox decides at every ``{{ message.content.strip() }}`` whether the attri
 attribute (``message.role``) raises an AttributeError, which the sandbox catches before it looks the key up.
 An audit makes some fifty such accesses per render, and a hundred renders per template.
 
-Two changes to one environment, neither of which changes an answer:
+Three changes to one environment, none of which changes an answer:
 
 - ``is_safe_attribute`` is remembered per (type of the object, name). jinja's answer depends on nothing else.
   It is made of ``isinstance`` checks of the object, ``attr.startswith``, and ABC checks that ABCMeta itself
@@ -14,16 +14,21 @@ Two changes to one environment, neither of which changes an answer:
 - ``getattr`` of a plain ``dict`` with a name that no dict has as an attribute goes straight to the key lookup.
   This is what jinja does after ``getattr`` failed, with the same exceptions caught and the same undefined
   returned. A plain dict's attributes are its type's, and a builtin type's attributes cannot change.
+- ``call`` of a builtin method (``content.strip()``, ``name.startswith('x')``) calls it. jinja first asks the
+  method for ``unsafe_callable`` and ``alters_data`` and for ``jinja_pass_arg`` on it and on its ``__call__``;
+  no such attribute can exist on a builtin method or a method-wrapper, so every answer is "no".
 
-Applied only where the environment's two methods are still jinja's ``ImmutableSandboxedEnvironment``'s: the
+Applied only where the environment's three methods are still jinja's ``ImmutableSandboxedEnvironment``'s: the
 facts above are about those. ``tests/test_sandbox_decisions.py`` holds both to jinja's answers.
 """
 
 from __future__ import annotations
 
 import abc
+import types
 from typing import Any
 
+from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
 
 _DICT_ATTRIBUTES = frozenset(dir(dict))
@@ -31,16 +36,19 @@ _MEMO_SIZE = 4096  # (type, name) pairs: templates see a few dozen types; a boun
 
 
 def memoize_decisions(env: Any) -> None:
-    """Install the two changes on ``env`` (idempotent); an environment of another kind is left as it is."""
+    """Install the three changes on ``env`` (idempotent); an environment of another kind is left as it is."""
     if getattr(env, "decisions_memoized", False):
         return
     kind = type(env)
     if kind.is_safe_attribute is not ImmutableSandboxedEnvironment.is_safe_attribute:
         return
-    if kind.getattr is not SandboxedEnvironment.getattr:
+    if kind.getattr is not SandboxedEnvironment.getattr or kind.call is not SandboxedEnvironment.call:
+        return
+    if kind.is_safe_callable is not SandboxedEnvironment.is_safe_callable or env.context_class is not Context:
         return
     decide = env.is_safe_attribute  # jinja's, bound
     jinja_getattr = env.getattr
+    jinja_call = env.call
     memo: dict[tuple[type, str], bool] = {}
     token = [abc.get_cache_token()]
 
@@ -69,8 +77,21 @@ def memoize_decisions(env: Any) -> None:
                 return env.undefined(obj=obj, name=attribute)
         return jinja_getattr(obj, attribute)
 
+    def call(__context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        if type(__obj) is not types.BuiltinMethodType:
+            return jinja_call(__context, __obj, *args, **kwargs)
+        kwargs.pop("_block_vars", None)
+        kwargs.pop("_loop_vars", None)
+        try:
+            return __obj(*args, **kwargs)
+        except StopIteration:  # as jinja's ``Context.call``
+            return __context.environment.undefined(
+                "value was undefined because a callable raised a StopIteration exception"
+            )
+
     # jinja's own methods call ``self.is_safe_attribute``, and compiled templates ``environment.getattr``: both
     # find these first, on the instance.
     env.is_safe_attribute = is_safe_attribute
     env.getattr = getattr_
+    env.call = call
     env.decisions_memoized = True
