@@ -371,12 +371,10 @@ def test_kept_encodings_are_never_walked_by_the_garbage_collector(loaded) -> Non
     tuples of ints, the collector stops tracking them. Callers still get lists of their own."""
     import gc
 
-    from tito_audit.rendering.segments import MIN_CHARS
-
     m = loaded("Qwen/Qwen2.5-7B-Instruct")
     cache = TokenizerCache(m.tokenizer)  # its own: entries an earlier test kept may have been frozen since
     renderer = Renderer(m.tokenizer, m.chat_template)
-    short, long = "Hello there", "<|im_start|>user\n" + "a fairly long line of text\n" * (MIN_CHARS // 20)
+    short, long = "Hello there", "<|im_start|>user\n" + "a fairly long line of text\n" * 25
     msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
     ids = cache.encode(short)
     for text in (short, long):

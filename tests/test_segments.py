@@ -9,7 +9,7 @@ from tokenizers import AddedToken, Tokenizer
 
 from tests.conftest import SHARED_MODELS
 from tito_audit.context import AuditContext, AuditOptions
-from tito_audit.rendering.segments import MIN_CHARS, SegmentedEncoder
+from tito_audit.rendering.segments import SegmentedEncoder
 from tito_audit.rendering.tokenizer_cache import tokenizer_cache
 from tito_audit.sources import bundled_names
 
@@ -55,12 +55,15 @@ def test_the_audit_cache_uses_segments_and_agrees_with_transformers(loaded, spec
     tok = model.tokenizer
     cache = tokenizer_cache(tok)
     text = "".join(f'<|user|>\n turn {i} é 日本 {{"a": [1, 2]}}\n' + tok.eos_token for i in range(40))
-    assert len(text) >= MIN_CHARS
     assert cache.encode(text) == tok.encode(text, add_special_tokens=False)
     ids, offsets = cache.encode_with_offsets(text)
     out = tok(text, add_special_tokens=False, return_offsets_mapping=True)
     assert (ids, offsets) == (out["input_ids"], [tuple(o) for o in out["offset_mapping"]])
     assert cache._segments is not None and cache._segments.usable
+    short = "hi" + tok.eos_token + "\n ok"  # short texts are encoded by segments too, and kept as segments
+    assert cache.encode(short) == tok.encode(short, add_special_tokens=False)
+    assert all(piece in cache._segments._pieces for piece in cache._segments.segments(short))
+    assert cache.encode_with_offsets(short)[0] == tok.encode(short, add_special_tokens=False)
 
 
 _PIECES = ["hello", " world", "\n", "\n\n", "  ", "\t", "é", "e\u0301", "日本語", "😀", '{"a": 1}', "<think>", "▁"]

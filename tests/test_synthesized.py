@@ -161,7 +161,6 @@ def test_a_clone_with_another_eos_shares_the_backend_parts_and_encodes_as_its_ow
     """``Synthesizer._specials`` gives each template's eos its own clone of the base copy; the clone takes the
     copy's added-token pattern and segment encoder (``TokenizerCache.share_backend_parts``) instead of building
     them again, and encodes exactly what a cache built for the clone alone does."""
-    from tito_audit.rendering.segments import MIN_CHARS
     from tito_audit.rendering.tokenizer_cache import TokenizerCache, tokenizer_cache
     from tito_audit.sources.synthesized import _with_specials
 
@@ -181,7 +180,7 @@ def test_a_clone_with_another_eos_shares_the_backend_parts_and_encodes_as_its_ow
     assert shared._segments is tokenizer_cache(copied)._segments is not None
     assert shared.added_re is tokenizer_cache(copied).added_re
     assert shared.special_texts == own.special_texts and "<|zq_end|>" in shared.special_texts
-    text = ("<|zq_turn|>" + "hello there, " * (MIN_CHARS // 10) + "<|zq_end|>") * 3
+    text = ("<|zq_turn|>" + "hello there, " * 50 + "<|zq_end|>") * 3
     assert shared.encode(text) == own.encode(text) == clone.encode(text, add_special_tokens=False)
     assert shared.mentions_added_tokens("say <|zq_end|>") and not shared.mentions_added_tokens("say zq_end")
     # another backend is never shared

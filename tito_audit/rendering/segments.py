@@ -1,4 +1,4 @@
-"""Encoding a long render segment by segment, to exactly the ids and offsets of encoding it whole.
+"""Encoding a render segment by segment, to exactly the ids and offsets of encoding it whole.
 
 A Hugging Face ``tokenizers`` pipeline first cuts its input at the added tokens it matches on the raw text
 (``normalized=False``), leftmost-longest, then normalizes, pre-tokenizes and tokenizes every piece between them
@@ -24,8 +24,6 @@ from tito_audit.rendering.literal_pattern import any_of
 Encoded = tuple[list[int], list[tuple[int, int]]]
 # A segment's ids and offsets, or its ids alone (None: encoded without offsets, which costs the tokenizer less)
 Cached = tuple[tuple[int, ...], tuple[tuple[int, int], ...] | None]
-
-MIN_CHARS = 512  # shorter texts cost less to encode whole than to cut
 
 
 class SegmentedEncoder:

@@ -20,7 +20,7 @@ from typing import Any
 
 from tito_audit.rendering.bounded_cache import BoundedCache
 from tito_audit.rendering.literal_pattern import any_of
-from tito_audit.rendering.segments import MIN_CHARS, SegmentedEncoder
+from tito_audit.rendering.segments import SegmentedEncoder
 
 _DECODE_CACHED = 256  # longer id sequences are decoded every time
 
@@ -73,7 +73,7 @@ class TokenizerCache:
         the segment encoder. A scan calls this before its workers fork, so that they share them instead of each
         building its own."""
         _ = self.added_re, self.special_texts
-        self._segmented(self._backend(None), " " * MIN_CHARS)
+        self._segmented(self._backend(None))
         try:  # the patterns transformers' encode_marked_chat compiles for this tokenizer (kept in its lru_cache)
             from transformers.utils.chat_template_utils import _get_control_token_patterns
 
@@ -106,7 +106,7 @@ class TokenizerCache:
         hit = self._encodes.get(key)
         if hit is None:
             backend = self._backend(split_special_tokens)
-            segmented = None if add_special_tokens else self._segmented(backend, text)
+            segmented = None if add_special_tokens else self._segmented(backend)
             if segmented is not None:
                 ids = segmented.ids(text)
             elif backend is not None:  # the ids alone: without offsets where this version of tokenizers can
@@ -131,10 +131,13 @@ class TokenizerCache:
             return None
         return backend
 
-    def _segmented(self, backend: Any, text: str) -> SegmentedEncoder | None:
-        """The segment-cached encoder, for long texts that the plain backend call would encode
-        (``add_special_tokens=False``, special tokens not split)."""
-        if backend is None or len(text) < MIN_CHARS or backend.encode_special_tokens:
+    def _segmented(self, backend: Any) -> SegmentedEncoder | None:
+        """The segment-cached encoder, for what the plain backend call would encode (``add_special_tokens=False``,
+        special tokens not split). Every text goes through it, short ones too: the Rust tokenizer's pre-tokenizing
+        regular expression costs a few hundred nanoseconds per character, and most of a short render (a system
+        prompt, a turn header) is a segment some earlier render already had (``benchmarks/bench_instructions.py``:
+        fewer instructions than encoding texts under 512 characters whole)."""
+        if backend is None or backend.encode_special_tokens:
             return None
         if self._segments is None:
             self._segments = SegmentedEncoder(backend)
@@ -153,7 +156,7 @@ class TokenizerCache:
         hit = self._offsets.get(text)
         if hit is None:
             backend = self._backend(None)
-            segmented = self._segmented(backend, text)
+            segmented = self._segmented(backend)
             if segmented is not None:
                 ids, offsets = segmented.encode(text)
             elif backend is not None:
@@ -169,7 +172,7 @@ class TokenizerCache:
     def encode_window(self, text: str, start: int, end: int) -> tuple[list[int], list[tuple[int, int]]]:
         """A run of ``encode_with_offsets(text)`` holding every token that overlaps ``[start, end]`` (the whole
         encoding unless the text is encoded by segments)."""
-        segmented = self._segmented(self._backend(None), text)
+        segmented = self._segmented(self._backend(None))
         if segmented is not None:
             return segmented.window(text, start, end)
         return self.encode_with_offsets(text)
