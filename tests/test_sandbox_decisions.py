@@ -76,6 +76,9 @@ OBJECTS = [
     _Claims(object),
 ]
 NAMES = [
+    "strip",
+    "split",
+    "maketrans",
     "role",
     "content",
     "items",
@@ -118,7 +121,7 @@ def _answer(env: ImmutableSandboxedEnvironment, obj: object, name: str) -> tuple
             value._undefined_obj is obj,
         )
     if callable(value) and getattr(value, "__name__", None) in ("format", "format_map"):
-        return ("sandboxed format", value.__name__)  # a new wrapper per access in both
+        return ("format", value.__name__, type(value).__name__)  # jinja's wrapper (new per access), or the raw method
     return ("value", value)
 
 

@@ -13,7 +13,8 @@ Three changes to one environment, none of which changes an answer:
   that token moves. An object whose ``__class__`` is not its type (a proxy) is decided every time.
 - ``getattr`` of a plain ``dict`` with a name that no dict has as an attribute goes straight to the key lookup.
   This is what jinja does after ``getattr`` failed, with the same exceptions caught and the same undefined
-  returned. A plain dict's attributes are its type's, and a builtin type's attributes cannot change.
+  returned. A plain dict's attributes are its type's, and a builtin type's attributes cannot change. A plain
+  str's methods (``strip``, ``startswith``) skip jinja's check for ``format``, which they are not.
 - ``call`` of a builtin method (``content.strip()``, ``name.startswith('x')``) calls it. jinja first asks the
   method for ``unsafe_callable`` and ``alters_data`` and for ``jinja_pass_arg`` on it and on its ``__call__``;
   no such attribute can exist on a builtin method or a method-wrapper, so every answer is "no".
@@ -32,6 +33,8 @@ from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
 
 _DICT_ATTRIBUTES = frozenset(dir(dict))
+# A str's public methods but the two jinja wraps (``wrap_str_format``): for these, jinja's wrapping step is a no-op
+_STR_METHODS = frozenset(n for n in dir(str) if not n.startswith("_")) - {"format", "format_map"}
 _MEMO_SIZE = 4096  # (type, name) pairs: templates see a few dozen types; a bound for a caller's odd objects
 
 
@@ -70,11 +73,15 @@ def memoize_decisions(env: Any) -> None:
         return safe
 
     def getattr_(obj: Any, attribute: str) -> Any:
-        if type(obj) is dict and type(attribute) is str and attribute not in _DICT_ATTRIBUTES:
+        cls = type(obj)
+        if cls is dict and type(attribute) is str and attribute not in _DICT_ATTRIBUTES:
             try:
                 return obj[attribute]
             except (TypeError, LookupError):
                 return env.undefined(obj=obj, name=attribute)
+        if cls is str and type(attribute) is str and attribute in _STR_METHODS:
+            value = getattr(obj, attribute)
+            return value if env.is_safe_attribute(obj, attribute, value) else env.unsafe_undefined(obj, attribute)
         return jinja_getattr(obj, attribute)
 
     def call(__context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
