@@ -294,3 +294,45 @@ def test_the_buffer_keeps_its_own_copy_of_every_message(qwen25) -> None:
     other = Trajectory.from_tokenizer(qwen25.tokenizer)
     other.start([when])
     assert other.messages[0] == when and other.messages[0] is not when
+
+
+@pytest.mark.parametrize("spec", ["Qwen/Qwen3-0.6B", "meta-llama/Llama-3.2-3B-Instruct", "openai/gpt-oss-20b"])
+def test_a_simulated_turn_from_the_prefix_renders_is_the_turn_rendered_anew(loaded, spec) -> None:
+    """``simulate`` hands ``derive_turn`` the prefix renders it made while adapting the conversation; every turn
+    of every full scenario is the turn a fresh renderer derives without them (a prompt after an assistant turn,
+    rendered without a generation prompt there, is rendered anew)."""
+    from tito_audit.rendering import Renderer
+    from tito_audit.rollout import stop_token_ids
+    from tito_audit.scenarios import build_scenarios
+    from tito_audit.simulation import simulate
+
+    model = loaded(spec)
+    renderer = Renderer(model.tokenizer, model.chat_template)
+    stops = list(stop_token_ids(model.tokenizer, renderer))
+    compared = 0
+    for scenario in build_scenarios():
+        sim = simulate(renderer, scenario, stops)
+        if not sim.ok:
+            continue
+        fresh = Renderer(model.tokenizer, model.chat_template).with_kwargs(**scenario.kwargs)
+        for turn in sim.turns:
+            again = derive_turn(fresh, sim.messages, turn.index, list(scenario.tools), stops)
+            assert again == turn, (scenario.id, turn.index)
+            compared += 1
+    assert compared > 50
+
+
+def test_a_turn_after_an_assistant_turn_is_prompted_with_a_generation_prompt(qwen3) -> None:
+    """The prefix render that ends with an assistant turn has no generation prompt; the next assistant turn's
+    prompt needs one, so it is not taken from the prefix renders."""
+    from tito_audit.rendering import Renderer
+    from tito_audit.simulation import _first_render_error
+
+    history = [USER, {"role": "assistant", "content": "Let me check."}, {"role": "assistant", "content": "Sunny."}]
+    renderer = Renderer(qwen3.tokenizer, qwen3.chat_template)
+    prefixes: list[str] = []
+    assert _first_render_error(renderer, history, None, prefixes) is None and len(prefixes) == 3
+    stops = [qwen3.tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    with_prefixes = derive_turn(renderer, history, 2, None, stops, prefixes=prefixes)
+    fresh = derive_turn(Renderer(qwen3.tokenizer, qwen3.chat_template), history, 2, None, stops)
+    assert with_prefixes == fresh and with_prefixes.prompt_text.endswith("<|im_start|>assistant\n")

@@ -87,15 +87,19 @@ def derive_turn(
     tools: Any,
     stop_ids: Sequence[int],
     emit_reasoning: tuple[str, str] | None = None,
+    prefixes: Sequence[str] = (),
 ) -> Turn:
     """The ids a model would sample for ``history[index]`` (an assistant message).
 
     ``emit_reasoning`` (think tags): the template never renders reasoning, not even on the last turn, but the
     model emits it; the sampled text then carries the message's reasoning before what the template renders.
+    ``prefixes``: the renders ``_first_render_error`` made of ``history``'s prefixes with ``tools`` (the k-th of the
+    first k+1 messages), which are this turn's prompt and full text where their generation prompts agree.
     """
-    prompt = renderer.render(history[:index], tools=tools, add_generation_prompt=True)
+    known = len(prefixes) > index and index > 0 and history[index - 1]["role"] != "assistant"
+    prompt = prefixes[index - 1] if known else renderer.render(history[:index], tools=tools, add_generation_prompt=True)
     message = history[index]
-    full = renderer.render(history[: index + 1], tools=tools)
+    full = prefixes[index] if known else renderer.render(history[: index + 1], tools=tools)
     start = common_prefix_len(prompt, full)
     completion = full[start:]
     dropped_calls = _dropped_calls(message, completion)
@@ -140,12 +144,20 @@ def derive_turn(
     )
 
 
-def _first_render_error(renderer: Renderer, messages: list[Message], tools: Any) -> RenderError | None:
+def _first_render_error(
+    renderer: Renderer, messages: list[Message], tools: Any, texts: list[str] | None = None
+) -> RenderError | None:
+    """The first prefix of ``messages`` that fails to render (with a generation prompt unless it ends with the
+    assistant), or None; ``texts`` receives the renders in order."""
     for i in range(1, len(messages) + 1):
         try:
-            renderer.render(messages[:i], tools=tools, add_generation_prompt=messages[i - 1]["role"] != "assistant")
+            text = renderer.render(
+                messages[:i], tools=tools, add_generation_prompt=messages[i - 1]["role"] != "assistant"
+            )
         except RenderError as err:
             return detached(err)
+        if texts is not None:
+            texts.append(text)
     return None
 
 
@@ -154,11 +166,20 @@ def adapt_to_template(
 ) -> tuple[list[Message], tuple[str, ...], RenderError | None]:
     """The conversation in the shape the template accepts (``shapes``, probed once per template); if the
     template still refuses it, the fallback adapters one by one and together, like a practitioner would."""
+    messages, shaped, err, _ = _adapted(renderer, scenario, shapes)
+    return messages, shaped, err
+
+
+def _adapted(
+    renderer: Renderer, scenario: Scenario, shapes: Shapes | None
+) -> tuple[list[Message], tuple[str, ...], RenderError | None, list[str]]:
+    """``adapt_to_template``, and the renders of the returned conversation's prefixes where it renders."""
     messages, shaped = (shapes or Shapes()).apply(scenario.messages_list())
     tools = list(scenario.tools)
-    err = _first_render_error(renderer, messages, tools)
+    texts: list[str] = []
+    err = _first_render_error(renderer, messages, tools, texts)
     if err is None or err.kind in ("timeout", "too_large", "security"):
-        return messages, shaped, err
+        return messages, shaped, err, texts
     tried: list[tuple[str, ...]] = [
         ("system_into_user",),
         ("tool_as_user",),
@@ -170,16 +191,17 @@ def adapt_to_template(
             adapted = ADAPTERS[name](adapted)
         if adapted == messages:
             continue
-        if _first_render_error(renderer, adapted, tools) is None:
-            return adapted, (*shaped, *names), None
-    return messages, shaped, err
+        texts = []
+        if _first_render_error(renderer, adapted, tools, texts) is None:
+            return adapted, (*shaped, *names), None, texts
+    return messages, shaped, err, []
 
 
 def simulate(
     renderer: Renderer, scenario: Scenario, stop_ids: Sequence[int], shapes: Shapes | None = None
 ) -> Simulation:
     renderer = renderer.with_kwargs(**scenario.kwargs) if scenario.kwargs else renderer
-    messages, adapters, err = adapt_to_template(renderer, scenario, shapes)
+    messages, adapters, err, prefixes = _adapted(renderer, scenario, shapes)
     emit = shapes.think_tags if shapes is not None and shapes.reasoning == "emitted" else None
     sim = Simulation(scenario, messages, adapters)
     if err is not None:
@@ -191,7 +213,7 @@ def simulate(
     try:
         traj.start(messages[: assistants[0]])
         for n, idx in enumerate(assistants):
-            turn = derive_turn(renderer, messages, idx, tools, stop_ids, emit)
+            turn = derive_turn(renderer, messages, idx, tools, stop_ids, emit, prefixes)
             sim.turns.append(turn)
             traj.append_sampled(turn.sampled_ids, message=messages[idx])
             nxt = assistants[n + 1] if n + 1 < len(assistants) else len(messages)
