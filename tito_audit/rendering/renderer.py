@@ -1,6 +1,7 @@
 """``Renderer``: one model's rendering and encoding, as its RL stack would do them, with caching and bounds.
 
-Every render goes through ``tokenizer.apply_chat_template`` (transformers' ImmutableSandboxedEnvironment), under
+Every render is transformers' (``apply_chat_template``, or for text renders the compiled template given exactly
+its inputs, each message prepared once: ``template_inputs``; its ImmutableSandboxedEnvironment either way), under
 the render limits (``guard``), with the template's clock pinned (``analysis.prepare_for_renders``, again
 whenever transformers may have compiled the template anew: its cache keeps 128); every failure becomes a
 classified ``RenderError``. An audit renders the same conversations hundreds of times, so
@@ -29,6 +30,7 @@ from tito_audit.rendering.bounded_cache import content_key
 from tito_audit.rendering.clock import DEFAULT_DATE, pinned_date
 from tito_audit.rendering.guard import RenderLimits, RenderTimeout, render_limits
 from tito_audit.rendering.sanitizer import Sanitizer, sanitizer_for
+from tito_audit.rendering.template_inputs import render_text
 from tito_audit.rendering.tokenizer_cache import tokenizer_cache
 
 # RenderError, tokenizer_cache and DEFAULT_DATE are also importable from here, where the package has long found them.
@@ -166,6 +168,10 @@ class Renderer:
             list(messages), tools=tools, chat_template=self.chat_template, add_generation_prompt=agp, **extra, **kwargs
         )
 
+    def _text(self, messages: Sequence[Message], tools: Any, agp: bool, kwargs: dict[str, Any]) -> str:
+        """``_apply(..., tokenize=False)``, with each input prepared once (``template_inputs``)."""
+        return render_text(self.tokenizer, self.chat_template, messages, tools, agp, kwargs)
+
     def _keyed(self, messages: Sequence[Message], tools: Any, agp: bool) -> tuple[bytes | str, Any]:
         """The cache key of a render, and the tools to render with (None for a template that never reads them)."""
         if tools is not None and not self._shared.reads_tools:
@@ -182,9 +188,7 @@ class Renderer:
         hit = texts.get(key)
         if hit is None:
             try:
-                hit = self._guarded(
-                    lambda: self._apply(messages, tools, add_generation_prompt, self.template_kwargs, tokenize=False)
-                )
+                hit = self._guarded(lambda: self._text(messages, tools, add_generation_prompt, self.template_kwargs))
             except RenderError as err:
                 hit = detached(err)  # kept: its traceback would keep this renderer's frames (and caches) alive
             texts[key] = hit
@@ -243,7 +247,7 @@ class Renderer:
         if san is None:
             return self._apply_sanitized(messages, tools, agp)
         *msgs, marked_tools, kwargs = san.mark_each([*messages, tools, self.template_kwargs])
-        return list(self._guarded(lambda: san.encode(self._apply(msgs, marked_tools, agp, kwargs, tokenize=False))))
+        return list(self._guarded(lambda: san.encode(self._text(msgs, marked_tools, agp, kwargs))))
 
     def _apply_sanitized(self, messages: Sequence[Message], tools: Any, agp: bool) -> list[int]:
         """transformers does it all (tokenizers whose encoding path we do not reproduce)."""
