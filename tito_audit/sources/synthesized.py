@@ -73,33 +73,52 @@ class BaseFit:
         )
 
 
-def _atomic_and_provides(tokenizer: Any, template: str, hidden: frozenset[str]) -> tuple[int, int]:
+@dataclass(frozen=True)
+class _Reading:
+    """What fitting reads of a template, read once for all the candidates: its control-token literals, the
+    special-token variables it reads, and its literal text with each control literal replaced by a newline."""
+
+    controls: tuple[str, ...]
+    specials: tuple[str, ...]
+    text: str
+
+    @classmethod
+    def of(cls, template: str) -> _Reading:
+        from tito_audit.rendering.analysis import literal_text
+
+        controls = tuple(template_controls(template))
+        text = literal_text(template)
+        for t in controls:
+            text = text.replace(t, "\n")
+        return cls(controls, tuple(read_special_variables(template)), text)
+
+
+def _atomic_and_provides(tokenizer: Any, reading: _Reading, hidden: frozenset[str]) -> tuple[int, int]:
     """``BaseFit.atomic`` and ``BaseFit.provides``: the two leading criteria, which need no encoding."""
     from tito_audit.sources.control_tokens import token_in_vocab
 
-    atomic = sum(1 for t in template_controls(template) if t not in hidden and token_in_vocab(tokenizer, t))
-    provides = sum(1 for v in read_special_variables(template) if getattr(tokenizer, v, None) is not None)
+    atomic = sum(1 for t in reading.controls if t not in hidden and token_in_vocab(tokenizer, t))
+    provides = sum(1 for v in reading.specials if getattr(tokenizer, v, None) is not None)
     return atomic, provides
 
 
 def fit(name: str, tokenizer: Any, template: str, order: int = 0, hidden: frozenset[str] = frozenset()) -> BaseFit:
     """``hidden``: tokens added to the tokenizer by synthesis (not its own)."""
-    return _encoded_fit(name, tokenizer, template, order, _atomic_and_provides(tokenizer, template, hidden))
+    reading = _Reading.of(template)
+    return _encoded_fit(name, tokenizer, reading, order, _atomic_and_provides(tokenizer, reading, hidden))
 
 
-def _encoded_fit(name: str, tokenizer: Any, template: str, order: int, leading: tuple[int, int]) -> BaseFit:
+def _encoded_fit(name: str, tokenizer: Any, reading: _Reading, order: int, leading: tuple[int, int]) -> BaseFit:
     """``fit``, given its two leading criteria: the template's literal text encoded and decoded."""
-    from tito_audit.rendering.analysis import literal_text
     from tito_audit.rendering.tokenizer_cache import tokenizer_cache
 
-    text = literal_text(template)
-    for t in template_controls(template):
-        text = text.replace(t, "\n")
     cache = tokenizer_cache(tokenizer)  # the tokenizer's own encode and decode, without the Python around them
-    ids = cache.encode(text)
+    ids = cache.encode(reading.text)
     back = cache.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
     atomic, provides = leading
-    return BaseFit(name=name, atomic=atomic, provides=provides, lossless=back == text, tokens=len(ids), order=order)
+    return BaseFit(
+        name=name, atomic=atomic, provides=provides, lossless=back == reading.text, tokens=len(ids), order=order
+    )
 
 
 def choose_base(template: str, candidates: Mapping[str, LoadedModel]) -> BaseFit:
@@ -107,10 +126,11 @@ def choose_base(template: str, candidates: Mapping[str, LoadedModel]) -> BaseFit
     the criteria that need no encoding are encoded: the others cannot win."""
     if not candidates:
         raise ValueError("no candidate tokenizers to synthesize from")
-    leading = {name: _atomic_and_provides(m.tokenizer, template, m.hidden_specials) for name, m in candidates.items()}
+    reading = _Reading.of(template)
+    leading = {name: _atomic_and_provides(m.tokenizer, reading, m.hidden_specials) for name, m in candidates.items()}
     best = max(leading.values())
     fits = [
-        _encoded_fit(name, m.tokenizer, template, i, best)
+        _encoded_fit(name, m.tokenizer, reading, i, best)
         for i, (name, m) in enumerate(candidates.items())
         if leading[name] == best
     ]
@@ -229,6 +249,8 @@ class Synthesizer:
     def __init__(self, candidates: Mapping[str, LoadedModel], vocabulary: Iterable[str] = ()) -> None:
         self.candidates = dict(candidates)
         self.vocabulary = tuple(dict.fromkeys(vocabulary))
+        self._known = frozenset(self.vocabulary)
+        self._lacks: dict[str, tuple[str, ...]] = {}  # per base: the tokens of ``vocabulary`` it lacks
         self._copies: dict[tuple[str, tuple[str, ...]], tuple[Any, frozenset[str]]] = {}
         self._clones: dict[tuple[int, tuple[tuple[str, str], ...]], Any] = {}
 
@@ -237,8 +259,13 @@ class Synthesizer:
         from tito_audit.sources.control_tokens import token_in_vocab
 
         real = self.candidates[base]
-        wanted = [*self.vocabulary, *own] if set(own) <= set(self.vocabulary) else list(own)
-        key = (base, tuple(t for t in dict.fromkeys(wanted) if not token_in_vocab(real.tokenizer, t)))
+        if self._known.issuperset(own):  # the scan's shared copy: what the base lacks of the whole vocabulary
+            lacks = self._lacks.get(base)
+            if lacks is None:
+                lacks = self._lacks[base] = tuple(t for t in self.vocabulary if not token_in_vocab(real.tokenizer, t))
+        else:
+            lacks = tuple(t for t in dict.fromkeys(own) if not token_in_vocab(real.tokenizer, t))
+        key = (base, lacks)
         if key not in self._copies:
             tok = copy_tokenizer(real.tokenizer)
             self._copies[key] = (tok, _add(tok, [*key[1], *PLACEHOLDERS.values()]))
