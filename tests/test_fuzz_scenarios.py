@@ -114,3 +114,30 @@ def test_a_scenarios_messages_are_copied_as_a_json_round_trip_gives_them(message
                 yield from containers(item)
 
     assert not set(containers(copied)) & set(containers(list(scenario.messages)))
+
+
+_MODE_VALUES = st.one_of(st.booleans(), st.integers(-1, 2), st.sampled_from([0.0, 1.0, "on", None]), st.just([1]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    specials=st.lists(st.sampled_from(["<|im_end|>", "</s>", "<|eot_id|>", "[INST]", "<|x|>"]), max_size=6),
+    modes=st.lists(st.dictionaries(st.sampled_from(["enable_thinking", "thinking"]), _MODE_VALUES), max_size=3),
+    only=st.sampled_from([None, ("single_call/", "reasoning/"), ("two_calls/plain", "inline_think/plain")]),
+)
+def test_scenarios_built_once_per_input_equal_a_fresh_build(specials, modes, only) -> None:
+    """``build_scenarios`` keeps its scenarios per input (the first four special texts, the modes with each
+    value's type, the subset): asked twice, or after an input that is equal but of another type (True and 1),
+    it gives what building them afresh gives."""
+    from tito_audit.scenarios.catalog import _build_all, build_scenarios
+
+    modes = modes or [{}]
+    for _ in range(2):
+        built = build_scenarios(specials, modes, only)
+        fresh = _build_all(specials[:4], modes, only)
+        assert [(s.id, s.messages, s.tags, s.template_kwargs) for s in built] == [
+            (s.id, s.messages, s.tags, s.template_kwargs) for s in fresh
+        ]
+        assert [[type(v) for _, v in s.template_kwargs] for s in built] == [
+            [type(v) for _, v in s.template_kwargs] for s in fresh
+        ]

@@ -40,12 +40,16 @@ class SegmentedEncoder:
         # ``encode_batch`` without the offsets (tokenizers 0.20 and later): where only ids are asked for
         self._ids_only = getattr(backend, "encode_batch_fast", None)
         self._pieces = BoundedCache(16384, 3_000_000)  # characters plus three per token (ids and offsets)
+        self._bounds = BoundedCache(4096, 2_000_000)  # text -> where ``segments`` cuts it, weighed by the text it holds
 
     def segments(self, text: str) -> list[str]:
         """``text`` cut before every raw, non-lstrip added token the tokenizer would match there."""
-        assert self._pattern is not None
-        cuts = [m.start() for m in self._pattern.finditer(text) if m.start() and m.group() in self._cuts]
-        bounds = [0, *cuts, len(text)]
+        bounds = self._bounds.get(text)
+        if bounds is None:
+            assert self._pattern is not None
+            cuts = [m.start() for m in self._pattern.finditer(text) if m.start() and m.group() in self._cuts]
+            # kept: an audit encodes a render's ids, then the window of its last turn (the same cuts)
+            bounds = self._bounds.put(text, (0, *cuts, len(text)), len(text) + len(cuts))
         return [text[a:b] for a, b in pairwise(bounds)]
 
     def ids(self, text: str) -> list[int]:

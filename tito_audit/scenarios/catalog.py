@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 from typing import Any
 
 from tito_audit.probes import TOOLS
@@ -239,7 +240,31 @@ def build_scenarios(
     thinking_modes: Sequence[dict[str, Any]] = ({},),
     only: Sequence[str] | None = None,
 ) -> list[Scenario]:
-    """Concrete scenarios; scenarios with reasoning are played once per thinking mode."""
+    """Concrete scenarios; scenarios with reasoning are played once per thinking mode.
+
+    Only the first four special texts are read (the injection variant writes them), so every template of a
+    tokenizer that puts the same four first gets the same scenarios: they are built once per such input
+    (scenarios are frozen, and their messages are read, never changed: ``Scenario.messages_list`` copies)."""
+    if not all(type(v) in _SCALARS for mode in thinking_modes for v in mode.values()):
+        return _build_all(special_texts[:4], thinking_modes, only)  # values a memo key could confuse
+    # each value with its type: True, 1 and 1.0 are equal keys, but not the same scenario
+    modes = tuple(tuple((k, type(v).__name__, v) for k, v in sorted(mode.items())) for mode in thinking_modes)
+    return list(_built(tuple(special_texts[:4]), modes, None if only is None else tuple(only)))
+
+
+_SCALARS = (bool, int, float, str, type(None))
+
+
+@lru_cache(maxsize=256)
+def _built(
+    special_texts: tuple[str, ...], modes: tuple[tuple[tuple[str, str, Any], ...], ...], only: tuple[str, ...] | None
+) -> tuple[Scenario, ...]:
+    return tuple(_build_all(special_texts, [{k: v for k, _, v in mode} for mode in modes], only))
+
+
+def _build_all(
+    special_texts: Sequence[str], thinking_modes: Sequence[dict[str, Any]], only: Sequence[str] | None
+) -> list[Scenario]:
     out: list[Scenario] = []
     for spec in CATALOG:
         if only and not any(spec.id.startswith(o) for o in only):
