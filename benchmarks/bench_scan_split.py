@@ -5,9 +5,11 @@
 The default scan (quick scenarios, ``--tokenizer auto``) runs in this one process (``workers=0``, so that one
 thread's CPU clock sees all of it), with three parts timed by that clock: loading the candidate tokenizers
 (transformers' ``from_pretrained``), compiling each template (jinja's ``Environment.compile`` under
-transformers' ``_compile_jinja_template``), and every render and sanitized encode (transformers'
-``apply_chat_template``, with the sandbox's work inside it). Everything else is tito-audit's own: the render
-limits and caches, tokenization outside ``apply_chat_template``, the simulated rollouts, checks and verdicts.
+transformers' ``_compile_jinja_template``), and every render (transformers' compiled template given
+``apply_chat_template``'s inputs, ``rendering.template_inputs``, with the sandbox's work inside it and the
+preparation of those inputs; and the sanitized encodes ``apply_chat_template`` does whole). Everything else is
+tito-audit's own: the render limits and caches, tokenization outside ``apply_chat_template``, the simulated
+rollouts, checks and verdicts.
 chatlint then runs once on the same corpus (its CPU time from the kernel, as in measure.py), one process too.
 Writes benchmarks/results/NAME.json with the parts in seconds and as a share of chatlint's CPU.
 """
@@ -71,7 +73,8 @@ def split_scan(corpus: Path) -> dict[str, Any]:
     clock = _Clock()
     clock.wrap(scan, "load_tokenizers", "load")
     clock.wrap(jinja2.Environment, "compile", "compile")
-    clock.wrap(Renderer, "_apply", "render")
+    clock.wrap(Renderer, "_apply", "render")  # apply_chat_template: masks, sanitized encodes transformers does whole
+    clock.wrap(Renderer, "_text", "render")  # the compiled template, given apply_chat_template's inputs
     started = time.thread_time()
     summary = scan.scan_directory(str(corpus), scan.AUTO, limits=PoolLimits(workers=0), offline=True)
     total = time.thread_time() - started
