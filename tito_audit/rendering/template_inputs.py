@@ -51,7 +51,7 @@ _PROBE_KWARGS = {"enable_thinking": False, "custom": {"k": [1, None, ("x",)]}}
 
 _VERIFIED: dict[type, bool] = {}
 _PREPARED = BoundedCache(16384, 8_000_000)  # (position, content key) -> the prepared message (-1: the tool list)
-_LOCK = threading.Lock()  # the memo is one per process, shared by every thread's renders
+_LOCK = threading.Lock()  # the memo and the probe are one per process, shared by every thread's renders
 
 
 def render_text(
@@ -129,7 +129,8 @@ def _covered(tokenizer: Any, messages: Sequence[Message], tools: Any, kwargs: di
         return False
     verified = _VERIFIED.get(type(tokenizer))
     if verified is None:
-        verified = _VERIFIED[type(tokenizer)] = _matches_transformers(tokenizer)
+        with _LOCK:  # one probe at a time: each swaps the one compiled probe template's render
+            verified = _VERIFIED[type(tokenizer)] = _matches_transformers(tokenizer)
     return verified
 
 
