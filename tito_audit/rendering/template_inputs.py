@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from tito_audit.rendering.bounded_cache import BoundedCache, content_key
+from tito_audit.rendering.bounded_cache import BoundedCache
 
 Message = dict[str, Any]
 
@@ -50,7 +50,7 @@ _PROBE_TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"t
 _PROBE_KWARGS = {"enable_thinking": False, "custom": {"k": [1, None, ("x",)]}}
 
 _VERIFIED: dict[type, bool] = {}
-_PREPARED = BoundedCache(16384, 8_000_000)  # (position, content key) -> the prepared message (-1: the tool list)
+_PREPARED = BoundedCache(16384)  # content key of (position, message) -> the prepared message (-1: the tool list)
 _LOCK = threading.Lock()  # the memo and the probe are one per process, shared by every thread's renders
 
 
@@ -107,16 +107,13 @@ def _prepared(position: int, value: Any) -> Any:
 
 
 def _memoized(position: int, value: Any) -> Any:
-    key = content_key(value)
-    if key is None:  # not plain data: prepared every time
-        return _prepared(position, value)
-    slot = (position, key)
-    hit = _PREPARED.get(slot)
-    if hit is None:
-        hit = _prepared(position, value)
-        with _LOCK:
-            _PREPARED.put(slot, hit, 2 * len(key))
-    return hit
+    """``_prepared``, kept by position and content (prepared every time for a value that is not plain data)."""
+    with _LOCK:
+        return _PREPARED.by_content((position, value), _prepared_at)
+
+
+def _prepared_at(at: tuple[int, Any]) -> Any:
+    return _prepared(*at)
 
 
 def _covered(tokenizer: Any, messages: Sequence[Message], tools: Any, kwargs: dict[str, Any]) -> bool:

@@ -235,6 +235,9 @@ def _tags(spec: ScenarioSpec, messages: Iterable[Message]) -> frozenset[str]:
     return frozenset(tags | set(spec.tags))
 
 
+_SCALARS = (bool, int, float, str, type(None))  # mode values a memo key holds with their type
+
+
 def build_scenarios(
     special_texts: Sequence[str] = (),
     thinking_modes: Sequence[dict[str, Any]] = ({},),
@@ -250,9 +253,6 @@ def build_scenarios(
     # each value with its type: True, 1 and 1.0 are equal keys, but not the same scenario
     modes = tuple(tuple((k, type(v).__name__, v) for k, v in sorted(mode.items())) for mode in thinking_modes)
     return list(_built(tuple(special_texts[:4]), modes, None if only is None else tuple(only)))
-
-
-_SCALARS = (bool, int, float, str, type(None))
 
 
 @lru_cache(maxsize=256)
