@@ -163,6 +163,18 @@ def register(app: typer.Typer) -> None:
         jobs: int | None = typer.Option(
             None, "--jobs", "-j", min=1, help="Models audited in parallel (default: one per model, one per core)."
         ),
+        renderer: str | None = typer.Option(
+            None,
+            "--renderer",
+            help="Render with this instead of the chat template (docs/renderers.md): jinja | renderers[@FAMILY] | "
+            "mistral-common[@FILE] | openai-harmony | module:function.",
+        ),
+        train_renderer: str | None = typer.Option(
+            None,
+            "--train-renderer",
+            help="Also re-render every scenario with this trainer renderer (same names; jinja: the chat template) "
+            "and report where it departs from the engine's context.",
+        ),
     ) -> None:
         """Audit chat templates for Token-In, Token-Out safety."""
         from tito_audit.context import AuditOptions
@@ -185,7 +197,21 @@ def register(app: typer.Typer) -> None:
             except ValueError as exc:
                 typer.echo(f"error: {exc}", err=True)
                 raise typer.Exit(EXIT_OPERATIONAL) from None
-        options = AuditOptions(date=when, template_kwargs=parse_kwargs(template_kwarg), thinking=thinking, debug=debug)
+        from tito_audit.engines.resolve import check_name
+
+        for flag, name in (("--renderer", renderer), ("--train-renderer", train_renderer)):
+            why = None if name is None else check_name(name)
+            if why is not None:
+                typer.echo(f"error: {flag}: {why}", err=True)
+                raise typer.Exit(EXIT_OPERATIONAL)
+        options = AuditOptions(
+            date=when,
+            template_kwargs=parse_kwargs(template_kwarg),
+            thinking=thinking,
+            debug=debug,
+            renderer=renderer,
+            train_renderer=train_renderer,
+        )
         try:
             gate = Gate.load(suppressions, baseline)  # bad config fails before any model is audited
         except AuditError as exc:
