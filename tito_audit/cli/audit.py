@@ -166,8 +166,8 @@ def register(app: typer.Typer) -> None:
         renderer: str | None = typer.Option(
             None,
             "--renderer",
-            help="Render with this instead of the chat template (docs/renderers.md): jinja | renderers[@FAMILY] | "
-            "mistral-common[@FILE] | openai-harmony | module:function.",
+            help=r"Render with this instead of the chat template (docs/renderers.md): jinja | renderers\[@FAMILY] | "
+            r"mistral-common\[@FILE] | openai-harmony | module:function.",
         ),
         train_renderer: str | None = typer.Option(
             None,
