@@ -94,6 +94,12 @@ class Engine(ABC):
         """Options the library accepts (``render``'s ``options``); reasoning switches are probed among them."""
         return frozenset()
 
+    def refuse_unknown(self, options: dict[str, Any]) -> None:
+        """An option the library does not take is a refused render, never silently ignored."""
+        unknown = sorted(set(options) - self.option_names)
+        if unknown:
+            raise RendererRefused(f"{self.name} takes no option {', '.join(unknown)}")
+
     def renderer(
         self, tokenizer: Any, template_kwargs: dict[str, Any], date: dt.datetime, limits: RenderLimits
     ) -> Renderer:

@@ -175,9 +175,7 @@ class Harmony(Engine):
         options: dict[str, Any],
         date: dt.datetime,
     ) -> Rendered:
-        unknown = sorted(set(options) - self.option_names)
-        if unknown:
-            raise RendererRefused(f"{NAME} takes no option {', '.join(unknown)}")
+        self.refuse_unknown(options)
         try:
             return Rendered(ids=self._render_ids(messages, tools, add_generation_prompt, options, date))
         except RendererRefused:

@@ -155,8 +155,7 @@ class MistralCommon(Engine):
     ) -> Rendered:
         from mistral_common.protocol.instruct.request import ChatCompletionRequest
 
-        if options:
-            raise RendererRefused(f"{self.name} takes no option {', '.join(sorted(options))}")
+        self.refuse_unknown(options)
         final = bool(messages) and messages[-1].get("role") == "assistant"
         try:
             library = self._serving

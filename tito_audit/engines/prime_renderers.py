@@ -111,9 +111,7 @@ class PrimeRenderers(Engine):
         options: dict[str, Any],
         date: dt.datetime,
     ) -> Rendered:
-        unknown = sorted(set(options) - self._fields)
-        if unknown:
-            raise RendererRefused(f"{self.name} takes no option {', '.join(unknown)}")
+        self.refuse_unknown(options)
         try:
             made = self._made_for(options, date)
             ids = made.render_ids(messages, tools=tools, add_generation_prompt=add_generation_prompt)

@@ -72,9 +72,8 @@ class PythonEncoder(Engine):
         options: dict[str, Any],
         date: dt.datetime,
     ) -> Rendered:
-        unknown = sorted(set(options) - self._names) if not self._any_keyword else []
-        if unknown:
-            raise RendererRefused(f"{self.name} takes no option {', '.join(unknown)}")
+        if not self._any_keyword:
+            self.refuse_unknown(options)
         kwargs: dict[str, Any] = dict(options)
         if "tools" in self._takes or self._any_keyword:
             kwargs["tools"] = tools
