@@ -40,14 +40,20 @@ def audit(*args: Any, **kwargs: Any) -> AuditReport:
 
 
 def incomplete(report: AuditReport, allow_check_errors: bool = False, min_coverage: int = 0) -> list[str]:
-    """One line per thing the audit could not check: a check in ``error`` status (unless allowed), a model that
-    played fewer than ``min_coverage`` scenarios."""
+    """One line per thing the audit could not check: a check in ``error`` status (unless allowed), a verdict that
+    is ``error`` (a check the verdict needs did not decide: never a pass, ``--allow-check-errors`` included), a
+    model that played fewer than ``min_coverage`` scenarios."""
+    from tito_audit.verdict import describe_reason
+
     lines = []
     for m in report.models:
         if m.error:
             continue
         if not allow_check_errors:
             lines += [f"{m.model}: check {c.id} could not run: {c.summary}" for c in m.checks if c.status == "error"]
+        if m.verdict == "error":
+            undecided = [describe_reason(r) for r in m.verdict_reasons if r.startswith("error:")]
+            lines.append(f"{m.model}: verdict undecided ({'; '.join(undecided) or 'no reason recorded'})")
         played = int(m.scenarios.get("played", 0))
         if played < min_coverage:
             lines.append(
