@@ -16,7 +16,7 @@ from tito_audit.cli.options import (
     template_kwarg_option,
     template_name_option,
 )
-from tito_audit.cli.output import echo_model_errors, emit
+from tito_audit.cli.output import echo_model_errors, emit, output_console
 from tito_audit.cli.params import FORMAT_NAMES, check_date, one_of, parse_date, parse_kwargs
 from tito_audit.errors import EXIT_FINDINGS, EXIT_INCOMPLETE, EXIT_OK, EXIT_OPERATIONAL, AuditError
 from tito_audit.rendering.clock import DEFAULT_DATE
@@ -198,7 +198,7 @@ def register(app: typer.Typer) -> None:
 
         on_screen = False  # the terminal report went to the same terminal as stderr: it already shows the errors
         if fmt == "terminal" and output is None:
-            console = Console()
+            console = output_console()
             if not quiet:
                 console.print(f"[dim]templates see the date {when:%Y-%m-%d} (--date to change)[/dim]")
             render_report(report, "terminal", console=console, verbose=verbose, quiet=quiet)
