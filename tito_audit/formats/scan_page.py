@@ -38,13 +38,14 @@ code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monosp
   background: var(--panel); border-radius: 8px; padding: 8px 12px; }
 .controls input[type=search] { font: inherit; padding: 4px 8px; width: 320px; border: 1px solid var(--line);
   border-radius: 6px; }
-table { border-collapse: collapse; width: 100%; }
+table { border-collapse: collapse; width: 100%; table-layout: fixed; }
+col.c-name { width: 19%; } col.c-cls { width: 9%; } col.c-tok { width: 15%; } col.c-why { width: 25%; }
 th, td { border-bottom: 1px solid var(--line); padding: 5px 8px; text-align: left; vertical-align: top; }
 th { background: var(--panel); position: sticky; top: 0; }
-td.name { font-weight: 600; overflow-wrap: anywhere; max-width: 280px; }
+td.name { font-weight: 600; overflow-wrap: anywhere; }
 td.name a { color: inherit; text-decoration: none; } td.name a:hover { text-decoration: underline; }
-td.why ul { margin: 0; padding-left: 16px; } td.div { max-width: 520px; overflow-wrap: anywhere; }
-td.tok { white-space: nowrap; } td.tok small { color: var(--muted); display: block; }
+td.why ul { margin: 0; padding-left: 16px; } td.why, td.div { overflow-wrap: anywhere; }
+td.tok small { color: var(--muted); display: block; overflow-wrap: anywhere; }
 .badge { font-weight: 700; color: #fff; border-radius: 5px; padding: 1px 8px; white-space: nowrap; }
 .c-unsafe { background: var(--unsafe); } .c-tito-required { background: var(--req); }
 .c-safe { background: var(--safe); } .c-none { background: var(--none); }
@@ -93,6 +94,9 @@ SCRIPT = """
 """
 
 
+NO_DIVERGENCE = {"safe": "none found in the scenarios played"}
+
+
 def family(r: TemplateResult) -> str:
     """The tokenizer family a template was judged on: the candidate it matched, or the base its synthesized
     tokenizer was built on (picked from the template's own control tokens, never from its name)."""
@@ -133,7 +137,7 @@ def _row(r: TemplateResult) -> str:
     else:
         tok = f"—<small>{escape(r.tokenizer)}</small>"
     why = "".join(f"<li>{escape(x)}</li>" for x in reasons(r))
-    divergent = escape(r.first_divergence) if r.first_divergence else ""
+    divergent = escape(r.first_divergence or NO_DIVERGENCE.get(r.cls, "—"))
     search = " ".join(dict.fromkeys([r.name, fam, r.tokenizer])).lower()
     rid = row_id(r.name)
     return (
@@ -184,7 +188,8 @@ def to_html(summary: ScanSummary) -> str:
 <option value="approximate">approximate</option><option value="none">no verdict</option></select></label>
 <span>showing <b id="shown">{total}</b> of {total}; click a count to filter by class</span>
 </div>
-<table id="templates"><thead><tr><th>template</th><th>class</th><th>tokenizer</th><th>reasons</th>
+<table id="templates"><colgroup><col class="c-name"><col class="c-cls"><col class="c-tok"><col class="c-why"><col>
+</colgroup><thead><tr><th>template</th><th>class</th><th>tokenizer</th><th>reasons</th>
 <th>first divergence</th></tr></thead>
 <tbody>
 {rows}
