@@ -34,17 +34,19 @@ def discover(root: str | PathLike[str], pattern: str = "*.jinja") -> list[Templa
 
 
 def discover_paths(paths: Sequence[str | PathLike[str]], pattern: str = "*.jinja") -> list[TemplateFile]:
-    """Several folders or files (pre-commit passes the changed files): each template is named by its path as given
-    (a folder's templates by the folder as given, then their relative path), so that two files with one name in
-    two folders stay two templates. A file given twice is scanned once. One path is ``discover``'s naming."""
-    if len(paths) == 1:
-        return discover(paths[0], pattern)
+    """Folders and files (pre-commit passes the changed files). A file given directly is named by its path as given
+    (without the suffix); a folder's templates by their path relative to it, after the folder as given when several
+    paths are given, so that two files with one name in two folders stay two templates. A file given twice is
+    scanned once."""
     found: dict[Path, TemplateFile] = {}
     for given in paths:
         base = Path(given)
         for t in discover(given, pattern):
-            name = base.with_suffix("") if base.is_file() else base / t.name
-            found.setdefault(t.path.resolve(), TemplateFile(name.as_posix(), t.path))
+            if base.is_file():
+                name = base.with_suffix("").as_posix()
+            else:
+                name = (base / t.name).as_posix() if len(paths) > 1 else t.name
+            found.setdefault(t.path.resolve(), TemplateFile(name, t.path))
     return list(found.values())
 
 
