@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # the library is imported when a command runs, not for --help
     from tito_audit.context import AuditOptions
 
 FAIL_ON = ("warn", "error")
-THINKING = ("on", "off", "both", "default")
+THINKING = ("on", "off", "both", "unset")
 
 
 def audit(*args: Any, **kwargs: Any) -> AuditReport:
@@ -155,7 +155,11 @@ def register(app: typer.Typer) -> None:
         ),
         template_kwarg: list[str] = template_kwarg_option(),
         thinking: str = typer.Option(
-            "both", "--thinking", help="Reasoning modes to play: on | off | both | default.", callback=one_of(THINKING)
+            "both",
+            "--thinking",
+            help="Reasoning modes to play: both (the template's default mode, then each reasoning switch such as "
+            "enable_thinking on and off) | on | off (each switch so) | unset (the default mode only, no switch).",
+            callback=one_of(THINKING),
         ),
         verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every finding with its token strip."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the verdict lines."),
