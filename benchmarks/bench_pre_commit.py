@@ -21,6 +21,7 @@ from measure import ROOT, machine, timed, write
 
 
 def main() -> None:
+    at_start = machine()
     with tempfile.TemporaryDirectory() as tmp:
         venv = Path(tmp) / "venv"
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -38,7 +39,7 @@ def main() -> None:
             " 'tito-audit-templates', '--files', 'templates/a.jinja']).returncode)"
         )
         try_repo = timed([sys.executable, "-c", script, str(repo), str(ROOT / "templates_cache"), str(ROOT)])
-    result = {"machine": machine(), "pip_install_fresh_venv": install, "pre_commit_try_repo_safe_template": try_repo}
+    result = {"machine": at_start, "pip_install_fresh_venv": install, "pre_commit_try_repo_safe_template": try_repo}
     print(write("pre-commit-hook", result))
 
 

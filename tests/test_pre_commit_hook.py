@@ -2,8 +2,8 @@
 environment (``language: python``: a fresh virtualenv and ``pip install`` of the repository, its dependencies
 from the package index) and runs the hook in a scratch git repository holding a safe and an unsafe template.
 
-Slow by nature: each ``try-repo`` builds its environment from nothing (about 20 s with a warm pip cache on
-this 2-core machine, half a minute with a cold one).
+Slow by nature: each ``try-repo`` builds its environment from nothing (what that costs:
+``benchmarks/bench_pre_commit.py``).
 """
 
 from __future__ import annotations
