@@ -34,7 +34,9 @@ _THINKING_WORDS = ("think", "reason")
 class AuditOptions:
     date: dt.datetime = DEFAULT_DATE
     template_kwargs: dict[str, Any] = field(default_factory=dict)
-    thinking: str = "both"  # "on" | "off" | "both" | "default"
+    # "both": the template's default mode, then each reasoning switch on and off; "on" / "off": each switch so;
+    # "unset": the template's default mode only ("default", its old name, is read the same)
+    thinking: str = "both"
     only_checks: tuple[str, ...] = ()
     limits: RenderLimits = field(default_factory=RenderLimits)
     debug: bool = False
@@ -117,7 +119,7 @@ class AuditContext:
     @cached_property
     def thinking_modes(self) -> list[dict[str, Any]]:
         """Template kwargs to play reasoning scenarios under: default, and each switch on / off."""
-        if self.options.thinking == "default" or not self.thinking_switches:
+        if self.options.thinking in ("unset", "default") or not self.thinking_switches:
             return [{}]
         values = {"on": [True], "off": [False], "both": [True, False]}[self.options.thinking]
         modes: list[dict[str, Any]] = [{}] if self.options.thinking == "both" else []

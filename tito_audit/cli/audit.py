@@ -16,7 +16,7 @@ from tito_audit.cli.options import (
     template_kwarg_option,
     template_name_option,
 )
-from tito_audit.cli.output import echo_model_errors, emit
+from tito_audit.cli.output import echo_model_errors, emit, output_console
 from tito_audit.cli.params import FORMAT_NAMES, check_date, one_of, parse_date, parse_kwargs
 from tito_audit.errors import EXIT_FINDINGS, EXIT_INCOMPLETE, EXIT_OK, EXIT_OPERATIONAL, AuditError
 from tito_audit.rendering.clock import DEFAULT_DATE
@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # the library is imported when a command runs, not for --help
     from tito_audit.context import AuditOptions
 
 FAIL_ON = ("warn", "error")
-THINKING = ("on", "off", "both", "default")
+THINKING = ("on", "off", "both", "unset")
 
 
 def audit(*args: Any, **kwargs: Any) -> AuditReport:
@@ -161,7 +161,11 @@ def register(app: typer.Typer) -> None:
         ),
         template_kwarg: list[str] = template_kwarg_option(),
         thinking: str = typer.Option(
-            "both", "--thinking", help="Reasoning modes to play: on | off | both | default.", callback=one_of(THINKING)
+            "both",
+            "--thinking",
+            help="Reasoning modes to play: both (the template's default mode, then each reasoning switch such as "
+            "enable_thinking on and off) | on | off (each switch so) | unset (the default mode only, no switch).",
+            callback=one_of(THINKING),
         ),
         verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every finding with its token strip."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the verdict lines."),
@@ -230,7 +234,7 @@ def register(app: typer.Typer) -> None:
 
         on_screen = False  # the terminal report went to the same terminal as stderr: it already shows the errors
         if fmt == "terminal" and output is None:
-            console = Console()
+            console = output_console()
             if not quiet:
                 console.print(f"[dim]templates see the date {when:%Y-%m-%d} (--date to change)[/dim]")
             render_report(report, "terminal", console=console, verbose=verbose, quiet=quiet)
