@@ -223,6 +223,6 @@ def test_pair_report_validates_against_the_schema(tmp_path):
 def test_offline_line_is_shown_in_the_terminal_report(monkeypatch):
     monkeypatch.delenv("TIKTOKEN_ENCODINGS_BASE", raising=False)
     monkeypatch.setitem(os.environ, "COLUMNS", "200")
-    result = CliRunner().invoke(app, ["audit", "gpt-oss-20b", "--renderer", "openai-harmony", "--thinking", "default"])
+    result = CliRunner().invoke(app, ["audit", "gpt-oss-20b", "--renderer", "openai-harmony", "--thinking", "unset"])
     assert "engine renderer openai-harmony (openai-harmony" in result.output
     assert "engine renderer offline: openai-harmony downloads o200k_base.tiktoken" in result.output
