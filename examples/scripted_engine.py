@@ -1,4 +1,5 @@
-"""A stand-in inference engine for the framework examples (``verl_agent_loop.py``, ``skyrl_generator.py``).
+"""A stand-in inference engine for the framework examples (``verl_agent_loop.py``, ``skyrl_generator.py``), and
+the replay they end with.
 
 Given prompt ids, it reads the prompt as the model would (decoded text), asks a scripted policy what to say, and
 "samples" that message as the template's own rendering of it (the text a model trained on this template writes),
@@ -11,9 +12,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from tito_audit import Renderer
+from tito_audit.replay import ReplayContext, ReplayTotals, replay_log
 from tito_audit.replay.synthetic import Splitter
 
 Message = dict[str, Any]
@@ -45,3 +48,14 @@ class ScriptedEngine:
             if at is not None:
                 ids = [*ids[:at], *self.split(ids[at]), *ids[at + 1 :]]
         return ids, [-0.05 - 0.1 * (i % 4) for i in range(len(ids))]
+
+
+def replay_and_report(log: Path, model: Any, trajectories: int) -> ReplayTotals:
+    """What both examples end with: replay the log they wrote and say what it found."""
+    totals = replay_log(log, ReplayContext.from_model(model))
+    print(f"{trajectories} trajectories logged to {log}")
+    print(
+        f"replay: {totals.episodes} episodes, {totals.diverged_episodes} diverged (trained never sampled "
+        f"{totals.trained_not_sampled}); naive re-tokenization would diverge in {totals.whatif_diverged}"
+    )
+    return totals

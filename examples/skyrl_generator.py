@@ -40,10 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scripted_engine import ScriptedEngine
+from scripted_engine import ScriptedEngine, replay_and_report
 
 from tito_audit import load
-from tito_audit.replay import LogWriter, ReplayContext, replay_log
+from tito_audit.replay import LogWriter
 
 MODEL = "qwen2.5-7b-instruct"
 WEATHER = {"Paris": "light rain, 14 °C", "Lisbon": "sunny, 22 °C", "Oslo": "snow, -3 °C", "Nairobi": "clear, 25 °C"}
@@ -295,12 +295,7 @@ def main(out_dir: Path) -> Path:
     with LogWriter(path) as log:
         outputs = asyncio.run(generate(LoggedSkyRLGymGenerator(client, model.tokenizer, log=log)))
     (part,) = log.paths
-    totals = replay_log(part, ReplayContext.from_model(model))
-    print(f"{len(outputs)} trajectories logged to {part}")
-    print(
-        f"replay: {totals.episodes} episodes, {totals.diverged_episodes} diverged (trained never sampled "
-        f"{totals.trained_not_sampled}); naive re-tokenization would diverge in {totals.whatif_diverged}"
-    )
+    replay_and_report(part, model, len(outputs))
     return part
 
 

@@ -40,10 +40,10 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from scripted_engine import ScriptedEngine
+from scripted_engine import ScriptedEngine, replay_and_report
 
 from tito_audit import load
-from tito_audit.replay import LogWriter, ReplayContext, replay_log
+from tito_audit.replay import LogWriter
 
 MODEL = "qwen2.5-7b-instruct"
 TOOL_SCHEMAS = [
@@ -278,12 +278,7 @@ def main(out_dir: Path) -> Path:
     path = out_dir / "verl-rollouts.jsonl.gz"
     with LogWriter(path) as log:
         outputs = asyncio.run(rollouts(model.tokenizer, log))
-    totals = replay_log(path, ReplayContext.from_model(model))
-    print(f"{len(outputs)} trajectories logged to {path}")
-    print(
-        f"replay: {totals.episodes} episodes, {totals.diverged_episodes} diverged (trained never sampled "
-        f"{totals.trained_not_sampled}); naive re-tokenization would diverge in {totals.whatif_diverged}"
-    )
+    replay_and_report(path, model, len(outputs))
     return path
 
 

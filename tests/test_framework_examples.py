@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from conftest import IN_CI
 
 from tito_audit.replay import ReplayContext, replay_log
 
@@ -46,7 +47,15 @@ def reencoded_turn(self: Any, runtime_token_ids: list[int], assistant_token_ids:
     return runtime_token_ids + self.tokenizer.encode(text, add_special_tokens=False)
 
 
-@pytest.mark.parametrize("name", ["verl_agent_loop", "skyrl_generator"])
+SKYRL = pytest.param(  # writes Parquet; in CI pyarrow is installed (the parquet extra)
+    "skyrl_generator",
+    marks=pytest.mark.skipif(
+        importlib.util.find_spec("pyarrow") is None and not IN_CI, reason="pyarrow is not installed"
+    ),
+)
+
+
+@pytest.mark.parametrize("name", ["verl_agent_loop", SKYRL])
 @pytest.mark.parametrize("broken", [False, True])
 def test_framework_example_logs_replay(ctx, tmp_path, monkeypatch, capsys, name, broken):
     module = example(name)

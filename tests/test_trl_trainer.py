@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests.conftest import IN_CI
+from conftest import IN_CI
 
 if importlib.util.find_spec("trl") is None and not IN_CI:  # in CI a missing trl fails on the import below
     pytest.skip("trl is not installed (pip install 'tito-audit[trl]')", allow_module_level=True)

@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tito_audit.replay.guard import GuardFailure, GuardResult, OnFail, TitoGuardError, check_batch
-from tito_audit.replay.schema import NATIVE_FIELDS
+from tito_audit.replay.schema import NATIVE_FIELDS, RecordError
 from tito_audit.replay.writer import LogWriter
 
 EPISODE_FIELD = "tito_episode"  # the rollout's extra field, and the batch key the mixin attaches to each row
@@ -119,10 +119,11 @@ class TitoGuardMixin(_TrainerBase):
             attached.append({"id": eid, "turns": ep["turns"]})
             if writer is not None:
                 record = {k: ep[k] for k in NATIVE_FIELDS if k in ep and k not in ("input_ids", "loss_mask")}
-                writer.write(
-                    {**record, "id": eid, "input_ids": ids, "loss_mask": mask,
-                     "metadata": {"step": self.state.global_step, "mode": mode}}
-                )  # fmt: skip
+                metadata = {"step": self.state.global_step, "mode": mode}
+                try:
+                    writer.write({**record, "id": eid, "input_ids": ids, "loss_mask": mask, "metadata": metadata})
+                except RecordError as exc:
+                    raise RecordError(f"TitoGuardMixin: episode {eid}: {exc}") from None
         if writer is not None:
             writer.flush()
         output[EPISODE_FIELD] = attached  # a list per row: TRL's shuffle and split keep it with its row
