@@ -297,3 +297,30 @@ def test_nothing_is_written_before_a_flush_or_a_full_buffer(setup, tmp_path):
     assert (tmp_path / "b.jsonl").stat().st_size == first
     log.close()
     assert len(episodes([tmp_path / "b.jsonl"])) == 4
+
+
+def test_reopening_keeps_whole_records_and_refuses_what_a_crash_cannot_leave(setup, tmp_path):
+    _, records = setup
+    lines = [json.dumps(r) for r in records[:3]]
+    unended = tmp_path / "unended.jsonl"  # another writer's file whose last line has no newline: kept, and closed
+    unended.write_text("\n".join(lines), encoding="utf-8")
+    with LogWriter(unended) as log:
+        log.write(records[3])
+    assert log.repaired_bytes == 0 and len(episodes([unended])) == 4
+    members = tmp_path / "members.jsonl.gz"  # gzip members ending mid-line, then a whole one
+    members.write_bytes(gzip.compress(lines[0].encode()) + gzip.compress(("\n" + lines[1]).encode()))
+    with LogWriter(members) as log:
+        log.write(records[2])
+    assert [e.id for e in episodes([members])] == [r["id"] for r in records[:3]]
+    not_gzip = tmp_path / "plain.jsonl.gz"
+    not_gzip.write_text(lines[0] + "\n", encoding="utf-8")
+    corrupt = tmp_path / "corrupt.jsonl.gz"
+    whole = gzip.compress((lines[0] + "\n").encode())
+    corrupt.write_bytes(whole[:12] + bytes(b ^ 0xFF for b in whole[12:30]) + whole[30:] + whole)
+    for path, why in ((not_gzip, "not gzip data"), (corrupt, "corrupt gzip data")):
+        before = path.read_bytes()
+        log = LogWriter(path)
+        log.write(records[0])
+        with pytest.raises(ValueError, match=why):
+            log.flush()
+        assert path.read_bytes() == before  # nothing cut, nothing added

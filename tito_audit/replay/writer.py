@@ -37,6 +37,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
+from tito_audit.replay.reader import GZIP_MAGIC, PARQUET_MAGIC
 from tito_audit.replay.schema import Episode, episode_from_native, episode_to_native
 
 LogFormat = Literal["jsonl", "jsonl.gz", "parquet"]
@@ -91,46 +92,64 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
-def _complete_jsonl(fd: int, size: int) -> int:
-    """Length of the file up to and including its last newline (a crash may have cut the last line short)."""
+def _last_newline(fd: int, size: int) -> int:
+    """Length of the file up to and including its last newline (0 if it has none)."""
     end = size
     while end > 0:
         start = max(0, end - (1 << 16))
-        block = os.pread(fd, end - start, start)
-        cut = block.rfind(b"\n")
+        cut = os.pread(fd, end - start, start).rfind(b"\n")
         if cut >= 0:
             return start + cut + 1
         end = start
     return 0
 
 
-def _complete_gzip(fd: int, size: int) -> int:
-    """Length of the file up to the end of its last complete gzip member whose text ends a line."""
+def _jsonl_end(fd: int, size: int, path: Path) -> tuple[int, bytes]:
+    """(length to keep, bytes to add) before appending to an existing JSONL file.
+
+    A last line without its newline is a record cut short by a crash (cut off), or a whole record from a writer
+    that does not end its lines (kept, and its newline added)."""
+    head = os.pread(fd, 4, 0)
+    if head.startswith((GZIP_MAGIC, PARQUET_MAGIC)):
+        raise ValueError(f"{path}: holds gzip or Parquet data, not JSONL text; not appending to it")
+    keep = _last_newline(fd, size)
+    if keep == size:
+        return size, b""
+    try:
+        json.loads(os.pread(fd, size - keep, keep))
+    except ValueError:
+        return keep, b""
+    return size, b"\n"
+
+
+def _gzip_end(fd: int, size: int, path: Path) -> tuple[int, bytes]:
+    """(length to keep, bytes to add) before appending to an existing gzip JSONL file.
+
+    A last gzip member cut short by a crash is cut off; a stream that is corrupt rather than short is refused (it
+    is not what a crash leaves, and cutting it could drop records)."""
+    if os.pread(fd, 2, 0) != GZIP_MAGIC:
+        raise ValueError(f"{path}: not gzip data; not appending to it")
     good = offset = 0
     inflater = zlib.decompressobj(31)
-    last = b""
+    member_last, complete_last = b"", b"\n"  # the last byte of this member's text, of the last whole member's
     while offset < size:
         data = os.pread(fd, min(1 << 20, size - offset), offset)
-        if not data:
-            break
         base = offset
         offset += len(data)
         while data:
             try:
                 out = inflater.decompress(data)
-            except zlib.error:
-                return good
-            if out:
-                last = out[-1:]
+            except zlib.error as exc:
+                raise ValueError(f"{path}: corrupt gzip data after byte {good} ({exc}); not appending to it") from None
+            member_last = out[-1:] or member_last
             if not inflater.eof:
                 break
+            complete_last, member_last = member_last or complete_last, b""
             rest = inflater.unused_data
-            member_end = base + len(data) - len(rest)
-            if last == b"\n":
-                good = member_end
-            base, data = member_end, rest
+            good = base + len(data) - len(rest)
+            base, data = good, rest
             inflater = zlib.decompressobj(31)
-    return good
+    return good, (b"" if complete_last == b"\n" else gzip.compress(b"\n", mtime=0))
 
 
 class _JsonLines:
@@ -146,9 +165,11 @@ class _JsonLines:
                 except BlockingIOError:
                     raise RuntimeError(f"{path}: another process is writing this log (one writer per file)") from None
             size = os.fstat(self.fd).st_size
-            keep = (_complete_gzip if gz else _complete_jsonl)(self.fd, size) if size else 0
+            keep, close_line = (_gzip_end if gz else _jsonl_end)(self.fd, size, path) if size else (0, b"")
             if keep < size:
                 os.ftruncate(self.fd, keep)
+            if close_line:
+                _write_all(self.fd, close_line)
             self.repaired = size - keep
         except BaseException:
             os.close(self.fd)
