@@ -7,8 +7,12 @@ One JSON object (a JSONL line or a Parquet row) per episode::
       "messages": [...], "tools": [...],              # chat format, tool_calls as the rollout code kept them
       "turns": [{"ids": [...], "logprobs": [...]}],   # per assistant turn: the ids the engine sampled
       "input_ids": [...], "loss_mask": [...],         # what the trainer trained on
-      "chat_template_kwargs": {"enable_thinking": false}   # optional, how the prompt was rendered
+      "chat_template_kwargs": {"enable_thinking": false},  # optional, how the prompt was rendered
+      "date": "2026-07-26"                            # optional, the date the template saw (strftime_now)
     }
+
+Each turn may also carry ``prompt_ids``, the ids the engine was given for it: with them the engine's own context
+is the reference (``tito_audit.replay.engine``) and the template's rendering only measures context drift.
 
 ``messages`` and ``tools`` are optional: without them only the token-level checks run (no reference buffer, no
 "what if"). Other layouts are mapped onto these names (``--map``, ``tito_audit.replay.mapping``) or read by
@@ -18,12 +22,13 @@ reader turns it into a counted, numbered line and goes on.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 Message = dict[str, Any]
-NATIVE_FIELDS = ("id", "messages", "tools", "turns", "input_ids", "loss_mask", "chat_template_kwargs")
+NATIVE_FIELDS = ("id", "messages", "tools", "turns", "input_ids", "loss_mask", "chat_template_kwargs", "date")
 
 
 class RecordError(ValueError):
@@ -53,6 +58,20 @@ class Episode:
     line: int = 0  # 1-based line (JSONL) or row (Parquet) of the record in the log
     source: str = "native"  # the adapter that read it
     shape_notes: list[str] = field(default_factory=list)  # length mismatches an adapter found in the raw record
+    date: dt.datetime | None = None  # the date the engine's template saw, when the log says
+    file: str = ""  # the log file, when a replay reads several
+
+
+def parse_date(value: Any) -> dt.datetime:
+    """``YYYY-MM-DD`` (noon, as the audit's ``--date``) or an ISO date-time; ``RecordError`` otherwise."""
+    if isinstance(value, str):
+        try:
+            if len(value) == 10:
+                return dt.datetime.combine(dt.date.fromisoformat(value), dt.time(12))
+            return dt.datetime.fromisoformat(value)
+        except ValueError:
+            pass
+    raise RecordError(f"date must be an ISO date (YYYY-MM-DD) or date-time, not {value!r:.40}")
 
 
 def _ids(value: Any, where: str) -> list[int]:
@@ -137,6 +156,7 @@ def episode_from_native(record: Mapping[str, Any], line: int = 0, source: str = 
     if not isinstance(kwargs, Mapping):
         raise RecordError("chat_template_kwargs must be an object")
     rid = record.get("id")
+    date = record.get("date")
     return Episode(
         turns=turns,
         input_ids=input_ids,
@@ -147,6 +167,7 @@ def episode_from_native(record: Mapping[str, Any], line: int = 0, source: str = 
         id="" if rid is None else str(rid),
         line=line,
         source=source,
+        date=parse_date(date) if date is not None else None,
     )
 
 
@@ -169,4 +190,6 @@ def episode_to_native(ep: Episode) -> dict[str, Any]:
         out["tools"] = ep.tools
     if ep.template_kwargs:
         out["chat_template_kwargs"] = ep.template_kwargs
+    if ep.date is not None:
+        out["date"] = ep.date.isoformat()
     return out
