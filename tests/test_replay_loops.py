@@ -7,6 +7,7 @@ is trained, by a plain common-prefix scan, and replay must report exactly those 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -14,7 +15,7 @@ from conftest import SHARED_MODELS
 
 from tito_audit.replay.analyze import ReplayContext, analyze
 from tito_audit.replay.schema import episode_from_native
-from tito_audit.replay.synthetic import LOOPS, log_episode, played_episodes, replay_logged
+from tito_audit.replay.synthetic import LOOPS, log_episode, played_episodes, replay_logged, with_engine_prompts
 
 RATE = 0.3
 _PLAYED: dict[str, tuple] = {}
@@ -67,3 +68,18 @@ def test_measured_noncanonical_rate_is_the_injected_one(loaded, spec):
     # and the sampler's rate is what was asked for, within binomial sampling error
     sigma = math.sqrt(RATE * (1 - RATE) / eligible)
     assert abs(split / eligible - RATE) <= 3 * sigma, (split, eligible, turns)
+
+
+@pytest.mark.parametrize("spec", SHARED_MODELS)
+def test_engine_prompts_find_the_same_divergences_without_a_render(loaded, spec):
+    """With the engine's prompt_ids in the log (what a correct loop sent) the engine's context is the reference:
+    every broken trainer is found at the same (turn, position, class), with no render (what-if and drift off)."""
+    ctx, plays = played(loaded, spec)
+    tito_only = dataclasses.replace(ctx, whatif=False, drift=False, noncanonical=False)
+    for loop in [*LOOPS, "prefix_fallback"]:
+        for n, p in enumerate(plays):
+            logged = log_episode(p, loop, p.scenario.id)
+            logged.record = with_engine_prompts(logged.record, p)
+            got, want, res = replay_logged(logged, n + 1, tito_only)
+            assert got == want, f"{spec} {loop} {p.scenario.id}: {[d.message for d in res.divergences]}"
+            assert res.reference == "engine" and res.whatif is None and res.drift is None

@@ -62,6 +62,7 @@ def exact_rows(batch: Any, stop_ids: Any, marks: Any) -> ExactRows | None:
     """The engine-prompt TITO check for every row of ``batch`` (a pyarrow RecordBatch of native records); None
     when the batch's columns are not the native ones with ``turns[].prompt_ids``."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     names = batch.schema.names
     if any(n not in names for n in _NEEDED):
@@ -95,7 +96,7 @@ def exact_rows(batch: Any, stop_ids: Any, marks: Any) -> ExactRows | None:
     )
     if "logprobs" in fields:  # a length mismatch is a shape finding: analyze reports it
         lp = fields["logprobs"]
-        lp_len = np.asarray(pa.compute.list_value_length(lp).fill_null(-1), dtype=np.int64)
+        lp_len = np.asarray(pc.list_value_length(lp).fill_null(-1), dtype=np.int64)
         bad_turn |= (lp_len >= 0) & (lp_len != np.diff(id_off))
     undecidable = (
         np.asarray(turns_col.is_null(), dtype=bool)

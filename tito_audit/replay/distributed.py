@@ -1,15 +1,18 @@
-"""Replay Parquet shards on Ray: the same per-batch function as a local run, mapped with Ray Data.
+"""Replay Parquet shards on Ray: the local workers' function, mapped over row groups with Ray Data.
 
-``ray.data.read_parquet(paths, include_paths=True)`` reads the shards where Ray schedules it;
-``map_batches(_ReplayBatches, batch_format="pyarrow")`` runs ``run.replay_batch`` on each batch in actors that load
-the model once; each output row is the ``ReplayTotals`` of one run of consecutive rows of one shard, their lines
-counted from 1. With ``preserve_order`` the driver receives them in shard and row order, gives each its line
-offset in its shard, and merges them (``ReplayTotals.merge``): findings, lines and totals equal a local run's.
+The driver reads each shard's footer and makes one item per row group (shard, group, line of its first row);
+``ray.data.from_items(...).map_batches(_ReplayRowGroups)`` runs ``run._row_group_task`` on each, in actors that
+load the model once, and returns the group's ``ReplayTotals``. With ``preserve_order`` the driver receives them in
+shard and row order and merges them (``ReplayTotals.merge``): findings, lines and totals equal a local run's, by
+construction. Each row group is read by the same reader as a local run on purpose: ``ray.data.read_parquet``
+concatenates blocks of different shards under one unified schema, which gives a message a ``None`` field that its
+own shard does not have, and a template renders that differently.
 
-Memory per actor: the model's tokenizer (tens of MB) plus one Ray block of the shard decoded to Arrow (about the
-shard's uncompressed size divided by its row groups); ``--ray-memory`` reserves it per actor. Ray is an optional
+Memory per actor: the model (its tokenizer and template, a few hundred MB of Python) plus one row group decoded
+to Arrow and one batch of 256 rows as Python objects; ``--ray-memory`` reserves it per actor. Ray is an optional
 dependency (``pip install 'tito-audit[ray]'``); ``ray.init(address=...)`` joins an existing cluster
-(``--ray-address``, or ``RAY_ADDRESS``), else starts a local one.
+(``--ray-address``, or ``RAY_ADDRESS``), else starts a local one; the shards must be readable at the same path
+from every node (a shared file system).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 from tito_audit.replay.aggregate import ReplayTotals
 from tito_audit.replay.analyze import ReplayContext
 from tito_audit.replay.mapping import FieldMap
-from tito_audit.replay.reader import MAX_RECORD_BYTES, LogError, expand, log_kind
+from tito_audit.replay.reader import MAX_RECORD_BYTES, LogError, expand, log_kind, open_parquet
 from tito_audit.replay.run import _Fit, labels
 
 # Passed on to the actors, so that they load the model the way the driver did.
@@ -53,34 +56,23 @@ class ContextSpec:
         )
 
 
-class _ReplayBatches:
-    """A Ray Data actor: the model loaded once, then ``replay_batch`` per run of rows of one shard."""
+class _ReplayRowGroups:
+    """A Ray Data actor: the model loaded once, then ``run._row_group_task`` (the local workers' function) per
+    row group named in the batch."""
 
     def __init__(self, spec: ContextSpec, fmt: str, field_map: FieldMap | None, max_record_bytes: int) -> None:
-        self.ctx = spec.build()
-        self.fmt, self.map, self.bound = fmt, field_map, max_record_bytes
+        from tito_audit.replay.run import _init
 
-    def __call__(self, table: Any) -> dict[str, list[Any]]:
-        from tito_audit.replay.run import replay_batch
+        _init(spec.build(), fmt, field_map, max_record_bytes)
 
-        out: dict[str, list[Any]] = {"path": [], "rows": [], "totals": []}
-        paths = table.column("path").to_pylist()
-        data = table.drop_columns(["path"])
-        start = 0
-        while start < len(paths):
-            end = start
-            while end < len(paths) and paths[end] == paths[start]:
-                end += 1
-            part = ReplayTotals()
-            done = 0  # lines are counted from the run's first row; the driver shifts them into the shard
-            for batch in data.slice(start, end - start).combine_chunks().to_batches():
-                part.merge(replay_batch(batch, done + 1, self.ctx, self.fmt, self.map, "", self.bound))
-                done += batch.num_rows
-            out["path"].append(paths[start])
-            out["rows"].append(end - start)
-            out["totals"].append(pickle.dumps(part))
-            start = end
-        return out
+    def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
+        from tito_audit.replay.run import _row_group_task
+
+        totals = [
+            pickle.dumps(_row_group_task(str(path), int(group), int(first), ""))
+            for path, group, first in zip(batch["path"], batch["group"], batch["first"], strict=True)
+        ]
+        return {"path": list(batch["path"]), "totals": totals}
 
 
 def replay_ray(
@@ -106,37 +98,38 @@ def replay_ray(
     not_parquet = [str(p) for p in paths if log_kind(p) != "parquet"]
     if not_parquet:
         raise LogError(f"{not_parquet[0]}: --engine ray reads Parquet shards (use the local engine for JSONL)")
-    names = {os.path.abspath(p): label for p, label in labels(paths).items()}
+    names = labels(paths)
+    groups = []  # one item per row group: the shard, the group, the line of its first row
+    for p in paths:
+        first = 1
+        meta = open_parquet(p).metadata
+        for g in range(meta.num_row_groups):
+            groups.append({"path": str(p), "group": g, "first": first})
+            first += meta.row_group(g).num_rows
     if not ray.is_initialized():
         env = {k: os.environ[k] for k in _ENV if k in os.environ}
         ray.init(address=address, runtime_env={"env_vars": env} if env else None, log_to_driver=False)
     data_ctx = ray.data.DataContext.get_current()
     data_ctx.execution_options.preserve_order = True
     data_ctx.enable_progress_bars = False
-    ds = ray.data.read_parquet([str(p) for p in paths], include_paths=True)
-    mapped = ds.map_batches(
-        _ReplayBatches,
+    most = actors or max(1, int(ray.cluster_resources().get("CPU", 1)))
+    mapped = ray.data.from_items(groups, override_num_blocks=min(len(groups), 8 * most) or 1).map_batches(
+        _ReplayRowGroups,
         fn_constructor_args=(spec, fmt, field_map, max_record_bytes),
-        batch_format="pyarrow",
-        concurrency=actors or max(1, int(ray.available_resources().get("CPU", 1))),
+        batch_size=1,
+        # an autoscaling pool that starts with one actor, so that Ray Data's own tasks always find a CPU
+        compute=ray.data.ActorPoolStrategy(min_size=1, max_size=most),
+        num_cpus=1,
         memory=memory,
     )
     totals = ReplayTotals()
-    seen: dict[str, int] = {}
     fit = _Fit(ctx)
+    by_path = {str(p): p for p in paths}
     for row in mapped.iter_rows():
-        path = os.path.abspath(_local(row["path"]))
         part: ReplayTotals = pickle.loads(row["totals"])
-        file = names.get(path, Path(path).name)
-        totals.merge(part, seen.get(path, 0), file=file)
-        seen[path] = seen.get(path, 0) + int(row["rows"])
+        totals.merge(part, file=names[by_path[row["path"]]])
         fit(totals)
         if on_records is not None:
-            on_records(int(row["rows"]))
+            on_records(part.records)
     fit(totals, final=True)
     return totals
-
-
-def _local(path: str) -> str:
-    """A shard path as Ray reports it, without a ``file://`` scheme (other schemes stay as they are)."""
-    return path[len("file://") :] if path.startswith("file://") else path

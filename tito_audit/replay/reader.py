@@ -209,6 +209,7 @@ def row_nbytes(batch: Any) -> Any:
 def _array_nbytes(arr: Any) -> Any:
     import numpy as np
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     t = arr.type
     n = len(arr)
@@ -223,7 +224,7 @@ def _array_nbytes(arr: Any) -> Any:
             out += _array_nbytes(child)
         return out
     if pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t):
-        lengths = np.asarray(pa.compute.binary_length(arr).fill_null(0), dtype=np.int64)
+        lengths = np.asarray(pc.binary_length(arr).fill_null(0), dtype=np.int64)
         return lengths + (8 if pa.types.is_large_string(t) or pa.types.is_large_binary(t) else 4)
     if pa.types.is_null(t):
         return np.zeros(n, dtype=np.int64)
