@@ -72,14 +72,10 @@ def log_kind(path: Path) -> str:
     return "jsonl"
 
 
-class RawLine(bytes):
-    """A JSONL line not parsed yet (``parse_line`` does it where the record is analysed, e.g. in a worker)."""
-
-
 def iter_records(path: Path, raw: bool = False, max_record_bytes: int = MAX_RECORD_BYTES) -> Iterator[tuple[int, Any]]:
     """``(number, record)`` per record; ``record`` is a ``RecordError`` for one that cannot be read. With ``raw``,
-    JSONL lines come back as ``RawLine`` for ``parse_line``: parsing moves to the worker processes, and a line
-    crosses the process boundary far cheaper than the objects parsed from it."""
+    JSONL lines come back as ``bytes`` for ``parse_line`` (a parsed record is never bytes): parsing moves to the
+    worker processes, and a line crosses the process boundary far cheaper than the objects parsed from it."""
     if log_kind(path) == "parquet":
         for first, batch, sizes in parquet_batches(path, max_record_bytes):
             if isinstance(batch, RecordError):
@@ -119,7 +115,7 @@ def parse_line(line: bytes | str) -> Any:
         return RecordError(f"not JSON: {exc.msg} at column {exc.colno}{cut}")
 
 
-def iter_lines(path: Path, max_record_bytes: int = MAX_RECORD_BYTES) -> Iterator[tuple[int, RawLine | RecordError]]:
+def iter_lines(path: Path, max_record_bytes: int = MAX_RECORD_BYTES) -> Iterator[tuple[int, bytes | RecordError]]:
     """Each non-blank line of a JSONL log (gzip-compressed or not) with its number, at most ``max_record_bytes``
     read at a time: a longer line is read past in pieces and comes back as a ``RecordError``."""
     gz = log_kind(path) == "jsonl.gz"
@@ -141,7 +137,7 @@ def iter_lines(path: Path, max_record_bytes: int = MAX_RECORD_BYTES) -> Iterator
                 return
             n += 1
             if line.strip():
-                yield n, RawLine(line)
+                yield n, line
 
 
 def _skip_line(stream: Any) -> int:
@@ -215,8 +211,11 @@ def _array_nbytes(arr: Any) -> Any:
     n = len(arr)
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         offsets = np.asarray(arr.offsets, dtype=np.int64)  # absolute into arr.values, also for a sliced array
-        inner = np.concatenate(([0], np.cumsum(_array_nbytes(arr.values), dtype=np.int64)))
         width = 8 if pa.types.is_large_list(t) else 4
+        item = _fixed_width(t.value_type)
+        if item is not None:  # a list of numbers: its length times their width, no per-value array
+            return np.diff(offsets) * item + width
+        inner = np.concatenate(([0], np.cumsum(_array_nbytes(arr.values), dtype=np.int64)))
         return inner[offsets[1:]] - inner[offsets[:-1]] + width
     if pa.types.is_struct(t):
         out = np.zeros(n, dtype=np.int64)
@@ -228,8 +227,19 @@ def _array_nbytes(arr: Any) -> Any:
         return lengths + (8 if pa.types.is_large_string(t) or pa.types.is_large_binary(t) else 4)
     if pa.types.is_null(t):
         return np.zeros(n, dtype=np.int64)
-    try:
-        width = max(1, t.bit_width // 8)
-    except ValueError:  # no fixed width (maps, dictionaries, unions): an even share of the array's bytes
+    fixed = _fixed_width(t)
+    if fixed is None:  # no fixed width (maps, dictionaries, unions): an even share of the array's bytes
         return np.full(n, arr.nbytes // max(1, n) + 1, dtype=np.int64)
-    return np.full(n, width, dtype=np.int64)
+    return np.full(n, fixed, dtype=np.int64)
+
+
+def _fixed_width(t: Any) -> int | None:
+    """Bytes per value of a fixed-width Arrow type (numbers, booleans as one), else None."""
+    import pyarrow as pa
+
+    if pa.types.is_nested(t) or pa.types.is_null(t):
+        return None
+    try:
+        return max(1, t.bit_width // 8)
+    except ValueError:
+        return None

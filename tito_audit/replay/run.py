@@ -28,7 +28,6 @@ from tito_audit.replay.reader import (
     MAX_RECORD_BYTES,
     PARQUET_BATCH,
     LogError,
-    RawLine,
     expand,
     iter_lines,
     log_kind,
@@ -55,7 +54,7 @@ def replay_record(
     line: int, record: Any, ctx: ReplayContext, fmt: str, field_map: FieldMap | None, file: str = ""
 ) -> list[Outcome]:
     """Every episode of one record analysed, or the record's one malformed line."""
-    if isinstance(record, RawLine):
+    if isinstance(record, bytes):  # a JSONL line, parsed here (in the worker)
         record = parse_line(record)
     if isinstance(record, RecordError):
         return [Malformed(line, str(record), file)]

@@ -23,6 +23,7 @@ reader turns it into a counted, numbered line and goes on.
 from __future__ import annotations
 
 import datetime as dt
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,9 +75,22 @@ def parse_date(value: Any) -> dt.datetime:
     raise RecordError(f"date must be an ISO date (YYYY-MM-DD) or date-time, not {value!r:.40}")
 
 
-def _ids(value: Any, where: str) -> list[int]:
-    if type(value) is list and (not value or (set(map(type, value)) == {int} and min(value) >= 0)):
-        return list(value)  # what JSON gives: checked in C, no per-id Python step (bool is not int here)
+def _packed(value: list[Any], code: str) -> array | None:
+    """``value`` as a C array of ``code`` (``L``: integers >= 0, ``B``: 0..255), checked in C; None when a value is
+    not one (a float, a negative, a string, None). A bool passes as 0/1: callers that must refuse it check."""
+    try:
+        return array(code, value)
+    except (TypeError, OverflowError, ValueError):
+        return None
+
+
+def _ids(value: Any, where: str, compared: bool = False) -> list[int]:
+    """Token ids: integers >= 0 (a float with no fraction is read as its integer; a bool is refused). ``compared``:
+    ids that are only ever compared with checked ones (the engine's prompts), where ``true`` would equal 1 anyway:
+    the bool check, a second pass, is skipped."""
+    # what JSON gives: checked in C, no per-id Python step
+    if type(value) is list and _packed(value, "L") is not None and (compared or bool not in set(map(type, value))):
+        return value
     if isinstance(value, (str, bytes)) or (not isinstance(value, Sequence) and not hasattr(value, "tolist")):
         raise RecordError(f"{where} must be a list of token ids")
     if hasattr(value, "tolist"):
@@ -95,6 +109,10 @@ def _ids(value: Any, where: str) -> list[int]:
 
 
 def _floats(value: Any, where: str) -> list[float]:
+    if type(value) is list:
+        packed = _packed(value, "d")
+        if packed is not None:
+            return packed.tolist()
     if hasattr(value, "tolist"):
         value = value.tolist()
     if not isinstance(value, Sequence) or isinstance(value, (str, bytes)):
@@ -106,8 +124,11 @@ def _floats(value: Any, where: str) -> list[float]:
 
 
 def _mask(value: Any, where: str) -> list[int]:
-    if type(value) is list and set(map(type, value)) <= {int} and set(value) <= {0, 1}:
-        return list(value)
+    if type(value) is list:
+        packed = _packed(value, "B")
+        only_01 = packed is not None and not packed.tobytes().translate(None, b"\x00\x01")
+        if only_01 and bool not in set(map(type, value)):
+            return value
     ids = _ids(value, where)
     bad = next((v for v in ids if v not in (0, 1)), None)
     if bad is not None:
@@ -134,7 +155,7 @@ def episode_from_native(record: Mapping[str, Any], line: int = 0, source: str = 
             lps = t.get("logprobs")
             logprobs = _floats(lps, f"turns[{k}].logprobs") if lps is not None else None
             prompt = t.get("prompt_ids")
-            prompt_ids = _ids(prompt, f"turns[{k}].prompt_ids") if prompt is not None else None
+            prompt_ids = _ids(prompt, f"turns[{k}].prompt_ids", compared=True) if prompt is not None else None
         else:
             ids, logprobs, prompt_ids = _ids(t, f"turns[{k}]"), None, None
         turns.append(SampledTurn(ids, logprobs, prompt_ids))
