@@ -42,7 +42,7 @@ from tito_audit import load
 from tito_audit.replay import ReplayContext, replay_log
 mode, log, model = sys.argv[1:4]
 m = load(model)
-import pyarrow.parquet, tito_audit.replay.columns  # imported before the clock starts: not per-episode costs
+import pyarrow.parquet  # imported before the clock starts: not a per-episode cost
 if mode in ("baseline", "default"):
     ctx = ReplayContext.from_model(m)
 else:
