@@ -6,7 +6,8 @@ The log: four-turn episodes of the audit's scenarios, each with its own long fir
 tokens per episode in all), played through ``Trajectory`` with a sampler that splits a token in 30% of turns, and
 logged as a TITO loop that logs everything writes them: per turn the sampled ids, log-probs and the engine's
 ``prompt_ids``, plus ``input_ids``, ``loss_mask``, messages and tools. Written untimed, as JSONL and as Parquet (row
-groups of 1,024 rows). Every episode is distinct, so no render is a cache hit of another episode's.
+groups of 1,024 rows). The first ``--baseline-episodes`` are played, each distinct (no render is a cache hit of
+another episode's); the rest repeat them under other ids, for the runs that render nothing.
 
 Each run is a fresh process that loads the model and builds the context untimed, then replays the log in one
 process (``--workers 1``) and reports the CPU seconds (``getrusage``) and wall seconds of ``replay_log`` alone
@@ -30,6 +31,7 @@ import random
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -66,7 +68,9 @@ FILLER_TEXT = (
 WORDS = FILLER_TEXT.split()
 
 
-def make_logs(model_name: str, episodes: int, folder: Path, filler_words: int, seed: int = 0) -> dict:
+def make_logs(model_name: str, episodes: int, folder: Path, filler_words: int, distinct: int = 0) -> dict:
+    """The JSONL and Parquet logs; the first ``distinct`` episodes (all, when 0) are played, the rest repeat them
+    under other ids (the TITO check caches nothing, so repeats cost what new episodes do)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -77,40 +81,51 @@ def make_logs(model_name: str, episodes: int, folder: Path, filler_words: int, s
     model = load(model_name)
     ctx = AuditContext(model, AuditOptions())
     four = [s for s in ctx.scenarios if len(s.assistant_indices()) == 4]
-    rng = random.Random(seed)
+    rng = random.Random(0)
     split = Splitter(model.tokenizer)
     jsonl = folder / "engine.jsonl"
-    tokens = turns = 0
+    tokens = turns = attempts = 0
     rows: list[dict] = []
-    writer = None
-    n = attempts = 0
+    played: list[dict] = []
+    writer: list[Any] = []
+
+    def flush() -> None:
+        table = pa.Table.from_pylist(rows)
+        if not writer:
+            writer.append(pq.ParquetWriter(folder / "engine.parquet", table.schema))
+        writer[0].write_table(table)
+        rows.clear()
+
     with jsonl.open("w", encoding="utf-8") as fh:
-        while n < episodes:
-            attempts += 1
-            sc = four[attempts % len(four)]
-            msgs = sc.messages_list()
-            first_user = next(i for i, m in enumerate(msgs) if m["role"] == "user")
-            filler = " ".join(rng.choice(WORDS) for _ in range(filler_words))
-            msgs[first_user]["content"] = f"{msgs[first_user]['content']} (episode {n}) {filler}"
-            p = play(ctx.renderer, dataclasses.replace(sc, messages=tuple(msgs)), ctx.stop_ids, 0.3, rng, split)
-            if p is None:
-                continue
-            record = with_engine_prompts(log_episode(p, "correct", f"{sc.id}#{n}").record, p)
+        for n in range(episodes):
+            if distinct and len(played) >= distinct:
+                record = dict(played[n % distinct], id=f"repeat#{n}")
+            else:
+                while True:
+                    attempts += 1
+                    sc = four[attempts % len(four)]
+                    msgs = sc.messages_list()
+                    first_user = next(i for i, m in enumerate(msgs) if m["role"] == "user")
+                    filler = " ".join(rng.choice(WORDS) for _ in range(filler_words))
+                    msgs[first_user]["content"] = f"{msgs[first_user]['content']} (episode {n}) {filler}"
+                    variant = dataclasses.replace(sc, messages=tuple(msgs))
+                    p = play(ctx.renderer, variant, ctx.stop_ids, 0.3, rng, split)
+                    if p is not None:
+                        break
+                record = with_engine_prompts(log_episode(p, "correct", f"{sc.id}#{n}").record, p)
+                played.append(record)
             fh.write(json.dumps(record) + "\n")
             rows.append({k: record[k] for k in ("id", "turns", "input_ids", "loss_mask")})
             tokens += len(record["input_ids"])
             turns += len(record["turns"])
-            n += 1
-            if len(rows) == 1024 or n == episodes:
-                table = pa.Table.from_pylist(rows)
-                if writer is None:
-                    writer = pq.ParquetWriter(folder / "engine.parquet", table.schema)
-                writer.write_table(table)
-                rows = []
-    if writer is not None:
-        writer.close()
+            if len(rows) == 1024:
+                flush()
+    if rows:
+        flush()
+    writer[0].close()
     return {
         "episodes": episodes,
+        "distinct_episodes": len(played),
         "turns": turns,
         "mean_tokens_per_episode": round(tokens / episodes, 1),
         "scenarios": [s.id for s in four],
@@ -131,7 +146,7 @@ def main() -> None:
     out: dict = {"machine": machine(), "command": " ".join(["python", *sys.argv]), "model": args.model}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        out["log"] = make_logs(args.model, args.episodes, folder, args.filler_words)
+        out["log"] = make_logs(args.model, args.episodes, folder, args.filler_words, distinct=args.baseline_episodes)
         head = folder / "head.jsonl"
         with (folder / "engine.jsonl").open(encoding="utf-8") as src, head.open("w", encoding="utf-8") as dst:
             for _ in range(args.baseline_episodes):

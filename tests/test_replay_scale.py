@@ -18,6 +18,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import IN_CI
 from typer.testing import CliRunner
 
 from tito_audit.cli import app
@@ -176,7 +177,7 @@ def test_parquet_exact_rows_on_arrow_buffers_equal_the_jsonl_replay(qwen, tmp_pa
 
 
 def test_ray_engine_gives_the_local_report(qwen, tmp_path):
-    ray = pytest.importorskip("ray")
+    ray = pytest.importorskip("ray") if not IN_CI else __import__("ray")  # CI installs the ray extra: never skip
     from tito_audit.replay.distributed import ContextSpec, replay_ray
 
     _, ctx, plays = qwen

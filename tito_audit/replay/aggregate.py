@@ -240,7 +240,7 @@ class ReplayModelReport(ModelReport):
 
 _UNCHECKED = {
     "error:replay_divergence:incomplete": "some episodes could not be checked: see replay_incomplete",
-    "error:replay_naive_what_if:compared_nothing": "no naive what-if ran: the log has no messages, or --no-what-if",
+    "error:replay_naive_what_if:compared_nothing": "no naive what-if ran: no messages in the log, or --no-what-if",
     "error:replay_naive_what_if:not_run": "the naive what-if did not run on every episode",
 }
 

@@ -72,7 +72,7 @@ class EpisodeResult:
     noncanonical_checked: bool = False
     notes: list[str] = field(default_factory=list)
     error: str | None = None  # the reference could not be rebuilt: the episode is not checked (incomplete)
-    marks: bool = True  # the ids hold a control token of this template (a log of this tokenizer does)
+    marks: bool = True  # the ids open with a control token of this template (a log of this tokenizer does)
     stop_turns: int = 0  # sampled turns that end with one of this model's stop tokens
     file: str = ""  # the log file, when a replay reads several
 
@@ -97,7 +97,7 @@ class ReplayContext:
     noncanonical: bool = True
     bos_ids: tuple[int, ...] = ()  # every id that begins a sequence: the tokenizer's own and the template's
     vocab_size: int | None = None  # ids at or above it are outside the tokenizer
-    marks: frozenset[int] = frozenset()  # control ids the template writes in every conversation
+    marks: frozenset[int] = frozenset()  # control ids the template opens a conversation with
     date: dt.datetime | None = None  # the date renders see when a record does not say (--date)
     dated: bool = False  # the template's prompt shows the render date
     model: str = ""
@@ -184,21 +184,25 @@ def beginning_ids(tokenizer: Any, renderer: Renderer) -> tuple[int, ...]:
     return tuple(dict.fromkeys(out))
 
 
+MARK_WINDOW = 8  # a log's sequence opens with the template's first control token within this many ids
+
+
 def template_marks(renderer: Renderer) -> frozenset[int]:
-    """Special ids the template writes in every conversation (role and turn markers): a log written with this
-    tokenizer and template holds some; one written with another tokenizer holds none."""
+    """The special ids the template opens a conversation with (its BOS or first role marker), from renders of
+    probe conversations: a log written with this tokenizer and template has one among its first ``MARK_WINDOW``
+    ids; one written with another tokenizer, whose ids mean other tokens, has none there. Only the opening is
+    looked at: a special id of this vocabulary can be an ordinary token of another, anywhere in a sequence."""
     specials = set(renderer.tokenizer.all_special_ids or []) | {
         i for i, t in renderer.tokenizer.added_tokens_decoder.items() if t.special
     }
-    found: set[int] | None = None
+    found: set[int] = set()
     for probe in _MARK_PROBES:
         try:
             ids = renderer.render_ids(probe, add_generation_prompt=probe[-1]["role"] == "user")
         except RenderError:
             continue
-        here = {i for i in ids if i in specials}
-        found = here if found is None else found & here
-    return frozenset(found or ())
+        found.update(next(([i] for i in ids[:MARK_WINDOW] if i in specials), []))
+    return frozenset(found)
 
 
 def _shape(ep: Episode) -> list[str]:
@@ -342,7 +346,7 @@ def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
     res.shape = _shape(ep)
     stops = set(ctx.stop_ids)
     res.stop_turns = sum(1 for t in ep.turns if t.ids and t.ids[-1] in stops)
-    res.marks = not ctx.marks or not ctx.marks.isdisjoint(ep.input_ids)
+    res.marks = not ctx.marks or not ctx.marks.isdisjoint(ep.input_ids[:MARK_WINDOW])
     kw = ctx.compare_kwargs()
     engine = has_engine_prompts(ep)
     traj: Trajectory | None = None

@@ -29,7 +29,7 @@ class ExactRows:
     turns: Any  # numpy int per row: sampled turns
     sampled: Any  # numpy int per row: sampled ids
     stop_turns: Any  # numpy int per row: turns ending with a stop id
-    marks: Any  # numpy bool per row: the ids hold a control id of the template
+    marks: Any  # numpy bool per row: the ids open with a control id of the template
     max_id: Any  # numpy int per row: the largest id in input_ids and the sampled turns (-1: none)
 
 
@@ -58,9 +58,21 @@ def _per_row(per_item: Any, offsets: Any, reduce: Any, empty: Any) -> Any:
     return out
 
 
-def exact_rows(batch: Any, stop_ids: Any, marks: Any) -> ExactRows | None:
+def _opening(values: Any, offsets: Any, window: int) -> Any:
+    """Each row's first ``window`` ids (-1 past a row's end), as a rows x window array."""
+    starts, ends = offsets[:-1], offsets[1:]
+    idx = starts[:, None] + np.arange(window)[None, :]
+    inside = idx < ends[:, None]
+    out = np.full(idx.shape, -1, dtype=np.int64)
+    if len(values):
+        out[inside] = values[idx[inside]]
+    return out
+
+
+def exact_rows(batch: Any, stop_ids: Any, marks: Any, window: int) -> ExactRows | None:
     """The engine-prompt TITO check for every row of ``batch`` (a pyarrow RecordBatch of native records); None
-    when the batch's columns are not the native ones with ``turns[].prompt_ids``."""
+    when the batch's columns are not the native ones with ``turns[].prompt_ids``. ``marks`` within the first
+    ``window`` ids and ``stop_ids`` at the end of turns are counted for the tokenizer fit (``run.mismatch``)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -110,13 +122,14 @@ def exact_rows(batch: Any, stop_ids: Any, marks: Any) -> ExactRows | None:
     last_id = np.where(turn_len > 0, v_ids[np.maximum(id_off[1:] - 1, 0)] if len(v_ids) else -1, -1)
     stops = np.isin(last_id, np.asarray(list(stop_ids), dtype=np.int64)) & (turn_len > 0)
     max_turn = _per_row(np.where(turn_len > 0, _per_row(v_ids, id_off, np.maximum, -1), -1), t_off, np.maximum, -1)
-    has_mark = np.isin(v_in, np.asarray(sorted(marks), dtype=np.int64)).astype(np.int64) if marks else None
+    opening = _opening(v_in, in_off, window)
+    has_mark = np.isin(opening, np.asarray(sorted(marks), dtype=np.int64)).any(axis=1) if marks else None
     out = ExactRows(
         exact=np.zeros(n, dtype=bool),
         turns=np.diff(t_off),
         sampled=_per_row(turn_len, t_off, np.add, 0),
         stop_turns=_per_row(stops.astype(np.int64), t_off, np.add, 0),
-        marks=(_per_row(has_mark, in_off, np.maximum, 0) > 0) if has_mark is not None else np.ones(n, dtype=bool),
+        marks=has_mark if has_mark is not None else np.ones(n, dtype=bool),
         max_id=np.maximum(_per_row(v_in, in_off, np.maximum, -1), max_turn),
     )
     for r in range(n):

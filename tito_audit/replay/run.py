@@ -21,7 +21,7 @@ from typing import Any
 
 from tito_audit.replay.adapters import to_episodes
 from tito_audit.replay.aggregate import Malformed, ReplayTotals
-from tito_audit.replay.analyze import EpisodeResult, ReplayContext, analyze
+from tito_audit.replay.analyze import MARK_WINDOW, EpisodeResult, ReplayContext, analyze
 from tito_audit.replay.columns import exact_rows
 from tito_audit.replay.mapping import FieldMap
 from tito_audit.replay.reader import (
@@ -111,7 +111,7 @@ def replay_batch(
     fast = None
     needs_more = ctx.noncanonical or (("messages" in batch.schema.names) and (ctx.whatif or ctx.drift))
     if fmt in ("auto", "native") and not field_map and not needs_more:
-        fast = exact_rows(batch, ctx.stop_ids, ctx.marks)
+        fast = exact_rows(batch, ctx.stop_ids, ctx.marks, MARK_WINDOW)
     vocab = ctx.vocab_size if ctx.vocab_size is not None else 1 << 62
     outcomes: list[Outcome] = []
     for k in range(batch.num_rows):
@@ -133,8 +133,8 @@ def replay_batch(
 
 def mismatch(t: ReplayTotals, ctx: ReplayContext) -> str | None:
     """Why the log does not read as this model's tokenizer, or None. Derived from the tokenizer and template:
-    ids outside the vocabulary in every record read; or no episode holding any control token the template writes
-    in every conversation and no sampled turn ending with one of its stop tokens."""
+    ids outside the vocabulary in every record read; or no episode opening with a control token the template
+    opens conversations with, and no sampled turn ending with one of its stop tokens."""
     model = ctx.model or "the model"
     if t.out_of_vocabulary and t.episodes == 0:
         return (
@@ -145,8 +145,8 @@ def mismatch(t: ReplayTotals, ctx: ReplayContext) -> str | None:
         names = ", ".join(repr(ctx.decode([i])) for i in sorted(ctx.marks)[:4])
         stops = ", ".join(repr(ctx.decode([i])) for i in ctx.stop_ids[:3])
         return (
-            f"the log does not read as {model}'s tokenizer: none of {t.episodes} episode(s) holds a control token "
-            f"of its template ({names}) and none of {t.turns} sampled turns ends with its stop tokens ({stops}); "
+            f"the log does not read as {model}'s tokenizer: none of {t.episodes} episode(s) opens with a control "
+            f"token of its template ({names}) and none of {t.turns} sampled turns ends with its stop tokens ({stops}); "
             "was it written with another model's tokenizer? (--model names the model the loop used)"
         )
     return None
