@@ -349,14 +349,18 @@ def build_checks(t: ReplayTotals, texts: Any) -> list[CheckResult]:
         else ""
     )
     ctx = f", {t.context_divergences} in the engine's prompts" if t.context_divergences else ""
+    kinds = (
+        ("engine prompts", t.reference_engine),
+        ("rebuilt buffers", t.reference_buffer),
+        ("sampled turns only", t.checked_episodes - t.reference_engine - t.reference_buffer),
+    )
+    against = ", ".join(f"{name} {n}" for name, n in kinds if n) or "nothing"
     out.append(
         result(
             "replay_divergence",
             f"diverged: {_pct(t.diverged_episodes, t.checked_episodes)} episodes, {t.diverged_turns} of {t.turns} "
             f"turns ({_classes(t.by_class)}){ctx}; trained never sampled {t.trained_not_sampled}, sampled not "
-            f"trained {t.sampled_not_trained}, mask flips {t.mask_flips}{lp}; reference: engine prompts "
-            f"{t.reference_engine}, rebuilt buffer {t.reference_buffer}, sampled turns only "
-            f"{t.checked_episodes - t.reference_engine - t.reference_buffer}",
+            f"trained {t.sampled_not_trained}, mask flips {t.mask_flips}{lp}; against {against}",
             {
                 "trained_not_sampled": t.trained_not_sampled,
                 "sampled_not_trained": t.sampled_not_trained,

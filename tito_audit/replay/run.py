@@ -107,28 +107,39 @@ def replay_batch(
     """One Arrow batch of a Parquet log (rows numbered from ``first_line``). Rows over the bound are malformed;
     with engine prompts and nothing else to measure, exact rows are decided on the Arrow buffers
     (``columns.exact_rows``) and the others analysed like JSONL records."""
+    import numpy as np
+
     sizes = row_nbytes(batch)
+    small = sizes <= max_record_bytes
     fast = None
     needs_more = ctx.noncanonical or (("messages" in batch.schema.names) and (ctx.whatif or ctx.drift))
     if fmt in ("auto", "native") and not field_map and not needs_more:
         fast = exact_rows(batch, ctx.stop_ids, ctx.marks, MARK_WINDOW)
     vocab = ctx.vocab_size if ctx.vocab_size is not None else 1 << 62
+    exact = small & fast.exact & (fast.max_id < vocab) if fast is not None else np.zeros(batch.num_rows, dtype=bool)
     outcomes: list[Outcome] = []
-    for k in range(batch.num_rows):
+    for k in np.flatnonzero(~exact).tolist():
         line = first_line + k
         too_big = oversized(int(sizes[k]), max_record_bytes)
         if too_big is not None:
             outcomes.append(Malformed(line, str(too_big), file))
-        elif fast is not None and fast.exact[k] and fast.max_id[k] < vocab:
-            turns, sampled = int(fast.turns[k]), int(fast.sampled[k])
-            marks, stops = bool(fast.marks[k]), int(fast.stop_turns[k])
-            res = EpisodeResult(line, "", "native", turns, sampled, sampled, "engine", marks=marks, stop_turns=stops)
-            res.file = file
-            outcomes.append(res)
         else:
             row = batch.slice(k, 1).to_pylist()[0]
             outcomes.extend(replay_record(line, row, ctx, fmt, field_map, file))
-    return totals_of(outcomes)
+    totals = totals_of(outcomes)
+    if fast is not None and exact.any():  # what ``ReplayTotals.add`` counts for an exact episode, for all at once
+        n = int(exact.sum())
+        sampled = int(fast.sampled[exact].sum())
+        totals.records += n
+        totals.episodes += n
+        totals.by_source["native"] += n
+        totals.reference_engine += n
+        totals.turns += int(fast.turns[exact].sum())
+        totals.sampled_tokens += sampled
+        totals.trained_tokens += sampled
+        totals.mark_episodes += int(fast.marks[exact].sum())
+        totals.stop_turns += int(fast.stop_turns[exact].sum())
+    return totals
 
 
 def mismatch(t: ReplayTotals, ctx: ReplayContext) -> str | None:
