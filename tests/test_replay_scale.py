@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import IN_CI
+from test_replay_io import write_jsonl
 from typer.testing import CliRunner
 
 from tito_audit.cli import app
@@ -40,16 +41,6 @@ def qwen(loaded):
 
 def engine_rows(plays, loop="correct"):
     return [with_engine_prompts(log_episode(p, loop, p.scenario.id).record, p) for p in plays]
-
-
-def write_jsonl(path: Path, rows, gz=False) -> Path:
-    text = "".join(json.dumps(r) + "\n" for r in rows)
-    if gz:
-        with gzip.open(path, "wt", encoding="utf-8") as fh:
-            fh.write(text)
-    else:
-        path.write_text(text, encoding="utf-8")
-    return path
 
 
 def write_parquet(path: Path, rows, row_group_size=64) -> Path:

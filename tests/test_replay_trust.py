@@ -11,9 +11,9 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import json
-from pathlib import Path
 
 import pytest
+from test_replay_io import write_jsonl
 from typer.testing import CliRunner
 
 from tito_audit import load
@@ -39,11 +39,6 @@ DATE_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
 )
-
-
-def write(path: Path, rows) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return path
 
 
 def tokens_only(record):
@@ -75,7 +70,7 @@ def test_a_correct_loop_on_a_date_template_replayed_later_is_exact(dated, tmp_pa
     ctx = ReplayContext.from_model(model)  # renders at the replay's date, not the rollout's
     assert ctx.renderer.date.date() != ROLLOUT_DAY.date()
     logged = [with_engine_prompts(log_episode(p, "correct", p.scenario.id).record, p, ROLLOUT_DAY) for p in plays]
-    t = replay_log(write(tmp_path / "dated.jsonl", logged), ctx)
+    t = replay_log(write_jsonl(tmp_path / "dated.jsonl", logged), ctx)
     assert (t.diverged_turns, t.trained_not_sampled, t.sampled_not_trained, t.mask_flips) == (0, 0, 0, 0)
     assert t.episodes == len(plays) and t.reference_engine == len(plays) and ctx.dated
     # the logged date is used for every render: the template's rendering is the loop's, the what-if ran
@@ -83,14 +78,14 @@ def test_a_correct_loop_on_a_date_template_replayed_later_is_exact(dated, tmp_pa
     assert t.whatif_episodes == len(plays)
     # without the date in the log: still exact, and the date line is context drift of class `date`
     undated = [{k: v for k, v in r.items() if k != "date"} for r in logged]
-    t = replay_log(write(tmp_path / "undated.jsonl", undated), ctx)
+    t = replay_log(write_jsonl(tmp_path / "undated.jsonl", undated), ctx)
     assert t.diverged_turns == 0 and t.drift_diverged == len(plays) and t.drift_by_class == {"date": len(plays)}
     report = build_report(t, model, "undated.jsonl", ctx.renderer.token_texts).models[0]
     assert report.check("replay_context_drift").status == "warn" and report.verdict != "unsafe"
     # drift never hides a real divergence: a trainer that re-tokenizes is still caught at its positions
     broken = [log_episode(p, "naive_retokenize", p.scenario.id) for p in plays]
     rows = [{k: v for k, v in with_engine_prompts(b.record, p).items()} for b, p in zip(broken, plays, strict=True)]
-    t = replay_log(write(tmp_path / "broken.jsonl", rows), ctx)
+    t = replay_log(write_jsonl(tmp_path / "broken.jsonl", rows), ctx)
     want = sorted((n + 1, i.turn, i.index) for n, b in enumerate(broken) for i in b.truth)
     got = sorted((int(label.split()[1]), d.turn, d.index) for label, d in t.findings["replay_divergence"])
     assert want and got == want and set(t.by_class) == {"non_canonical"}
@@ -128,7 +123,7 @@ def test_a_fixed_base_delta_loop_is_exact_and_its_context_drift_is_placed(qwen, 
     rows = [fixed_base_record(p, ctx.renderer, ctx.stop_ids) for p in plays]
     differs = [n for n, (r, p) in enumerate(zip(rows, plays, strict=True)) if r["input_ids"] != p.traj.input_ids]
     assert differs, "the fixed-base deltas equal the in-place ones on every episode: nothing would be tested"
-    t = replay_log(write(tmp_path / "fixed.jsonl", rows), ctx)
+    t = replay_log(write_jsonl(tmp_path / "fixed.jsonl", rows), ctx)
     assert (t.diverged_turns, t.trained_not_sampled, t.sampled_not_trained, t.mask_flips) == (0, 0, 0, 0)
     assert t.episodes == len(rows) and t.reference_engine == len(rows)
     assert t.drift_diverged == len(differs)
@@ -153,7 +148,7 @@ def test_an_unrenderable_episode_is_incomplete_in_every_format(qwen, tmp_path):
         if m["role"] == "tool":
             m["content"] = "x" * 3_000_000  # over the render limit (2M characters)
     rows.append(huge)
-    path = write(tmp_path / "huge.jsonl", rows)
+    path = write_jsonl(tmp_path / "huge.jsonl", rows)
     runner = CliRunner()
     res = runner.invoke(app, ["replay", str(path), "-m", QWEN, "-w", "1", "-q"])
     assert res.exit_code == 3, res.output
@@ -189,7 +184,7 @@ def test_safe_needs_a_what_if_that_ran_and_was_exact(loaded, tmp_path):
     assert canonical
 
     def verdict(rows):
-        t = replay_log(write(tmp_path / "v.jsonl", rows), ctx)
+        t = replay_log(write_jsonl(tmp_path / "v.jsonl", rows), ctx)
         m = build_report(t, model, "v.jsonl", ctx.renderer.token_texts).models[0]
         return m.verdict, m.verdict_reasons, m.verdict_explanation
 
@@ -213,7 +208,7 @@ def test_safe_needs_a_what_if_that_ran_and_was_exact(loaded, tmp_path):
 def test_a_log_from_another_tokenizer_is_refused(qwen, tmp_path):
     _, _, plays = qwen
     rows = [log_episode(p, "correct", p.scenario.id).record for p in plays]
-    path = write(tmp_path / "qwen.jsonl", rows)
+    path = write_jsonl(tmp_path / "qwen.jsonl", rows)
     runner = CliRunner()
     res = runner.invoke(app, ["replay", str(path), "-m", "openai/gpt-oss-20b", "-w", "1", "-q"])
     assert res.exit_code == 2, res.output
@@ -222,11 +217,11 @@ def test_a_log_from_another_tokenizer_is_refused(qwen, tmp_path):
     # an id no tokenizer of this size has: that record is malformed, named, the others replayed (exit 3)
     bad = json.loads(json.dumps(rows[0]))
     bad["turns"][0]["ids"][0] = 999_999_999
-    path = write(tmp_path / "oov.jsonl", [*rows[1:], bad])
+    path = write_jsonl(tmp_path / "oov.jsonl", [*rows[1:], bad])
     res = runner.invoke(app, ["replay", str(path), "-m", QWEN, "-w", "1", "-q"])
     assert res.exit_code == 3 and "999999999" in res.stderr and f"line {len(rows)}" in res.stderr
     # every record out of the vocabulary: nothing replayed, the mismatch is named (exit 2)
-    res = runner.invoke(app, ["replay", str(write(tmp_path / "all.jsonl", [bad] * 3)), "-m", QWEN, "-w", "1"])
+    res = runner.invoke(app, ["replay", str(write_jsonl(tmp_path / "all.jsonl", [bad] * 3)), "-m", QWEN, "-w", "1"])
     assert res.exit_code == 2 and "outside Qwen/Qwen2.5-7B-Instruct's tokenizer" in res.stderr
 
 
