@@ -273,3 +273,17 @@ def test_gz_log_of_another_tokenizer_is_refused_before_the_whole_log_is_read(qwe
     with pytest.raises(LogError, match="another model's tokenizer"):
         replay_log(path, ReplayContext.from_model(gpt, False), on_records=seen.append)
     assert sum(seen) < len(rows)
+
+
+def test_a_message_after_the_last_turn_is_neither_divergence_nor_drift(qwen):
+    """A final environment message kept untrained after the last sampled turn changes no gradient, and the engine
+    never saw it: with engine prompts it is no divergence and no drift."""
+    _, ctx, plays = qwen
+    p = next(p for p in plays if p.messages[-1]["role"] == "assistant")
+    rec = with_engine_prompts(log_episode(p, "correct", "").record, p)
+    rec["messages"].append({"role": "user", "content": "Thanks."})
+    tail = ctx.renderer.encode("\n<|im_start|>user\nThanks.<|im_end|>\n")
+    rec["input_ids"] += tail
+    rec["loss_mask"] += [0] * len(tail)
+    res = analyze(episode_from_native(rec, 1), ctx)
+    assert res.reference == "engine" and res.divergences == [] and res.drift == []

@@ -329,13 +329,17 @@ def _against_engine(ep: Episode, ctx: ReplayContext) -> tuple[Comparison, list[i
 
 
 def _drift(ep: Episode, ctx: ReplayContext, traj: Trajectory, loop: list[int], res: EpisodeResult) -> None:
+    """Context drift up to the last sampled id: the loop's buffer ends there (what the engine saw), the template's
+    goes on with any messages after the last turn."""
     kw = ctx.compare_kwargs()
-    found = drift(traj.input_ids, traj.sampled_spans(), loop, **kw)
+    spans = traj.sampled_spans()
+    template = traj.input_ids[: spans[-1][1]] if spans else traj.input_ids
+    found = drift(template, spans, loop, **kw)
     if found.divergences and ctx.dated and ep.messages is not None:
         first_assistant = next(i for i, m in enumerate(ep.messages) if m.get("role") == "assistant")
         dates = date_positions(traj.renderer, ep.messages[:first_assistant], ep.tools)
         if dates is not None:
-            found = drift(traj.input_ids, traj.sampled_spans(), loop, **kw, dates=dates)
+            found = drift(template, spans, loop, **kw, dates=dates)
     res.drift, res.drift_tokens = found.divergences, found.tokens
 
 
