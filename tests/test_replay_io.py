@@ -266,3 +266,19 @@ def test_ids_are_checked_in_c_with_the_same_rules():
         with pytest.raises(RecordError):
             episode_from_native(rec(mask=bad_mask))
     assert episode_from_native(rec(prompt=(0, True))).turns[0].prompt_ids == [0, True]
+
+
+def test_messages_as_json_text_in_parquet_read_as_in_jsonl(setup, tmp_path):
+    """Messages and tools kept as JSON text (one string column) replay exactly as the JSONL record."""
+    _, ctx, plays = setup
+    rows = [log_episode(p, "stop_seam", p.scenario.id).record for p in plays]
+    text = [
+        {**r, **{k: json.dumps(r[k]) for k in ("messages", "tools", "chat_template_kwargs") if k in r}} for r in rows
+    ]
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    pq.write_table(pa.Table.from_pylist(text), tmp_path / "text.parquet")
+    par = replay_log(tmp_path / "text.parquet", ctx)
+    js = replay_log(write_jsonl(tmp_path / "rows.jsonl", rows), ctx)
+    assert par.to_dict() == js.to_dict() and par.reference_buffer == len(rows) and par.whatif_episodes == len(rows)

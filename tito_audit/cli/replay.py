@@ -174,7 +174,10 @@ def replay(
         first = totals.findings.get("replay_records", [])[:1]
         shown = f" (first: {first[0][0]}: {first[0][1]})" if first else ""
         fail(f"{name}: every one of {totals.records} record(s) is malformed, nothing could be replayed{shown}")
-    report = build_report(totals, loaded, " ".join(logs), ctx.renderer.token_texts, time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    report = build_report(
+        totals, loaded, " ".join(logs), ctx.renderer.token_texts, seconds, ctx.renderer.date.date().isoformat()
+    )
     lines = gate.apply(report, fail_on)
     if fmt == "terminal" and output is None:
         render_report(report, "terminal", console=Console(), verbose=verbose, quiet=quiet)

@@ -429,12 +429,15 @@ def build_checks(t: ReplayTotals, texts: Any) -> list[CheckResult]:
     return out
 
 
-def build_report(t: ReplayTotals, model: Any, log: str, texts: Any, seconds: float = 0.0) -> AuditReport:
+def build_report(
+    t: ReplayTotals, model: Any, log: str, texts: Any, seconds: float = 0.0, date: str | None = None
+) -> AuditReport:
+    """The report; ``date``: what renders saw for records without their own ``date``."""
     m = ReplayModelReport(model.name, "error", model.provenance)
     m.checks = build_checks(t, texts)
     m.decide()
     m.seconds = seconds
-    m.options = {"log": log}
+    m.options = {"log": log} if date is None else {"log": log, "date": date}
     m.scenarios = {"played": t.episodes, "not_applicable": {}, "adapted": {}}
     m.replay = t.to_dict()
     return AuditReport([m])

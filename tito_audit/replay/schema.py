@@ -23,6 +23,7 @@ reader turns it into a counted, numbered line and goes on.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -136,6 +137,18 @@ def _mask(value: Any, where: str) -> list[int]:
     return ids
 
 
+def _json_text(value: Any, where: str) -> Any:
+    """``messages``, ``tools`` and ``chat_template_kwargs`` may be JSON text: how a Parquet writer keeps them as one
+    string column, without a struct schema (an Arrow struct cannot tell an absent key from a null one, and a
+    template renders the two differently)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"{where} is text but not JSON ({exc.msg} at column {exc.colno})") from None
+
+
 def episode_from_native(record: Mapping[str, Any], line: int = 0, source: str = "native") -> Episode:
     """Validate one native record; ``RecordError`` names the first problem."""
     if not isinstance(record, Mapping):
@@ -162,7 +175,7 @@ def episode_from_native(record: Mapping[str, Any], line: int = 0, source: str = 
     input_ids = _ids(record["input_ids"], "input_ids")
     mask_raw = record.get("loss_mask")
     loss_mask = _mask(mask_raw, "loss_mask") if mask_raw is not None else None
-    messages = record.get("messages")
+    messages = _json_text(record.get("messages"), "messages")
     if messages is not None:
         if not isinstance(messages, Sequence) or not all(isinstance(m, Mapping) and "role" in m for m in messages):
             raise RecordError("messages must be a list of {role, content, ...} objects")
@@ -170,10 +183,10 @@ def episode_from_native(record: Mapping[str, Any], line: int = 0, source: str = 
         assistants = sum(1 for m in messages if m.get("role") == "assistant")
         if assistants != len(turns):
             raise RecordError(f"{assistants} assistant message(s) but {len(turns)} sampled turn(s)")
-    tools = record.get("tools")
+    tools = _json_text(record.get("tools"), "tools")
     if tools is not None and (not isinstance(tools, Sequence) or isinstance(tools, (str, bytes))):
         raise RecordError("tools must be a list of tool schemas")
-    kwargs = record.get("chat_template_kwargs") or {}
+    kwargs = _json_text(record.get("chat_template_kwargs"), "chat_template_kwargs") or {}
     if not isinstance(kwargs, Mapping):
         raise RecordError("chat_template_kwargs must be an object")
     rid = record.get("id")
