@@ -223,9 +223,6 @@ def rl(
     max_new_tokens: int = typer.Option(96, "--max-new-tokens"),
     hidden: int = typer.Option(64, "--hidden", help="Stand-in model width (no --weights)."),
     layers: int = typer.Option(2, "--layers", help="Stand-in model depth (no --weights)."),
-    micro_batch_tokens: int = typer.Option(
-        16384, "--micro-batch-tokens", help="Sequence tokens whose graphs one backward pass holds."
-    ),
     include_injection: bool = typer.Option(
         False, "--include-injection", help="Also use scenarios with control-token text in content."
     ),
@@ -264,7 +261,6 @@ def rl(
         max_new_tokens=max_new_tokens,
         hidden=hidden,
         layers=layers,
-        micro_batch_tokens=micro_batch_tokens,
         include_injection=include_injection,
         scenarios=tuple(scenario),
         control=control,

@@ -50,7 +50,6 @@ class RLConfig:
     critical_budget: int = 24  # positions per step tested for critical tokens
     critical_beta: float = 150.0  # the prioritised KL weight J^beta (Vassoyan et al.'s beta)
     rollouts: str = "auto"  # auto (sample when the policy is trained) | sample | template
-    micro_batch_tokens: int = 16384  # sequence tokens whose graphs one backward pass holds
 
     def validate(self) -> None:
         if self.steps < 1:
@@ -71,8 +70,8 @@ class RLConfig:
             raise UsageError("rl", "--warmup trains the small random model; it cannot be combined with --weights")
         if self.clip <= 1.0:
             raise UsageError("rl", "--clip must be > 1")
-        if self.micro_batch_tokens < 1 or self.max_new_tokens < 1:
-            raise UsageError("rl", "--max-new-tokens and the micro-batch size must be >= 1")
+        if self.max_new_tokens < 1:
+            raise UsageError("rl", "--max-new-tokens must be >= 1")
         if self.rollouts not in ("auto", "sample", "template"):
             raise UsageError("rl", "--rollouts must be auto, sample or template")
         samples = bool(self.weights or self.warmup) and self.rollouts != "template"

@@ -5,8 +5,11 @@ head, soft-capping (Gemma-2) and logit scaling (Cohere, Granite) apply, and the 
 token is trained. The log-softmax over the vocabulary runs in row chunks in float32 (``gather_log_softmax``): no
 float copy of the whole logits matrix is kept for the backward pass, which recomputes the softmax chunk by chunk.
 
-A pass (``surrogate_pass``) forwards views in micro-batches (their graphs held together up to a token budget)
-and runs one backward per micro-batch; ``gradient_compare`` compares two passes parameter by parameter.
+A pass (``surrogate_pass``) forwards and backwards one view at a time, so that one view's activations are alive
+at once and each parameter's gradient accumulates in place in ``.grad``. (Holding several views' graphs for one
+backward would not save the accumulated gradient: autograd keeps each parameter's first contribution in its input
+buffer until the other graphs reach it, which is a full gradient as well.) ``gradient_compare`` compares two passes
+parameter by parameter.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from tito_audit.rl.gradient_compare import GradientPass, clear_grads, trainable
 from tito_audit.rl.model import VocabMap
 
 SOFTMAX_CHUNK_ELEMENTS = 1 << 24  # rows x vocabulary per float32 chunk (64 MB)
-LOGIT_BUDGET_ELEMENTS = 1 << 27  # trained positions x vocabulary whose logits one backward pass holds
 
 
 @dataclass
@@ -94,24 +96,6 @@ def token_logps(model: Any, vmap: VocabMap, view: View, *, grad: bool = True) ->
     return logp, TokenStats(positions, logp.detach().double().cpu())
 
 
-def micro_batches(views: Sequence[View], vocab: int, max_tokens: int) -> list[list[int]]:
-    """Consecutive view indices whose graphs one backward pass holds: at most ``max_tokens`` sequence tokens and
-    ``LOGIT_BUDGET_ELEMENTS`` logits (at least one view each)."""
-    out: list[list[int]] = []
-    tokens = logits = 0
-    for i, v in enumerate(views):
-        n, k = len(v.ids), v.n_trained * vocab
-        if out and out[-1] and (tokens + n > max_tokens or logits + k > LOGIT_BUDGET_ELEMENTS):
-            out.append([])
-            tokens = logits = 0
-        if not out:
-            out.append([])
-        out[-1].append(i)
-        tokens += n
-        logits += k
-    return out
-
-
 def surrogate_pass(
     model: Any,
     vmap: VocabMap,
@@ -119,7 +103,6 @@ def surrogate_pass(
     advantages: Sequence[float],
     token_weights: Sequence[torch.Tensor | None] | None = None,
     *,
-    max_tokens: int = 16384,
     tokens_out: list[TokenStats] | None = None,
 ) -> GradientPass:
     """The gradient of -sum_i sum_t w_t A_i log p(y_t) / (trained tokens of all views), as a gradient pass.
@@ -139,18 +122,14 @@ def surrogate_pass(
     def run(before_last: Callable[[], None] | None) -> None:
         stats: list[TokenStats | None] = [None] * len(views)
         live = [n for n in range(len(views)) if active(n)]
-        groups = micro_batches([views[n] for n in live], vmap.size, max_tokens)
-        for g, group in enumerate(groups):
-            losses = []
-            for j in group:
-                n = live[j]
-                logp, stats[n] = token_logps(model, vmap, views[n])
-                w = token_weights[n] if token_weights is not None else None
-                scale = advantages[n] * (w.to(logp.device, logp.dtype) if w is not None else 1.0)
-                losses.append(-(scale * logp).sum() / total)
-            if g == len(groups) - 1 and before_last is not None:
+        for j, n in enumerate(live):
+            logp, stats[n] = token_logps(model, vmap, views[n])
+            w = token_weights[n] if token_weights is not None else None
+            scale = advantages[n] * (w.to(logp.device, logp.dtype) if w is not None else 1.0)
+            loss = -(scale * logp).sum() / total
+            if j == len(live) - 1 and before_last is not None:
                 before_last()
-            torch.stack(losses).sum().backward()
+            loss.backward()
         if tokens_out is not None:
             for n in range(len(views)):
                 st = stats[n]
@@ -171,14 +150,13 @@ def view_gradient(
     views: Sequence[View],
     advantages: Sequence[float],
     token_weights: Sequence[torch.Tensor | None] | None = None,
-    max_tokens: int = 16384,
 ) -> ViewGradient:
     """The surrogate gradient held in full (one tensor per parameter; zeros where none): for small models and
     tests. The loop compares gradients with ``gradient_compare`` instead, which never holds two of them."""
     params = trainable(model)
     clear_grads(params)
     tokens: list[TokenStats] = []
-    surrogate_pass(model, vmap, views, advantages, token_weights, max_tokens=max_tokens, tokens_out=tokens)(None)
+    surrogate_pass(model, vmap, views, advantages, token_weights, tokens_out=tokens)(None)
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     clear_grads(params)
     return ViewGradient(grads, tokens)

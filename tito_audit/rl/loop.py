@@ -10,7 +10,8 @@
    ``low_probability``, ``update_studies``, ``critical_tokens``), once the quality gates pass;
 3. the update: B's gradient with the batch's GRPO advantages, one optimiser step.
 
-At most two gradients are held at once outside ``update_studies`` (three there), and no copy of the policy is
+At most two gradients are held at once outside ``update_studies`` (three there): the held one and the one that
+accumulates over the views before it is compared. No copy of the policy is
 made except the frozen reference of the KL section (only with sampled rollouts) and ``--shadow``'s copy. The
 seeded random streams (torch's global seed, the sampler's generator, the reward ``Random``) are drawn in one fixed
 order, so a run is reproducible from its config.
@@ -178,7 +179,7 @@ class _Trainer:
         self.sampled_eps: list[Episode] = []
 
     def _pass(self, views: list[View], adv: list[float], **kw: Any) -> Any:
-        return surrogate_pass(self.policy, self.vmap, views, adv, max_tokens=self.cfg.micro_batch_tokens, **kw)
+        return surrogate_pass(self.policy, self.vmap, views, adv, **kw)
 
     def _batch(self) -> list[Episode]:
         cfg, template = self.cfg, self.template
@@ -311,9 +312,7 @@ class _Trainer:
             settings=self.settings.describe(),
         )
         rec["low_prob"] = low_probability_figure(token_records(buffers, stats, adv), cfg.eta)
-        rec["updates"] = update_studies(
-            policy, vmap, buffers, adv, p_y, cfg.eta, cfg.alpha, max_tokens=cfg.micro_batch_tokens
-        )
+        rec["updates"] = update_studies(policy, vmap, buffers, adv, p_y, cfg.eta, cfg.alpha)
         verifiable = _verifiable_turns(self.template, eps)
         entropy = {
             (n, t): float(h) for n, s in enumerate(stats) for t, h in zip(s.positions, s.entropy_ref, strict=True)
@@ -341,7 +340,7 @@ class _Trainer:
             return
         s_params = trainable(shadow)
         clear_grads(s_params)
-        surrogate_pass(shadow, self.vmap, [e.naive for e in eps], adv, max_tokens=self.cfg.micro_batch_tokens)(None)
+        surrogate_pass(shadow, self.vmap, [e.naive for e in eps], adv)(None)
         shadow_opt.step()
         clear_grads(s_params)
         current = [p.detach() for p in self.params]

@@ -11,7 +11,7 @@
 
 No copy of the model is made: the policy is stepped in place, measured, and stepped back (exact up to one
 rounding per parameter element). Peak memory: three gradients (the plain one, stage 1's, stage 2's while it
-accumulates over micro-batches).
+accumulates over the views).
 """
 
 from __future__ import annotations
@@ -74,7 +74,6 @@ def update_studies(
     eta: float = 0.5,
     alpha: float = 0.3,
     step_norm: float = 0.1,
-    max_tokens: int = 16384,
 ) -> dict[str, Any]:
     """AR's and Lopti's updates against the plain one on this batch. ``p_y``: per view, the policy's p of each
     trained token. Leaves ``.grad`` empty and the parameters where they were."""
@@ -83,7 +82,7 @@ def update_studies(
     low = [(p < eta).double() for p in p_y]
     high = [(p >= eta).double() for p in p_y]
     counts = {g: int(sum(int(s.sum()) for s in sel)) for g, sel in select.items()}
-    plain = hold_gradient(params, surrogate_pass(policy, vmap, views, adv, max_tokens=max_tokens))
+    plain = hold_gradient(params, surrogate_pass(policy, vmap, views, adv))
     norm = plain.norm()
     out: dict[str, Any] = {"eta": eta, "alpha": alpha, "tokens": counts}
     if norm == 0.0:
@@ -91,7 +90,7 @@ def update_studies(
         out["skipped"] = "the plain gradient is zero (every advantage is 0): no update to compare"
         return out
     reweighted = [alpha * p.double() + (1 - alpha) for p in p_y]
-    ar = compare_with(plain, surrogate_pass(policy, vmap, views, adv, reweighted, max_tokens=max_tokens), release=False)
+    ar = compare_with(plain, surrogate_pass(policy, vmap, views, adv, reweighted), release=False)
     out["advantage_reweighted"] = {"cosine_to_plain": ar.cosine, "rel_difference": ar.rel_error}
 
     lr = step_norm / norm
@@ -100,7 +99,7 @@ def update_studies(
     joint = _group_means(policy, vmap, views, select)
     add_to_parameters(params, plain.grads, lr)
 
-    total = hold_gradient(params, surrogate_pass(policy, vmap, views, adv, low, max_tokens=max_tokens))
+    total = hold_gradient(params, surrogate_pass(policy, vmap, views, adv, low))
     add_to_parameters(params, total.grads, -lr)  # stage 1
 
     def stage2(i: int, p: torch.Tensor, grad: torch.Tensor | None) -> None:
@@ -113,7 +112,7 @@ def update_studies(
 
     compare_with(
         HeldGradient(params, [None] * len(params)),
-        surrogate_pass(policy, vmap, views, adv, high, max_tokens=max_tokens),
+        surrogate_pass(policy, vmap, views, adv, high),
         on_parameter=stage2,
     )
     staged = _group_means(policy, vmap, views, select)
