@@ -9,8 +9,11 @@ each), every run in a fresh process:
     activations(w)  = peak(2 T) - peak(T)                      what doubles with the tokens
     per-parameter   = [ (peak_w2(T) - act(w2)) - (peak_w1(T) - act(w1)) ] / (params_w2 - params_w1)
 
-The slope still holds the weights themselves (they become resident as the run touches them), so "beyond the
-weights" is the slope minus the weight's element size. RSS is sampled every 2 ms from /proc/self/statm from the
+The loop forwards and backwards one view at a time, so activations should not grow with the batch: the doubled
+batch measures that (it did not grow: ``activations`` is a few MB). The slope therefore still holds one view's
+activations, which grow with the width: it bounds the per-parameter cost from above. It also holds the weights
+themselves (they become resident as the run touches them), so "beyond the weights" is the slope minus the
+weight's element size. RSS is sampled every 2 ms from /proc/self/statm from the
 moment the weights are loaded to the end of the run, with glibc's mmap threshold fixed at 128 KB so that freed
 tensors leave the RSS (``MALLOC_MMAP_THRESHOLD_``; otherwise freed heap stays counted).
 
@@ -110,7 +113,7 @@ def child(folder: str, dtype: str, group_size: int) -> None:
                 "rss_after_load": meter.start,
                 "peak_rss": meter.peak,
                 "seconds": time.perf_counter() - t,
-                "trained_tokens": sum(a["b_trained"] for s in steps for a in s["worst_sequences"]),
+                "sequences": steps[0]["alignment"]["sequences"],
                 "corrupted": res.summary["corrupted"],
             }
         )

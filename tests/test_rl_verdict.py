@@ -71,8 +71,8 @@ def test_exit_codes_and_what_the_verdict_holds_for():
 
 
 def test_noncanonical_samples_corrupt_the_identical_template():
-    res = run_rl(RLConfig(model=str(snapshot("Qwen/Qwen2.5-7B-Instruct")), steps=1, noncanonical_rate=0.05))
-    assert res.summary["verdict"] == "corrupted"
+    res = run_rl(RLConfig(model=str(snapshot("Qwen/Qwen2.5-7B-Instruct")), noncanonical_rate=0.05, **QUICK))
+    assert res.setup["token_facts"]["sequences_affected"] > 0 and res.summary["verdict"] == "corrupted"
     assert "5% of sampled tokens split non-canonically" in res.summary["holds_for"]
     assert any("template patch cannot help" in line for line in res.summary["what_to_do"])
 

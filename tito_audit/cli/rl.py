@@ -98,6 +98,9 @@ def _print_step(con: Any, rec: dict[str, Any]) -> None:
         f"{_fmt(mismatch.get('abs_dlogp_max'), '.4f')}  rho [{_fmt(mismatch.get('rho_min'), '.3f')}, "
         f"{_fmt(mismatch.get('rho_max'), '.3f')}]"
     )
+    calls = rec["tool_calls"]
+    if calls["turns_expected"]:
+        line += f"  calls parsed {calls['turns_parsed']}/{calls['turns_expected']}"
     if "shadow_drift" in rec:
         line += f"  drift {_fmt(rec['shadow_drift'], '.4f')}"
     con.print(line, highlight=False)
@@ -186,9 +189,18 @@ def _print_verdict(con: Any, summary: dict[str, Any]) -> None:
         f"{summary['identical_tolerance']:.1g} (10 x noise floor), min cosine {_fmt(summary['cosine_min'], '.4f')}, "
         f"{summary['step_seconds_mean']:.2f} s/step"
     )
-    con.print(f"holds for: {summary['holds_for']}", highlight=False, markup=False)
     for reason in summary["reasons"]:
         con.print(f"  because {reason}", highlight=False, markup=False)
+    con.print(f"holds for: {summary['holds_for']}", highlight=False, markup=False)
+    steps = summary["parse_rate_batches_steps"]
+    which = f"batch {steps[0]}" if len(steps) == 1 else f"batches {steps[0]}-{steps[-1]}"
+    con.print(
+        f"R tool-call parse rates: every scenario {_fmt(summary['parse_rate_every_scenario'], '.0%')} (the "
+        f"template's own turns, canonical ids); {which} "
+        f"{_fmt(summary['parse_rate_batches'], '.0%')} (the turns those batches trained)",
+        highlight=False,
+        markup=False,
+    )
     for line in summary["what_to_do"]:
         con.print(f"what to do: {line}", highlight=False, markup=False)
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 GradientPass = Callable[[Callable[[], None] | None], None]
-CHUNK_ELEMENTS = 1 << 24  # float64 temporaries of at most 128 MB per operand
+CHUNK_ELEMENTS = 1 << 22  # float64 temporaries of 32 MB per operand
 
 
 @dataclass
@@ -93,17 +93,17 @@ def pair_sums(a: torch.Tensor | None, b: torch.Tensor | None) -> _Sums:
     )
     n = ref.numel()
     for i in range(0, n, CHUNK_ELEMENTS):
-        xa = fa[i : i + CHUNK_ELEMENTS].double() if fa is not None else None
-        xb = fb[i : i + CHUNK_ELEMENTS].double() if fb is not None else None
+        xa = fa[i : i + CHUNK_ELEMENTS].to(torch.float64, copy=True) if fa is not None else None
+        xb = fb[i : i + CHUNK_ELEMENTS].to(torch.float64, copy=True) if fb is not None else None
         if xa is not None:
             s.aa += float(xa.dot(xa))
         if xb is not None:
             s.bb += float(xb.dot(xb))
         if xa is not None and xb is not None:
             s.ab += float(xa.dot(xb))
-            s.dd += float((xb - xa).pow(2).sum())
+            s.dd += float(xb.sub_(xa).square_().sum())  # in place: two float64 chunks at most
         else:
-            s.dd += float((xa if xa is not None else xb).pow(2).sum())  # type: ignore[union-attr]
+            s.dd += float((xa if xa is not None else xb).square().sum())  # type: ignore[union-attr]
     return s
 
 

@@ -98,6 +98,15 @@ def write_plots(result: RLResult, out: Path) -> list[Path]:
             label="E_q[k3] under the sampler (exact)",
         )
         ax.axhline(0, color="grey", lw=0.5)
+        if all(s["kl"]["exact_mean"] == 0.0 for s in steps):
+            ax.text(
+                0.5,
+                0.5,
+                "exact KL 0 in every batch: the reference is the policy (give --ref)",
+                transform=ax.transAxes,
+                ha="center",
+                fontsize=8,
+            )
         _batch_axis(ax, steps)
         ax.set_title(f"{title}: KL to reference")
         ax.legend(fontsize=7)
@@ -108,6 +117,8 @@ def write_plots(result: RLResult, out: Path) -> list[Path]:
             for ax, sign, label in ((row[0], "positive", "A > 0"), (row[1], "negative", "A < 0")):
                 qs = s["low_prob"][sign]["quartiles"]
                 ax.bar(range(len(qs)), [q["mean_grad_norm"] for q in qs], 0.6)
+                if not qs:
+                    ax.text(0.5, 0.5, f"no token with {label}", transform=ax.transAxes, ha="center", fontsize=8)
                 ax.set_xticks(range(len(qs)), [f"p {q['p_min']:.3g}-{q['p_max']:.3g}" for q in qs], fontsize=7)
                 ax.set_title(f"batch {s['step']}, {label}: quartiles of p", fontsize=9)
             row[0].set_ylabel("mean ||e_y - pi||")
