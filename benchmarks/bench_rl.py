@@ -18,6 +18,7 @@ import platform
 import random
 import resource
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -32,17 +33,6 @@ from tito_audit.rl.model import VocabMap, build_small_model
 from tito_audit.rl.template_episodes import TemplateEpisodes, used_ids
 
 MODELS = ("Qwen/Qwen3-0.6B", "Qwen/Qwen2.5-7B-Instruct")
-SHARED = (
-    "Qwen/Qwen2.5-7B-Instruct",
-    "Qwen/Qwen3-0.6B",
-    "meta-llama/Llama-3.2-3B-Instruct",
-    "mistralai/Mistral-Nemo-Instruct-2407",
-    "deepseek-ai/DeepSeek-V3",
-    "openai/gpt-oss-20b",
-    "allenai/OLMo-2-1124-7B-Instruct",
-    "microsoft/Phi-3-mini-4k-instruct",
-    "google/gemma-2-2b-it",
-)
 SIZES = ((64, 2), (256, 4))
 SEEDS = (0, 1, 2)
 
@@ -132,8 +122,6 @@ def kl_power_study() -> dict[str, Any]:
 
 
 def main() -> None:
-    import sys
-
     path = Path(__file__).parent / "results" / "rl.json"
     if "--part=kl" in sys.argv:  # only the KL study, merged into the existing results
         merged = json.loads(path.read_text())
@@ -159,7 +147,10 @@ def main() -> None:
     }
     # Every shared model, 2 steps: verdict, exit code, token facts, parse rates.
     out["verdicts"] = {}
-    for model in SHARED:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from conftest import SHARED_MODELS  # the nine models of the shared Hub cache
+
+    for model in SHARED_MODELS:
         res = run_rl(RLConfig(model=model, steps=2, device="cpu"))
         s, facts = res.summary, res.setup["token_facts"]
         out["verdicts"][model] = {

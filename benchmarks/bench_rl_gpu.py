@@ -175,7 +175,11 @@ def main() -> None:
         result["build_7b_seconds"] = time.perf_counter() - t
         record(
             "7B (Qwen2.5-7B architecture) Qwen2.5 template, bfloat16",
-            RLConfig(model=QWEN25_TEMPLATE, dtype="bfloat16", **{**common, "steps": 1}),
+            RLConfig(
+                model=QWEN25_TEMPLATE,
+                dtype="bfloat16",
+                **{**common, "steps": 1, "weights": "in-memory Qwen2.5-7B architecture (random)"},
+            ),
             load=_in_memory(big),
         )
         del big

@@ -4,11 +4,10 @@ without tool calls, non-canonical samples; exit codes 0/1/2/3; options checked b
 from __future__ import annotations
 
 import pytest
-import typer
 from conftest import snapshot
 from typer.testing import CliRunner
 
-from tito_audit.cli import rl as rl_cli
+from tito_audit.cli import app
 from tito_audit.rl import RLConfig, run_rl
 from tito_audit.rl import loop as rl_loop
 from tito_audit.rl.verdict import decide
@@ -16,19 +15,8 @@ from tito_audit.rl.verdict import decide
 QUICK = dict(steps=1, groups=1, group_size=3, scenarios=("single_call/plain", "two_calls/plain", "reasoning/plain"))
 
 
-def _app() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def _root() -> None:
-        pass
-
-    rl_cli.register(app)
-    return app
-
-
 def _rl(*args: str) -> object:
-    return CliRunner().invoke(_app(), ["rl", *args])
+    return CliRunner().invoke(app, ["rl", *args])
 
 
 def test_zero_advantages_still_compare_b_and_r(monkeypatch):
