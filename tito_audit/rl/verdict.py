@@ -47,8 +47,8 @@ def holds_for(setup: dict[str, Any], config: dict[str, Any]) -> str:
     sampling = setup.get("sampling")
     if isinstance(sampling, dict):
         canonical = setup.get("canonical_turn_fraction")
-        share = f", {canonical:.0%} of turns canonical" if canonical is not None else ""
-        return f"the policy's own samples ({sampling.get('description', 'its sampler')}{share})"
+        share = f"; {canonical:.0%} of their turns canonical" if canonical is not None else ""
+        return f"the policy's own samples under {sampling.get('description', 'its sampler')}{share}"
     rate = float(config.get("noncanonical_rate") or 0.0)
     if rate > 0:
         return f"samples with {rate:.0%} of sampled tokens split non-canonically (--noncanonical-rate {rate:g})"
