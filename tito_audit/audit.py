@@ -16,6 +16,7 @@ from tito_audit._version import __version__
 from tito_audit.checks import CheckResult, ordered_checks, run_check
 from tito_audit.context import AuditContext, AuditOptions
 from tito_audit.errors import AuditError, TemplateAlwaysRaises, failed_every_conversation
+from tito_audit.rollout.stop import stop_convention
 from tito_audit.sources.load import LoadedModel, Provenance, load
 from tito_audit.verdict import MIN_COVERAGE, VERDICTS, Verdict, decide
 
@@ -120,6 +121,7 @@ def audit_context(ctx: AuditContext, started: float | None = None) -> ModelRepor
         "adapted": {s.scenario.id: list(s.adapters) for s in sims if s.adapters},
         "thinking_modes": ctx.thinking_modes,
         "stop_tokens": [model.tokenizer.convert_ids_to_tokens(i) for i in ctx.stop_ids],
+        "stop_convention": stop_convention(ctx.renderer, model.generation_eos_ids),
     }
     if sims and all(not s.ok for s in sims):
         first = next(s.error for s in sims if s.error is not None)
