@@ -18,6 +18,7 @@ from tito_audit.context import AuditContext, AuditOptions
 from tito_audit.errors import AuditError, TemplateAlwaysRaises, failed_every_conversation
 from tito_audit.rollout.stop import stop_convention
 from tito_audit.sources.load import LoadedModel, Provenance, load
+from tito_audit.sources.synthesized import on_its_control_tokens
 from tito_audit.verdict import MIN_COVERAGE, VERDICTS, Verdict, decide
 
 # 1.1: top-level suppressions/baseline keys, finding.baseline (tito_audit.gate)
@@ -173,6 +174,8 @@ def _load_and_audit(
     """One model, loaded once and audited; an AuditError (any error, unless debugging) becomes its report."""
     try:
         model = load(spec, offline=offline, template_name=template_name, chat_template_file=chat_template_file)
+        if chat_template_file is not None:  # a template not the tokenizer's own: on its own control tokens
+            model = on_its_control_tokens(model, options.limits)
         return audit_model(model, options)
     except Exception as exc:
         if options.debug and not isinstance(exc, AuditError):

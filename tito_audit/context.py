@@ -21,6 +21,7 @@ from tito_audit.rendering.tokenizer_cache import tokenizer_cache
 from tito_audit.rollout.stop import stop_token_ids
 from tito_audit.rollout.tokens import special_token_strings
 from tito_audit.scenarios import Scenario, build_scenarios
+from tito_audit.scenarios.adapt import tools_as_read
 from tito_audit.scenarios.catalog import SCENARIO_SETS
 from tito_audit.scenarios.shapes import Shapes, probe_shapes
 from tito_audit.simulation import Simulation, simulate
@@ -60,8 +61,9 @@ class AuditContext:
         self.model = model
         self.options = options
         self.tokenizer = model.tokenizer
-        self.renderer = Renderer(
-            model.tokenizer, model.chat_template, options.template_kwargs, options.date, options.limits
+        self.renderer = tools_as_read(
+            Renderer(model.tokenizer, model.chat_template, options.template_kwargs, options.date, options.limits),
+            list(TOOLS),
         )
         self._simulations: dict[str, Simulation] = {}
 

@@ -219,6 +219,8 @@ def _adapted(
 ) -> tuple[list[Message], tuple[str, ...], RenderError | None, list[str]]:
     """``adapt_to_template``, and the renders of the returned conversation's prefixes where it renders."""
     messages, shaped = (shapes or Shapes()).apply(scenario.messages_list())
+    if renderer.tools_as is not None and scenario.tools:  # tool declarations in the schema the template reads
+        shaped = (*shaped, renderer.tools_as[0])
     tools = list(scenario.tools)
     texts: list[str] = []
     err = _first_render_error(renderer, messages, tools, texts)

@@ -355,3 +355,24 @@ class Synthesizer:
 
 def is_synthesized(provenance: Provenance | None) -> bool:
     return provenance is not None and provenance.tokenizer == SYNTHESIZED
+
+
+def on_its_control_tokens(model: LoadedModel, limits: Any = None) -> LoadedModel:
+    """``model`` with a template that is not its tokenizer's own (``--chat-template``): unchanged where the tokenizer
+    has every control literal the template writes (``control_tokens.missing_tokens``), else the template on a
+    tokenizer synthesized from them with ``model``'s as the base, an approximate verdict that says so. A verdict
+    on a tokenizer that splits the template's turn closers and openers judges that tokenizer's artefacts."""
+    from tito_audit.rendering.analysis import literal_text
+    from tito_audit.rendering.renderer import Renderer
+    from tito_audit.sources.control_tokens import missing_tokens, role_literals
+
+    template = model.chat_template
+    try:
+        roles = role_literals(Renderer(model.tokenizer, template, limits=limits))
+        missing = missing_tokens(model.tokenizer, literal_text(template), model.hidden_specials, roles)
+    except Exception:  # a template that cannot be read or prepared: the audit reports it as it is
+        return model
+    if not missing:
+        return model
+    synthesized = Synthesizer({model.name: model}).model(template, model.provenance.template_file, None, roles)
+    return replace(synthesized, name=model.name)
