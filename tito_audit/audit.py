@@ -24,7 +24,8 @@ from tito_audit.verdict import MIN_COVERAGE, VERDICTS, Verdict, decide
 # 1.1: top-level suppressions/baseline keys, finding.baseline (tito_audit.gate)
 # 1.2: verdict_reasons; scenarios.catalogue/adaptations/low_coverage; check comparisons/render_failures/verdict_role;
 #      finding.reason; provenance.tokenizer (real or synthesized), tokenizer_base, synthesized_tokens
-SCHEMA_VERSION = "1.2"
+# 1.3: scenarios.stop_convention; adaptations named_call_ids, tools_described, tools_flat, tools_parameter_definitions
+SCHEMA_VERSION = "1.3"
 
 
 @dataclass

@@ -15,10 +15,12 @@ around the markers is its own text. The regions read, each outside every content
 - tool-call and reasoning wrappers: the control words before a call's name and around a reasoning payload;
 - the conversation start: the control words before the first opener (``[gMASK]<sop>``, ``]~!b[``).
 
-A control word is the extent of one such literal: a run of non-space text between two brackets (``<``/``>``,
-``[``/``]``, either way round: ``<|im_end|>``, ``<turn|>``, ``[e~[``, ``]~b]``, ``[|endofturn|]``) holding a letter
-or digit. The role decides which words count; the bracket only where one ends, so ``<tools>`` in a system
-prompt's prose is no control token while ``<|channel>`` before reasoning is.
+A control word is the extent of one such literal: a run of non-space text between brackets (``<``/``>``,
+``[``/``]``, either way round, repeated or not: ``<|im_end|>``, ``<turn|>``, ``[e~[``, ``]~b]``, ``[|endofturn|]``,
+``<<eot>>``) holding a letter or digit; where a turn ends or opens, also a space-delimited run between the same
+markup character or a mirrored pair (``@@END@@``, ``{|end|}``). The role decides which words count, the shape only
+where one ends, so ``<tools>`` in a system prompt's prose is no control token while ``<|channel>`` before reasoning
+is.
 
 A template with no turn end after an answer (GLM's ``<|assistant|>...`` runs straight into ``<|user|>``) closes
 its turns with the next turn's opener: an engine stops on that opener (``convention`` ``next_opener``), which is
@@ -36,6 +38,7 @@ from typing import Any
 
 from tito_audit.errors import RenderError
 from tito_audit.probes import TOOLS
+from tito_audit.rendering.analysis import loaded_names
 from tito_audit.rendering.bounded_cache import BoundedCache
 from tito_audit.rendering.renderer import Renderer
 
@@ -47,20 +50,51 @@ _TOOL = "get_weather"  # the probes' tool (``probes.TOOLS``)
 AFTER_TURN = "after_turn"  # the template closes an assistant turn with a token of its own: engines stop on it
 NEXT_OPENER = "next_opener"  # it writes nothing after the turn: engines stop on the next turn's opener
 
-# One control word: a bracket, a run of non-space text without brackets or quotes, a bracket.
-_WORD = re.compile(r"[<\[\]][^\s<>\[\]{}\"']{1,62}[>\[\]]")
+# A bracketed control word: a run of brackets (``<``/``>``, ``[``/``]``, either way round), text without brackets,
+# quotes or spaces, a run of brackets.
+_BRACKETED = re.compile(r"(?:<+|\[+|\]+)[^\s<>\[\]{}\"']{1,62}(?:>+|\[+|\]+)")
+_RUN = re.compile(r"\S+")
+_MIRRORED = {"<": ">", "[": "]", "{": "}", "〈": "〉", "«": "»", "⟨": "⟩", "【": "】"}
+_NOT_MARKUP = frozenset(".,:;!?-'\"()`*_=/\\")  # prose and markdown: ``User:``, ``(LLM)``, ``**Note**``
+
+
+def _delimited(run: str) -> bool:
+    """A space-delimited run that reads as one control token of its own shape (``@@END@@``, ``{|end|}``, ``§eot§``):
+    a letter or digit between the same markup character, or a mirrored pair, at both ends; no quote."""
+    first, last = run[0], run[-1]
+    return (
+        3 <= len(run) <= 64
+        and any(c.isalnum() for c in run)
+        and not (first.isalnum() or first.isspace() or first in _NOT_MARKUP)
+        and (last == first or _MIRRORED.get(first) == last)
+        and not any(c in "\"'" for c in run)
+    )
+
+
+def _spans(text: str, start: int = 0, end: int | None = None, runs: bool = False) -> list[tuple[int, int, str]]:
+    """Where the control words of ``text[start:end]`` are: the bracketed words of each space-delimited run, and with
+    ``runs`` (where a turn ends or opens: no prose there) a whole run of its own shape (``_delimited``), each with a
+    letter or digit."""
+    end = len(text) if end is None else end
+    out: list[tuple[int, int, str]] = []
+    for run in _RUN.finditer(text, start, end):
+        inner = [m for m in _BRACKETED.finditer(text, run.start(), run.end()) if any(c.isalnum() for c in m.group())]
+        if inner:
+            out += [(m.start(), m.end(), m.group()) for m in inner]
+        elif runs and _delimited(run.group()):
+            out.append((run.start(), run.end(), run.group()))
+    return out
 
 
 def control_words(text: str) -> list[str]:
     """The control words in ``text`` (see the module's docstring), in order."""
-    return [w for w in _WORD.findall(text) if any(c.isalnum() for c in w)]
+    return [w for _, _, w in _spans(text)]
 
 
 def _first_word(text: str) -> str | None:
     """The control word ``text`` starts with (after whitespace), or None."""
-    stripped = text.lstrip()
-    m = _WORD.match(stripped)
-    return m.group(0) if m and any(c.isalnum() for c in m.group(0)) else None
+    spans = _spans(text, runs=True)
+    return spans[0][2] if spans and not text[: spans[0][0]].strip() else None
 
 
 @dataclass(frozen=True)
@@ -122,9 +156,9 @@ def _shared(a: str, b: str) -> int:
     """Where ``b`` departs from ``a``, moved back to the start of a control word it would cut (``<|channel>`` and
     ``<|tool_call>`` share ``<|``, no word)."""
     n = common_prefix_len(a, b)
-    for m in _WORD.finditer(b, max(0, n - 64), n + 64):
-        if m.start() < n < m.end():
-            return m.start()
+    for at, to, _ in _spans(b, max(0, n - 64), n + 64):
+        if at < n < to:
+            return at
     return n
 
 
@@ -321,21 +355,20 @@ def _leading_words(tail: str | None, following: str | None) -> list[str]:
     if own and following.find(own[-1]) >= 0:  # past the tail's last word (a call's history form may differ before it)
         at = max(at, following.find(own[-1]) + len(own[-1]))
     words: list[str] = []
-    for m in _WORD.finditer(following, at):
-        if following[at : m.start()].strip():
+    for start, end, word in _spans(following, at, runs=True):
+        if following[at:start].strip():
             break
-        if any(c.isalnum() for c in m.group(0)):
-            words.append(m.group(0))
-        at = m.end()
+        words.append(word)
+        at = end
     return words
 
 
 def _suffix_start(a: str, b: str) -> int:
     """Where the text ``b`` ends with what ``a`` ends with begins in ``b``, moved past a control word it would cut."""
     n = len(b) - common_prefix_len(a[::-1], b[::-1])
-    for m in _WORD.finditer(b, max(0, n - 64), min(len(b), n + 64)):
-        if m.start() < n < m.end():
-            return m.end()
+    for at, to, _ in _spans(b, max(0, n - 64), min(len(b), n + 64)):
+        if at < n < to:
+            return to
     return n
 
 
@@ -360,8 +393,12 @@ def _call_end(tail: str | None, to_tool: str | None, answer_end: str | None) -> 
 
 
 def _reasoning_words(probe: _Probe, user: dict[str, Any]) -> tuple[str, ...]:
-    """Control words around a reasoning payload, on an answer and on a tool call."""
+    """Control words around a reasoning payload, on an answer and on a tool call (for a template whose source
+    mentions reasoning at all: any other renders none)."""
     words: list[str] = []
+    source = probe.renderer.chat_template.lower()
+    if not any(w in source for w in ("think", "reason", "thought", "analysis")):
+        return ()
     prompt = probe.render([user], agp=True) or ""
     for message in (
         {"role": "assistant", "content": _ANSWER, "reasoning_content": _THOUGHT},
@@ -382,13 +419,17 @@ _MEMO = BoundedCache(limit=2048)
 
 
 def turn_roles(renderer: Renderer) -> TurnRoles:
-    """``read_turn_roles``, once per template and the special-token text, kwargs and date it renders with (a scan
-    reads a template on one tokenizer, then audits it on another; a context derives stops more than once)."""
+    """``read_turn_roles``, once per template and what it renders with: the special-token text it reads
+    (``eos_token``...: a scan reads a template on one tokenizer, then audits it on another, which differs in little
+    else), kwargs, date and tool schema."""
     tok = renderer.tokenizer
+    try:
+        names = sorted(n for n in loaded_names(renderer.chat_template) if n.endswith("_token"))
+    except Exception:  # does not parse: every probe fails, whatever the key
+        names = []
     key = (
         renderer.chat_template,
-        getattr(tok, "bos_token", None),
-        getattr(tok, "eos_token", None),
+        tuple(str(getattr(tok, n, None)) for n in names),
         repr(sorted(renderer.template_kwargs.items())),
         renderer.date.isoformat(),
         renderer.tools_as[0] if renderer.tools_as else None,

@@ -21,9 +21,14 @@ from tito_audit.rendering.turn_roles import NEXT_OPENER, TurnRoles, turn_roles
 
 
 def single_token(tokenizer: Any, text: str) -> int | None:
-    """The id of ``text`` where the tokenizer encodes it as exactly that one token, else None."""
-    ids = tokenizer_cache(tokenizer).encode(text)
-    return ids[0] if len(ids) == 1 and tokenizer_cache(tokenizer).piece(ids[0]) == text else None
+    """The id of ``text`` where the tokenizer encodes it as exactly that one token, else None: an added token, or a
+    vocabulary entry its encoder reaches (byte-level vocabularies hold ``</s>`` as an entry that encoding the text
+    never yields)."""
+    tid = tokenizer.convert_tokens_to_ids(text)
+    if not isinstance(tid, int) or tid == getattr(tokenizer, "unk_token_id", None):
+        return None
+    cache = tokenizer_cache(tokenizer)
+    return tid if text in cache.added_tokens_encoder or cache.encode(text) == [tid] else None
 
 
 def template_turn_end_tokens(renderer: Renderer) -> list[str]:

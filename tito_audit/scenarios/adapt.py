@@ -262,7 +262,8 @@ TOOL_SCHEMAS: dict[str, Callable[[list[Any]], list[Any]]] = {
     "tools_flat": _flat,
     "tools_parameter_definitions": _parameter_definitions,
 }
-_PROBE_USER: list[Message] = [{"role": "user", "content": "Hello"}]
+# The shape probe's first prompt (``scenarios.shapes``), so that the render is the one it makes anyway.
+_PROBE_USER: list[Message] = [{"role": "user", "content": "What is the weather?"}]
 
 
 def tools_as_read(renderer: Renderer, tools: list[Any]) -> Renderer:

@@ -65,8 +65,10 @@ def template_literals(literal: str, roles: Iterable[str] = ()) -> list[str]:
 
 
 def token_in_vocab(tokenizer: Any, token: str) -> bool:
-    tid = tokenizer.convert_tokens_to_ids(token)
-    return isinstance(tid, int) and tid != getattr(tokenizer, "unk_token_id", None)
+    """Whether the tokenizer encodes ``token`` as one token (``rollout.stop.single_token``)."""
+    from tito_audit.rollout.stop import single_token
+
+    return single_token(tokenizer, token) is not None
 
 
 def missing_tokens(
