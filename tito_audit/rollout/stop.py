@@ -25,7 +25,8 @@ def single_token(tokenizer: Any, text: str) -> int | None:
     vocabulary entry its encoder reaches (byte-level vocabularies hold ``</s>`` as an entry that encoding the text
     never yields)."""
     tid = tokenizer.convert_tokens_to_ids(text)
-    if not isinstance(tid, int) or tid == getattr(tokenizer, "unk_token_id", None):
+    unknown = tid == getattr(tokenizer, "unk_token_id", None) and text != getattr(tokenizer, "unk_token", None)
+    if not isinstance(tid, int) or unknown:  # (OLMo-2's unk is its eos: the unk id is not always "unknown")
         return None
     cache = tokenizer_cache(tokenizer)
     return tid if text in cache.added_tokens_encoder or cache.encode(text) == [tid] else None
