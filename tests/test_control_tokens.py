@@ -270,7 +270,7 @@ def scan_models(candidates) -> dict[str, tuple[Any, Any, list[str]]]:
 def test_every_corpus_template_that_closes_turns_stops_on_what_it_writes(scan_models) -> None:
     """Corpus-wide: where a template writes a turn closer, the primary stop of the tokenizer the scan audits it
     on is written by the template right after an assistant answer, or as the next message's first control token."""
-    from tito_audit.rendering.turn_roles import turn_roles
+    from tito_audit.rollout.turn_roles import turn_roles
 
     user, answer = {"role": "user", "content": "Zq9user"}, {"role": "assistant", "content": "Zq9answer"}
     system = {"role": "system", "content": "Be brief."}

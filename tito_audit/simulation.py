@@ -17,10 +17,10 @@ from typing import Any
 
 from tito_audit.errors import RenderError, detached
 from tito_audit.rendering.renderer import Renderer
-from tito_audit.rendering.turn_roles import NEXT_OPENER, turn_roles
 from tito_audit.rollout.bridge import BridgeError
 from tito_audit.rollout.buffer import Trajectory
 from tito_audit.rollout.tokens import common_prefix_len
+from tito_audit.rollout.turn_roles import NEXT_OPENER, turn_roles
 from tito_audit.scenarios.adapt import ADAPTERS, call_function, reasoning_of
 from tito_audit.scenarios.shapes import Shapes
 from tito_audit.scenarios.spec import Scenario

@@ -6,8 +6,8 @@ from tito_audit.checks.base import check
 from tito_audit.context import AuditContext
 from tito_audit.findings import Collector, Finding, Outcome
 from tito_audit.quote import quoted
-from tito_audit.rendering.turn_roles import NEXT_OPENER, turn_roles
 from tito_audit.rollout.stop import split_turn_ends, stop_convention, template_turn_end_tokens
+from tito_audit.rollout.turn_roles import NEXT_OPENER, turn_roles
 
 
 @check(

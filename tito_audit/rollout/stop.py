@@ -3,7 +3,7 @@
 Not always the tokenizer's eos: Gemma closes turns with ``<end_of_turn>`` while its eos is ``<eos>``, gpt-oss
 ends tool calls with ``<|call|>`` and final answers with ``<|return|>``, GLM closes no turn at all and stops on
 the next turn's opener (``<|user|>``, ``<|observation|>``). We take the union of the template's turn ends
-(``rendering.turn_roles``: where the template closes an assistant turn, outside every content and argument slot,
+(``rollout.turn_roles``: where the template closes an assistant turn, outside every content and argument slot,
 or the next turn's openers where it closes none), the tokenizer's eos and ``generation_config.json``'s
 ``eos_token_id``. A turn end counts only where it is one token of the tokenizer: an engine stops on a token,
 and a tokenizer that splits the template's turn end (a template audited on a tokenizer not its own) has none to
@@ -17,7 +17,7 @@ from typing import Any
 
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.rendering.tokenizer_cache import tokenizer_cache
-from tito_audit.rendering.turn_roles import NEXT_OPENER, TurnRoles, turn_roles
+from tito_audit.rollout.turn_roles import NEXT_OPENER, TurnRoles, turn_roles
 
 
 def single_token(tokenizer: Any, text: str) -> int | None:

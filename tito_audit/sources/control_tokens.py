@@ -3,7 +3,7 @@
 Two readings, joined: the literals shaped like the control tokens of known vocabularies (``control_literals``:
 ``<|im_start|>``, ``[INST]``, ``<｜Assistant｜>``... anywhere in the template's literal text, a static reading) and
 the control words the template writes in a role position (``role_literals``: turn openers and closers, channel
-markers, tool-call wrappers, read from probe renders by ``rendering.turn_roles``, whatever their bracket style:
+markers, tool-call wrappers, read from probe renders by ``rollout.turn_roles``, whatever their bracket style:
 ``<|turn>``, ``[e~[``, ``<seed:eos>``, ``<end_of_utterance>``). A word the template writes through a special-token
 variable (``eos_token``...) is the tokenizer's own token, not the template's literal.
 
@@ -47,9 +47,9 @@ def read_special_variables(template: str) -> list[str]:
 
 
 def role_literals(renderer: Any) -> list[str]:
-    """The control words ``renderer``'s template writes in a role position (``rendering.turn_roles``), less those
+    """The control words ``renderer``'s template writes in a role position (``rollout.turn_roles``), less those
     it writes through a special-token variable (the values of the variables it reads, on this tokenizer)."""
-    from tito_audit.rendering.turn_roles import turn_roles
+    from tito_audit.rollout.turn_roles import turn_roles
 
     try:
         words = turn_roles(renderer).words

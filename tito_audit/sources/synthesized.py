@@ -173,8 +173,8 @@ def template_eos(tokenizer: Any, template: str) -> str | None:
     template never writes eos has as eos: ``<|im_end|>``, ``<|eot_id|>``); None: keep the base's (also where the
     template ends turns only with the next turn's opener, which is a stop but no eos)."""
     from tito_audit.rendering.renderer import Renderer
-    from tito_audit.rendering.turn_roles import AFTER_TURN, turn_roles
     from tito_audit.rollout.stop import template_turn_end_tokens
+    from tito_audit.rollout.turn_roles import AFTER_TURN, turn_roles
 
     if "eos_token" in read_special_variables(template):
         return None

@@ -41,6 +41,7 @@ from tito_audit.probes import TOOLS
 from tito_audit.rendering.analysis import loaded_names
 from tito_audit.rendering.bounded_cache import BoundedCache
 from tito_audit.rendering.renderer import Renderer
+from tito_audit.rollout.tokens import common_prefix_len
 
 # Payload markers: text no template writes by itself, alphanumeric so that no escaping or trimming changes it.
 _USER, _NEXT_USER, _ANSWER = "Zq7user1", "Zq7user2", "Zq7answer"
@@ -134,22 +135,6 @@ class TurnRoles:
         ends = (self.answer_end, self.call_end, self.deferred_end, self.user_end)
         parts = (self.start, self.openers, tuple(w for w in ends if w), self.generation, self.call_wrappers)
         return tuple(dict.fromkeys(w for part in (*parts, self.reasoning) for w in part))
-
-
-def common_prefix_len(a: str, b: str) -> int:
-    """Length of the longest common prefix of two texts (``rollout.tokens``' for strings; that package reads this
-    module)."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]: bisection on slices, compared in C
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 def _shared(a: str, b: str) -> int:
