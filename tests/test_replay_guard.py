@@ -172,6 +172,7 @@ def test_an_engine_given_a_re_encoded_history_is_caught(loaded):
         (1, at, "non_canonical") for at in truth
     ]
     assert all(f.trained_not_sampled == f.sampled_not_trained == 0 for f in result.failures)  # ids and mask: exact
+    assert all("(same text, other ids)" in f.divergence.message for f in result.failures)
 
 
 def test_masks_under_other_names_are_checked_and_a_missing_mask_is_never_ok(plays):

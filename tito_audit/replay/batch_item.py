@@ -26,6 +26,7 @@ from tito_audit.replay.schema import SampledTurn
 IGNORE_INDEX = -100  # Hugging Face's label for "no loss here"
 MASK_FIELDS = ("loss_mask", "mask", "labels", "response_mask")
 TURN_FIELDS = ("sampled", "turns")
+_BINARY = frozenset((0, 1))
 ALIASES = ("sampled", "mask", "labels", "response_mask", "attention_mask", "prompt_ids")  # beyond the native names
 
 
@@ -44,6 +45,8 @@ class BatchItem:
 
 def ints(x: Any) -> list[int]:
     """A list of ints from a list, tuple, numpy array or tensor (a list of ints is returned as it is)."""
+    if type(x) is list and (not x or type(x[0]) is int):  # what JSON and most loops give: no copy, no ABC check
+        return x
     if hasattr(x, "tolist"):
         x = x.tolist()
     if isinstance(x, (str, bytes)) or not isinstance(x, Sequence):
@@ -67,17 +70,13 @@ def _turns(item: Mapping[str, Any]) -> list[SampledTurn]:
         raw = raw.tolist()
     turns = []
     for k, t in enumerate(raw):
-        if isinstance(t, Mapping):
+        if type(t) is not list and isinstance(t, Mapping):
             if "ids" not in t:
                 raise BatchItemError(f"{given[0]}[{k}] has no 'ids'")
-            lps, prompt = t.get("logprobs"), t.get("prompt_ids")
-            turns.append(
-                SampledTurn(
-                    ints(t["ids"]),
-                    [float(v) for v in (lps.tolist() if hasattr(lps, "tolist") else lps)] if lps is not None else None,
-                    ints(prompt) if prompt is not None else None,
-                )
-            )
+            lps: Any = t.get("logprobs")  # as given (a tensor as a list): the schema validates it where it is written
+            prompt = t.get("prompt_ids")
+            lps = lps.tolist() if hasattr(lps, "tolist") else lps
+            turns.append(SampledTurn(ints(t["ids"]), lps, ints(prompt) if prompt is not None else None))
         else:
             turns.append(SampledTurn(ints(t)))
     prompts = item.get("prompt_ids")
@@ -133,8 +132,8 @@ def _masks(item: Mapping[str, Any], ids: list[int]) -> tuple[dict[str, list[int]
             continue
         else:
             mask = values
-        bad = next((v for v in mask if v not in (0, 1)), None)
-        if bad is not None:
+        if mask.count(0) + mask.count(1) != len(mask):  # two C-level passes, no set built
+            bad = next(v for v in mask if v not in _BINARY)
             problems.append((None, f"{name} must hold 0/1 (found {bad})"))
             continue
         masks[name] = mask

@@ -194,7 +194,8 @@ def _context_divergence(
         elif not r_ids:
             what = f"the trained context has {show(got, j1, j2)}, which the engine was not given"
         else:
-            what = f"the trained context has {show(got, j1, j2)} where the engine was given {show(ref, i1, i2)}"
+            same = " (same text, other ids)" if texts is not None and texts[0] == texts[1] else ""
+            what = f"the trained context has {show(got, j1, j2)} where the engine was given {show(ref, i1, i2)}{same}"
         _back, exp, act, start = window(ref, got, i1, j1)
         message = f"turn {k} was sampled on another context: {what} (prompt_ids)"
         return Divergence(k, j1, cls, "ids", message, i1, exp, act, start)
