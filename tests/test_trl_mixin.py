@@ -1,7 +1,9 @@
 """``TitoGuardMixin``'s modes on a stand-in of the ``GRPOTrainer`` surface it uses (no TRL needed; the real trainer
 runs in tests/test_trl_trainer.py): rows shuffled and split into steps as TRL 1.16's ``_prepare_inputs`` does,
 ``tito_on_fail="log"`` and ``"return"`` keep training and name the failing episodes, a rollout without
-``tito_episode`` or with a record replay could not read stops with one line naming it.
+``tito_episode`` or with a record replay could not read stops with one line naming it; each turn's ``prompt_ids``
+reach the guard (a dropped tool result is caught), TRL's flattened log-probs are compared with the turns', rows
+``mask_truncated_completions`` zeroes are intended (counted, not failed, not logged), and each rank gets its log.
 """
 
 from __future__ import annotations
