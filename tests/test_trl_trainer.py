@@ -244,7 +244,8 @@ def test_trl_grpo_correct_loop_is_guarded_logged_and_replays_exact(tokenizer, tm
     assert code == 0
     assert model["verdict"] == "tito-required"  # exact; naive re-tokenization would not be
     assert totals["episodes"] == 4 and totals["malformed"] == 0
-    assert totals["reference_buffer"] == 4  # compared against the rebuilt buffer, not only the sampled turns
+    # compared against the engine's logged prompts (not only the sampled turns); the template's render measured drift
+    assert totals["reference_engine"] == 4 and totals["drift_episodes"] == 4 and totals["drift_diverged"] == 0
     assert totals["diverged_episodes"] == 0
     assert totals["trained_not_sampled"] == totals["sampled_not_trained"] == totals["mask_flips"] == 0
     assert totals["whatif_diverged"] == splits == totals["noncanonical_turns"]  # exactly the split turns
