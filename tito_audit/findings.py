@@ -33,6 +33,8 @@ FINDING_CLASSES = (
     "special_token",
     "date",
     "template",
+    "numeric",  # replay --weights: engine and trainer log-probs differ on the same token in the same context
+    "sampler",  # replay --weights: a sampler that is not pure biases the KL estimators
 )
 
 

@@ -22,6 +22,9 @@ def _log_formats() -> tuple[str, ...]:
 
 EXIT_INCOMPLETE = 3  # some records could not be read, or some episodes not checked; the rest is in the report
 ENGINES = ("local", "ray")
+DTYPES = ("float32", "bfloat16")
+MAX_EPISODES = 128  # tito_audit.replay.weights.session.DEFAULT_MAX_EPISODES (not imported: --help stays light)
+NUMERIC_DRIFT_THRESHOLD = 0.01  # tito_audit.replay.weights.report.DEFAULT_THRESHOLD
 MAX_RECORD_BYTES = 64 << 20  # tito_audit.replay.reader.MAX_RECORD_BYTES (not imported: --help stays light)
 
 
@@ -87,6 +90,46 @@ def replay(
         Path | None, typer.Option("--suppressions", help=r"TOML of \[\[suppress]] entries.")
     ] = None,
     baseline: Annotated[Path | None, typer.Option("--baseline", help="A previous --format json replay report.")] = None,
+    weights: Annotated[
+        str | None,
+        typer.Option(
+            "--weights",
+            help="Your policy (a folder or Hub id): attribute the trainer/engine log-prob mismatch, compare "
+            "gradients, and the KL estimators' bias (docs/replay.md#your-weights).",
+        ),
+    ] = None,
+    ref: Annotated[
+        str | None, typer.Option("--ref", help="With --weights: the KL reference, for the estimators' bias.")
+    ] = None,
+    sampling: Annotated[
+        str | None,
+        typer.Option(
+            "--sampling",
+            help='With --weights: the engine\'s sampler as JSON ({"temperature": 1, "top_k": 0, "top_p": 1}); '
+            "else each record's `sampling`.",
+        ),
+    ] = None,
+    device: Annotated[str, typer.Option("--device", help="With --weights: auto | cpu | cuda | cuda:N.")] = "auto",
+    dtype: Annotated[
+        str, typer.Option("--dtype", help="With --weights: float32 | bfloat16.", callback=one_of(DTYPES))
+    ] = "float32",
+    max_episodes: Annotated[
+        int,
+        typer.Option(
+            "--max-episodes", min=0, help="With --weights: a deterministic sample of this many episodes (0: all)."
+        ),
+    ] = MAX_EPISODES,
+    gradient: Annotated[
+        bool, typer.Option("--gradient/--no-gradient", help="With --weights: compare gradients per episode.")
+    ] = True,
+    numeric_drift_threshold: Annotated[
+        float,
+        typer.Option(
+            "--numeric-drift-threshold",
+            min=0.0,
+            help="With --weights: warn when numeric drift dominates with a mean |delta log p| at or above this.",
+        ),
+    ] = NUMERIC_DRIFT_THRESHOLD,
     offline: Annotated[bool, typer.Option("--offline", help="Never touch the network.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Every kept finding with its token strip.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the verdict line.")] = False,
@@ -114,6 +157,9 @@ def replay(
         fmap = FieldMap.parse(field_map or [])
     except MapError as exc:
         fail(str(exc))
+    weights_options = _weights_options(
+        weights, ref, sampling, device, dtype, max_episodes, gradient, numeric_drift_threshold, fail
+    )
     try:
         expand(logs)
     except LogError as exc:
@@ -178,6 +224,8 @@ def replay(
     report = build_report(
         totals, loaded, " ".join(logs), ctx.renderer.token_texts, seconds, ctx.renderer.date.date().isoformat()
     )
+    if weights_options is not None:
+        _run_weights(report, logs, ctx, weights_options, log_format, fmap, bound, totals.episodes, err, quiet, fail)
     lines = gate.apply(report, fail_on)
     if fmt == "terminal" and output is None:
         render_report(report, "terminal", console=output_console(), verbose=verbose, quiet=quiet)
@@ -202,3 +250,83 @@ def replay(
         raise typer.Exit(EXIT_INCOMPLETE)
     gating = [g for g in gating_findings(report, fail_on) if g[1].id not in ("replay_records", "replay_incomplete")]
     raise typer.Exit(EXIT_FINDINGS if gating else EXIT_OK)
+
+
+def _weights_options(
+    weights: str | None,
+    ref: str | None,
+    sampling: str | None,
+    device: str,
+    dtype: str,
+    max_episodes: int,
+    gradient: bool,
+    threshold: float,
+    fail: Any,
+) -> Any:
+    """The --weights options, checked before the log is read (torch is not imported here)."""
+    if weights is None:
+        given = [name for name, v in (("--ref", ref), ("--sampling", sampling)) if v is not None]
+        if given:
+            fail(f"{', '.join(given)} need(s) --weights")
+        return None
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        fail("--weights needs PyTorch: pip install 'tito-audit[rl]' (CPU torch first, see docs/rl.md)")
+    for name, path in (("--weights", weights), ("--ref", ref)):
+        if path is not None and path.startswith(("/", ".", "~")) and not Path(path).expanduser().is_dir():
+            fail(f"{path}: cannot load weights: no such folder ({name})")
+    if device not in ("auto", "cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
+        fail(f"--device must be auto, cpu, cuda or cuda:N (got {device!r})")
+    from tito_audit.replay.weights.sampler import SamplingError, parse_sampling
+    from tito_audit.replay.weights.session import WeightsOptions
+
+    settings = None
+    if sampling is not None:
+        try:
+            settings = parse_sampling(sampling)
+        except SamplingError as exc:
+            fail(f"--sampling: {exc}")
+    return WeightsOptions(weights, ref, settings, device, dtype, max_episodes, gradient, threshold)
+
+
+def _run_weights(
+    report: Any,
+    logs: list[str],
+    ctx: Any,
+    options: Any,
+    log_format: str,
+    fmap: Any,
+    bound: int,
+    episodes: int,
+    err: Any,
+    quiet: bool,
+    fail: Any,
+) -> None:
+    """Run the weights over the (sampled) episodes and add their checks to the report."""
+    from tito_audit.replay.weights.report import attach
+    from tito_audit.replay.weights.session import run_weights
+
+    total = min(episodes, options.max_episodes) if options.max_episodes else episodes
+
+    def run(on_episode: Any = None) -> Any:
+        return run_weights(
+            logs, ctx, options, fmt=log_format, field_map=fmap, max_record_bytes=bound, log_episodes=episodes,
+            on_episode=on_episode,
+        )  # fmt: skip
+
+    try:
+        if quiet or not err.is_terminal:
+            result, setup = run()
+        else:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            with Progress(
+                TextColumn("running --weights"), BarColumn(), MofNCompleteColumn(), TextColumn("episodes"),
+                TimeElapsedColumn(), console=err, transient=True,
+            ) as progress:  # fmt: skip
+                task = progress.add_task("weights", total=total)
+                result, setup = run(lambda n: progress.advance(task, n))
+    except AuditError as exc:
+        fail(exc.one_line())
+    attach(report, result, setup)

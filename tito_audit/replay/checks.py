@@ -87,6 +87,39 @@ CHECKS: tuple[ReplayCheck, ...] = (
         "template fix can prevent it.",
         "Keep the sampled ids; the rate is what re-tokenization would cost on this model's own samples.",
     ),
+    # With --weights (tito_audit.replay.weights): what the loop's divergences do to the user's own policy.
+    ReplayCheck(
+        "replay_numeric_drift",
+        "Log-prob mismatch: numeric drift vs TITO",
+        "warning",
+        "The trainer's log-probs (recomputed under --weights) against the engine's logged ones, per trained token: "
+        "numeric drift where the trained token is the sampled token in the context it was sampled in (kernels, "
+        "dtype, batch shape, processed log-probs), TITO where the token or its context differs, and tokens trained "
+        "but never sampled. Warns when numeric drift is most of the mismatch and its mean |delta log p| is at or "
+        "above --numeric-drift-threshold: the mismatch a framework's monitor shows is then not a token bug.",
+        "Numeric drift: correct it (truncated importance sampling on the engine/trainer ratio) or align the "
+        "engine's and the trainer's precision and kernels. TITO: keep a token buffer (replay_divergence says where).",
+    ),
+    ReplayCheck(
+        "replay_gradient",
+        "Gradient effect on your weights",
+        "warning",
+        "Per episode, the policy gradient (--weights, fixed advantage A = 1) on what the trainer trained on against "
+        "the one on the reference buffer a correct loop holds: cosine, relative error, and where in the model the "
+        "difference lies. Episodes whose buffer cannot be built (no prompt_ids and no messages, a render that "
+        "fails) are named, never passed.",
+        "Keep a token buffer: the gradient then is the buffer's by construction.",
+    ),
+    ReplayCheck(
+        "replay_kl_estimators",
+        "KL estimators under your sampler",
+        "warning",
+        "At every sampled position replayed, what the k1, k2 and k3 KL estimators average to under the sampler's "
+        "settings (--sampling, or the log's `sampling`) against the exact KL(policy || --ref), and the policy's "
+        "mass the sampler never draws. Under a sampler that is not pure every estimator is biased.",
+        "Use the estimator named; better, sample purely (temperature 1, no top-k/top-p, no minimum length) or "
+        "compute the KL from the full distributions.",
+    ),
 )
 CHECK_IDS = tuple(c.id for c in CHECKS)
 BY_ID = {c.id: c for c in CHECKS}

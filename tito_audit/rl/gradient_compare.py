@@ -37,6 +37,7 @@ class GradientComparison:
     diff_norm: float = 0.0
     bitwise_equal: bool = True
     parameters: int = 0
+    parts: list[Any] = field(default_factory=list, repr=False)  # per parameter: its sums (aa, bb, ab, dd, equal)
 
     @property
     def compared(self) -> bool:
@@ -115,6 +116,7 @@ def _total(sums: Sequence[_Sums]) -> GradientComparison:
         diff_norm=sum(s.dd for s in sums) ** 0.5,
         bitwise_equal=all(s.equal for s in sums),
         parameters=len(sums),
+        parts=list(sums),
     )
 
 

@@ -1,0 +1,374 @@
+"""``replay --weights`` (issue 29): the user's own policy on the replayed episodes.
+
+The policy is a small real-architecture model (Qwen3's, the full 151,936-row vocabulary) built from a config and
+written with ``save_pretrained``; the logs are the audit's scenarios played through ``Trajectory`` on
+Qwen3-0.6B's tokenizer and template (``replay.synthetic``), and their engine log-probs are written here by that
+same model, with a forward of its own (full logits, one sequence at a time) in float32 or in bfloat16. What each
+test expects is computed here from the ids (a common-prefix scan, the injected truth), never by the code under test.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import pytest
+import torch
+from conftest import snapshot
+from test_replay_io import write_jsonl
+from transformers import AutoModelForCausalLM, Qwen3Config
+from typer.testing import CliRunner
+
+from tito_audit.cli import app
+from tito_audit.replay import ReplayContext
+from tito_audit.replay.schema import episode_from_native
+from tito_audit.replay.synthetic import log_episode, played_episodes, with_engine_prompts
+from tito_audit.replay.weights import Policy, analyze_pairs, build_pair, tito_only, with_settings
+from tito_audit.replay.weights.logprobs import Row, row_logps, takes_packed_keep
+from tito_audit.replay.weights.pairs import NO_CONTEXT, Pair
+from tito_audit.replay.weights.select import select_episodes
+from tito_audit.rl.generation import GenerationSettings
+from tito_audit.rl.model import VocabMap
+from tito_audit.rollout.tokens import common_prefix_len
+
+QWEN3 = "Qwen/Qwen3-0.6B"
+VOCAB = 151936
+
+
+def _config(vocab: int = VOCAB) -> Qwen3Config:
+    return Qwen3Config(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        tie_word_embeddings=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory):
+    """(folder, the same model in float32)."""
+    folder = tmp_path_factory.mktemp("policy")
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(_config())
+    model.save_pretrained(folder)
+    return str(folder), model.eval()
+
+
+@pytest.fixture(scope="module")
+def qwen3(loaded):
+    model = loaded(QWEN3)
+    played = played_episodes(model, 0.3, seed=3)[:12]
+    return model, ReplayContext.from_model(model), played
+
+
+_ENGINE: dict[tuple[int, torch.dtype], list[list[float]]] = {}
+_COPIES: dict[torch.dtype, torch.nn.Module] = {}
+
+
+def engine_logprobs(model, ids, spans, dtype=torch.float32):
+    """What an engine running ``model`` in ``dtype`` logs for each sampled id: log p under the full softmax."""
+    key = (hash((tuple(ids), tuple(spans))), dtype)
+    if key not in _ENGINE:
+        m = _COPIES.setdefault(dtype, copy.deepcopy(model).to(dtype))
+        rows = [j - 1 for a, b in spans for j in range(a, b)]
+        with torch.no_grad():
+            logits = m(input_ids=torch.tensor([ids])).logits[0]
+            lp = torch.log_softmax(logits[rows].float(), -1)
+        got = iter(float(lp[k, ids[r + 1]]) for k, r in enumerate(rows))
+        _ENGINE[key] = [[next(got) for _ in range(a, b)] for a, b in spans]
+    return _ENGINE[key]
+
+
+def records(played, loop, model, dtype=torch.float32, prompts=True):
+    """(record, injected truth) per episode, the engine's log-probs from ``model`` in ``dtype``."""
+    out = []
+    for n, p in enumerate(played):
+        logged = log_episode(p, loop, f"ep{n}")
+        rec = with_engine_prompts(logged.record, p) if prompts else copy.deepcopy(logged.record)
+        lps = engine_logprobs(model, p.traj.input_ids, p.traj.sampled_spans(), dtype)
+        for turn, lp in zip(rec["turns"], lps, strict=True):
+            turn["logprobs"] = lp
+        out.append((rec, logged.truth))
+    return out
+
+
+def run_api(recs, ctx, model, settings=None, ref=None, **kw):
+    pairs = [with_settings(build_pair(episode_from_native(r, n + 1), tito_only(ctx)), settings, None)
+             for n, (r, _t) in enumerate(recs)]  # fmt: skip
+    return analyze_pairs(pairs, Policy.of(model, VocabMap.full(VOCAB, valid=151669), ref, **kw), keep=True)
+
+
+def replay_json(tmp_path, rows, *args):
+    log = write_jsonl(tmp_path / "log.jsonl", rows)
+    out = tmp_path / "report.json"
+    res = CliRunner().invoke(app, ["replay", str(log), "-m", str(snapshot(QWEN3)), "-w", "1", "-q", "-f", "json",
+                                   "-o", str(out), *args])  # fmt: skip
+    doc = json.loads(out.read_text()) if out.is_file() else None
+    return res, doc
+
+
+def checks(doc):
+    return {c["id"]: c for c in doc["models"][0]["checks"]}
+
+
+# -- item 1 and 2: a correct loop, a re-tokenizing loop, a bf16 engine, both at once ---------------------------
+
+
+def test_correct_loop_is_numeric_zero_no_tito_and_gradient_bitwise_identical(tmp_path, qwen3, policy):
+    folder, model = policy
+    _m, _ctx, played = qwen3
+    rows = [r for r, _ in records(played[:6], "correct", model)]
+    res, doc = replay_json(tmp_path, rows, "--weights", folder, "--only-tito")
+    assert res.exit_code == 0, res.output
+    w = doc["models"][0]["replay"]["weights"]
+    a = w["attribution"]["classes"]
+    trained = sum(sum(r["loss_mask"][1:]) for r in rows)
+    assert a["numeric"]["units"] == trained and a["numeric"]["mean_abs_dlogp"] < 1e-5
+    assert a["tito"]["units"] == 0 and a["never_sampled"]["trained_tokens"] == 0
+    g = w["gradient"]
+    assert g["compared"] == len(rows) and g["bitwise_equal"] == len(rows) and g["differ"] == 0
+    c = checks(doc)
+    assert c["replay_numeric_drift"]["status"] == "pass" and c["replay_gradient"]["status"] == "pass"
+    assert c["replay_kl_estimators"]["status"] == "not_applicable"  # no sampler given: said, not passed
+
+
+def test_correct_loop_against_the_rebuilt_buffer_messages_only(qwen3, policy):
+    """No prompt_ids: the template's buffer is the reference and the context the engine sampled in."""
+    _folder, model = policy
+    _m, ctx, played = qwen3
+    recs = records(played[:6], "correct", model, prompts=False)
+    t = run_api(recs, ctx, model)
+    assert t.by_reference == {"buffer": 6}
+    assert t.attribution.classes["numeric"].units > 0 and t.attribution.classes["tito"].units == 0
+    assert t.attribution.classes["numeric"].max_abs < 1e-5
+    assert t.gradient.compared == 6 and t.gradient.bitwise == 6
+
+
+def test_retokenizing_loop_tito_exactly_from_the_divergent_positions_and_gradient_differs(qwen3, policy):
+    _folder, model = policy
+    _m, ctx, played = qwen3
+    recs = records(played, "naive_retokenize", model)
+    assert sum(bool(truth) for _, truth in recs) >= 3  # the sampler split tokens in several episodes
+    t = run_api(recs, ctx, model)
+    assert t.per_episode is not None
+    for (rec, truth), (pair, a) in zip(recs, t.per_episode, strict=True):
+        trained = [j for j, m in enumerate(rec["loss_mask"]) if m and j > 0]
+        first = common_prefix_len(pair.trained_ids, pair.buffer_ids)  # the first position that differs
+        assert set(a.numeric) == {j for j in trained if j < first}
+        assert all(abs(d) < 1e-5 for d in a.numeric.values())
+        assert set(a.tito) | set(a.never_sampled) == {j for j in trained if j >= first}
+        if not truth:
+            assert not a.tito and not a.never_sampled
+            continue
+        assert first == truth[0].index
+        # The trained-never-sampled ids are exactly the re-encoded ones the loop injected, one per split.
+        assert sorted(a.never_sampled) == sorted(x.index for x in truth)
+        assert len(a.never_sampled_runs) == len(truth)
+        assert sum(abs(d) for d in a.tito.values()) > 0
+    diverged = {rec["id"] for rec, truth in recs if truth}
+    assert {e["episode"].split("(")[1].rstrip(")") for e in t.gradient.kept} == diverged
+    assert t.gradient.differ == len(diverged) and t.gradient.identical == len(recs) - len(diverged)
+    assert all(e["rel_error"] > 1e-3 and e["class"] == "non_canonical" for e in t.gradient.kept)
+    assert math.isclose(sum(v["share"] for v in t.gradient.to_dict()["groups"].values()), 1.0, rel_tol=1e-9)
+
+
+def test_bf16_engine_is_numeric_drift_only_and_the_threshold_gates(tmp_path, qwen3, policy):
+    folder, model = policy
+    _m, _ctx, played = qwen3
+    recs = records(played, "correct", model, dtype=torch.bfloat16)
+    fp32 = records(played, "correct", model)
+    rows = [r for r, _ in recs]
+    res, doc = replay_json(tmp_path, rows, "--weights", folder, "--only-tito", "--numeric-drift-threshold", "1e-4",
+                           "--fail-on", "warn", "--no-gradient")  # fmt: skip
+    a = doc["models"][0]["replay"]["weights"]["attribution"]["classes"]
+    assert a["numeric"]["mean_abs_dlogp"] > 1e-4 and a["numeric"]["share"] == 1.0
+    assert a["tito"]["units"] == 0 and a["never_sampled"]["units"] == 0
+    c = checks(doc)
+    drift = c["replay_numeric_drift"]
+    assert drift["status"] == "warn" and drift["findings"][0]["class"] == "numeric"
+    assert c["replay_gradient"]["status"] == "not_applicable"  # --no-gradient: said
+    assert res.exit_code == 1  # the warning gates under --fail-on warn
+    # The mean |Delta| is the bf16 engine's own error, computed here from the two forwards.
+    expected = [
+        abs(x - y)
+        for (r, _), (q, _) in zip(fp32, recs, strict=True)
+        for t32, t16 in zip(r["turns"], q["turns"], strict=True)
+        for x, y in zip(t32["logprobs"], t16["logprobs"], strict=True)
+    ]
+    assert math.isclose(a["numeric"]["mean_abs_dlogp"], sum(expected) / len(expected), rel_tol=1e-3)
+    res, doc = replay_json(tmp_path, rows, "--weights", folder, "--only-tito", "--numeric-drift-threshold", "10",
+                           "--fail-on", "warn", "--no-gradient")  # fmt: skip
+    assert checks(doc)["replay_numeric_drift"]["status"] == "pass" and res.exit_code == 0
+
+
+def test_both_kinds_of_mismatch_in_one_log_are_separated(qwen3, policy):
+    """A re-tokenizing trainer and a bf16 engine: the drift before each divergence is numeric (and equals the
+    bf16 engine's own error), what follows it is TITO or never sampled."""
+    _folder, model = policy
+    _m, ctx, played = qwen3
+    recs = records(played, "naive_retokenize", model, dtype=torch.bfloat16)
+    fp32 = records(played, "naive_retokenize", model)
+    t = run_api(recs, ctx, model, gradient=False)
+    assert t.per_episode is not None
+    numeric = tito = 0
+    for (rec, truth), (rec32, _), (pair, a) in zip(recs, fp32, t.per_episode, strict=True):
+        first = truth[0].index if truth else len(pair.trained_ids)
+        engine16 = [x for turn in rec["turns"] for x in turn["logprobs"]]
+        engine32 = [x for turn in rec32["turns"] for x in turn["logprobs"]]
+        drift = dict(zip(pair.sampled_positions, [x - y for x, y in zip(engine32, engine16, strict=True)], strict=True))
+        assert all(j < first for j in a.numeric) and all(j >= first for j in [*a.tito, *a.never_sampled])
+        for j, d in a.numeric.items():
+            assert abs(d - drift[j]) < 1e-4  # Delta = trainer (fp32) - engine (bf16) = the bf16 error
+        assert sorted(a.never_sampled) == sorted(x.index for x in truth)
+        numeric += len(a.numeric)
+        tito += len(a.tito)
+    assert numeric > 0 and tito > 0
+    shares = [t.attribution.share(c) for c in ("numeric", "tito", "never_sampled")]
+    assert all(s is not None and s > 0 for s in shares) and math.isclose(sum(shares), 1.0)  # type: ignore[arg-type]
+
+
+# -- item 3: the estimators' bias under a top-k sampler, by hand on a small vocabulary -------------------------
+
+
+def test_top_k_estimator_bias_equals_a_hand_computation():
+    torch.manual_seed(1)
+    model = AutoModelForCausalLM.from_config(_config(12)).eval()
+    with torch.no_grad():  # peakier logits: top-2 then keeps 50 to 75 % of the mass
+        model.get_input_embeddings().weight.mul_(5.0)
+    torch.manual_seed(2)
+    ref = AutoModelForCausalLM.from_config(_config(12)).eval()
+    ids = [1, 5, 3, 7, 2, 9, 4, 11, 6]
+    mask = [0, 0, 0, 1, 1, 1, 0, 1, 1]  # two turns: (3, 6) and (7, 9)
+    pair = Pair(1, "hand", "", ids, mask, reference="engine", buffer_ids=ids, buffer_mask=mask,
+                engine_logprobs=[None] * 3 + [-1.0] * 3 + [None] + [-1.0] * 2, spans=[(3, 6), (7, 9)],
+                sampled=[(ids[:6], 3, [-1.0] * 3), (ids, 7, [-1.0] * 2)],
+                settings=GenerationSettings(top_k=2), settings_source="--sampling")  # fmt: skip
+    t = analyze_pairs([pair], Policy.of(model, VocabMap.full(12), ref, gradient=False))
+    with torch.no_grad():
+        lp = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0].double(), -1).tolist()
+        lr = torch.log_softmax(ref(input_ids=torch.tensor([ids])).logits[0].double(), -1).tolist()
+    sums = {"kl": 0.0, "k1": 0.0, "k2": 0.0, "k3": 0.0, "truncated": 0.0}
+    positions = [3, 4, 5, 7, 8]
+    for j in positions:
+        p = [math.exp(x) for x in lp[j - 1]]
+        top = sorted(range(12), key=lambda v: -p[v])[:2]
+        z = sum(p[v] for v in top)
+        sums["kl"] += sum(p[v] * (lp[j - 1][v] - lr[j - 1][v]) for v in range(12))
+        for v in top:
+            q = p[v] / z
+            log_r = max(-20.0, min(20.0, lr[j - 1][v] - lp[j - 1][v]))  # the trainer's clamps (verl's)
+            sums["k1"] += q * -log_r
+            sums["k2"] += q * log_r * log_r / 2
+            sums["k3"] += q * max(-10.0, min(10.0, math.exp(log_r) - 1 - log_r))
+        sums["truncated"] += 1 - z
+    d = t.bias.to_dict()
+    n = len(positions)
+    assert d["positions"] == n and d["pure"] is False and d["reference"] is True
+    assert math.isclose(d["kl"], sums["kl"] / n, rel_tol=1e-6)
+    for k in ("k1", "k2", "k3"):
+        assert math.isclose(d[f"expected_{k}"], sums[k] / n, rel_tol=1e-6)
+        assert math.isclose(d[f"bias_{k}"], (sums[k] - sums["kl"]) / n, rel_tol=1e-6, abs_tol=1e-12)
+    assert math.isclose(d["truncated_mass"], sums["truncated"] / n, rel_tol=1e-6) and d["truncated_mass"] > 0.01
+    best = min(("k1", "k2", "k3"), key=lambda k: abs(sums[k] - sums["kl"]))
+    assert d["recommended"] == best
+
+
+def test_sampler_from_the_log_and_from_the_command_line(tmp_path, qwen3, policy):
+    folder, model = policy
+    _m, _ctx, played = qwen3
+    rows = [r for r, _ in records(played[:3], "correct", model)]
+    for r in rows:
+        r["sampling"] = {"temperature": 1.0, "top_k": -1, "top_p": 0.9, "max_tokens": 512, "n": 1}  # vLLM's names
+    _res, doc = replay_json(tmp_path, rows, "--weights", folder, "--only-tito", "--no-gradient")
+    e = doc["models"][0]["replay"]["weights"]["estimators"]
+    assert e["source"] == {"log": 3} and e["sampling"] == {"top_p 0.9": 3} and e["pure"] is False
+    assert checks(doc)["replay_kl_estimators"]["status"] == "warn" and e["truncated_mass"] > 0
+    _res, doc = replay_json(tmp_path, rows, "--weights", folder, "--only-tito", "--no-gradient", "--sampling", "{}")
+    e = doc["models"][0]["replay"]["weights"]["estimators"]
+    assert e["source"] == {"--sampling": 3} and e["pure"] is True and e["recommended"] == "k3"
+    assert e["truncated_mass"] < 1e-12 and checks(doc)["replay_kl_estimators"]["status"] == "pass"
+
+
+# -- item 2: what cannot be built is named, never passed ------------------------------------------------------
+
+
+def test_episodes_without_a_reference_context_are_named_not_passed(tmp_path, qwen3, policy):
+    folder, model = policy
+    _m, _ctx, played = qwen3
+    rows = [r for r, _ in records(played[:4], "correct", model)]
+    bare = [{k: r[k] for k in ("id", "turns", "input_ids", "loss_mask")} for r in rows]
+    for r in bare:
+        for turn in r["turns"]:
+            turn.pop("prompt_ids")
+    _res, doc = replay_json(tmp_path, bare, "--weights", folder)
+    c = checks(doc)
+    assert c["replay_gradient"]["status"] == "not_applicable" and NO_CONTEXT in c["replay_gradient"]["summary"]
+    assert c["replay_numeric_drift"]["status"] == "not_applicable"
+    _res, doc = replay_json(tmp_path, rows[:2] + bare[2:], "--weights", folder, "--only-tito")
+    g = checks(doc)["replay_gradient"]
+    assert g["status"] == "warn" and g["data"]["compared"] == 2 and g["data"]["not_compared"] == {NO_CONTEXT: 2}
+    assert any("2 episode(s) not compared" in f["message"] for f in g["findings"])
+
+
+# -- item 5: cost and scale ---------------------------------------------------------------------------------
+
+
+def test_a_padded_batch_gives_the_log_probs_of_one_sequence_at_a_time(qwen3, policy):
+    _folder, model = policy
+    _m, _ctx, played = qwen3
+    vmap = VocabMap.full(VOCAB)
+    rows = [Row(p.traj.input_ids, [j for a, b in p.traj.sampled_spans() for j in range(a, b)]) for p in played[:6]]
+    assert len({len(r.ids) for r in rows}) > 1  # different lengths: real padding
+    assert takes_packed_keep(model, vmap)  # the batched path runs on this transformers
+    batched = row_logps(model, vmap, rows, batched=True, max_tokens=1 << 20)
+    alone = row_logps(model, vmap, rows, batched=False)
+    for b, a in zip(batched, alone, strict=True):
+        assert b.shape == a.shape and torch.allclose(b, a, atol=1e-5, rtol=0)
+
+
+def test_max_episodes_is_a_deterministic_sample_in_log_order(tmp_path, qwen3, policy):
+    _folder, model = policy
+    _m, ctx, played = qwen3
+    log = write_jsonl(tmp_path / "log.jsonl", [r for r, _ in records(played, "correct", model)])
+    first = [s.episode.line for s in select_episodes([log], ctx, max_episodes=5)]
+    again = [s.episode.line for s in select_episodes([log], ctx, max_episodes=5)]
+    assert first == again and first == sorted(first) and len(set(first)) == 5
+    assert first != [1, 2, 3, 4, 5]  # a sample of the log, not its head
+    assert [s.episode.line for s in select_episodes([log], ctx, max_episodes=0)] == list(range(1, len(played) + 1))
+
+
+# -- the command line: bad options in one line, exit 2, before the log is read; the JSON schema ---------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--ref", "x"], "--ref need(s) --weights"),
+        (["--weights", "x", "--sampling", "{top_k: 2}"], "--sampling: not JSON"),
+        (["--weights", "x", "--sampling", '{"min_p": 0.1}'], "min_p=0.1 changes the distribution"),
+        (["--weights", "x", "--device", "tpu"], "--device must be auto, cpu, cuda or cuda:N"),
+        (["--weights", "/no/such/folder"], "/no/such/folder: cannot load weights"),
+    ],
+)
+def test_bad_weights_options_are_one_line_exit_2(tmp_path, args, message):
+    log = write_jsonl(tmp_path / "log.jsonl", [{"turns": [[1]], "input_ids": [1], "loss_mask": [1]}])
+    res = CliRunner().invoke(app, ["replay", str(log), "-m", str(snapshot(QWEN3)), "-w", "1", "-q", *args])
+    assert res.exit_code == 2 and message in res.output, res.output
+    assert "Traceback" not in res.output
+
+
+def test_weights_report_validates_against_the_schema(tmp_path, qwen3, policy):
+    jsonschema = pytest.importorskip("jsonschema")
+    from test_json_schema import SCHEMA
+
+    folder, model = policy
+    _m, _ctx, played = qwen3
+    rows = [r for r, _ in records(played[:4], "naive_retokenize", model)]
+    _res, doc = replay_json(tmp_path, rows, "--weights", folder, "--ref", folder, "--sampling", '{"top_k": 5}')
+    jsonschema.validate(doc, SCHEMA)
+    assert set(doc["models"][0]["replay"]["weights"]) >= {"attribution", "gradient", "estimators", "episodes"}

@@ -1,0 +1,232 @@
+"""The weights' figures as replay checks (every format, --fail-on, suppressions and baselines apply) and as the
+JSON section ``models[0].replay.weights``.
+
+- ``replay_numeric_drift`` (warning): the log-prob attribution; warns when numeric drift is most (> 50 %) of the
+  total |Delta log p| and its mean |Delta| per token is at or above the threshold.
+- ``replay_gradient`` (warning): per episode, the gradient on the trained sequence against the buffer's; warns on
+  any episode whose gradient differs, and on any episode not compared (named with why: never a pass).
+- ``replay_kl_estimators`` (warning): the estimator bias under the sampler; warns when the sampler is not pure.
+
+None of them changes the verdict (a divergence alone proves ``unsafe``); they gate as warnings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tito_audit.audit import AuditReport
+from tito_audit.checks.base import CheckResult, Status
+from tito_audit.findings import Finding
+from tito_audit.replay.checks import BY_ID
+from tito_audit.replay.weights.attribution import CLASSES
+from tito_audit.replay.weights.run import WeightsTotals
+
+DEFAULT_THRESHOLD = 0.01  # mean |Delta log p| per numeric token (nats) at or above which numeric drift warns
+DOMINANT = 0.5
+
+
+@dataclass
+class Setup:
+    """How the weights were run (the JSON's first keys)."""
+
+    weights: str
+    ref: str | None
+    device: str
+    dtype: str
+    parameters: int
+    max_episodes: int
+    threshold: float = DEFAULT_THRESHOLD
+    log_episodes: int = 0  # episodes the replay read (the sample is drawn from them)
+
+
+def _result(
+    cid: str, status: Status, summary: str, findings: list[Finding], data: dict[str, Any], n: int
+) -> CheckResult:
+    spec = BY_ID[cid]
+    return CheckResult(
+        cid, spec.title, status, spec.severity, summary, spec.explanation, spec.fix_hint, findings, data, n
+    )
+
+
+def _g(x: float | None, spec: str = ".3g") -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+def _not_run(t: WeightsTotals) -> str:
+    if not t.not_attributed:
+        return ""
+    parts = [f"{n} {why} (first: {t.not_attributed_first[why]})" for why, n in sorted(t.not_attributed.items())]
+    return "; not attributed: " + "; ".join(parts)
+
+
+def numeric_drift(t: WeightsTotals, threshold: float) -> CheckResult:
+    a = t.attribution
+    d = a.to_dict()
+    c = d["classes"]
+    data = {"attribution": d, "threshold": threshold}
+    if a.total_abs <= 0 and not a.classes["numeric"].units:
+        why = (
+            "no engine log-probs (turns[].logprobs) on the episodes run: nothing to attribute"
+            if a.episodes
+            else "no episode could be attributed"
+        )
+        return _result("replay_numeric_drift", "not_applicable", why + _not_run(t), [], data, 0)
+    parts = []
+    for cls in CLASSES:
+        x = c[cls]
+        if not x["units"]:
+            parts.append(f"{cls.replace('_', ' ')} none")
+            continue
+        unit = "runs" if cls == "never_sampled" else "tokens"
+        parts.append(
+            f"{cls.replace('_', ' ')} {_g(x['share'], '.1%')} ({x['units']} {unit}, "
+            f"mean |Δ| {_g(x['mean_abs_dlogp'])}, k3 per sequence {_g(x['k3_sequence'])})"
+        )
+    ns = c["never_sampled"]
+    never = (
+        f"; {ns['trained_tokens']} trained token(s) never sampled, mean log p {_g(ns['mean_logp'])}"
+        if ns["trained_tokens"]
+        else ""
+    )
+    correct = d["correct_loop"]
+    ideal = f"; a correct loop's mismatch here: mean |Δ| {_g(correct['mean_abs_dlogp'])}" if correct["units"] else ""
+    summary = f"trainer vs engine log p over {a.episodes} episode(s): " + ", ".join(parts) + never + ideal + _not_run(t)
+    share = a.share("numeric") or 0.0
+    mean = c["numeric"]["mean_abs_dlogp"] or 0.0
+    findings: list[Finding] = []
+    if share > DOMINANT and mean >= threshold:
+        findings.append(
+            Finding(
+                "replay_numeric_drift",
+                "all episodes",
+                "numeric",
+                f"numeric drift is {share:.0%} of the trainer/engine log-prob mismatch (mean |Δ log p| {mean:.3g} per "
+                f"token, threshold {threshold:g}): the same tokens in the same context get other log-probs from the "
+                "engine and the trainer; this is not a token bug",
+                rate=share,
+                affected_trainable=c["numeric"]["units"],
+            )
+        )
+    status: Status = "warn" if findings else "pass"
+    return _result("replay_numeric_drift", status, summary, findings, data, a.episodes)
+
+
+def gradient(t: WeightsTotals) -> CheckResult:
+    g = t.gradient
+    d = g.to_dict()
+    if not t.gradient_run:
+        return _result("replay_gradient", "not_applicable", "not run (--no-gradient)", [], d, 0)
+    missing = [
+        Finding(
+            "replay_gradient",
+            g.not_compared_first[why],
+            "template",
+            f"{n} episode(s) not compared: {why} (first: {g.not_compared_first[why]})",
+        )
+        for why, n in sorted(g.not_compared.items())
+    ]
+    if not g.compared:
+        reasons = "; ".join(f.message for f in missing) or "no episode"
+        return _result("replay_gradient", "not_applicable", f"compared nothing: {reasons}", missing, d, 0)
+    floor = "bitwise" if not g.tolerance else f"within {g.tolerance:.2g} (10 x the noise floor)"
+    summary = (
+        f"gradient at A = 1, trained sequence vs rebuilt buffer: {g.identical} of {g.compared} episode(s) "
+        f"identical ({floor})"
+    )
+    if g.differ:
+        groups = sorted(d["groups"].items(), key=lambda kv: -(kv[1]["share"] or 0))[:3]
+        where = ", ".join(f"{name} {_g(v['share'], '.0%')}" for name, v in groups)
+        summary += (
+            f", {g.differ} differ: cosine min {_g(g.cos_min, '.4f')}, relative error max {_g(g.rel_max)} "
+            f"(mean {_g(d['rel_error_mean'])}); the difference lies in {where}"
+        )
+    if missing:
+        summary += "; " + "; ".join(f.message for f in missing)
+    findings = [
+        Finding(
+            "replay_gradient",
+            e["episode"],
+            e["class"] or "template",
+            f"gradient differs: cosine {e['cosine']:.4f}, relative error {e['rel_error']:.3g} (most in "
+            f"{e['top_group']}, {_g(e['top_group_share'], '.0%')})",
+        )
+        for e in g.kept
+    ]
+    findings += missing
+    return _result("replay_gradient", "warn" if findings else "pass", summary, findings, d, g.compared)
+
+
+def kl_estimators(t: WeightsTotals) -> CheckResult:
+    b = t.bias
+    d = b.to_dict()
+    unknown = f"; sampler unknown for {b.unknown} episode(s)" if b.unknown else ""
+    refused = f" ({b.refused} refused: {b.refused_example})" if b.refused else ""
+    if not b.positions:
+        why = (
+            'the sampler is unknown: give --sampling \'{"temperature": ..., "top_k": ..., "top_p": ...}\' or log a '
+            "`sampling` object per record"
+            if b.unknown
+            else "no sampled position replayed"
+        )
+        return _result("replay_kl_estimators", "not_applicable", why + refused, [], d, 0)
+    settings = "; ".join(f"{s} ({n} episodes)" for s, n in d["sampling"].items())
+    if b.with_reference:
+        values = ", ".join(f"E[{k}] {d[f'expected_{k}']:.4g} (bias {d[f'bias_{k}']:+.3g})" for k in ("k1", "k2", "k3"))
+        body = f"exact KL {d['kl']:.4g}; {values}"
+    else:
+        body = "no --ref: the bias of each estimator is not computed"
+    summary = (
+        f"under {settings}, at {b.positions} sampled position(s): {body}; truncated mass {d['truncated_mass']:.3%} "
+        f"(max {d['truncated_mass_max']:.2%}); use {d['recommended'] or 'none of them'}: {d['why']}{unknown}{refused}"
+    )
+    findings = []
+    if not b.pure:
+        findings.append(
+            Finding(
+                "replay_kl_estimators",
+                "all episodes",
+                "sampler",
+                f"the sampler ({settings}) is not pure: the KL estimators average to something else than the KL; "
+                f"{d['why']}",
+                rate=d["truncated_mass"],
+            )
+        )
+    return _result("replay_kl_estimators", "warn" if findings else "pass", summary, findings, d, b.positions)
+
+
+def section(t: WeightsTotals, setup: Setup) -> dict[str, Any]:
+    """``models[0].replay.weights``."""
+    seconds = sum(t.seconds.values())
+    return {
+        "weights": setup.weights,
+        "ref": setup.ref,
+        "device": setup.device,
+        "dtype": setup.dtype,
+        "parameters": setup.parameters,
+        "batched": t.batched,
+        "episodes": {
+            "run": t.episodes,
+            "of": setup.log_episodes,
+            "max_episodes": setup.max_episodes,
+            "sample": "all" if setup.max_episodes <= 0 or setup.log_episodes <= setup.max_episodes else "hash",
+            "by_reference": dict(sorted(t.by_reference.items())),
+            "diverged": t.diverged,
+            "not_attributed": dict(sorted(t.not_attributed.items())),
+        },
+        "attribution": t.attribution.to_dict() | {"threshold": setup.threshold},
+        "gradient": t.gradient.to_dict() | {"run": t.gradient_run},
+        "estimators": t.bias.to_dict(),
+        "seconds": {k: round(v, 3) for k, v in t.seconds.items()},
+        "episodes_per_second": t.episodes / seconds if seconds > 0 else None,
+    }
+
+
+def attach(report: AuditReport, t: WeightsTotals, setup: Setup) -> None:
+    """Add the three checks and the JSON section to a replay report, and decide its verdict again."""
+    m = report.models[0]
+    m.checks.extend([numeric_drift(t, setup.threshold), gradient(t), kl_estimators(t)])
+    replay = getattr(m, "replay", None)
+    if isinstance(replay, dict):
+        replay["weights"] = section(t, setup)
+    m.decide()
