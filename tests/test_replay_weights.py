@@ -206,30 +206,109 @@ def test_bf16_engine_is_numeric_drift_only_and_the_threshold_gates(tmp_path, qwe
     assert checks(doc)["replay_numeric_drift"]["status"] == "pass" and res.exit_code == 0
 
 
-def test_both_kinds_of_mismatch_in_one_log_are_separated(qwen3, policy):
-    """A re-tokenizing trainer and a bf16 engine: the drift before each divergence is numeric (and equals the
-    bf16 engine's own error), what follows it is TITO or never sampled."""
+def hand_attribution(p, rec, lp_train):
+    """Classes and Deltas of one naive_retokenize episode, by hand: the trained sequence is the buffer with each
+    split turn's ids replaced by the tokenizer's own (``p.canonical``); inside such a turn the common prefix and
+    suffix of the two runs pair one to one, the middle is the re-encoded run (trained, never sampled) opposite the
+    sampler's split (sampled, never trained). Before the first split: numeric; after it: TITO."""
+    b, t, mask = p.traj.input_ids, rec["input_ids"], rec["loss_mask"]
+    spans = p.traj.sampled_spans()
+    engine = {
+        i: x
+        for (a, z), turn in zip(spans, rec["turns"], strict=True)
+        for i, x in zip(range(a, z), turn["logprobs"], strict=True)
+    }
+    numeric: dict[int, float] = {}
+    tito: dict[int, float] = {}
+    runs: list[tuple[float, int]] = []
+    never: set[int] = set()
+    state = {"shift": 0, "diverged": False}
+
+    def pair(i: int) -> None:
+        j = i + state["shift"]
+        assert t[j] == b[i]
+        if j > 0 and mask[j] and i in engine:
+            (tito if state["diverged"] else numeric)[j] = lp_train[j] - engine[i]
+
+    prev = 0
+    for k, ((a, z), split) in enumerate(zip(spans, p.splits, strict=True)):
+        for i in range(prev, a):
+            pair(i)
+        prev = z
+        if split is None:
+            for i in range(a, z):
+                pair(i)
+            continue
+        sampled, canonical = b[a:z], p.canonical[k]
+        pre = common_prefix_len(sampled, canonical)
+        suf = common_prefix_len(sampled[pre:][::-1], canonical[pre:][::-1])
+        for i in range(a, a + pre):
+            pair(i)
+        trained_run = range(a + pre + state["shift"], a + len(canonical) - suf + state["shift"])
+        never |= set(trained_run)
+        runs.append(
+            (sum(lp_train[j] for j in trained_run) - sum(engine[i] for i in range(a + pre, z - suf)), len(trained_run))
+        )
+        state["diverged"] = True
+        state["shift"] += len(canonical) - len(sampled)
+        for i in range(z - suf, z):
+            pair(i)
+    return numeric, tito, runs, never
+
+
+def test_both_kinds_of_mismatch_in_one_log_are_separated_as_a_hand_computation_says(qwen3, policy):
+    """A re-tokenizing trainer and a bf16 engine. Every Delta, class, mean, share and sequence-level k1/k3 is
+    computed here from a plain float32 forward of the trained sequence, the logged bf16 log-probs and the
+    injected edits; the numeric Deltas are also the bf16 engine's own error (fp32 engine minus bf16 engine)."""
     _folder, model = policy
     _m, ctx, played = qwen3
     recs = records(played, "naive_retokenize", model, dtype=torch.bfloat16)
     fp32 = records(played, "naive_retokenize", model)
     t = run_api(recs, ctx, model, gradient=False)
     assert t.per_episode is not None
-    numeric = tito = 0
-    for (rec, truth), (rec32, _), (pair, a) in zip(recs, fp32, t.per_episode, strict=True):
-        first = truth[0].index if truth else len(pair.trained_ids)
+    units: dict[str, list[list[float]]] = {"numeric": [], "tito": [], "never_sampled": []}
+    never_tokens = 0
+    for p, (rec, truth), (rec32, _), (pair, a) in zip(played, recs, fp32, t.per_episode, strict=True):
+        with torch.no_grad():
+            lp = torch.log_softmax(model(input_ids=torch.tensor([rec["input_ids"]])).logits[0].double(), -1)
+        lp_train = [0.0] + [float(lp[j - 1, x]) for j, x in enumerate(rec["input_ids"]) if j > 0]
+        numeric, tito, runs, never = hand_attribution(p, rec, lp_train)
+        assert set(a.numeric) == set(numeric) and set(a.tito) == set(tito) and set(a.never_sampled) == never
+        assert sorted(never) == sorted(x.index for x in truth)  # the injected truth agrees with the hand split
+        for j, d in a.numeric.items():
+            assert abs(d - numeric[j]) < 1e-4
+        for j, d in a.tito.items():
+            assert abs(d - tito[j]) < 1e-4
+        assert len(a.never_sampled_runs) == len(runs)
+        for (d, n), (hd, hn) in zip(a.never_sampled_runs, runs, strict=True):
+            assert n == hn and abs(d - hd) < 1e-4
         engine16 = [x for turn in rec["turns"] for x in turn["logprobs"]]
         engine32 = [x for turn in rec32["turns"] for x in turn["logprobs"]]
         drift = dict(zip(pair.sampled_positions, [x - y for x, y in zip(engine32, engine16, strict=True)], strict=True))
-        assert all(j < first for j in a.numeric) and all(j >= first for j in [*a.tito, *a.never_sampled])
         for j, d in a.numeric.items():
-            assert abs(d - drift[j]) < 1e-4  # Delta = trainer (fp32) - engine (bf16) = the bf16 error
-        assert sorted(a.never_sampled) == sorted(x.index for x in truth)
-        numeric += len(a.numeric)
-        tito += len(a.tito)
-    assert numeric > 0 and tito > 0
-    shares = [t.attribution.share(c) for c in ("numeric", "tito", "never_sampled")]
-    assert all(s is not None and s > 0 for s in shares) and math.isclose(sum(shares), 1.0)  # type: ignore[arg-type]
+            if not truth or j < truth[0].index:
+                assert abs(d - drift[j]) < 1e-4  # Delta = trainer (fp32) - engine (bf16) = the bf16 error
+        units["numeric"].append(list(numeric.values()))
+        units["tito"].append(list(tito.values()))
+        units["never_sampled"].append([d for d, _ in runs])
+        never_tokens += len(never)
+    assert all(any(ep) for ep in units.values())  # all three classes present
+    got = t.attribution.to_dict()["classes"]
+    total = sum(abs(d) for eps in units.values() for ep in eps for d in ep)
+    for cls, eps in units.items():
+        flat = [d for ep in eps for d in ep]
+        with_units = [ep for ep in eps if ep]
+        c = got[cls]
+        assert c["units"] == len(flat) and c["episodes"] == len(with_units)
+        assert math.isclose(c["mean_abs_dlogp"], sum(map(abs, flat)) / len(flat), rel_tol=1e-4)
+        assert math.isclose(c["share"], sum(map(abs, flat)) / total, rel_tol=1e-4)
+        log_r = [max(-20.0, min(20.0, sum(ep))) for ep in with_units]  # the trainer's clamps (verl's)
+        k1 = sum(-x for x in log_r) / len(with_units)
+        k3 = sum(max(-10.0, min(10.0, math.expm1(x) - x)) for x in log_r) / len(with_units)
+        tol = 2e-6 * max(map(len, with_units))  # float32 forwards: ~1e-6 per token, summed over a sequence
+        assert math.isclose(c["k1_sequence"], k1, rel_tol=1e-3, abs_tol=tol)
+        assert math.isclose(c["k3_sequence"], k3, rel_tol=1e-3, abs_tol=tol)
+    assert got["never_sampled"]["trained_tokens"] == never_tokens and got["never_sampled"]["unpaired_tokens"] == 0
 
 
 # -- item 3: the estimators' bias under a top-k sampler, by hand on a small vocabulary -------------------------
@@ -372,3 +451,46 @@ def test_weights_report_validates_against_the_schema(tmp_path, qwen3, policy):
     _res, doc = replay_json(tmp_path, rows, "--weights", folder, "--ref", folder, "--sampling", '{"top_k": 5}')
     jsonschema.validate(doc, SCHEMA)
     assert set(doc["models"][0]["replay"]["weights"]) >= {"attribution", "gradient", "estimators", "episodes"}
+
+
+def test_a_buffer_the_template_cannot_rebuild_is_named_not_passed(tmp_path, qwen3, policy):
+    """No prompt_ids and messages the template refuses (no user message): the episode's reference buffer cannot be
+    built, so it is neither attributed nor compared, and both checks say which episode and why."""
+    folder, model = policy
+    _m, _ctx, played = qwen3
+    rows = [r for r, _ in records(played[:3], "correct", model, prompts=False)]
+    rows[2]["messages"] = [m for m in rows[2]["messages"] if m["role"] != "user"]
+    _res, doc = replay_json(tmp_path, rows, "--weights", folder, "--only-tito")
+    c = checks(doc)
+    g, drift = c["replay_gradient"], c["replay_numeric_drift"]
+    assert g["status"] == "warn" and g["data"]["compared"] == 2
+    (why,) = g["data"]["not_compared"]
+    assert why.startswith("reference buffer not rebuilt") and g["data"]["not_compared"][why] == 1
+    assert any("line 3" in f["message"] and "not compared" in f["message"] for f in g["findings"])
+    w = doc["models"][0]["replay"]["weights"]
+    assert w["episodes"]["not_attributed"] == {why: 1} and w["attribution"]["episodes"] == 2
+    assert "not attributed: 1 reference buffer not rebuilt" in drift["summary"]
+
+
+def test_weights_are_loaded_once_for_every_chunk_of_episodes(tmp_path, monkeypatch, qwen3, policy):
+    """One load of --weights and one of --ref for the whole log, however many chunks of episodes run."""
+    import tito_audit.replay.weights.run as weights_run
+    import tito_audit.rl.model as rl_model
+
+    folder, model = policy
+    _m, _ctx, played = qwen3
+    rows = [r for r, _ in records(played[:6], "correct", model)]
+    loads: list[str] = []
+    real = rl_model.load_weights
+
+    def counted(path, *a, **kw):
+        loads.append(path)
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(rl_model, "load_weights", counted)
+    monkeypatch.setattr(weights_run, "CHUNK", 2)  # three chunks of episodes
+    res, doc = replay_json(tmp_path, rows, "--weights", folder, "--ref", folder, "--sampling", "{}", "--only-tito")
+    assert res.exit_code == 0, res.output
+    assert loads == [folder, folder]
+    w = doc["models"][0]["replay"]["weights"]
+    assert w["episodes"]["run"] == 6 and w["gradient"]["compared"] == 6 and w["estimators"]["positions"] > 0

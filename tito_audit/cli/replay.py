@@ -95,7 +95,7 @@ def replay(
         typer.Option(
             "--weights",
             help="Your policy (a folder or Hub id): attribute the trainer/engine log-prob mismatch, compare "
-            "gradients, and the KL estimators' bias (docs/replay.md#your-weights).",
+            "gradients, and the KL estimators' bias (docs/replay.md: Your weights).",
         ),
     ] = None,
     ref: Annotated[

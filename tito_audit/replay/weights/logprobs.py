@@ -5,7 +5,10 @@ real id see the padding after it), and the output layer runs only at the positio
 ``logits_to_keep`` takes a boolean (batch, length) mask and returns one row per kept position, so the model's own
 head, soft-capping (Gemma-2) and logit scaling (Cohere, Granite) apply and no row is computed for nothing. A
 transformers or a model that does not take that mask (probed once per model on a two-row batch, checked against
-one sequence at a time) gets one sequence per forward, with a 1-D ``logits_to_keep``: slower, the same numbers.
+one sequence at a time) gets one sequence per forward, with a 1-D ``logits_to_keep``: the same numbers.
+Batches are the default on an accelerator only: on a CPU one sequence already keeps the cores busy, so padding is
+pure cost (padded batches ran at 0.46 to 0.49 x the speed of one sequence per forward,
+``benchmarks/results/replay-weights.json``).
 
 Batches are bounded by padded ids (activations) and by kept rows times the vocabulary (the logits), sorted by
 length so that little padding is computed; log p is taken in float32 row chunks (``gradients.gather_log_softmax``).
@@ -88,6 +91,11 @@ def takes_packed_keep(model: Any, vmap: VocabMap) -> bool:
     return ok
 
 
+def batch_by_default(model: Any, vmap: VocabMap) -> bool:
+    """Padded batches off the CPU, where the model takes them."""
+    return _device(model).type != "cpu" and takes_packed_keep(model, vmap)
+
+
 def batches(
     rows: Sequence[Row], vocab: int, max_tokens: int = MAX_BATCH_TOKENS, max_logits: int = MAX_LOGIT_ELEMENTS
 ) -> list[list[int]]:
@@ -114,11 +122,11 @@ def logits_at(
     model: Any, vmap: VocabMap, rows: Sequence[Row], *, batched: bool | None = None, **bounds: int
 ) -> Iterator[tuple[list[int], torch.Tensor]]:
     """``(row indices, logits)`` per forward: the logits of every kept position of those rows, in row order then
-    position order (the model's dtype, on its device). ``batched=None`` probes the model; False: one row per
-    forward."""
+    position order (the model's dtype, on its device). ``batched=None``: ``batch_by_default``; False: one row
+    per forward."""
     live = [i for i, r in enumerate(rows) if r.positions]
     if batched is None:
-        batched = takes_packed_keep(model, vmap)
+        batched = batch_by_default(model, vmap)
     if not batched:
         for i in live:
             yield [i], _one(model, vmap, rows[i])

@@ -65,7 +65,7 @@ class Policy:
     ref: Any | None = None
     stop_ids: Sequence[int] = ()
     gradient: bool = True
-    batched: bool | None = None  # None: probe the model
+    batched: bool | None = None  # None: logprobs.batch_by_default (off the CPU, where the model takes them)
     max_positions: int | None = None
 
     @classmethod
@@ -247,9 +247,9 @@ def analyze_pairs(
 
 
 def _probed(policy: Policy) -> bool:
-    from tito_audit.replay.weights.logprobs import takes_packed_keep
+    from tito_audit.replay.weights.logprobs import batch_by_default
 
-    return takes_packed_keep(policy.model, policy.vmap)
+    return batch_by_default(policy.model, policy.vmap)
 
 
 def _chunks(items: Iterable[Pair], n: int) -> Iterator[list[Pair]]:
