@@ -12,8 +12,9 @@
   ``prompt_token_ids``, ``response_ids``, ``loss_masks``, ``rollout_logprobs``), either the batch (lists of
   lists, one episode per row) or one trajectory per record (``TrajectoryOutput`` in
   ``skyrl_gym_generator.py``: ``prompt_ids``, ``response_ids``, ``loss_mask``, ``rollout_logprobs``). SkyRL keeps
-  no per-turn sampled ids, so the turns are the runs of ``loss_mask`` = 1: shapes, stop tokens, the
-  non-canonical rate and log-prob mass are checked, "trained but never sampled" cannot be.
+  no per-turn sampled ids, so the turns are the runs of ``loss_mask`` = 1 (``Episode.turns_from_mask``): shapes,
+  stop tokens and the non-canonical rate of the trained runs are measured, but the trained ids cannot be compared
+  with what was sampled, so such an episode is not checked (``replay_incomplete``), never exact.
 """
 
 from __future__ import annotations
@@ -160,6 +161,7 @@ def _skyrl_one(prompt: Any, response: Any, mask: Any, logprobs: Any, line: int, 
         line=line,
         source="skyrl",
         shape_notes=notes,
+        turns_from_mask=True,
     )
 
 

@@ -96,7 +96,7 @@ def exact_rows(batch: Any, stop_ids: Any, marks: Any, window: int) -> ExactRows 
     t_off = np.asarray(turns_col.offsets, dtype=np.int64)
     in_off, b_in, v_in = got
     id_off, b_ids, v_ids = ids
-    pr_off, b_pr, _ = prompts
+    pr_off, b_pr, v_pr = prompts
     m_off, _, v_mask = mask
     binary = bool(((v_mask == 0) | (v_mask == 1)).all())
     b_mask = v_mask.astype(np.uint8).tobytes() if binary else b""
@@ -106,10 +106,17 @@ def exact_rows(batch: Any, stop_ids: Any, marks: Any, window: int) -> ExactRows 
         | np.asarray(fields["ids"].is_null(), dtype=bool)
         | np.asarray(fields["prompt_ids"].is_null(), dtype=bool)
     )
-    if "logprobs" in fields:  # a length mismatch is a shape finding: analyze reports it
+    if "logprobs" in fields:  # a length mismatch is a shape finding, a null or a string a malformed record: analyze
         lp = fields["logprobs"]
-        lp_len = np.asarray(pc.list_value_length(lp).fill_null(-1), dtype=np.int64)
-        bad_turn |= (lp_len >= 0) & (lp_len != np.diff(id_off))
+        null_inside = _null_inside(lp)
+        if null_inside is None:  # not lists of numbers
+            bad_turn |= ~np.asarray(lp.is_null(), dtype=bool)
+        else:
+            lp_len = np.asarray(pc.list_value_length(lp).fill_null(-1), dtype=np.int64)
+            bad_turn |= ((lp_len >= 0) & (lp_len != np.diff(id_off))) | null_inside
+    # a negative id is refused by the record's reader (schema._ids): such a row is left to analyze
+    bad_turn |= _per_row((v_ids < 0).astype(np.int64), id_off, np.add, 0) > 0
+    bad_turn |= _per_row((v_pr < 0).astype(np.int64), pr_off, np.add, 0) > 0
     undecidable = (
         np.asarray(turns_col.is_null(), dtype=bool)
         | np.asarray(batch.column("input_ids").is_null(), dtype=bool)
@@ -117,7 +124,9 @@ def exact_rows(batch: Any, stop_ids: Any, marks: Any, window: int) -> ExactRows 
         | (_per_row(bad_turn.astype(np.int64), t_off, np.add, 0) > 0)
         | (t_off[1:] == t_off[:-1])
         | (not binary)
+        | (_per_row((v_in < 0).astype(np.int64), in_off, np.add, 0) > 0)
     )
+    undecidable |= ~_context_valid(batch, np.diff(t_off), undecidable)
     turn_len = np.diff(id_off)
     last_id = np.where(turn_len > 0, v_ids[np.maximum(id_off[1:] - 1, 0)] if len(v_ids) else -1, -1)
     stops = np.isin(last_id, np.asarray(list(stop_ids), dtype=np.int64)) & (turn_len > 0)
@@ -136,6 +145,47 @@ def exact_rows(batch: Any, stop_ids: Any, marks: Any, window: int) -> ExactRows 
         if not undecidable[r]:
             out.exact[r] = _exact_row(r, t_off, pr_off, id_off, in_off, m_off, b_pr, b_ids, b_in, b_mask)
     return out
+
+
+def _null_inside(lp: Any) -> Any:
+    """Per turn, whether its log-prob list holds a null (numpy bool); None when the lists do not hold numbers."""
+    import pyarrow as pa
+
+    if not (pa.types.is_list(lp.type) or pa.types.is_large_list(lp.type)):
+        return None
+    values = lp.values
+    if not (pa.types.is_floating(values.type) or pa.types.is_integer(values.type)):
+        return None
+    offsets = np.asarray(lp.offsets, dtype=np.int64)
+    nulls = np.asarray(values.is_null(), dtype=np.int64)
+    return _per_row(nulls, offsets, np.add, 0) > 0
+
+
+_CONTEXT = ("messages", "tools", "chat_template_kwargs", "date")
+
+
+def _context_valid(batch: Any, turns: Any, skip: Any) -> Any:
+    """Per row, whether its ``messages``, ``tools``, ``chat_template_kwargs`` and ``date`` pass the record's own
+    validation (``schema.context_fields``): a row the JSONL reader would refuse is never counted exact here. Only
+    rows that hold one of them and are not ``skip`` (already left to analyze) are converted, one column at a time."""
+    from tito_audit.replay.schema import RecordError, context_fields
+
+    n = batch.num_rows
+    ok = np.ones(n, dtype=bool)
+    present = [name for name in _CONTEXT if name in batch.schema.names]
+    if not present:
+        return ok
+    columns = {name: batch.column(name) for name in present}
+    held = np.zeros(n, dtype=bool)
+    for col in columns.values():
+        held |= ~np.asarray(col.is_null(), dtype=bool)
+    for r in np.flatnonzero(held & ~skip).tolist():
+        record = {name: col[r].as_py() for name, col in columns.items()}
+        try:
+            context_fields(record, int(turns[r]))
+        except RecordError:
+            ok[r] = False
+    return ok
 
 
 def _exact_row(
