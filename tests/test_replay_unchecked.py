@@ -171,7 +171,7 @@ def test_without_a_loss_mask_the_loop_is_not_called_exact(loaded, tmp_path):
     assert t.unmasked_episodes == len(rows)
     verdict, reasons, why = verdict_of(t, model, ctx)
     assert verdict == "tito-required" and reasons == ["error:replay_divergence:no_loss_mask"]
-    assert "which ids were trained was not checked" in why and "exact" not in why
+    assert "which ids were trained was not checked" in why and "loop is exact" not in why
     assert verdict_of(replay_log(write_jsonl(tmp_path / "mask.jsonl", rows), ctx), model, ctx)[0] == "safe"
 
 
@@ -279,3 +279,18 @@ def test_bad_max_record_mb_and_tool_entries_are_one_line_errors(qwen, tmp_path):
         assert res.exit_code == 2 and "--max-record-mb must be a finite number" in res.stderr, value
     res = cli(write_jsonl(tmp_path / "tools.jsonl", [dict(rec, tools=[1, 2])]), "-q")
     assert res.exit_code == 2 and "tools must be a list of tool schemas" in res.stderr
+
+
+def test_suppressed_divergences_never_make_the_loop_safe(loaded, tmp_path):
+    """As in the audit: a suppression accepts a divergence (exit 0), the verdict still says the loop diverges."""
+    model = loaded(QWEN)
+    canonical = [p for p in played_episodes(model, 0.0, seed=4) if p.scenario.id.endswith("/plain")][:6]
+    rows = [log_episode(p, "stop_seam", p.scenario.id).record for p in canonical]
+    toml = tmp_path / "tito-audit.toml"
+    toml.write_text('[[suppress]]\ncheck = "replay_divergence"\nreason = "known, fixed next release"\n')
+    res = cli(write_jsonl(tmp_path / "seam.jsonl", rows), "--suppressions", toml, "-f", "json")
+    assert res.exit_code == 0, res.output
+    m = report_of(res)
+    assert m["replay"]["diverged_episodes"] > 0
+    assert m["verdict"] == "tito-required" and m["verdict_reasons"] == ["tito-required:suppressed:replay_divergence"]
+    assert "diverges where findings are suppressed" in m["verdict_explanation"]

@@ -242,14 +242,19 @@ class ReplayModelReport(ModelReport):
         base = REPLAY_VERDICTS[self.verdict]
         reasons = self.verdict_reasons
         if self.verdict == "tito-required":
-            loop = (
-                "every sampled turn sits in the trained sequence as sampled"
-                if NO_LOSS_MASK in reasons
-                else "the loop is exact on the episodes checked"
-            )
-            proven = any(r.startswith("tito-required:") for r in reasons)
-            naive = "naive re-tokenization would not be" if proven else "naive re-tokenization was not checked"
-            base = f"{loop}; {naive}: keep the token buffer"
+            if any(r.startswith("tito-required:suppressed:") for r in reasons):
+                loop = "the loop diverges where findings are suppressed (accepted, not fixed)"
+            elif NO_LOSS_MASK in reasons:
+                loop = "every sampled turn sits in the trained sequence as sampled"
+            else:
+                loop = "the loop is exact on the episodes checked"
+            if any(r in reasons for r in _NAIVE_PROVEN):
+                naive = "naive re-tokenization would not be: keep the token buffer"
+            elif any(r.startswith("error:replay_naive_what_if:") for r in reasons):
+                naive = "naive re-tokenization was not checked: keep the token buffer"
+            else:
+                naive = "naive re-tokenization would be exact too"
+            base = f"{loop}; {naive}"
         unchecked = [self._unchecked(r) for r in reasons if r in _UNCHECKED]
         return base + (f" ({'; '.join(unchecked)})" if unchecked else "")
 
@@ -272,6 +277,7 @@ class ReplayModelReport(ModelReport):
 
 
 NO_LOSS_MASK = "error:replay_divergence:no_loss_mask"
+_NAIVE_PROVEN = ("tito-required:replay_naive_what_if", "tito-required:replay_noncanonical")
 _UNCHECKED = {
     "error:replay_divergence:incomplete": "some episodes could not be checked: see replay_incomplete",
     NO_LOSS_MASK: "some episodes have no loss_mask: which ids were trained was not checked",
@@ -286,6 +292,12 @@ def replay_verdict(checks: list[CheckResult]) -> tuple[Verdict, list[str]]:
     (``error:CHECK:WHY`` reasons beside the verdict) and keeps it from ``safe``."""
     by_id = {c.id: c for c in checks}
     reasons = [f"unsafe:{i}" for i in ("replay_divergence", "replay_shape") if i in by_id and by_id[i].status == "fail"]
+    # as in the audit: a suppression accepts a divergence, it does not make the loop exact
+    reasons += [
+        f"tito-required:suppressed:{i}"
+        for i in ("replay_divergence", "replay_shape")
+        if i in by_id and by_id[i].status != "fail" and any(f.suppressed for f in by_id[i].findings)
+    ]
     div = by_id.get("replay_divergence")
     incomplete = by_id.get("replay_incomplete")
     if incomplete is not None and incomplete.findings:
