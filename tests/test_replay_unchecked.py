@@ -255,16 +255,20 @@ def test_parquet_fast_path_refuses_what_the_jsonl_reader_refuses(qwen, tmp_path)
     bad[2]["date"] = "yesterday"
     bad[3]["chat_template_kwargs"] = "[1]"
     bad[4]["turns"][0]["logprobs"][0] = None
+    first = bad[5]["turns"][0]["prompt_ids"]  # nothing sampled: not checked, on either path
+    bad[5].update(turns=[{"ids": [], "logprobs": [], "prompt_ids": first}], input_ids=first, loss_mask=[0] * len(first))
+    opening = json.loads(bad[5]["messages"])[:1]
+    bad[5]["messages"] = json.dumps([*opening, {"role": "assistant", "content": ""}])
     js = replay_log(write_jsonl(tmp_path / "t.jsonl", bad), tito)
     pq.write_table(pa.Table.from_pylist(bad), tmp_path / "t.parquet", row_group_size=3)
     par = replay_log(tmp_path / "t.parquet", tito)
-    assert js.malformed == 5 and js.episodes == len(bad) - 5
+    assert js.malformed == 5 and js.episodes == len(bad) - 5 and js.reference_errors == 1
     assert par.to_dict() == js.to_dict() and par.findings == js.findings
     # the valid rows, context fields and all, are still decided on the Arrow buffers
     from tito_audit.replay.columns import exact_rows
 
-    batch = pq.ParquetFile(tmp_path / "t.parquet").read_row_group(1).to_batches()[0]  # rows 4 to 6
-    assert exact_rows(batch, tito.stop_ids, tito.marks, MARK_WINDOW).exact.tolist() == [False, False, True]
+    batch = pq.ParquetFile(tmp_path / "t.parquet").read_row_group(2).to_batches()[0]  # rows 7 and 8
+    assert exact_rows(batch, tito.stop_ids, tito.marks, MARK_WINDOW).exact.tolist() == [True, True]
 
 
 # -- options and fields that crashed ----------------------------------------------------------------------------
@@ -294,3 +298,39 @@ def test_suppressed_divergences_never_make_the_loop_safe(loaded, tmp_path):
     assert m["replay"]["diverged_episodes"] > 0
     assert m["verdict"] == "tito-required" and m["verdict_reasons"] == ["tito-required:suppressed:replay_divergence"]
     assert "diverges where findings are suppressed" in m["verdict_explanation"]
+
+
+def test_a_forced_adapter_that_does_not_fit_is_a_malformed_record(qwen, tmp_path):
+    _, _, plays = qwen
+    log = write_jsonl(tmp_path / "native.jsonl", [log_episode(plays[0], "correct", "x").record])
+    res = cli(log, "--log-format", "skyrl", "-q")
+    assert res.exit_code == 2 and "skyrl: no response_ids in this record" in res.stderr
+
+
+def test_turns_only_replay_does_not_call_the_loop_exact(qwen, tmp_path):
+    """Without prompt_ids and messages only the sampled turns are looked for: a loop that drops the tool result
+    between two turns trains every sampled id where it was sampled, and replay says the context was not checked."""
+    from tito_audit.replay.compare import mask_runs
+
+    model, ctx, plays = qwen
+    rows = []
+    for p in plays:
+        rec = log_episode(p, "correct", p.scenario.id).record
+        runs = mask_runs(rec["loss_mask"])
+        if len(runs) < 2:
+            continue
+        (_, b0), (a1, _) = runs[:2]
+        rows.append(
+            {
+                "id": rec["id"],
+                "turns": rec["turns"],
+                "input_ids": rec["input_ids"][:b0] + rec["input_ids"][a1:],  # no tool result between the turns
+                "loss_mask": rec["loss_mask"][:b0] + rec["loss_mask"][a1:],
+            }
+        )
+    assert rows
+    t = replay_log(write_jsonl(tmp_path / "dropped.jsonl", rows), ctx)
+    assert t.diverged_episodes == 0  # nothing here can see it
+    verdict, reasons, why = verdict_of(t, model, ctx)
+    assert verdict == "tito-required" and "error:replay_divergence:turns_only" in reasons
+    assert "loop is exact" not in why and "the context the engine saw was not checked" in why

@@ -168,6 +168,9 @@ def _skyrl_one(prompt: Any, response: Any, mask: Any, logprobs: Any, line: int, 
 def _skyrl(record: Any, line: int) -> list[Episode]:
     if not isinstance(record, Mapping):
         raise RecordError("skyrl: a record must be a JSON object")
+    if "response_ids" not in record:
+        keys = ", ".join(sorted(map(str, record))[:8])
+        raise RecordError(f"skyrl: no response_ids in this record (keys: {keys})")
     prompt = record.get("prompt_token_ids", record.get("prompt_ids"))
     response = record["response_ids"]
     masks = record.get("loss_masks", record.get("loss_mask"))

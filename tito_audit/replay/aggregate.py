@@ -31,7 +31,7 @@ REPLAY_VERDICTS = {
     "unsafe": "the loop trains on tokens it never sampled, or drops sampled ones: fix the loop",
     "tito-required": "the loop is exact on these episodes; naive re-tokenization would not be: keep the token buffer",
     "safe": "the loop is exact on these episodes, and naive re-tokenization would be too",
-    "error": "the log could not be replayed: no episode could be checked",
+    "error": "nothing in the log could be checked",
 }
 
 
@@ -164,8 +164,8 @@ class ReplayTotals:
         self.logprob_mass += res.logprob_mass
         self.logprob_tokens += res.logprob_tokens
         self.unmasked_episodes += res.unmasked and res.error is None
-        self.reference_engine += res.reference == "engine"
-        self.reference_buffer += res.reference == "buffer"
+        self.reference_engine += res.reference == "engine" and res.error is None
+        self.reference_buffer += res.reference == "buffer" and res.error is None
         if res.error is not None:
             self.reference_errors += 1
             self._keep("replay_incomplete", kept(None, res.error))
@@ -244,10 +244,12 @@ class ReplayModelReport(ModelReport):
         if self.verdict == "tito-required":
             if any(r.startswith("tito-required:suppressed:") for r in reasons):
                 loop = "the loop diverges where findings are suppressed (accepted, not fixed)"
-            elif NO_LOSS_MASK in reasons:
+            elif NO_LOSS_MASK in reasons or TURNS_ONLY in reasons:
                 loop = "every sampled turn sits in the trained sequence as sampled"
-            else:
+            elif "error:replay_divergence:incomplete" in reasons:
                 loop = "the loop is exact on the episodes checked"
+            else:
+                loop = "the loop is exact on these episodes"
             if any(r in reasons for r in _NAIVE_PROVEN):
                 naive = "naive re-tokenization would not be: keep the token buffer"
             elif any(r.startswith("error:replay_naive_what_if:") for r in reasons):
@@ -277,10 +279,14 @@ class ReplayModelReport(ModelReport):
 
 
 NO_LOSS_MASK = "error:replay_divergence:no_loss_mask"
+TURNS_ONLY = "error:replay_divergence:turns_only"
 _NAIVE_PROVEN = ("tito-required:replay_naive_what_if", "tito-required:replay_noncanonical")
 _UNCHECKED = {
     "error:replay_divergence:incomplete": "some episodes could not be checked: see replay_incomplete",
-    NO_LOSS_MASK: "some episodes have no loss_mask: which ids were trained was not checked",
+    NO_LOSS_MASK: "some episodes have no loss_mask (a vLLM log: no trainer fields): which ids were trained was not "
+    "checked",
+    TURNS_ONLY: "some episodes have neither prompt_ids nor messages: only their sampled turns were looked for, the "
+    "context the engine saw was not checked",
     "error:replay_naive_what_if:compared_nothing": "no naive what-if ran",
     "error:replay_naive_what_if:not_run": "the naive what-if did not run on every episode",
 }
@@ -307,6 +313,8 @@ def replay_verdict(checks: list[CheckResult]) -> tuple[Verdict, list[str]]:
         return ("unsafe" if proven else "error"), [*reasons, "error:replay_divergence:compared_nothing"]
     if div.data.get("unmasked_episodes"):
         reasons.append(NO_LOSS_MASK)
+    if div.data.get("reference_sampled"):
+        reasons.append(TURNS_ONLY)
     naive = by_id.get("replay_naive_what_if")
     noncanonical = by_id.get("replay_noncanonical")
     if naive is not None and naive.findings:
@@ -433,10 +441,11 @@ def build_checks(t: ReplayTotals, texts: Any) -> list[CheckResult]:
         else ""
     )
     ctx = f", {t.context_divergences} in the engine's prompts" if t.context_divergences else ""
+    sampled_only = t.checked_episodes - t.reference_engine - t.reference_buffer
     kinds = (
         ("engine prompts", t.reference_engine),
         ("rebuilt buffers", t.reference_buffer),
-        ("sampled turns only", t.checked_episodes - t.reference_engine - t.reference_buffer),
+        ("sampled turns only", sampled_only),
     )
     against = ", ".join(f"{name} {n}" for name, n in kinds if n) or "nothing"
     if t.unmasked_episodes:
@@ -455,6 +464,7 @@ def build_checks(t: ReplayTotals, texts: Any) -> list[CheckResult]:
                 "context_divergences": t.context_divergences,
                 "reference_engine": t.reference_engine,
                 "reference_buffer": t.reference_buffer,
+                "reference_sampled": sampled_only,
                 "unmasked_episodes": t.unmasked_episodes,
             },
             t.checked_episodes,

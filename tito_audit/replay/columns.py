@@ -126,8 +126,10 @@ def exact_rows(batch: Any, stop_ids: Any, marks: Any, window: int) -> ExactRows 
         | (not binary)
         | (_per_row((v_in < 0).astype(np.int64), in_off, np.add, 0) > 0)
     )
-    undecidable |= ~_context_valid(batch, np.diff(t_off), undecidable)
     turn_len = np.diff(id_off)
+    sampled = _per_row(turn_len, t_off, np.add, 0)
+    undecidable |= sampled == 0  # nothing sampled: analyze names the episode as not checked
+    undecidable |= ~_context_valid(batch, np.diff(t_off), undecidable)
     last_id = np.where(turn_len > 0, v_ids[np.maximum(id_off[1:] - 1, 0)] if len(v_ids) else -1, -1)
     stops = np.isin(last_id, np.asarray(list(stop_ids), dtype=np.int64)) & (turn_len > 0)
     max_turn = _per_row(np.where(turn_len > 0, _per_row(v_ids, id_off, np.maximum, -1), -1), t_off, np.maximum, -1)
@@ -136,7 +138,7 @@ def exact_rows(batch: Any, stop_ids: Any, marks: Any, window: int) -> ExactRows 
     out = ExactRows(
         exact=np.zeros(n, dtype=bool),
         turns=np.diff(t_off),
-        sampled=_per_row(turn_len, t_off, np.add, 0),
+        sampled=sampled,
         stop_turns=_per_row(stops.astype(np.int64), t_off, np.add, 0),
         marks=has_mark if has_mark is not None else np.ones(n, dtype=bool),
         max_id=np.maximum(_per_row(v_in, in_off, np.maximum, -1), max_turn),
