@@ -12,7 +12,12 @@ The reference, in order of trust:
   the reference holds what appending anyway gives, and the episode notes it. When the buffer cannot be rebuilt
   (a render fails), the episode is not checked against a reference (``EpisodeResult.error``): it is counted and
   named as incomplete, never passed.
-- ``sampled``: neither: only the sampled turns are the reference (``compare.against_sampled``).
+- ``sampled``: neither: only the sampled turns are the reference (``compare.against_sampled``); what the engine
+  saw between them is not checked, and the verdict says so.
+
+When only some turns carry ``prompt_ids``, each of them is also checked against the trained sequence
+(``engine.prompt_departures``). An episode that proves nothing (no sampled id, or SkyRL turns taken from the
+trained mask) is not checked, and named as such.
 
 The "what if" re-renders the parsed conversation and re-encodes it, as naive rollout code does, and compares
 that with the template's buffer: what re-tokenization would have done to these real samples. Each turn's sampled
