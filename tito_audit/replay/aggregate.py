@@ -283,8 +283,8 @@ TURNS_ONLY = "error:replay_divergence:turns_only"
 _NAIVE_PROVEN = ("tito-required:replay_naive_what_if", "tito-required:replay_noncanonical")
 _UNCHECKED = {
     "error:replay_divergence:incomplete": "some episodes could not be checked: see replay_incomplete",
-    NO_LOSS_MASK: "some episodes have no loss_mask (a vLLM log: no trainer fields): which ids were trained was not "
-    "checked",
+    NO_LOSS_MASK: "some episodes have no loss_mask (as a vLLM dump without trainer fields): which ids were trained "
+    "was not checked",
     TURNS_ONLY: "some episodes have neither prompt_ids nor messages: only their sampled turns were looked for, the "
     "context the engine saw was not checked",
     "error:replay_naive_what_if:compared_nothing": "no naive what-if ran",

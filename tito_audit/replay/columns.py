@@ -96,7 +96,7 @@ def exact_rows(batch: Any, stop_ids: Any, marks: Any, window: int) -> ExactRows 
     t_off = np.asarray(turns_col.offsets, dtype=np.int64)
     in_off, b_in, v_in = got
     id_off, b_ids, v_ids = ids
-    pr_off, b_pr, v_pr = prompts
+    pr_off, b_pr, _ = prompts
     m_off, _, v_mask = mask
     binary = bool(((v_mask == 0) | (v_mask == 1)).all())
     b_mask = v_mask.astype(np.uint8).tobytes() if binary else b""
@@ -114,9 +114,6 @@ def exact_rows(batch: Any, stop_ids: Any, marks: Any, window: int) -> ExactRows 
         else:
             lp_len = np.asarray(pc.list_value_length(lp).fill_null(-1), dtype=np.int64)
             bad_turn |= ((lp_len >= 0) & (lp_len != np.diff(id_off))) | null_inside
-    # a negative id is refused by the record's reader (schema._ids): such a row is left to analyze
-    bad_turn |= _per_row((v_ids < 0).astype(np.int64), id_off, np.add, 0) > 0
-    bad_turn |= _per_row((v_pr < 0).astype(np.int64), pr_off, np.add, 0) > 0
     undecidable = (
         np.asarray(turns_col.is_null(), dtype=bool)
         | np.asarray(batch.column("input_ids").is_null(), dtype=bool)
@@ -124,7 +121,9 @@ def exact_rows(batch: Any, stop_ids: Any, marks: Any, window: int) -> ExactRows 
         | (_per_row(bad_turn.astype(np.int64), t_off, np.add, 0) > 0)
         | (t_off[1:] == t_off[:-1])
         | (not binary)
-        | (_per_row((v_in < 0).astype(np.int64), in_off, np.add, 0) > 0)
+        # a negative id is refused by the record's reader (schema._ids): such a row is left to analyze. Only
+        # input_ids need looking at: in an exact row every prompt and every sampled id is a slice of them
+        | _negative(v_in, in_off)
     )
     turn_len = np.diff(id_off)
     sampled = _per_row(turn_len, t_off, np.add, 0)
@@ -159,8 +158,17 @@ def _null_inside(lp: Any) -> Any:
     if not (pa.types.is_floating(values.type) or pa.types.is_integer(values.type)):
         return None
     offsets = np.asarray(lp.offsets, dtype=np.int64)
+    if not values.null_count:
+        return np.zeros(len(offsets) - 1, dtype=bool)
     nulls = np.asarray(values.is_null(), dtype=np.int64)
     return _per_row(nulls, offsets, np.add, 0) > 0
+
+
+def _negative(values: Any, offsets: Any) -> Any:
+    """Per list, whether it holds a negative value (one pass over the values when none does)."""
+    if not len(values) or values.min() >= 0:
+        return np.zeros(len(offsets) - 1, dtype=bool)
+    return _per_row((values < 0).astype(np.int64), offsets, np.add, 0) > 0
 
 
 _CONTEXT = ("messages", "tools", "chat_template_kwargs", "date")
