@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -110,6 +111,8 @@ def replay(
         typer.echo(f"error: {message}", err=True)
         raise typer.Exit(EXIT_OPERATIONAL)
 
+    if not math.isfinite(max_record_mb):  # typer's range lets nan and inf through
+        fail(f"--max-record-mb must be a finite number of MB, not {max_record_mb}")
     try:
         fmap = FieldMap.parse(field_map or [])
     except MapError as exc:
@@ -194,8 +197,8 @@ def replay(
     if totals.reference_errors:
         shown = ", ".join(f.scenario for f in incomplete[:3])
         typer.echo(
-            f"error: {name}: {totals.reference_errors} of {totals.episodes} episode(s) not checked, their reference "
-            f"could not be rebuilt ({shown}; see replay_incomplete)",
+            f"error: {name}: {totals.reference_errors} of {totals.episodes} episode(s) not checked ({shown}; see "
+            "replay_incomplete for why)",
             err=True,
         )
     if malformed or incomplete:
