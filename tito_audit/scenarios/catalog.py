@@ -101,6 +101,10 @@ SHAPES: dict[str, tuple[str, ...]] = {
         "think_final",
     ),
     "inline_think": ("user", "inline_think_call", "tool", "inline_think_final"),
+    # Three tool results: a renderer that trims or drops older results from the third on (context management)
+    # rewrites the history only here.
+    "three_calls": ("user", "call", "tool", "call", "tool", "call", "tool", "final"),
+    "parallel3_calls": ("user", "call3", "tool", "tool", "tool", "final"),
 }
 
 CATALOG: tuple[ScenarioSpec, ...] = (
@@ -201,6 +205,9 @@ def _build(spec: ScenarioSpec, special_texts: Sequence[str]) -> list[Message]:
                     "tool_calls": [call(v["args"]), call(other, "search_docs")],
                 }
             )
+        elif step == "call3":  # three parallel calls
+            calls = [call(v["args"]), call(v["args"], "search_docs"), call(v["args"])]
+            msgs.append({"role": "assistant", "content": "", "tool_calls": calls})
         elif step == "tool":
             cid = pending.pop(0) if pending else _call_id(0)
             msgs.append({"role": "tool", "tool_call_id": cid, "name": tool_name, "content": v["tool"]})
