@@ -65,7 +65,7 @@ def thinking_kwargs(template_variables: frozenset[str]) -> list[str]:
     return sorted(names)
 
 
-def _taken_by_a_side(name: str, value: Any, sides: Sequence[Engine]) -> None:
+def _taken_by_a_side(model: str, name: str, value: Any, sides: Sequence[Engine]) -> None:
     """``RendererUnavailable`` when no renderer of the audit takes option ``name`` (a typo, an option of another
     renderer): it would change nothing, or make every render refused."""
     if any(side.takes_option(name, value) for side in sides):
@@ -76,7 +76,7 @@ def _taken_by_a_side(name: str, value: Any, sides: Sequence[Engine]) -> None:
             why.append(f"{side.name} takes **kwargs, and {name} is neither named in its code nor changes a render")
         else:
             why.append(f"{side.name} takes {', '.join(sorted(side.option_names)) or 'none'}")
-    raise RendererUnavailable(sides[0].name, f"no renderer takes option {name} ({'; '.join(why)})")
+    raise RendererUnavailable(model, f"no renderer takes option {name} ({'; '.join(why)})")
 
 
 class AuditContext:
@@ -87,10 +87,7 @@ class AuditContext:
         self.trainer = engine_for(options.train_renderer, model, options.limits) if options.train_renderer else None
         sides = [self.engine] if self.trainer is None else [self.engine, self.trainer]
         for name, value in options.template_kwargs.items():  # each side is given the options it takes
-            try:
-                _taken_by_a_side(name, value, sides)
-            except RendererUnavailable as exc:
-                raise RendererUnavailable(model.name, exc.cause) from None
+            _taken_by_a_side(model.name, name, value, sides)
         if not self.engine.is_template:  # the template is not what renders: nothing may read its source
             model = model.with_renderer(self.engine.info.identity())
         self.model = model
@@ -177,14 +174,14 @@ class AuditContext:
 
     @cached_property
     def thinking_modes(self) -> list[dict[str, Any]]:
-        """Template kwargs to play reasoning scenarios under: default, and each switch on / off (a switch with other
+        """Template kwargs to play reasoning scenarios under: default, and each switch on / off (a switch's other
         values than on and off: at each of them, whatever ``--thinking`` says but ``unset``)."""
         if self.options.thinking in ("unset", "default") or not self.thinking_switches:
             return [{}]
         on_off = {"on": [True], "off": [False], "both": [True, False]}[self.options.thinking]
         modes: list[dict[str, Any]] = [{}] if self.options.thinking == "both" else []
         for name, values in self.thinking_switches.items():
-            modes += [{name: v} for v in (on_off if set(values) == {True, False} else values)]
+            modes += [{name: v} for v in values if not isinstance(v, bool) or v in on_off]
         return modes
 
     @cached_property

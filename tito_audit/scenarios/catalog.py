@@ -101,10 +101,6 @@ SHAPES: dict[str, tuple[str, ...]] = {
         "think_final",
     ),
     "inline_think": ("user", "inline_think_call", "tool", "inline_think_final"),
-    # Three tool results: a renderer that trims or drops older results from the third on (context management)
-    # rewrites the history only here.
-    "three_calls": ("user", "call", "tool", "call", "tool", "call", "tool", "final"),
-    "parallel3_calls": ("user", "call3", "tool", "tool", "tool", "final"),
 }
 
 CATALOG: tuple[ScenarioSpec, ...] = (
@@ -145,6 +141,13 @@ CATALOG: tuple[ScenarioSpec, ...] = (
     ),
     ScenarioSpec("inline_think/cjk", SHAPES["inline_think"], "cjk", "inline <think> blocks, CJK"),
     ScenarioSpec("system_notice/whitespace", SHAPES["system_notice"], "whitespace", "system notice mid-episode"),
+    # Three tool results: a renderer that trims or drops older results from the third on (context management)
+    # rewrites the history only here. Not in SHAPES, so not in the quick set (``--renderer`` audits play the full
+    # catalogue; the corpus scan's cost stays as it was).
+    ScenarioSpec(
+        "three_calls/plain", ("user", "call", "tool", "call", "tool", "call", "tool", "final"), "plain", "three calls"
+    ),
+    ScenarioSpec("parallel3_calls/plain", ("user", "call3", "tool", "tool", "tool", "final"), "plain", "3 parallel"),
 )
 
 
