@@ -1,14 +1,24 @@
-"""`tito-audit rl --weights` at real size on a GPU: a randomly initialised model with Qwen3-0.6B's architecture
-(built from a transformers config; nothing downloaded), saved with save_pretrained and loaded through --weights.
+"""`tito-audit rl --weights` at real size on one GPU: peak memory per parameter, time per step, noise floor.
 
-Runs: the --control (R := B), Qwen3 (rewrites history) and Qwen2.5 (does not) with the template's own turns as
-rollouts (so that "identical" depends on the template only), one sampled batch (the sampling path's cost), and
-a warm-up of the small stand-in that must pass its quality gates. Records wall time, peak GPU memory and the
-measured noise floor (two computations of the same B gradient) of each. Writes benchmarks/results/rl-gpu.json.
+Runs on a CUDA machine with nothing but this repository: templates and tokenizers come from ``templates_cache/``
+(the bundled ``qwen3-0.6b`` and ``qwen2.5-7b-instruct``), models are randomly initialised from transformers
+configs (Qwen3-0.6B's and Qwen2.5-7B's published architectures; nothing is downloaded).
 
-Run (on a CUDA machine): python benchmarks/bench_rl_gpu.py QWEN3_TOKENIZER_DIR QWEN25_TOKENIZER_DIR [OUT.json]
-`--tiny` runs the same on CPU with a 2-layer model (a smoke test of this script); `--warmup-only
---warmup-steps=N --warmup-scenarios=a,b --seeds=0,1` runs only the stand-in warm-ups.
+1. Qwen3-0.6B architecture, float32, saved with ``save_pretrained`` and loaded through ``--weights``, template
+   rollouts (``--rollouts template``: "identical" then depends on the template only), 2 steps of 8 sequences:
+   ``--control`` (R := B), the Qwen3 template (rewrites history) and the Qwen2.5 template (does not); then one
+   sampled batch (batched sampling with padding, 48 new tokens per turn) and the Qwen3 template in bfloat16.
+2. Qwen2.5-7B architecture in bfloat16 on the Qwen2.5 template, 1 step: the size the memory goal is about
+   (<= 10 bytes per parameter beyond the weights, so that 7B fits on one 80 GB GPU). Built on the GPU and handed to
+   the loop in memory (writing and reading 15 GB would cost a minute of the budget); the loop is the same.
+
+Each run records wall time, seconds per step, ``torch.cuda.max_memory_allocated`` (reset before the run), peak
+bytes per parameter beyond the weights, the measured noise floor and the verdict. Results are written after every
+run to benchmarks/results/rl-gpu.json; a run that fails records its error and the others go on.
+
+Run (about 5 minutes on an H100): python benchmarks/bench_rl_gpu.py
+``--tiny`` runs the same plan on CPU with 2-layer, 32-wide models (a smoke test of this script);
+``--skip-7b`` leaves out the 7B run; ``--out=PATH`` writes elsewhere.
 """
 
 from __future__ import annotations
@@ -18,14 +28,18 @@ import platform
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from tito_audit.rl import RLConfig, run_rl
+from tito_audit.rl import loop as rl_loop
+from tito_audit.rl.model import VocabMap
 
-# Qwen3-0.6B's published architecture (config.json of the Hub repo), used only to size the random model.
+QWEN3_TEMPLATE, QWEN25_TEMPLATE = "qwen3-0.6b", "qwen2.5-7b-instruct"
+# The published architectures (config.json of the Hub repos), used only to size the random models.
 QWEN3_06B = dict(
     vocab_size=151936,
     hidden_size=1024,
@@ -39,114 +53,138 @@ QWEN3_06B = dict(
     rms_norm_eps=1e-6,
     tie_word_embeddings=True,
 )
-TINY = {**QWEN3_06B, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "head_dim": 8}
+QWEN25_7B = dict(
+    vocab_size=152064,
+    hidden_size=3584,
+    intermediate_size=18944,
+    num_hidden_layers=28,
+    num_attention_heads=28,
+    num_key_value_heads=4,
+    max_position_embeddings=32768,
+    rope_theta=1000000.0,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=False,
+)
+TINY = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
 
 
-def _run(label: str, cfg: RLConfig) -> dict[str, Any]:
-    cuda = torch.cuda.is_available()
-    if cuda:
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-    t = time.perf_counter()
-    res = run_rl(cfg)
-    wall = time.perf_counter() - t
-    s = res.summary
-    row = {
+def _row(label: str, cfg: RLConfig, started: float, res: Any) -> dict[str, Any]:
+    s, setup = res.summary, res.setup
+    return {
         "run": label,
-        "model": Path(cfg.model).name,
-        "policy": res.setup["policy"],
-        "parameters": res.setup["parameters"],
+        "template": cfg.model,
+        "policy": setup["policy"],
+        "dtype": setup["dtype"],
+        "parameters": setup["parameters"],
+        "weights_gb": setup["weights_bytes"] / 2**30,
         "rollouts": cfg.rollouts,
         "control": cfg.control,
         "steps": cfg.steps,
-        "sequences": s["sequences"],
-        "wall_seconds": wall,
+        "sequences_per_step": cfg.groups * cfg.group_size,
+        "wall_seconds": time.perf_counter() - started,
         "step_seconds": [r["seconds"] for r in res.steps],
-        "peak_gpu_memory_gb": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+        "sample_seconds": [r["sample_seconds"] for r in res.steps],
+        "peak_gpu_memory_gb": s.get("peak_gpu_memory_gb"),
+        "peak_bytes_per_parameter_beyond_weights": s.get("peak_bytes_per_parameter_beyond_weights"),
         "noise_floor": s["noise_floor"],
-        "noise_floor_per_step": [r["noise_floor"] for r in res.steps],
         "rel_error_max": s["rel_error_max"],
         "cosine_min": s["cosine_min"],
         "bitwise_equal": [r["gradient"]["bitwise_equal"] for r in res.steps],
-        "corrupted": s["corrupted"],
-        "tool_call_parse_rate": s["tool_call_parse_rate"],
+        "verdict": s["verdict"],
+        "exit_code": s["exit_code"],
         "sequences_affected": s["sequences_affected"],
         "mismatched_trained": s["mismatched_trained"],
+        "parse_rate_batches": s["parse_rate_batches"],
+        "sampler_vs_trainer_abs_dlogp_max": [
+            r.get("sampler_vs_trainer", {}).get("abs_dlogp_max") for r in res.steps if "sampler_vs_trainer" in r
+        ],
     }
-    if "warmup" in res.setup:
-        row["warmup"] = res.setup["warmup"]
-    if "quality_gates" in res.setup:
-        row["quality_gates"] = res.setup["quality_gates"]
-    if res.steps and "kl" in res.steps[-1]:
-        kl = res.steps[-1]["kl"]
-        row["kl_last_step"] = {k: kl[k] for k in kl if k.endswith(("_mean", "_se")) or k == "negative_kl"}
-    if res.steps and "low_prob" in res.steps[0]:
-        lp = res.steps[0]["low_prob"]
-        row["low_prob_step0"] = {k: v for k, v in lp.items() if not isinstance(v, dict)} | {
-            "advantage_reweighted_cosine": lp["advantage_reweighted"]["cosine"],
-            "lopti": lp.get("lopti"),
-        }
-    if res.steps and "critical" in res.steps[0]:
-        c = res.steps[0]["critical"]
-        row["critical_step0"] = {k: v for k, v in c.items() if k not in ("tested", "examples")}
-        row["mismatch_on_step0"] = res.steps[0]["mismatch_on"]
-    print(json.dumps(row), flush=True)
-    return row
+
+
+def _in_memory(model: Any) -> Any:
+    """``load_weights`` replaced for one run: the model built on the device, with the tokenizer-size check."""
+
+    def load(path: str, device: torch.device, tokenizer_size: int, dtype: torch.dtype = torch.float32) -> Any:
+        rows = model.get_input_embeddings().weight.shape[0]
+        assert rows >= tokenizer_size
+        return model, VocabMap.full(rows, valid=tokenizer_size)
+
+    return load
 
 
 def main() -> None:
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
     flags = dict(a[2:].split("=", 1) if "=" in a else (a[2:], "1") for a in sys.argv[1:] if a.startswith("--"))
     tiny = "tiny" in flags
-    warmup_only = "warmup-only" in flags  # only the stand-in warm-ups (their own call: they take minutes)
-    q3, q25 = args[0], args[1]
-    out = Path(args[2]) if len(args) > 2 else Path(__file__).parent / "results" / "rl-gpu.json"
-    from transformers import AutoModelForCausalLM, Qwen3Config
+    out = Path(flags.get("out", Path(__file__).parent / "results" / ("rl-gpu-tiny.json" if tiny else "rl-gpu.json")))
+    from transformers import AutoModelForCausalLM, Qwen2Config, Qwen3Config
 
     device = "cpu" if tiny else "cuda"
-    t = time.perf_counter()
-    folder = Path(tempfile.mkdtemp()) / "qwen3-0.6b-random"
-    torch.manual_seed(0)
-    if not warmup_only:
-        model = AutoModelForCausalLM.from_config(Qwen3Config(**(TINY if tiny else QWEN3_06B)), dtype=torch.float32)
-        model.save_pretrained(folder)
-        del model
-    build_s = time.perf_counter() - t
-    common = dict(device=device, weights=str(folder), steps=2, groups=2, group_size=4)
     result: dict[str, Any] = {
-        "command": "python benchmarks/bench_rl_gpu.py QWEN3_TOKENIZER QWEN25_TOKENIZER " + " ".join(sys.argv[3:]),
-        "architecture": "Qwen3-0.6B (random init from transformers config)" if not tiny else "tiny Qwen3",
-        "build_and_save_seconds": build_s,
-        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() and not tiny else "cpu",
+        "command": "python benchmarks/bench_rl_gpu.py " + " ".join(sys.argv[1:]),
+        "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+        "gpu_memory_gb": torch.cuda.get_device_properties(0).total_memory / 2**30 if device == "cuda" else None,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "runs": [],
     }
 
-    def record(label: str, cfg: RLConfig) -> None:
-        result["runs"].append(_run(label, cfg))
+    def record(label: str, cfg: RLConfig, load: Any = None) -> None:
+        original = rl_loop.load_weights
+        if device == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        started = time.perf_counter()
+        try:
+            if load is not None:
+                rl_loop.load_weights = load
+            row = _row(label, cfg, started, run_rl(cfg))
+        except Exception as exc:  # one failed run must not cost the others
+            row = {"run": label, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-2000:]}
+        finally:
+            rl_loop.load_weights = original
+        print(json.dumps({k: v for k, v in row.items() if k != "traceback"}), flush=True)
+        result["runs"].append(row)
         out.write_text(json.dumps(result, indent=1))  # after every run: a run cut short keeps the others
 
-    if not warmup_only:
-        record("control", RLConfig(model=q3, rollouts="template", control=True, **common))
-        record("qwen3", RLConfig(model=q3, rollouts="template", **common))
-        record("qwen2.5", RLConfig(model=q25, rollouts="template", **common))
-        record("qwen3 sampled", RLConfig(model=q3, rollouts="sample", max_new_tokens=48, **{**common, "steps": 1}))
-    warm = dict(
-        device=device,
-        warmup=int(flags.get("warmup-steps", 40 if tiny else 1500)),
-        warmup_lr=3e-3,
-        hidden=32 if tiny else 256,
-        layers=2 if tiny else 4,
-        steps=2,
-        groups=2,
-        group_size=4,
-        scenarios=tuple(
-            flags.get("warmup-scenarios", "single_call,two_calls,system_single_call,followup_user").split(",")
-        ),
+    t = time.perf_counter()
+    folder = Path(tempfile.mkdtemp()) / "qwen3-0.6b-random"
+    torch.manual_seed(0)
+    small = AutoModelForCausalLM.from_config(Qwen3Config(**(QWEN3_06B | (TINY if tiny else {}))), dtype=torch.float32)
+    small.save_pretrained(folder)
+    del small
+    result["build_and_save_06b_seconds"] = time.perf_counter() - t
+    common = dict(device=device, weights=str(folder), steps=2, groups=2, group_size=4, rollouts="template")
+    record("0.6B control (R := B), Qwen3 template", RLConfig(model=QWEN3_TEMPLATE, control=True, **common))
+    record("0.6B Qwen3 template", RLConfig(model=QWEN3_TEMPLATE, **common))
+    record("0.6B Qwen2.5 template", RLConfig(model=QWEN25_TEMPLATE, **common))
+    record(
+        "0.6B Qwen3 template, bfloat16",
+        RLConfig(model=QWEN3_TEMPLATE, dtype="bfloat16", **common),
     )
-    for seed in [int(x) for x in flags.get("seeds", "0" if tiny else "0,1").split(",")]:
-        record(f"warm-up stand-in seed {seed}", RLConfig(model=q3, seed=seed, **warm))
+    record(
+        "0.6B Qwen3, one sampled batch",
+        RLConfig(model=QWEN3_TEMPLATE, max_new_tokens=48, **{**common, "steps": 1, "rollouts": "sample"}),
+    )
+    if "skip-7b" not in flags:
+        t = time.perf_counter()
+        torch.manual_seed(0)
+        with torch.device(device):
+            big = AutoModelForCausalLM.from_config(
+                Qwen2Config(**(QWEN25_7B | (TINY if tiny else {}))), dtype=torch.bfloat16
+            )
+        result["build_7b_seconds"] = time.perf_counter() - t
+        record(
+            "7B (Qwen2.5-7B architecture) Qwen2.5 template, bfloat16",
+            RLConfig(
+                model=QWEN25_TEMPLATE,
+                dtype="bfloat16",
+                **{**common, "steps": 1, "weights": "in-memory Qwen2.5-7B architecture (random)"},
+            ),
+            load=_in_memory(big),
+        )
+        del big
+    result["total_seconds"] = sum(r.get("wall_seconds", 0.0) for r in result["runs"])
+    out.write_text(json.dumps(result, indent=1))
     print(f"wrote {out}")
 
 

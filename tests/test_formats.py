@@ -203,14 +203,21 @@ def _png() -> bytes:
     )
 
 
-def _fake_rl_dir(tmp_path: Path) -> Path:
+def _fake_rl_dir(tmp_path: Path, template_sha256: str = "") -> Path:
     """What `tito-audit rl --out DIR` writes: metrics.json (config/setup/summary/steps/files) and PNGs."""
     (tmp_path / "gradient.png").write_bytes(_png())
     (tmp_path / "kl.png").write_text(HOSTILE)  # not a PNG: must not be embedded
     metrics = {
         "config": {"model": UNSAFE, "steps": 2},
-        "setup": {"policy": "random qwen2 2x64"},
-        "summary": {"cosine_min": 0.2644282796175598, "corrupted": True, "sequences": 16},
+        "setup": {"policy": "random qwen2 2x64", "template_sha256": template_sha256},
+        "summary": {
+            "cosine_min": 0.2644282796175598,
+            "corrupted": True,
+            "verdict": "corrupted",
+            "sequences": 16,
+            "holds_for": "canonical samples only",
+            "what_to_do": ["keep a token buffer (check_batch)"],
+        },
         "steps": [],
         "files": [str(tmp_path / "gradient.png"), str(tmp_path / "metrics.json")],
     }
@@ -224,7 +231,8 @@ def test_html_embeds_rl_plots_as_data_uris(both, tmp_path):
     html = to_html(both, rl=rl)
     p = _parse(html)
     assert [r[:22] for r in p.refs] == ["data:image/png;base64,"]
-    assert "R GRADIENT CORRUPTED" in html and "0.2644" in html and "cosine min" in html
+    assert "R GRADIENT CORRUPTED" in html and "0.2644" in html and "lowest gradient cosine" in html
+    assert "What to do" in html and "keep a token buffer (check_batch)" in html and "holds for" in html
 
 
 def test_read_rl_dir_rejects_a_folder_without_metrics(tmp_path):
@@ -324,11 +332,30 @@ def test_rl_dir_errors_are_one_line(tmp_path):
 
 
 def test_audit_html_with_rl_dir(tmp_path):
+    from tito_audit import load
+
     out = tmp_path / "r.html"
-    rl = _fake_rl_dir(tmp_path / "rl") if (tmp_path / "rl").mkdir() is None else None
+    (tmp_path / "rl").mkdir()
+    rl = _fake_rl_dir(tmp_path / "rl", load("qwen3-0.6b").provenance.template_sha256)
     r = CliRunner().invoke(app, ["audit", "qwen3-0.6b", "-f", "html", "--rl-dir", str(rl), "-o", str(out)])
     assert r.exit_code == 1 and r.stdout == ""
     assert "data:image/png;base64," in out.read_text()
+
+
+def test_rl_dir_of_another_models_run_is_refused(tmp_path):
+    from tito_audit import load
+
+    (tmp_path / "rl").mkdir()
+    rl = _fake_rl_dir(tmp_path / "rl", load("qwen3-0.6b").provenance.template_sha256)
+    out = tmp_path / "r.html"
+    r = CliRunner().invoke(app, ["audit", "qwen2.5-7b-instruct", "-f", "html", "--rl-dir", str(rl), "-o", str(out)])
+    assert r.exit_code == 2 and "not of any audited model's template" in r.stderr and not out.exists()
+    assert r.stderr.strip().count("\n") == 0
+    (tmp_path / "old").mkdir()
+    r = CliRunner().invoke(
+        app, ["audit", "qwen3-0.6b", "-f", "html", "--rl-dir", str(_fake_rl_dir(tmp_path / "old")), "-o", str(out)]
+    )
+    assert r.exit_code == 2 and "does not say which template it ran" in r.stderr
 
 
 def test_table_command(tmp_path):

@@ -12,7 +12,8 @@ from tito_audit.errors import UsageError
 from tito_audit.rendering import Renderer
 from tito_audit.rl import diagnostics
 from tito_audit.rl.episodes import Episode, View, apply_noncanonical, canonical_episodes, group_advantages
-from tito_audit.rl.gradients import compare, view_gradient
+from tito_audit.rl.gradient_compare import compare
+from tito_audit.rl.gradients import view_gradient
 from tito_audit.rl.kl import estimators, exact_kl, kl_summary
 from tito_audit.rl.model import VocabMap, build_small_model
 from tito_audit.rl.sampling import GenerationSettings
@@ -49,7 +50,7 @@ def test_identical_views_give_exact_control():
     assert a["identical"] and a["mismatched_trained"] == 0 and a["flip_template_trained"] == 0
     g = [torch.randn(1000), torch.randn(7, 3)]
     n = float(sum(float((x.double() ** 2).sum()) for x in g) ** 0.5)
-    assert compare(g, [x.clone() for x in g]) == {
+    assert compare(g, [x.clone() for x in g]).to_dict() == {
         "cosine": 1.0,
         "rel_error": 0.0,
         "norm_b": pytest.approx(n),
@@ -57,7 +58,7 @@ def test_identical_views_give_exact_control():
         "bitwise_equal": True,
     }
     c = compare(g, [-x for x in g])
-    assert c["cosine"] == pytest.approx(-1.0) and c["rel_error"] == pytest.approx(2.0)
+    assert c.cosine == pytest.approx(-1.0) and c.rel_error == pytest.approx(2.0)
 
 
 def test_mask_flip_split():
@@ -117,11 +118,11 @@ def test_view_gradient_identical_views_bitwise_and_different_views_differ():
     adv = [1.0, -1.0, 0.5, -0.5]
     g1 = view_gradient(model, vmap, views, adv).grads
     g2 = view_gradient(model, vmap, [View(list(v.ids), list(v.mask)) for v in views], adv).grads
-    assert compare(g1, g2)["cosine"] == 1.0 and compare(g1, g2)["rel_error"] == 0.0
+    assert compare(g1, g2).cosine == 1.0 and compare(g1, g2).rel_error == 0.0
     other = [View([*v.ids[:6], 49, *v.ids[6:]], [*v.mask[:6], 1, *v.mask[6:]]) for v in views]
     c = compare(g1, view_gradient(model, vmap, other, adv).grads)
-    assert c["cosine"] is not None and c["cosine"] < 1.0 and c["rel_error"] > 0.0
-    assert not math.isnan(c["cosine"])
+    assert c.cosine is not None and c.cosine < 1.0 and c.rel_error is not None and c.rel_error > 0.0
+    assert not math.isnan(c.cosine)
 
 
 def test_compact_vocab_unknown_ids_share_unk_row():

@@ -107,3 +107,12 @@ def test_logits_come_from_the_models_own_head_with_soft_capping(tmp_path):
     assert torch.allclose(logp, full[4:19].gather(1, y[:, None])[:, 0], atol=1e-5)
     assert not torch.allclose(logp, raw[4:19].gather(1, y[:, None])[:, 0], atol=1e-2)  # h @ W^T loses the cap
     assert isinstance(vmap, VocabMap) and vmap.is_full
+
+
+def test_bfloat16_policy_keeps_weights_and_gradients_in_bf16(qwen3_weights):
+    common = dict(model=str(snapshot("Qwen/Qwen3-0.6B")), weights=qwen3_weights, rollouts="template", dtype="bfloat16")
+    q3 = run_rl(RLConfig(**common, **QUICK))
+    ctl = run_rl(RLConfig(**common, control=True, **QUICK))
+    assert q3.setup["dtype"] == "bfloat16" and q3.setup["weights_bytes"] == 2 * q3.setup["parameters"]
+    assert q3.summary["verdict"] == "corrupted" and q3.steps[0]["gradient"]["rel_error"] > 0.01
+    assert ctl.summary["verdict"] == "identical" and ctl.steps[0]["gradient"]["bitwise_equal"]

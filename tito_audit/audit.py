@@ -24,6 +24,7 @@ from tito_audit.verdict import MIN_COVERAGE, VERDICTS, Verdict, decide
 #      finding.reason; provenance.tokenizer (real or synthesized), tokenizer_base, synthesized_tokens
 # 1.3: model renderers (engine and trainer: library, native output, the offline line), options.renderer and
 #      options.train_renderer, the renderer_pair check (tito_audit.engines.pair)
+#      replay reports: the models[].replay totals documented, with engine-prompt, drift and fit counts
 SCHEMA_VERSION = "1.3"
 
 

@@ -43,3 +43,21 @@ def read_rl_dir(folder: Path) -> RLArtifacts:
         if data.startswith(PNG_MAGIC):  # only real PNGs go into a data: URI
             plots[name] = data
     return RLArtifacts(metrics, plots)
+
+
+def check_same_template(rl: RLArtifacts, folder: Path, template_sha256s: list[str]) -> None:
+    """Refuse an RL folder written for another model: its template must be one of the audited templates.
+
+    Raises ``ValueError`` with a one-line cause (also for a folder that does not say which template it ran,
+    written before ``tito-audit rl`` recorded it: embedding it could show another model's verdict)."""
+    setup = rl.metrics.get("setup") or {}
+    sha = setup.get("template_sha256")
+    model = (rl.metrics.get("config") or {}).get("model", "?")
+    if not sha:
+        raise ValueError(
+            f"--rl-dir {folder}: {RL_METRICS} does not say which template it ran ({model}); rerun `tito-audit rl`"
+        )
+    if sha not in template_sha256s:
+        raise ValueError(
+            f"--rl-dir {folder}: a run of {model} (template sha256 {sha[:12]}), not of any audited model's template"
+        )

@@ -228,6 +228,14 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"error: {exc.one_line()}", err=True)
             raise typer.Exit(EXIT_OPERATIONAL) from None
         report = run_audit(specs, options, offline, template_name, chat_template, show_progress=not quiet, jobs=jobs)
+        if rl is not None and rl_dir is not None:  # another model's RL run is refused
+            from tito_audit.rl_artifacts import check_same_template
+
+            try:
+                check_same_template(rl, rl_dir, [m.provenance.template_sha256 for m in report.models if m.provenance])
+            except ValueError as exc:
+                typer.echo(f"error: {exc}", err=True)
+                raise typer.Exit(EXIT_OPERATIONAL) from None
         gate_lines = gate.apply(report, fail_on)
 
         from tito_audit.formats import render_report

@@ -1,4 +1,9 @@
-"""``tito-audit rl MODEL``: a short GRPO-style loop comparing the buffered and the re-tokenized gradient."""
+"""``tito-audit rl MODEL``: a short GRPO-style loop comparing the buffered and the re-tokenized gradient.
+
+Exit codes: 0 identical, 1 corrupted, 2 operational error (bad option, model not found, the rl extra missing),
+3 undetermined or not applicable to tool turns (``rl/verdict.py``). Options are checked before torch or the model
+is loaded.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from tito_audit.cli.params import one_of
 from tito_audit.errors import EXIT_OPERATIONAL, AuditError
 
 # What ``pip install -e ".[rl]"`` adds; torch first from the CPU index so that nothing pulls CUDA packages.
-RL_EXTRA = ("torch", "matplotlib")
+RL_EXTRA = ("torch", "matplotlib", "mpmath")
 RL_INSTALL = 'pip install torch --index-url https://download.pytorch.org/whl/cpu && pip install -e ".[rl]"'
 
 
@@ -27,12 +32,13 @@ def _print_summary(result: Any) -> None:
     con = Console(soft_wrap=True)  # one line per item, also in CI logs
     setup = result.setup
     con.print(
-        f"[bold]{result.config['model']}[/]  policy: {setup['policy']}  vocab: {setup['vocab']} "
+        f"[bold]{result.config['model']}[/]  policy: {setup['policy']} ({setup['dtype']})  vocab: {setup['vocab']} "
         f"({setup['model_vocab']:,} ids)  device: {setup['device']}  threads: {setup['torch_threads']}"
     )
-    _print_token_facts(con, setup, result.summary["tool_call_parse_rate"])
+    _print_token_facts(con, setup)
     if setup.get("quality_gates"):
         _print_gates(con, setup["quality_gates"])
+    con.print(f"gradients compared at a fixed advantage: {setup['comparison_advantage']}", highlight=False)
     for rec in result.steps:
         _print_step(con, rec)
     if result.steps and "probability_diagnostics" in result.steps[0]:
@@ -42,16 +48,17 @@ def _print_summary(result: Any) -> None:
         con.print(f"wrote {f}")
 
 
-def _print_token_facts(con: Any, setup: dict[str, Any], rate: float | None) -> None:
+def _print_token_facts(con: Any, setup: dict[str, Any]) -> None:
     """The model-free facts first, then the scenarios they come from, worst first."""
     facts = setup.get("sampled_token_facts") or setup["token_facts"]
     where = "sampled episodes" if "sampled_token_facts" in setup else "every scenario, template as the model"
+    rate = setup.get("template_parse_rate")
     con.print(
         f"token facts ({where}; model-free, exact): {facts['scenarios_affected']}/{facts['scenarios']} scenarios, "
         f"{facts['sequences_affected']}/{facts['sequences']} sequences, {facts['turns_affected']}/{facts['turns']} "
         f"turns affected; {facts['mismatched_trained']} of {facts['b_trained']} trained tokens without partner; "
         f"flips: sampled dropped {facts['flip_sampled_dropped']}, template trained {facts['flip_template_trained']}; "
-        f"shape mismatches {facts['shape_mismatch_sequences']}; R tool-call parse rate "
+        f"shape mismatches {facts['shape_mismatch_sequences']}; R tool-call parse rate over every scenario "
         + ("n/a (no call the template can show)" if rate is None else f"{rate:.0%}"),
         highlight=False,
     )
@@ -60,13 +67,12 @@ def _print_token_facts(con: Any, setup: dict[str, Any], rate: float | None) -> N
         key=lambda nr: -nr[1]["mismatched_trained"] - nr[1]["flip_sampled_dropped"] - nr[1]["flip_template_trained"],
     )
     for name, row in affected[:6]:
-        if row["sequences_affected"]:
-            con.print(
-                f"    {name}: {row['mismatched_trained']} tokens without partner, dropped "
-                f"{row['flip_sampled_dropped']}, template-trained {row['flip_template_trained']} "
-                f"({row['turns_affected']}/{row['turns']} turns)",
-                highlight=False,
-            )
+        con.print(
+            f"    {name}: {row['mismatched_trained']} tokens without partner, dropped "
+            f"{row['flip_sampled_dropped']}, template-trained {row['flip_template_trained']} "
+            f"({row['turns_affected']}/{row['turns']} turns)",
+            highlight=False,
+        )
     if len(affected) > 6:
         con.print(f"    ... and {len(affected) - 6} more affected scenarios (metrics.json: token_facts)")
 
@@ -74,7 +80,7 @@ def _print_token_facts(con: Any, setup: dict[str, Any], rate: float | None) -> N
 def _print_gates(con: Any, gates: dict[str, Any]) -> None:
     measured = gates["measured"]
     con.print(
-        "quality gates "
+        "quality gates (batch 0) "
         + ("[green]passed[/]" if gates["passed"] else "[red]failed[/]: " + "; ".join(gates["failed"]))
         + f" (SFT loss {_fmt(measured['sft_loss_final'], '.3f')}, canonical turns "
         f"{_fmt(measured['canonical_turn_fraction'], '.0%')}, parse rate "
@@ -83,7 +89,7 @@ def _print_gates(con: Any, gates: dict[str, Any]) -> None:
 
 
 def _print_step(con: Any, rec: dict[str, Any]) -> None:
-    """One line per batch, then its KL, low-probability and critical-token lines when they were computed."""
+    """One line per batch, then its KL, low-probability, update and critical-token lines when computed."""
     gradient, alignment, mismatch = rec["gradient"], rec["alignment"], rec["logp_mismatch"]
     line = (
         f"batch {rec['step']}: rel.error {_fmt(gradient['rel_error'], '.3g')} (noise floor {rec['noise_floor']:.1g}) "
@@ -92,63 +98,127 @@ def _print_step(con: Any, rec: dict[str, Any]) -> None:
         f"{_fmt(mismatch.get('abs_dlogp_max'), '.4f')}  rho [{_fmt(mismatch.get('rho_min'), '.3f')}, "
         f"{_fmt(mismatch.get('rho_max'), '.3f')}]"
     )
+    calls = rec["tool_calls"]
+    if calls["turns_expected"]:
+        line += f"  calls parsed {calls['turns_parsed']}/{calls['turns_expected']}"
     if "shadow_drift" in rec:
         line += f"  drift {_fmt(rec['shadow_drift'], '.4f')}"
     con.print(line, highlight=False)
     if "kl" in rec:
-        kl = rec["kl"]
-        con.print(
-            "    KL token mean ± SE: "
-            + "  ".join(f"{k} {kl[k + '_mean']:+.2e} ± {kl[k + '_se']:.1e}" for k in ("k1", "k2", "k3", "exact")),
-            highlight=False,
-        )
-        if kl.get("warning"):
-            con.print(f"    [yellow]warning:[/] {kl['warning']}")
-    low = rec.get("low_prob", {})
-    if "grad_norm_low" in low:
-        reweighted = low["advantage_reweighted"]
-        text = (
-            f"    p<{low['eta']}: {low['low_fraction']:.0%} of tokens, gradient norm {low['grad_norm_low']:.3g} vs "
-            f"{low['grad_norm_high']:.3g} for p>={low['eta']}; AR(alpha={low['alpha']}) cosine to plain "
-            f"{_fmt(reweighted['cosine'], '.3f')}"
-        )
-        if "lopti" in low:
-            lopti = low["lopti"]
-            text += (
-                f"; Lopti vs joint update cosine {_fmt(lopti['update_vs_joint']['cosine'], '.3f')}, high-p "
-                f"dlogp {lopti['high_mean_dlogp_lopti']:+.2e} vs {lopti['high_mean_dlogp_joint']:+.2e}"
-            )
-        con.print(text, highlight=False)
+        _print_kl(con, rec["kl"])
+    if "low_prob" in rec:
+        _print_low_prob(con, rec["low_prob"])
+    if "updates" in rec:
+        _print_updates(con, rec["updates"])
     if "critical" in rec:
         critical, on = rec["critical"], rec["mismatch_on"]
         con.print(
-            f"    critical tokens: {critical['critical']}/{critical['tested_positions']} tested positions flip the "
-            f"outcome (certainty J {_fmt(critical['J_mean_critical'], '.3f')} vs "
-            f"{_fmt(critical['J_mean_other'], '.3f')}); R-mistrained B tokens: {on['mismatched_b_tokens']}, of "
+            f"    critical tokens (outcome-flip test, this tool's operationalisation): {critical['critical']}/"
+            f"{critical['tested_positions']} swaps flip the greedy outcome; null swap (greedy vs sampled outcome) "
+            f"flips {critical['null_flips']}; reference certainty J over |V|={critical['vocab_size']:,} "
+            f"{_fmt(critical['J_mean_critical'], '.3f')} vs {_fmt(critical['J_mean_other'], '.3f')}, dJ "
+            f"{_fmt(critical['dJ_mean_critical'], '+.4f')} vs {_fmt(critical['dJ_mean_other'], '+.4f')}, KL weight "
+            f"J^{critical['beta']:g} {_fmt(critical['kl_weight_mean_critical'], '.3g')} vs "
+            f"{_fmt(critical['kl_weight_mean_other'], '.3g')}; R-mistrained B tokens: {on['mismatched_b_tokens']}, of "
             f"which p<{on['eta']}: {on['low_probability']}, critical: {on['critical']}/{on['tested_for_critical']} "
             "tested",
             highlight=False,
         )
 
 
-def _print_verdict(con: Any, summary: dict[str, Any]) -> None:
-    verdict = (
-        "[red]R gradient corrupted[/] (re-tokenization changes what is trained)"
-        if summary["corrupted"]
-        else "[green]R gradient identical to B[/] within the noise floor"
-    )
+def _print_kl(con: Any, kl: dict[str, Any]) -> None:
     con.print(
-        f"{verdict}: max rel.error {_fmt(summary['rel_error_max'], '.3g')}, tolerance "
+        "    KL token mean ± SE: "
+        + "  ".join(f"{k} {kl[k + '_mean']:+.2e} ± {kl[k + '_se']:.1e}" for k in ("k1", "k2", "k3", "exact"))
+        + f"  (significance: {kl['significance']})",
+        highlight=False,
+        markup=False,
+    )
+    bias = kl.get("bias", {})
+    if bias.get("positions"):
+        con.print(
+            f"    KL under this sampler, exact at {bias['positions']} positions: KL {bias['kl']:.3g}; "
+            + ", ".join(
+                f"E[{k}] {bias['expected_' + k]:.3g} (bias {bias['bias_' + k]:+.2g})" for k in ("k1", "k2", "k3")
+            )
+            + f"; truncated mass {bias['truncated_mass']:.2%}",
+            highlight=False,
+            markup=False,
+        )
+    if kl.get("warning"):
+        con.print(f"    [yellow]warning:[/] {kl['warning']}")
+
+
+def _print_low_prob(con: Any, low: dict[str, Any]) -> None:
+    parts = []
+    for sign, label in (("positive", "A>0"), ("negative", "A<0")):
+        side = low[sign]
+        if side["unique_positions"]:
+            parts.append(
+                f"{label}: p<{low['eta']} {_fmt(side['mean_grad_norm_low'], '.3g')} ({side['low_positions']}) vs "
+                f"{_fmt(side['mean_grad_norm_high'], '.3g')} ({side['high_positions']})"
+            )
+    con.print(
+        f"    low-p tokens ({_fmt(low['low_fraction'], '.0%')} of tokens): mean ||e_y - pi|| per de-duplicated "
+        f"position, " + "; ".join(parts or ["no token with a non-zero advantage"]),
+        highlight=False,
+    )
+
+
+def _print_updates(con: Any, upd: dict[str, Any]) -> None:
+    if "skipped" in upd:
+        con.print(f"    AR / Lopti: {upd['skipped']}")
+        return
+    lopti = upd["lopti"]
+    joint, staged = lopti["mean_dlogp_joint"], lopti["mean_dlogp_lopti"]
+    con.print(
+        f"    AR(alpha={upd['alpha']}) cosine to plain {_fmt(upd['advantage_reweighted']['cosine_to_plain'], '.3f')}; "
+        f"Lopti vs joint update (plain steps, lr {lopti['learning_rate']:.3g} so the joint step has norm "
+        f"{lopti['step_norm_joint']:g}; no PPO ratio or clipping): cosine "
+        f"{_fmt(lopti['update_cosine_to_joint'], '.3f')}"
+        f", high-p mean dlogp A>0 {_fmt(joint['high_positive'], '+.2e')} vs {_fmt(staged['high_positive'], '+.2e')}, "
+        f"A<0 {_fmt(joint['high_negative'], '+.2e')} vs {_fmt(staged['high_negative'], '+.2e')} (joint vs Lopti)",
+        highlight=False,
+    )
+
+
+def _print_verdict(con: Any, summary: dict[str, Any]) -> None:
+    colour = {"corrupted": "red", "identical": "green"}.get(summary["verdict"], "yellow")
+    con.print(
+        f"[{colour}]{summary['headline']}[/]: max rel.error {_fmt(summary['rel_error_max'], '.3g')}, tolerance "
         f"{summary['identical_tolerance']:.1g} (10 x noise floor), min cosine {_fmt(summary['cosine_min'], '.4f')}, "
         f"{summary['step_seconds_mean']:.2f} s/step"
     )
+    for reason in summary["reasons"]:
+        con.print(f"  because {reason}", highlight=False, markup=False)
+    con.print(f"holds for: {summary['holds_for']}", highlight=False, markup=False)
+    steps = summary["parse_rate_batches_steps"]
+    which = f"batch {steps[0]}" if len(steps) == 1 else f"batches {steps[0]}-{steps[-1]}"
+    con.print(
+        f"R tool-call parse rates: every scenario {_fmt(summary['parse_rate_every_scenario'], '.0%')} (the "
+        f"template's own turns, canonical ids); {which} "
+        f"{_fmt(summary['parse_rate_batches'], '.0%')} (the turns those batches trained)",
+        highlight=False,
+        markup=False,
+    )
+    for line in summary["what_to_do"]:
+        con.print(f"what to do: {line}", highlight=False, markup=False)
 
 
 def rl(
     model: str = typer.Argument(..., help="Tokenizer/template: local folder, bundled name or Hub id."),
     steps: int = typer.Option(3, "--steps", help="Policy-gradient steps."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda.", callback=one_of(("auto", "cpu", "cuda"))),
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
     weights: str | None = typer.Option(None, "--weights", help="Real causal LM weights (folder or Hub id)."),
+    ref: str | None = typer.Option(
+        None, "--ref", help="Reference weights for the KL section (default: the step-0 policy)."
+    ),
+    dtype: str = typer.Option(
+        "float32",
+        "--dtype",
+        help="Policy and gradient precision: float32 or bfloat16.",
+        callback=one_of(("float32", "bfloat16")),
+    ),
     warmup: int = typer.Option(0, "--warmup", help="SFT steps on the scenarios before sampling real rollouts."),
     save_policy: Path | None = typer.Option(None, "--save-policy", help="Write the (warmed-up) policy here."),
     shadow: bool = typer.Option(False, "--shadow", help="Also step a copy with the R gradient; report drift."),
@@ -182,22 +252,19 @@ def rl(
     out: Path | None = typer.Option(None, "--out", help="Folder for metrics.json and PNG plots."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
-    """Run a short GRPO-style loop and compare the buffered (B) and re-tokenized (R) gradients."""
-    from rich.progress import Progress
+    """Run a short GRPO-style loop and compare the buffered (B) and re-tokenized (R) gradients.
 
-    try:
-        from tito_audit.rl import RLConfig, run_rl
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").split(".")[0] not in RL_EXTRA:
-            raise
-        print(f"error: tito-audit rl needs {exc.name} (the rl extra): {RL_INSTALL}", file=sys.stderr)
-        raise typer.Exit(EXIT_OPERATIONAL) from None
+    Exit 0 identical, 1 corrupted, 2 operational error, 3 undetermined or not applicable to tool turns.
+    """
+    from tito_audit.rl.config import RLConfig
 
     cfg = RLConfig(
         model=model,
         steps=steps,
         device=device,
         weights=weights,
+        ref=ref,
+        dtype=dtype,
         warmup=warmup,
         save_policy=str(save_policy) if save_policy else None,
         shadow=shadow,
@@ -219,6 +286,22 @@ def rl(
         out_dir=str(out) if out else None,
     )
     try:
+        cfg.validate()  # before torch and the model are loaded
+    except AuditError as exc:
+        print(f"error: {exc.one_line()}", file=sys.stderr)
+        raise typer.Exit(EXIT_OPERATIONAL) from None
+    try:
+        from tito_audit.rl import run_rl
+        from tito_audit.rl.model import resolve_device
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in RL_EXTRA:
+            raise
+        print(f"error: tito-audit rl needs {exc.name} (the rl extra): {RL_INSTALL}", file=sys.stderr)
+        raise typer.Exit(EXIT_OPERATIONAL) from None
+    from rich.progress import Progress
+
+    try:
+        resolve_device(cfg.device)  # a CUDA device that is not there fails before the model loads
         with Progress(transient=True, disable=json_out) as bar:
             task = bar.add_task("RL steps", total=steps)
             result = run_rl(
@@ -233,6 +316,7 @@ def rl(
         print(json.dumps({"setup": result.setup, "summary": result.summary}, default=str))
     else:
         _print_summary(result)
+    raise typer.Exit(result.summary["exit_code"])
 
 
 def register(app: typer.Typer) -> None:

@@ -91,6 +91,7 @@ table.summary th { color: var(--muted); font-weight: 400; }
 .plots { display: flex; flex-wrap: wrap; gap: 16px; margin-top: 10px; }
 .plots figure { margin: 0; border: 1px solid var(--line); border-radius: 8px; padding: 6px; }
 .plots img { max-width: 500px; width: 100%; display: block; }
+.plots figure.wide { flex-basis: 100%; } .plots figure.wide img { max-width: 100%; }
 .plots figcaption { color: var(--muted); font-size: 12px; text-align: center; }
 .legend { color: var(--muted); font-size: 13px; }
 dl.stats { display: grid; grid-template-columns: repeat(3, max-content minmax(90px, 1fr)); gap: 4px 14px;
@@ -275,36 +276,78 @@ def _number(x: Any) -> str:
     return str(x)
 
 
+# The RL summary grid: (metrics.json summary key, words, format). Keys a run did not write are left out.
+_RL_GRID = (
+    ("sequences_affected", "sequences R changes (token facts)", "{}"),
+    ("sequences", "sequences in the token facts", "{}"),
+    ("mismatched_trained", "trained tokens without partner", "{}"),
+    ("flip_sampled_dropped", "sampled tokens R drops from the loss", "{}"),
+    ("flip_template_trained", "template tokens R trains", "{}"),
+    ("parse_rate_every_scenario", "R parse rate, every scenario", "{:.0%}"),
+    ("parse_rate_batches", "R parse rate, batches played", "{:.0%}"),
+    ("rel_error_max", "largest relative gradient error", "{:.3g}"),
+    ("cosine_min", "lowest gradient cosine", "{:.4f}"),
+    ("identical_tolerance", "tolerance (10 x noise floor)", "{:.2g}"),
+    ("abs_dlogp_max", "largest |logp_R - logp_B|", "{:.3g}"),
+    ("step_seconds_mean", "seconds per step", "{:.2f}"),
+    ("peak_gpu_memory_gb", "peak GPU memory (GB)", "{:.2f}"),
+)
+_RL_BADGES = {
+    "corrupted": ("unsafe", "R GRADIENT CORRUPTED"),
+    "identical": ("safe", "R GRADIENT = B"),
+    "not_applicable": ("error", "NOT APPLICABLE TO TOOL TURNS"),
+    "undetermined": ("error", "UNDETERMINED"),
+}
+
+
+def _rl_value(value: Any, spec: str) -> str:
+    if value is None:
+        return "n/a"
+    try:
+        return spec.format(value)
+    except (TypeError, ValueError):
+        return _number(value)
+
+
 def _rl_section(rl: RLArtifacts) -> str:
     summary = rl.metrics.get("summary") or {}
     config = rl.metrics.get("config") or {}
     setup = rl.metrics.get("setup") or {}
-    corrupted = summary.get("corrupted")
-    verdict = (
-        '<span class="verdict v-unsafe">R GRADIENT CORRUPTED</span>'
-        if corrupted
-        else '<span class="verdict v-safe">R GRADIENT = B</span>'
-        if corrupted is not None
-        else ""
+    verdict_key = summary.get("verdict") or (
+        None if summary.get("corrupted") is None else ("corrupted" if summary.get("corrupted") else "identical")
     )
+    badge = _RL_BADGES.get(str(verdict_key))
+    verdict = f'<span class="verdict v-{badge[0]}">{esc(badge[1])}</span>' if badge else ""
     stats = "".join(
-        f'<dt>{esc(k.replace("_", " "))}</dt><dd class="mono">{esc(_number(v))}</dd>'
-        for k, v in summary.items()
-        if not isinstance(v, dict | list)
+        f'<dt>{esc(words)}</dt><dd class="mono">{esc(_rl_value(summary[key], spec))}</dd>'
+        for key, words, spec in _RL_GRID
+        if key in summary
     )
     about = ", ".join(
         f"{k} {v}" for k, v in (("steps", config.get("steps")), ("policy", setup.get("policy"))) if v is not None
     )
+    notes = "".join(
+        f'<p class="why">{esc(label)}: {esc(str(text))}</p>'
+        for label, text in (
+            ("holds for", summary.get("holds_for")),
+            *(("because", r) for r in summary.get("reasons") or []),
+        )
+        if text
+    )
+    todo = "".join(f"<li>{esc(str(line))}</li>" for line in summary.get("what_to_do") or [])
     figures = "".join(
-        f'<figure><img alt="{esc(name)}" src="data:image/png;base64,{base64.b64encode(data).decode("ascii")}">'
+        f'<figure class="{"wide" if name == "token_facts.png" else ""}"><img alt="{esc(name)}" '
+        f'src="data:image/png;base64,{base64.b64encode(data).decode("ascii")}">'
         f"<figcaption>{esc(name)}</figcaption></figure>"
         for name, data in rl.plots.items()
     )
     return (
         '<section class="model"><header><h2>RL: buffered (B) vs re-tokenized (R) gradient</h2>'
         f"{verdict}</header>"
-        f'<p class="why">{esc(config.get("model", ""))} {esc("· " + about if about else "")}</p>'
-        f'<dl class="stats">{stats}</dl><div class="plots">{figures}</div></section>'
+        f'<p class="why">{esc(config.get("model", ""))} {esc("· " + about if about else "")}</p>{notes}'
+        f'<dl class="stats">{stats}</dl><div class="plots">{figures}</div>'
+        + (f'<h3>What to do</h3><ul class="todo">{todo}</ul>' if todo else "")
+        + "</section>"
     )
 
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from tito_audit.findings import FINDING_CLASSES
 
-Kind = Literal["ids", "mask", "shape", "missing"]
+Kind = Literal["ids", "mask", "shape", "missing", "context", "drift"]
 JSON_CHARS = frozenset('{}":,[]')
 REASONING_MARKERS = ("think", "reasoning", "analysis")
 

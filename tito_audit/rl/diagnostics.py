@@ -5,7 +5,8 @@
 - log-prob mismatch: |delta logp| and the importance ratio rho = exp(logp_R - logp_B) on aligned
   trained tokens;
 - token facts per scenario (model-free, exact), the tool-call parse rate, sampler vs trainer log-probs, and
-  whether the tokens R mistrains are low-probability or critical (``probability.py`` measures those).
+  whether the tokens R mistrains are low-probability or critical (``positions`` and ``critical_tokens``
+  measure those).
 """
 
 from __future__ import annotations

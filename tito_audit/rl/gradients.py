@@ -1,21 +1,30 @@
-"""Per-token log-probabilities at trained positions and the policy gradient of one view.
+"""Per-token log-probabilities at trained positions and gradient passes of the GRPO surrogate over views.
 
 Logits come from the model's own forward (``logits_to_keep`` = the positions before trained tokens), so its own
 head, soft-capping (Gemma-2) and logit scaling (Cohere, Granite) apply, and the output layer runs only where a
-token is trained. Gradients stay on the model's device, one tensor per parameter; comparisons are per-parameter
-float64 dot products summed on the host as Python floats, never a flat host copy of the whole gradient.
+token is trained. The log-softmax over the vocabulary runs in row chunks in float32 (``gather_log_softmax``): no
+float copy of the whole logits matrix is kept for the backward pass, which recomputes the softmax chunk by chunk.
+
+A pass (``surrogate_pass``) forwards and backwards one view at a time, so that one view's activations are alive
+at once and each parameter's gradient accumulates in place in ``.grad``. (Holding several views' graphs for one
+backward would not save the accumulated gradient: autograd keeps each parameter's first contribution in its input
+buffer until the other graphs reach it, which is a full gradient as well.) ``gradient_compare`` compares two passes
+parameter by parameter.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from tito_audit.rl.episodes import View
+from tito_audit.rl.gradient_compare import GradientPass, clear_grads, trainable
 from tito_audit.rl.model import VocabMap
+
+SOFTMAX_CHUNK_ELEMENTS = 1 << 24  # rows x vocabulary per float32 chunk (64 MB)
 
 
 @dataclass
@@ -30,13 +39,47 @@ def trained_positions(mask: Sequence[int]) -> list[int]:
     return [t for t, m in enumerate(mask) if m and t > 0]
 
 
+def chunk_rows(vocab: int) -> int:
+    return max(1, SOFTMAX_CHUNK_ELEMENTS // max(1, vocab))
+
+
+class _GatherLogSoftmax(torch.autograd.Function):
+    """log_softmax(logits)[y] per row, float32, chunked; saves only the logits and the row log-normalisers."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        rows = chunk_rows(logits.shape[-1])
+        lse = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
+        for i in range(0, logits.shape[0], rows):
+            lse[i : i + rows] = torch.logsumexp(logits[i : i + rows].float(), -1)
+        ctx.save_for_backward(logits, y, lse)
+        return logits.gather(1, y[:, None])[:, 0].float() - lse
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor, None]:
+        logits, y, lse = ctx.saved_tensors
+        grad = torch.empty_like(logits)
+        rows = chunk_rows(logits.shape[-1])
+        for i in range(0, logits.shape[0], rows):
+            g = grad_out[i : i + rows, None].float()
+            part = -(logits[i : i + rows].float() - lse[i : i + rows, None]).exp() * g
+            part.scatter_add_(1, y[i : i + rows, None], g)
+            grad[i : i + rows] = part.to(grad.dtype)
+        return grad, None
+
+
+def gather_log_softmax(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """float32 log p(y_i) of each row of ``logits`` (any float dtype), differentiable, in row chunks."""
+    return _GatherLogSoftmax.apply(logits, y)
+
+
 def position_logits(model: Any, vmap: VocabMap, view: View, positions: Sequence[int]) -> torch.Tensor:
-    """Float32 logits predicting ``view.ids[t]`` for each t in ``positions`` (the model's own head)."""
+    """Logits (the model's dtype) predicting ``view.ids[t]`` for each t in ``positions`` (the model's own head)."""
     device = next(model.parameters()).device
     ids = torch.tensor([vmap.to_model(view.ids)], device=device)
     keep = torch.tensor([t - 1 for t in positions], device=device, dtype=torch.long)
     out = model(input_ids=ids, logits_to_keep=keep, use_cache=False)
-    return out.logits[0].float()
+    return out.logits[0]
 
 
 def token_logps(model: Any, vmap: VocabMap, view: View, *, grad: bool = True) -> tuple[torch.Tensor, TokenStats]:
@@ -49,54 +92,56 @@ def token_logps(model: Any, vmap: VocabMap, view: View, *, grad: bool = True) ->
     with torch.set_grad_enabled(grad):
         logits = position_logits(model, vmap, view, positions)
         y = torch.tensor(vmap.to_model([view.ids[t] for t in positions]), device=device)
-        logp = logits.gather(1, y[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+        logp = gather_log_softmax(logits, y)
     return logp, TokenStats(positions, logp.detach().double().cpu())
 
 
-Grads = list[torch.Tensor]  # one tensor per trainable parameter, on the model's device
-
-
-@dataclass
-class ViewGradient:
-    grads: Grads
-    tokens: list[TokenStats]  # per episode
-    loss: float
-
-
-def current_grads(model: Any) -> Grads:
-    return [
-        (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
-        for p in model.parameters()
-        if p.requires_grad
-    ]
-
-
-def surrogate_backward(
+def surrogate_pass(
     model: Any,
     vmap: VocabMap,
     views: Sequence[View],
     advantages: Sequence[float],
     token_weights: Sequence[torch.Tensor | None] | None = None,
-) -> tuple[list[TokenStats], float]:
-    """Accumulate the gradient of -sum_t w_t A_i log p(y_t) / (trained tokens of all views) into ``.grad``.
+    *,
+    tokens_out: list[TokenStats] | None = None,
+) -> GradientPass:
+    """The gradient of -sum_i sum_t w_t A_i log p(y_t) / (trained tokens of all views), as a gradient pass.
 
-    ``token_weights`` (per view, per trained token; None = 1) select or reweight tokens: 0/1 masks give the
-    per-group gradients of Lopti, [alpha p + 1 - alpha] gives Advantage Reweighting.
+    On-policy the ratio pi/pi_old is 1 and its gradient is that of log p, so this is GRPO's first step. The views
+    are normalised by their own trained-token count, as the code that built them would do. ``token_weights`` (per
+    view, per trained token; None = 1) select or reweight tokens: 0/1 masks give Lopti's groups, [alpha p + 1 -
+    alpha] Advantage Reweighting. ``tokens_out`` receives every view's detached log p (views without a gradient
+    are forwarded without one).
     """
     total = sum(v.n_trained for v in views) or 1
-    loss_sum = 0.0
-    tokens: list[TokenStats] = []
-    for n, (view, adv) in enumerate(zip(views, advantages, strict=True)):
+
+    def active(n: int) -> bool:
         w = token_weights[n] if token_weights is not None else None
-        active = adv != 0.0 and (w is None or bool((w != 0).any()))
-        logp, st = token_logps(model, vmap, view, grad=active)
-        tokens.append(st)
-        if active and logp.numel():
-            scale = adv * (w.to(logp.device, logp.dtype) if w is not None else 1.0)
-            loss = -(scale * logp.float()).sum() / total
+        return advantages[n] != 0.0 and views[n].n_trained > 0 and (w is None or bool((w != 0).any()))
+
+    def run(before_last: Callable[[], None] | None) -> None:
+        stats: list[TokenStats | None] = [None] * len(views)
+        live = [n for n in range(len(views)) if active(n)]
+        for j, n in enumerate(live):
+            logp, stats[n] = token_logps(model, vmap, views[n])
+            w = token_weights[n] if token_weights is not None else None
+            scale = advantages[n] * (w.to(logp.device, logp.dtype) if w is not None else 1.0)
+            loss = -(scale * logp).sum() / total
+            if j == len(live) - 1 and before_last is not None:
+                before_last()
             loss.backward()
-            loss_sum += float(loss.detach())
-    return tokens, loss_sum
+        if tokens_out is not None:
+            for n in range(len(views)):
+                st = stats[n]
+                tokens_out.append(st if st is not None else token_logps(model, vmap, views[n], grad=False)[1])
+
+    return run
+
+
+@dataclass
+class ViewGradient:
+    grads: list[torch.Tensor]
+    tokens: list[TokenStats]  # per episode
 
 
 def view_gradient(
@@ -106,36 +151,12 @@ def view_gradient(
     advantages: Sequence[float],
     token_weights: Sequence[torch.Tensor | None] | None = None,
 ) -> ViewGradient:
-    """Gradient of the GRPO surrogate -sum_t A_i * log p(y_t) / (trained tokens of this view).
-
-    On-policy, the ratio pi/pi_old is 1 and its gradient is that of log p, so this is the first step of GRPO.
-    Each view is normalised by its own trained-token count, as the code that built it would do. ``.grad``
-    holds this gradient afterwards (the optimiser steps with it).
-    """
-    model.zero_grad(set_to_none=True)
-    tokens, loss = surrogate_backward(model, vmap, views, advantages, token_weights)
-    return ViewGradient(current_grads(model), tokens, loss)
-
-
-def dot(a: Grads, b: Grads) -> float:
-    return sum(float((x.double() * y.double()).sum()) for x, y in zip(a, b, strict=True))
-
-
-def norm(a: Grads) -> float:
-    return dot(a, a) ** 0.5
-
-
-def diff_norm(a: Grads, b: Grads) -> float:
-    return sum(float(((x.double() - y.double()) ** 2).sum()) for x, y in zip(a, b, strict=True)) ** 0.5
-
-
-def compare(gb: Grads, gr: Grads) -> dict[str, Any]:
-    """Cosine similarity and relative L2 error ||g_R - g_B|| / ||g_B||, per-parameter float64 sums."""
-    nb, nr = norm(gb), norm(gr)
-    bitwise = all(torch.equal(x, y) for x, y in zip(gb, gr, strict=True))
-    if nb == 0.0:
-        return {"cosine": None, "rel_error": None, "norm_b": nb, "norm_r": nr, "bitwise_equal": bitwise}
-    if bitwise:
-        return {"cosine": 1.0, "rel_error": 0.0, "norm_b": nb, "norm_r": nr, "bitwise_equal": True}
-    cos = dot(gb, gr) / (nb * nr) if nr > 0 else 0.0
-    return {"cosine": cos, "rel_error": diff_norm(gr, gb) / nb, "norm_b": nb, "norm_r": nr, "bitwise_equal": False}
+    """The surrogate gradient held in full (one tensor per parameter; zeros where none): for small models and
+    tests. The loop compares gradients with ``gradient_compare`` instead, which never holds two of them."""
+    params = trainable(model)
+    clear_grads(params)
+    tokens: list[TokenStats] = []
+    surrogate_pass(model, vmap, views, advantages, token_weights, tokens_out=tokens)(None)
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    clear_grads(params)
+    return ViewGradient(grads, tokens)

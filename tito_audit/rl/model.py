@@ -116,16 +116,25 @@ def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
-        raise UsageError("rl", f"--device must be auto, cpu or cuda (got {device!r})")
+        raise UsageError("rl", f"--device must be auto, cpu, cuda or cuda:N (got {device!r})")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError("rl", "--device cuda requested but torch sees no CUDA device")
+        raise UsageError("rl", f"--device {device} requested but torch sees no CUDA device")
+    if device.startswith("cuda:") and int(device.split(":")[1]) >= torch.cuda.device_count():
+        raise UsageError("rl", f"--device {device}: torch sees {torch.cuda.device_count()} CUDA device(s)")
     return torch.device(device)
 
 
-def load_weights(path_or_repo: str, device: torch.device, tokenizer_size: int) -> tuple[Any, VocabMap]:
-    """A real causal LM (local folder or Hub id), fp32 master weights for the gradient.
+def torch_dtype(name: str) -> torch.dtype:
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
 
-    On CUDA, sampling runs under bf16 autocast and the gradient is recomputed in fp32 (see ``sampling``).
+
+def load_weights(
+    path_or_repo: str, device: torch.device, tokenizer_size: int, dtype: torch.dtype = torch.float32
+) -> tuple[Any, VocabMap]:
+    """A real causal LM (local folder or Hub id) in ``dtype`` (float32 by default: master weights for the
+    gradient; bfloat16 halves the weights and every gradient held).
+
+    On CUDA, an fp32 policy samples under bf16 autocast as an inference engine would (see ``sampling``).
     A folder written by ``--save-policy`` carries its vocabulary map. The weights must cover every id of the
     tokenizer; rows past ``len(tokenizer)`` (padding to a multiple of 64 or 128) are never sampled.
     """
@@ -134,9 +143,7 @@ def load_weights(path_or_repo: str, device: torch.device, tokenizer_size: int) -
     folder = Path(path_or_repo).expanduser()
     model: Any
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            str(folder) if folder.is_dir() else path_or_repo, dtype=torch.float32
-        )
+        model = AutoModelForCausalLM.from_pretrained(str(folder) if folder.is_dir() else path_or_repo, dtype=dtype)
     except (OSError, ValueError) as exc:
         raise ModelNotFound(path_or_repo, f"cannot load weights: {str(exc).splitlines()[0][:200]}") from exc
     vmap_file = folder / VOCAB_MAP_FILE

@@ -9,21 +9,28 @@ from typing import Any
 
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.rl.result import RLResult
+from tito_audit.rl.verdict import NOISE_FACTOR, decide
 
-# R is "identical" to B when its relative error is within this many times the measured noise floor (the
-# relative difference between two computations of the same B gradient on the same device).
-NOISE_FACTOR = 10.0
+__all__ = ["NOISE_FACTOR", "summarise", "write_outputs"]
 
 
 def summarise(result: RLResult) -> dict[str, Any]:
     steps = result.steps
     cos = [s["gradient"]["cosine"] for s in steps if s["gradient"]["cosine"] is not None]
     err = [s["gradient"]["rel_error"] for s in steps if s["gradient"]["rel_error"] is not None]
-    noise = max(s["noise_floor"] for s in steps)
+    noise = max((s["noise_floor"] for s in steps), default=0.0)
     facts = result.setup.get("sampled_token_facts") or result.setup["token_facts"]
     calls = [s["tool_calls"] for s in steps]
     expected = sum(c["turns_expected"] for c in calls)
+    verdict = decide(steps, result.setup, result.config)
     out: dict[str, Any] = {
+        "verdict": verdict["verdict"],
+        "exit_code": verdict["exit_code"],
+        "headline": verdict["headline"],
+        "holds_for": verdict["holds_for"],
+        "reasons": verdict["reasons"],
+        "what_to_do": verdict["what_to_do"],
+        "corrupted": verdict["verdict"] == "corrupted",
         "scenarios_played": len({sc for s in steps for sc in s["scenarios"]}),
         "sequences_affected": facts["sequences_affected"],
         "sequences": facts["sequences"],
@@ -31,23 +38,29 @@ def summarise(result: RLResult) -> dict[str, Any]:
         "flip_sampled_dropped": facts["flip_sampled_dropped"],
         "flip_template_trained": facts["flip_template_trained"],
         "shape_mismatch_sequences": facts["shape_mismatch_sequences"],
-        "tool_call_parse_rate": (sum(c["turns_parsed"] for c in calls) / expected) if expected else None,
+        # Two parse rates: every scenario's template turns (canonical ids), and the turns of the batches played.
+        "parse_rate_every_scenario": result.setup.get("template_parse_rate"),
+        "parse_rate_batches": (sum(c["turns_parsed"] for c in calls) / expected) if expected else None,
+        "parse_rate_batches_steps": [s["step"] for s in steps],
         "cosine_min": min(cos) if cos else None,
         "cosine_mean": sum(cos) / len(cos) if cos else None,
         "rel_error_max": max(err) if err else None,
         "noise_floor": noise,
-        "identical_tolerance": NOISE_FACTOR * noise,
+        "identical_tolerance": verdict["tolerance"],
         "abs_dlogp_max": max((s["logp_mismatch"].get("abs_dlogp_max", 0.0) for s in steps), default=0.0),
-        "step_seconds_mean": sum(s["seconds"] for s in steps) / len(steps),
-        "corrupted": bool(err) and max(err) > NOISE_FACTOR * noise,
+        "step_seconds_mean": sum(s["seconds"] for s in steps) / len(steps) if steps else 0.0,
     }
-    if all("kl" in s for s in steps):
+    if steps and all("kl" in s for s in steps):
         for k in ("k1", "k3", "exact"):
             out[f"kl_{k}_mean"] = [s["kl"][f"{k}_mean"] for s in steps]
             out[f"kl_{k}_se"] = [s["kl"][f"{k}_se"] for s in steps]
+        out["kl_bias_k3"] = [s["kl"].get("bias", {}).get("bias_k3") for s in steps]
         out["negative_kl_steps"] = [s["step"] for s in steps if s["kl"]["negative_kl"]]
-    if "shadow_drift" in steps[-1]:
+    if steps and "shadow_drift" in steps[-1]:
         out["shadow_drift_final"] = steps[-1]["shadow_drift"]
+    for key in ("peak_gpu_memory_gb", "peak_bytes_per_parameter_beyond_weights"):
+        if key in result.setup:
+            out[key] = result.setup[key]
     return out
 
 

@@ -1,5 +1,6 @@
 """PNG plots of an RL run (matplotlib, Agg backend): bars per scenario and per batch, never a line through
-different batches (each step trains on other episodes, so consecutive steps are no trend)."""
+different batches (each step trains on other episodes, so consecutive steps are no trend). Batch axes have
+integer ticks; the tolerance line stays visible when it is 0; long-tailed values get a log axis."""
 
 from __future__ import annotations
 
@@ -7,6 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from tito_audit.rl.result import RLResult
+
+
+def _batch_axis(ax: Any, steps: list[dict[str, Any]]) -> None:
+    ax.set_xticks([s["step"] for s in steps])
+    ax.set_xlabel("batch")
 
 
 def write_plots(result: RLResult, out: Path) -> list[Path]:
@@ -28,7 +34,7 @@ def write_plots(result: RLResult, out: Path) -> list[Path]:
     facts = result.setup.get("sampled_token_facts") or result.setup["token_facts"]
     rows = facts["by_scenario"]
     names = list(rows)
-    fig, ax = plt.subplots(figsize=(max(6, 0.28 * len(names) + 2), 4))
+    fig, ax = plt.subplots(figsize=(max(8, 0.28 * len(names) + 2), 4))
     xs = list(range(len(names)))
     w = 0.28
     for off, key, label in (
@@ -44,10 +50,21 @@ def write_plots(result: RLResult, out: Path) -> list[Path]:
     save(fig, "token_facts.png")
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    errs = [s["gradient"]["rel_error"] if s["gradient"]["rel_error"] is not None else 0.0 for s in steps]
-    ax.bar([s["step"] for s in steps], errs, 0.6, label="||g_R - g_B|| / ||g_B|| (one batch each)")
-    ax.axhline(result.summary.get("identical_tolerance", 0.0), color="red", lw=0.8, label="noise tolerance")
-    ax.set_xlabel("batch")
+    errs = [s["gradient"]["rel_error"] for s in steps]
+    tol = result.summary.get("identical_tolerance", 0.0)
+    ax.bar(
+        [s["step"] for s in steps],
+        [e if e is not None else 0.0 for e in errs],
+        0.6,
+        label="||g_R - g_B|| / ||g_B|| at A = 1 (one batch each)",
+    )
+    for s, e in zip(steps, errs, strict=True):
+        note = "nothing compared" if e is None else ("bitwise equal" if s["gradient"].get("bitwise_equal") else "")
+        if note:
+            ax.annotate(note, (s["step"], 0), ha="center", va="bottom", fontsize=7)
+    ax.axhline(tol, color="red", lw=2, ls="--", label=f"identical if <= {tol:.2g} (10 x noise floor)")
+    ax.set_ylim(bottom=0, top=max([tol, *[e for e in errs if e is not None]], default=0.0) * 1.2 or 1.0)
+    _batch_axis(ax, steps)
     ax.set_title(f"{title}: gradient B vs R per batch")
     ax.legend(fontsize=7)
     save(fig, "gradient.png")
@@ -56,38 +73,55 @@ def write_plots(result: RLResult, out: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(6, 3.5))
     if vals:
         ax.hist(vals, bins=50)
+        ax.set_yscale("log")
     ax.set_xlabel("logp_R - logp_B (trained tokens aligned within their turn)")
+    ax.set_ylabel("tokens (log scale)")
     ax.set_title(f"{title}: log-prob mismatch")
     save(fig, "dlogp_hist.png")
 
-    if all("kl" in s for s in steps):
-        fig, ax = plt.subplots(figsize=(6, 3.5))
-        for off, k in ((-0.25, "k1"), (0.0, "k3"), (0.25, "exact")):
+    if steps and all("kl" in s for s in steps):
+        fig, ax = plt.subplots(figsize=(7, 3.5))
+        bars = [("k1", "k1 token mean"), ("k3", "k3 token mean"), ("exact", "exact KL")]
+        width = 0.8 / (len(bars) + 1)
+        for i, (k, label) in enumerate(bars):
             ax.bar(
-                [s["step"] + off for s in steps],
+                [s["step"] - 0.4 + (i + 0.5) * width for s in steps],
                 [s["kl"][f"{k}_mean"] for s in steps],
-                0.25,
-                yerr=[2 * s["kl"][f"{k}_se"] for s in steps],
-                label=f"{k} (±2 SE)",
+                width,
+                yerr=[(s["kl"]["t_quantile"] or 0.0) * s["kl"][f"{k}_se"] for s in steps],
+                label=f"{label} (± t SE)",
             )
+        ax.bar(
+            [s["step"] - 0.4 + (len(bars) + 0.5) * width for s in steps],
+            [s["kl"].get("bias", {}).get("expected_k3", 0.0) for s in steps],
+            width,
+            label="E_q[k3] under the sampler (exact)",
+        )
         ax.axhline(0, color="grey", lw=0.5)
-        ax.set_xlabel("batch")
-        ax.set_title(f"{title}: KL to reference (token mean)")
+        if all(s["kl"]["exact_mean"] == 0.0 for s in steps):
+            ax.text(
+                0.5,
+                0.5,
+                "exact KL 0 in every batch: the reference is the policy (give --ref)",
+                transform=ax.transAxes,
+                ha="center",
+                fontsize=8,
+            )
+        _batch_axis(ax, steps)
+        ax.set_title(f"{title}: KL to reference")
         ax.legend(fontsize=7)
         save(fig, "kl.png")
-    if all("quartile_grad_norm" in s.get("low_prob", {}) for s in steps):
-        fig, ax = plt.subplots(figsize=(6, 3.5))
-        width = 0.8 / len(steps)
-        for i, s in enumerate(steps):
-            ax.bar(
-                [q + i * width for q in range(4)],
-                s["low_prob"]["quartile_grad_norm"],
-                width,
-                label=f"batch {s['step']}",
-            )
-        ax.set_xticks([q + 0.4 - width / 2 for q in range(4)], ["Q1 (low p)", "Q2", "Q3", "Q4 (high p)"])
-        ax.set_ylabel("parameter-gradient norm of the group")
-        ax.set_title(f"{title}: gradient per p quartile")
-        ax.legend(fontsize=7)
+    if steps and all("positive" in s.get("low_prob", {}) for s in steps):
+        fig, axes = plt.subplots(len(steps), 2, figsize=(9, 2.6 * len(steps) + 0.6), squeeze=False, sharey=True)
+        for row, s in zip(axes, steps, strict=True):
+            for ax, sign, label in ((row[0], "positive", "A > 0"), (row[1], "negative", "A < 0")):
+                qs = s["low_prob"][sign]["quartiles"]
+                ax.bar(range(len(qs)), [q["mean_grad_norm"] for q in qs], 0.6)
+                if not qs:
+                    ax.text(0.5, 0.5, f"no token with {label}", transform=ax.transAxes, ha="center", fontsize=8)
+                ax.set_xticks(range(len(qs)), [f"p {q['p_min']:.3g}-{q['p_max']:.3g}" for q in qs], fontsize=7)
+                ax.set_title(f"batch {s['step']}, {label}: quartiles of p", fontsize=9)
+            row[0].set_ylabel("mean ||e_y - pi||")
+        fig.suptitle(f"{title}: per-token logit gradient by p quartile (real p ranges)", fontsize=10)
         save(fig, "quartiles.png")
     return files

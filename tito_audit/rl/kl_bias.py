@@ -1,0 +1,52 @@
+"""What each KL estimator averages to under the user's sampler, exactly, at one position.
+
+A trainer estimates KL(pi || pi_ref) from sampled tokens x with r = pi_ref(x) / pi(x): k1 = -log r,
+k2 = (log r)^2 / 2, k3 = r - 1 - log r. It assumes x ~ pi. A sampler with temperature, top-k, top-p or a minimum
+length draws x ~ q instead, so the token mean of k converges to E_q[k], not to KL. With the full logits of the
+policy, the reference and q at a position, both are sums over the vocabulary, with no sampling noise:
+
+    KL      = sum_v pi(v) log(pi(v) / pi_ref(v))
+    E_q[k]  = sum_v q(v) k(v)          bias = E_q[k] - KL
+    truncated mass = sum of pi(v) over the tokens q never draws
+
+Under pure sampling (q = pi) E_q[k1] = E_q[k3] = KL exactly and k2 alone is biased. The estimators carry the
+trainer's clamps (``kl.estimators``), so E_q[k] is what the clamped estimator averages to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from tito_audit.rl.generation import GenerationSettings
+from tito_audit.rl.kl import estimators
+from tito_audit.rl.sampler_distribution import mask_padding, process_logits
+
+FIELDS = ("kl", "e_k1", "e_k2", "e_k3", "truncated_mass")
+
+
+def estimator_expectations(
+    logits: torch.Tensor,
+    logits_ref: torch.Tensor,
+    settings: GenerationSettings,
+    suppress_stop: torch.Tensor | None = None,
+    stop_ids: Sequence[int] = (),
+    never: Sequence[int] = (),
+    valid: int | None = None,
+) -> dict[str, torch.Tensor]:
+    """Per row (float64): the exact KL(pi || pi_ref), E_q[k1], E_q[k2], E_q[k3] and the mass of pi outside q's
+    support, q being what ``settings`` make of pi (``sampler_distribution.process_logits``)."""
+    x = mask_padding(logits.double(), valid)
+    lp = torch.log_softmax(x, -1)
+    lr = torch.log_softmax(mask_padding(logits_ref.double(), valid), -1)
+    pi = lp.exp()
+    kl = torch.where(pi > 0, pi * (lp - lr), torch.zeros_like(pi)).sum(-1)
+    q = process_logits(x, settings, suppress_stop, stop_ids, never).softmax(-1)
+    support = q > 0
+    ks = estimators(torch.where(support, lp, 0.0), torch.where(support, lr, 0.0))
+    out = {"kl": kl.clamp_min(0.0)}
+    for name, k in ks.items():
+        out[f"e_{name}"] = torch.where(support, q * k, torch.zeros_like(q)).sum(-1)
+    out["truncated_mass"] = torch.where(support, torch.zeros_like(pi), pi).sum(-1)
+    return out
