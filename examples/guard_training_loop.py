@@ -2,10 +2,10 @@
 
 Rollouts are kept in ``tito_audit.Trajectory`` token buffers (the audit's scenarios, played with the bundled
 ``qwen2.5-7b-instruct`` tokenizer and template; runs offline). Each batch goes to ``check_batch`` as padded
-tensors (``input_ids``, ``loss_mask``, ``attention_mask``) plus the ids the engine sampled per turn. The
-correct loop passes; a loop that decodes and re-encodes what it sampled (naive re-tokenization) trains on
-ids the policy never sampled wherever the sampler emitted a non-canonical split, and the guard raises with
-the first divergence. No template is rendered by the guard: it is a slice comparison per turn.
+tensors (``input_ids``, ``loss_mask``, ``attention_mask``) plus, per turn, the ids the engine sampled and the
+prompt ids it was given. The correct loop passes; a loop that decodes and re-encodes what it sampled (naive
+re-tokenization) trains on ids the policy never sampled wherever the sampler emitted a non-canonical split, and
+the guard raises with the first divergence. No template is rendered by the guard: slice comparisons per turn.
 
     python examples/guard_training_loop.py [MODEL]
 """
@@ -19,7 +19,15 @@ from tito_audit import TitoGuardError, check_batch, load
 from tito_audit.replay.synthetic import log_episode, played_episodes
 
 
-def padded(rows: list[dict], pad_id: int) -> dict:
+def engine_contexts(played) -> list[list[int]]:
+    """Per turn, the prompt ids the engine was given: the token buffer before the turn (a turn streamed in chunks
+    is one turn)."""
+    spans = played.traj.sampled_spans()
+    ends = {b for _, b in spans}
+    return [list(played.traj.input_ids[:a]) for a, _ in spans if a not in ends]
+
+
+def padded(rows: list[dict], pad_id: int, contexts: list[list[list[int]]]) -> dict:
     """Right-padded tensors as a collator would make them (torch if installed, else lists)."""
     width = max(len(r["input_ids"]) for r in rows)
 
@@ -30,7 +38,10 @@ def padded(rows: list[dict], pad_id: int) -> dict:
         "input_ids": [pad(r["input_ids"], pad_id) for r in rows],
         "loss_mask": [pad(r["loss_mask"], 0) for r in rows],
         "attention_mask": [pad([1] * len(r["input_ids"]), 0) for r in rows],
-        "sampled": [[t["ids"] for t in r["turns"]] for r in rows],  # kept by the rollout code, per turn
+        "sampled": [  # kept by the rollout code, per turn: what the engine returned, and what it was given
+            [{"ids": t["ids"], "prompt_ids": c} for t, c in zip(r["turns"], ctx, strict=True)]
+            for r, ctx in zip(rows, contexts, strict=True)
+        ],
     }
     try:
         import torch
@@ -49,20 +60,23 @@ def main(model_name: str) -> None:
     for loop in ("correct", "naive_retokenize"):
         print(f"-- {loop} loop")
         for step in range(2):
-            rows = [log_episode(p, loop, p.scenario.id).record for p in episodes[step * 8 : step * 8 + 8]]
-            batch = padded(rows, pad_id)
+            played = episodes[step * 8 : step * 8 + 8]
+            rows = [log_episode(p, loop, p.scenario.id).record for p in played]
+            batch = padded(rows, pad_id, [engine_contexts(p) for p in played])
             started = time.perf_counter()
             try:
                 result = check_batch(batch)  # raises TitoGuardError on the first diverging episode
             except TitoGuardError as exc:
                 print(f"step {step}: {exc}")
                 break
-            print(f"step {step}: {result.episodes} episodes trained exactly as sampled "
-                  f"({1000 * (time.perf_counter() - started):.2f} ms)")  # fmt: skip
+            assert result.complete  # ids, mask and every turn's context compared: nothing left unchecked
+            print(f"step {step}: {result.episodes} episodes trained exactly as sampled, after the context each turn "
+                  f"was sampled on ({1000 * (time.perf_counter() - started):.2f} ms)")  # fmt: skip
             # ... loss = policy_loss(model(batch["input_ids"]), batch["loss_mask"]); loss.backward() ...
     # With a tokenizer, a failure is named by class (decodes a few ids; still no render):
     rows = [log_episode(p, "naive_retokenize", p.scenario.id).record for p in episodes[:16]]
-    result = check_batch(padded(rows, pad_id), tokenizer=model.tokenizer, on_fail="return")
+    contexts = [engine_contexts(p) for p in episodes[:16]]
+    result = check_batch(padded(rows, pad_id, contexts), tokenizer=model.tokenizer, on_fail="return")
     print(f"{len(result.failures)} of {result.episodes} episodes diverge; first: {result.first}")
 
 

@@ -234,7 +234,9 @@ class LoggedSkyRLGymGenerator(SkyRLGymGenerator):
     def __init__(self, *args: Any, log: LogWriter, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.inference_engine_client = RecordedClient(self.inference_engine_client)
-        self.log = log  # one per generator process, e.g. LogWriter("rollouts/skyrl.parquet")
+        # one writer per generator process, each on a name of its own (two writers on one name refuse each other),
+        # e.g. LogWriter(f"rollouts/skyrl-{os.getpid()}.parquet"), or per_rank_path("rollouts/skyrl.parquet")
+        self.log = log
 
     def _update_chat_history(self, chat_history: list[dict[str, Any]], output: str, new_obs: list[dict[str, Any]]):
         history = super()._update_chat_history(chat_history, output, new_obs)

@@ -222,7 +222,9 @@ class RecordedServer:
 
 
 class LoggedToolAgentLoop(ToolAgentLoop):
-    log: LogWriter  # one per worker process, e.g. LogWriter(f"rollouts/verl-{os.getpid()}.jsonl.gz", max_bytes=...)
+    # one writer per worker process, each on a name of its own (two writers on one name refuse each other):
+    # e.g. LogWriter(f"rollouts/verl-{os.getpid()}.jsonl.gz", max_bytes=...)
+    log: LogWriter
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -14,7 +14,10 @@ model, as tests/test_action.py does):
                      tito-audit this Python already has; anything else: a pip requirement (`tito-audit==0.1.0`)
 
 Exit code: that of `tito-audit audit` (0 clean, 1 findings at or above fail-on, 2 a model or template could not be
-audited, 3 incomplete); with several runs (models, then each template) the first of 2, 3, 1 that any run gave.
+audited, 3 incomplete); with several runs (models, then each template) the first of 2, 3, 1 that any run gave. A
+run that ends any other way (killed by a signal, as the kernel's OOM killer does; an exit code tito-audit never
+gives; no SARIF log from a run that says it audited) audited nothing: it counts as 2 and is named on its own
+`::error` line, so a model or template that was never audited cannot leave the job green.
 `sarif=PATH` goes to GITHUB_OUTPUT when the log was written. Standard library only: it runs before the install.
 """
 
@@ -24,6 +27,7 @@ import glob
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -65,6 +69,22 @@ def audit(args: list[str], sarif: Path) -> int:
     command = [sys.executable, "-m", "tito_audit", "audit", *args, "--format", "sarif", "--output", str(sarif)]
     print("tito-audit " + shlex.join(command[3:]), flush=True)
     return subprocess.run(command).returncode
+
+
+def abnormal(code: int, wrote_log: bool) -> str | None:
+    """Why a run's end means nothing was audited (None: a tito-audit exit code, with its log where it has one)."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = " (the kernel's OOM killer sends SIGKILL: give the job more memory)" if name == "SIGKILL" else ""
+        return f"was killed by {name}{hint}"
+    if code not in PRIORITY:
+        return f"exited with code {code}, which tito-audit never gives"
+    if code != 2 and not wrote_log:
+        return f"exited with code {code} but wrote no SARIF log"
+    return None
 
 
 def merged(logs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -124,10 +144,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for k, args in enumerate(runs):
             out = Path(tmp) / f"{k}.sarif"
-            codes.append(audit([*args, "--fail-on", fail_on, *extra], out))
+            code = audit([*args, "--fail-on", fail_on, *extra], out)
+            why = abnormal(code, out.is_file())
+            if why is not None:  # nothing audited: never a green job
+                print(f"::error title=tito-audit::{shlex.join(args)}: not audited: the run {why}")
+                code = 2
+            codes.append(code)
             if out.is_file():
                 logs.append(json.loads(out.read_text(encoding="utf-8")))
-    code = next((c for c in PRIORITY if c in codes), max(codes))
+    code = next(c for c in PRIORITY if c in codes)
     if logs:
         log = merged(logs)
         sarif.parent.mkdir(parents=True, exist_ok=True)

@@ -175,3 +175,44 @@ def test_a_model_that_cannot_be_audited_exits_2_with_a_valid_log(installed: tupl
 def test_no_input_is_an_error(venv: Path, workspace: Path) -> None:
     code, out = run_action(venv, workspace, install="skip")
     assert code == 2 and "give `models` or `templates`" in out["log"]
+
+
+KILLER = """# the kernel's OOM killer (or any signal death) on a runner: a `tito_audit audit` run of a template
+# whose name says "killed" dies by SIGKILL before it writes anything
+import os, signal, sys
+argv = getattr(sys, "orig_argv", sys.argv)
+if "tito_audit" in argv and any("killed" in a for a in argv):
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_run_killed_by_a_signal_is_never_a_green_job(tmp_path: Path) -> None:
+    """A model that passes (0) and a template run killed for memory (-9): the template was never audited, so the
+    job is not green; the kill is named (red-team r5)."""
+    (tmp_path / "killer").mkdir()
+    (tmp_path / "killer" / "sitecustomize.py").write_text(KILLER, encoding="utf-8")
+    shutil.copy(ROOT / "templates_cache" / "qwen3-0.6b" / "chat_template.jinja", tmp_path / "killed-qwen3.jinja")
+    output = tmp_path / "github_output"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path / "killer"), str(ROOT)]),
+        "HF_HUB_OFFLINE": "1",
+        "GITHUB_ACTION_PATH": str(ROOT),
+        "GITHUB_OUTPUT": str(output),
+        "INPUT_INSTALL": "skip",
+        "INPUT_MODELS": "qwen2.5-7b-instruct",
+        "INPUT_TEMPLATES": "*.jinja",
+        "INPUT_TOKENIZER": "qwen3-0.6b",
+    }
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "action_run.py")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "::error title=tito-audit::qwen3-0.6b --chat-template killed-qwen3.jinja: not audited: the run was killed " \
+        "by SIGKILL" in done.stdout  # fmt: skip
+    assert "qwen2.5-7b-instruct  SAFE" in done.stdout  # the model that did run is still reported

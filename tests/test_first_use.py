@@ -50,7 +50,9 @@ def test_ci_builds_its_own_virtual_environment() -> None:
     first_install = next(k for k, ln in enumerate(lines) if "pip install" in ln)
     assert venv < first_install and "pip check" in script
     assert ".ci-venv" in (ROOT / ".gitignore").read_text()
-    assert lines[-1] == "python -m pytest -q" and "tito-audit audit --bundled --quiet" in script
+    assert "tito-audit audit --bundled --quiet" in script
+    # the tests run with CI=true: a skipped test or missing ../shared fails the run (tests/conftest.py)
+    assert any(ln.startswith("CI=true python -m pytest -q") for ln in lines)
 
 
 def test_no_pytorch_advisory_without_torch() -> None:

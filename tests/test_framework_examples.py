@@ -68,11 +68,12 @@ def test_framework_example_logs_replay(ctx, tmp_path, monkeypatch, capsys, name,
     assert "4 trajectories logged" in capsys.readouterr().out
     totals = replay_log(log, ctx)
     assert totals.episodes == 4 and totals.turns == 8 and totals.malformed == 0
-    assert totals.reference_buffer == 4  # the rebuilt buffer from the logged messages, not only the turns
+    # the engine's logged prompts are the reference (not only the turns), and the template's render measured drift
+    assert totals.reference_engine == 4 and totals.drift_episodes == 4
     assert totals.noncanonical_turns == totals.whatif_diverged == 2  # the two split replies
     if broken:
         assert totals.diverged_episodes == totals.diverged_turns == 2
         assert dict(totals.by_class) == {"non_canonical": 2}
     else:
         assert totals.diverged_episodes == totals.trained_not_sampled == totals.sampled_not_trained == 0
-        assert totals.mask_flips == 0
+        assert totals.mask_flips == 0 and totals.drift_diverged == 0  # the loop's context is the template's

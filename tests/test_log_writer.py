@@ -9,6 +9,7 @@ non-canonical turns to lose if a writer dropped or changed anything.
 
 from __future__ import annotations
 
+import gc
 import gzip
 import importlib.util
 import json
@@ -25,7 +26,9 @@ import pytest
 from conftest import IN_CI
 
 from tito_audit.replay import LogWriter, RecordError, ReplayContext, episode_from_native, iter_records, replay_log
+from tito_audit.replay import writer as writer_module
 from tito_audit.replay.synthetic import log_episode, played_episodes
+from tito_audit.replay.writer import per_rank_path
 
 MODEL = "qwen2.5-7b-instruct"
 ROOT = Path(__file__).resolve().parents[1]
@@ -167,7 +170,7 @@ def test_reopening_appends_and_a_second_writer_is_refused(setup, tmp_path):
     holder.flush()
     intruder = LogWriter(tmp_path / "held.jsonl")  # files are opened at the first flush
     intruder.write(records[1])
-    with pytest.raises(RuntimeError, match="another process is writing this log"):
+    with pytest.raises(RuntimeError, match=r"another writer .* is writing this log"):
         intruder.flush()
     holder.close()
     intruder.close()  # the lock is free now: its record is appended
@@ -324,3 +327,141 @@ def test_reopening_keeps_whole_records_and_refuses_what_a_crash_cannot_leave(set
         with pytest.raises(ValueError, match=why):
             log.flush()
         assert path.read_bytes() == before  # nothing cut, nothing added
+        with pytest.warns(RuntimeWarning, match="could not be written"):  # dropped with a record it cannot write
+            del log
+            gc.collect()
+
+
+# -- several writers on one name, writers never closed, fields under other names (red-team r1, r1b, r9, r2) ------
+
+needs_parquet = pytest.mark.skipif(not HAVE_PYARROW and not IN_CI, reason="pyarrow is not installed")
+
+
+def ids_in(folder: Path) -> list[str]:
+    return sorted(r["id"] for p in sorted(folder.glob("*.parquet")) for _, r in iter_records(p))
+
+
+@needs_parquet
+def test_a_second_parquet_writer_is_refused_and_no_part_is_ever_replaced(tmp_path, monkeypatch):
+    first, second = LogWriter(tmp_path / "run.parquet"), LogWriter(tmp_path / "run.parquet")
+    first.write_episode(sampled=[[5, 6]], input_ids=[1, 5, 6], loss_mask=[0, 1, 1], id="A-0")
+    first.flush()
+    sealed = {p: p.read_bytes() for p in tmp_path.glob("*.parquet")}
+    second.write_episode(sampled=[[7, 8]], input_ids=[1, 7, 8], loss_mask=[0, 1, 1], id="B-0")
+    with pytest.raises(RuntimeError, match=r"another writer .* is writing this log"):  # as JSONL: one writer a log
+        second.flush()
+    first.close()
+    second.close()  # the lock is free now: its record goes to a part of its own
+    assert ids_in(tmp_path) == ["A-0", "B-0"]
+    assert all(p.read_bytes() == data for p, data in sealed.items())  # the first writer's part is as it was
+    assert first.paths != second.paths and len({*first.paths, *second.paths}) == 2
+    # Without a lock between them (not POSIX, a file system without flock) a sealed part still replaces nothing.
+    monkeypatch.setattr(writer_module, "fcntl", None)
+    folder = tmp_path / "unlocked"
+    a, b = LogWriter(folder / "run.parquet"), LogWriter(folder / "run.parquet")  # both would take part 0
+    for k, w in enumerate((a, b, a, b)):
+        w.write_episode(sampled=[[5]], input_ids=[1, 5], loss_mask=[0, 1], id=f"{'ab'[k % 2]}-{k}")
+        w.flush()
+    a.close()
+    b.close()
+    assert ids_in(folder) == ["a-0", "a-2", "b-1", "b-3"]
+
+
+RANK = """
+import sys
+from tito_audit.replay import LogWriter
+rank, path, go, sealed = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+import pathlib, time
+log = LogWriter(path)                                   # both ranks open the log before either flushes
+pathlib.Path(go + str(rank)).touch()
+while not all(pathlib.Path(go + str(r)).exists() for r in (0, 1)):
+    time.sleep(0.01)
+if rank == 1:
+    while not pathlib.Path(sealed).exists():           # rank 0 has sealed its part and closed
+        time.sleep(0.01)
+for k in range(3):
+    log.write_episode(sampled=[[5 + rank]], input_ids=[1, 5 + rank], loss_mask=[0, 1], id=f"rank{rank}-{k}")
+log.close()
+if rank == 0:
+    pathlib.Path(sealed).touch()
+"""
+
+
+@needs_parquet
+def test_two_processes_on_one_parquet_name_lose_nothing(tmp_path):
+    log = tmp_path / "logs" / "rollouts.parquet"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    args = [str(log), str(tmp_path / "go"), str(tmp_path / "sealed")]
+    ranks = [subprocess.Popen([sys.executable, "-c", RANK, str(r), *args], env=env) for r in (0, 1)]
+    assert [p.wait(timeout=120) for p in ranks] == [0, 0]
+    assert ids_in(log.parent) == [f"rank{r}-{k}" for r in (0, 1) for k in range(3)]
+
+
+def test_per_rank_path_gives_each_rank_its_own_log(monkeypatch):
+    assert per_rank_path("out/rollouts.jsonl.gz", 3, 8) == Path("out/rollouts.rank3.jsonl.gz")
+    assert per_rank_path("out/rollouts.parquet", 0, 2) == Path("out/rollouts.rank0.parquet")
+    assert per_rank_path("out/rollouts.jsonl", 0, 1) == Path("out/rollouts.jsonl")  # one process: the name given
+    monkeypatch.setenv("RANK", "5")
+    monkeypatch.setenv("WORLD_SIZE", "6")  # what torchrun and accelerate set
+    assert per_rank_path("r.ndjson") == Path("r.rank5.ndjson")
+
+
+UNCLOSED = """
+import gc, sys
+from tito_audit.replay import LogWriter
+log = LogWriter(sys.argv[1], buffer_bytes=int(sys.argv[3]))
+for k in range(500):
+    log.write_episode(sampled=[[5, 6]], input_ids=[1, 5, 6], loss_mask=[0, 1, 1], id=f"ep-{k}")
+    if k == 99:
+        log.flush()                  # e.g. once per step
+if sys.argv[2] == "collected":       # dropped without close(), then collected
+    del log
+    gc.collect()
+# else: the interpreter exits with the writer open
+"""
+
+
+@pytest.mark.parametrize("name", ["log.jsonl.gz", PARQUET])
+@pytest.mark.parametrize("how", ["exit", "collected"])
+def test_a_writer_never_closed_loses_nothing(tmp_path, name, how):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    buffer = "1500"  # records are pending, and a Parquet part is open and unsealed (the buffer filled), at the end
+    done = subprocess.run(
+        [sys.executable, "-c", UNCLOSED, str(tmp_path / name), how, buffer],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    parts = sorted(p for p in tmp_path.iterdir() if not p.name.startswith("."))
+    ids = [r["id"] for p in parts for _, r in iter_records(p)]
+    assert sorted(ids) == sorted(f"ep-{k}" for k in range(500))
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".partial")]
+    warned = [line for line in done.stderr.splitlines() if "garbage-collected without close()" in line]
+    assert len(warned) == (1 if how == "collected" else 0), done.stderr
+    if how == "collected":
+        assert "pending record(s) were written" in warned[0] and name.split(".")[0] in warned[0]
+
+
+def test_batch_names_are_written_as_the_native_ones_and_an_unknown_field_is_refused(tmp_path):
+    ids = [1, 2, 5, 6, 3, 7, 8]
+    mask = [0, 0, 1, 1, 0, 1, 1]
+    turns = [[5, 6], [7, 8]]
+    given = {
+        "mask": {"mask": mask},  # check_batch's alias
+        "labels": {"labels": [t if m else -100 for t, m in zip(ids, mask, strict=True)]},  # Hugging Face
+        "response_mask": {"response_mask": mask[2:]},  # verl: the mask over the response only
+    }
+    with LogWriter(tmp_path / "log.jsonl") as log:
+        for name, fields in given.items():
+            log.write({"sampled": turns, "input_ids": ids, "id": name, **fields})
+        log.write({"turns": turns, "input_ids": ids, "prompt_ids": [[1, 2], [1, 2, 5, 6, 3]], "id": "ctx",
+                   "loss_mask": mask})  # fmt: skip
+        with pytest.raises(RecordError, match=r"unknown field.*'advantage'.*metadata"):
+            log.write({"turns": turns, "input_ids": ids, "loss_mask": mask, "advantage": 0.5})
+        with pytest.raises(RecordError, match="labels train id 9 at token 2"):
+            log.write({"sampled": turns, "input_ids": ids, "labels": [-100, -100, 9, 6, -100, 7, 8]})
+        with pytest.raises(RecordError, match="loss_mask and mask disagree at token 4"):
+            log.write({"sampled": turns, "input_ids": ids, "loss_mask": mask, "mask": [0, 0, 1, 1, 1, 1, 1]})
+    written = episodes([tmp_path / "log.jsonl"])
+    assert [e.id for e in written] == [*given, "ctx"]
+    assert all(e.loss_mask == mask and [t.ids for t in e.turns] == turns for e in written)
+    assert [t.prompt_ids for t in written[-1].turns] == [[1, 2], [1, 2, 5, 6, 3]]

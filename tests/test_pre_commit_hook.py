@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -70,6 +71,23 @@ def test_hook_fails_on_every_class_but_the_verdicts_that_keep_tito() -> None:
     assert set(classes) == set(CLASSES) - (set(VERDICTS) - {"unsafe"})
     for path, runs in (("templates/a.jinja", True), ("deep/x/chat.jinja", True), ("a.py", False)):
         assert bool(re.search(hook["files"], path)) is runs, path
+
+
+def test_the_hook_plays_the_full_scenario_set_and_fails_what_the_audit_calls_unsafe(tmp_path: Path) -> None:
+    """Qwen2.5's template plus one rule: an older JSON tool result is re-rendered minified. Only scenarios of the
+    full set have a JSON tool result followed by another append; with the quick set the hook passed it as safe
+    while `tito-audit audit` says UNSAFE (red-team r6). The hook's own entry and args, run as pre-commit runs them
+    (without building its environment: test_try_repo_* do that)."""
+    hook = manifest()[HOOK]
+    template = tmp_path / "minifies-old-json-results.jinja"
+    shutil.copy(ROOT / "tests" / "data" / "hook" / template.name, template)
+    entry = shlex.split(hook["entry"])
+    assert entry[:2] == ["tito-audit", "scan"] and entry[entry.index("--scenarios") + 1] == "full"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
+    command = [sys.executable, "-m", "tito_audit", *entry[1:], *hook["args"], template.name]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "minifies-old-json-results: unsafe: " in done.stderr, done.stderr
 
 
 @pytest.mark.slow

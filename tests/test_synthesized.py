@@ -192,11 +192,12 @@ def test_a_clone_with_another_eos_shares_the_backend_parts_and_encodes_as_its_ow
 def test_the_chosen_base_is_the_best_fit_of_every_candidate(candidates) -> None:
     """``choose_base`` encodes only the candidates that lead on the criteria needing no encoding: the same choice,
     with the same figures, as fitting every candidate."""
-    from tito_audit.sources.synthesized import fit
+    from tito_audit.sources.synthesized import fit, template_roles
 
     templates = sorted(CORPUS.glob("*.jinja"))[::25]
     assert len(templates) > 25
     for path in templates:
         text = path.read_text(encoding="utf-8")
-        every = [fit(n, m.tokenizer, text, i, m.hidden_specials) for i, (n, m) in enumerate(candidates.items())]
+        roles = template_roles(text, candidates)
+        every = [fit(n, m.tokenizer, text, i, m.hidden_specials, roles) for i, (n, m) in enumerate(candidates.items())]
         assert choose_base(text, candidates) == max(every, key=lambda f: f.key), path.name

@@ -70,8 +70,8 @@ class GuardedGRPOTrainer(TitoGuardMixin, GRPOTrainer):
 class Rollout:
     """A TRL ``rollout_func``: two turns per episode (a tool call, the answer), the tool run in between."""
 
-    def __init__(self, tokenizer: Any, wrong: bool) -> None:
-        self.tok, self.wrong = tokenizer, wrong
+    def __init__(self, tokenizer: Any, wrong: bool, drop_tool_result: bool = False) -> None:
+        self.tok, self.wrong, self.drop_tool_result = tokenizer, wrong, drop_tool_result
         self.split = Splitter(tokenizer)
         self.ids = itertools.count()
         self.truth: dict[str, int | None] = {}  # episode id -> first trained position that was not sampled
@@ -110,7 +110,7 @@ class Rollout:
             k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask", EPISODE_FIELD)
         }
         for row, prompt in enumerate(prompts):
-            eid = f"{'wrong' if self.wrong else 'correct'}-{next(self.ids)}"
+            eid = f"{'wrong' if self.wrong or self.drop_tool_result else 'correct'}-{next(self.ids)}"
             messages = [dict(m) for m in prompt]
             city = next(c for c in WEATHER if c in messages[-1]["content"])
             prompt_ids = self.encode(self.render(messages, True))
@@ -133,6 +133,8 @@ class Rollout:
             else:
                 context = prompt_ids + turn1 + suffix
                 completion, mask, lps = turn1 + suffix, [1] * len(turn1) + [0] * len(suffix), lp1 + [0.0] * len(suffix)
+            if self.drop_tool_result:  # a common rollout bug: the engine continues after the tool result, the
+                completion, mask, lps = turn1, [1] * len(turn1), lp1  # completion it returns lacks it
             turn2 = self.reply(history, {"role": "assistant", "content": f"It is {result} in {city}."})
             lp2 = self.logprobs(trainer.model, context, turn2)
             parsed2 = parse_response(self.tok, turn2, prefix=context)
@@ -226,6 +228,7 @@ def test_trl_grpo_correct_loop_is_guarded_logged_and_replays_exact(tokenizer, tm
     assert trainer.state.global_step == 2
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters(), strict=True))  # it trained
     assert trainer.tito_checked == 4 and trainer.tito_failures == []  # every row of both steps checked, all exact
+    assert trainer.tito_logprobs_checked == 4  # TRL's flattened logprobs (importance sampling) are the turns' own
     assert set(rollout.truth.values()) == {None}  # the loop's own truth: trained == buffer everywhere
 
     records = [r for _, r in iter_records(log)]
@@ -241,7 +244,8 @@ def test_trl_grpo_correct_loop_is_guarded_logged_and_replays_exact(tokenizer, tm
     assert code == 0
     assert model["verdict"] == "tito-required"  # exact; naive re-tokenization would not be
     assert totals["episodes"] == 4 and totals["malformed"] == 0
-    assert totals["reference_buffer"] == 4  # compared against the rebuilt buffer, not only the sampled turns
+    # compared against the engine's logged prompts (not only the sampled turns); the template's render measured drift
+    assert totals["reference_engine"] == 4 and totals["drift_episodes"] == 4 and totals["drift_diverged"] == 0
     assert totals["diverged_episodes"] == 0
     assert totals["trained_not_sampled"] == totals["sampled_not_trained"] == totals["mask_flips"] == 0
     assert totals["whatif_diverged"] == splits == totals["noncanonical_turns"]  # exactly the split turns
@@ -276,3 +280,21 @@ def test_trl_grpo_retokenizing_loop_is_caught_by_the_guard_and_by_replay(tokeniz
     assert {eid: (f["index"], f["class"]) for eid, f in first.items()} == {
         eid: (pos, "non_canonical") for eid, pos in truth.items()
     }
+
+
+def test_trl_grpo_rollout_that_drops_the_tool_result_is_caught_through_its_prompt_ids(tokenizer, tmp_path, monkeypatch):
+    """Every sampled id is trained, with the mask on exactly the sampled ids, but turn 2 is trained right after
+    turn 1, without the tool result it was sampled after. Only the turn's prompt_ids (what the engine was given)
+    show it; the mixin passes them to the guard, which stops before the first loss (red-team r11)."""
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    rollout = Rollout(tokenizer, wrong=False, drop_tool_result=True)
+    trainer = build_trainer(tokenizer, tmp_path, rollout, tmp_path / "dropped.jsonl", steps=1, batch=2)
+    with pytest.raises(TitoGuardError, match="turn 1 was sampled on another context"):
+        trainer.train()
+    assert trainer.state.global_step == 0  # nothing was trained
+    found = {eid: f for eid, f in trainer.tito_failures}
+    assert set(found) == set(rollout.truth) and len(found) == 2
+    for eid, f in found.items():
+        d = f.divergence
+        assert (d.turn, d.index, d.cls) == (1, rollout.truth[eid], "history_rewrite")
+        assert f.trained_not_sampled == f.sampled_not_trained == 0 and "<tool_response>" in d.message

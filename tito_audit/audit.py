@@ -16,7 +16,9 @@ from tito_audit._version import __version__
 from tito_audit.checks import CheckResult, ordered_checks, run_check
 from tito_audit.context import AuditContext, AuditOptions
 from tito_audit.errors import AuditError, TemplateAlwaysRaises, failed_every_conversation
+from tito_audit.rollout.stop import stop_convention
 from tito_audit.sources.load import LoadedModel, Provenance, load
+from tito_audit.sources.synthesized import on_its_control_tokens
 from tito_audit.verdict import MIN_COVERAGE, VERDICTS, Verdict, decide
 
 # 1.1: top-level suppressions/baseline keys, finding.baseline (tito_audit.gate)
@@ -25,6 +27,7 @@ from tito_audit.verdict import MIN_COVERAGE, VERDICTS, Verdict, decide
 # 1.3: model renderers (engine and trainer: library, native output, the offline line), options.renderer and
 #      options.train_renderer, the renderer_pair check (tito_audit.engines.pair)
 #      replay reports: the models[].replay totals documented, with engine-prompt, drift and fit counts
+#      scenarios.stop_convention; adaptations named_call_ids, tools_described, tools_flat, tools_parameter_definitions
 SCHEMA_VERSION = "1.3"
 
 
@@ -135,6 +138,7 @@ def audit_context(ctx: AuditContext, started: float | None = None) -> ModelRepor
         "adapted": {s.scenario.id: list(s.adapters) for s in sims if s.adapters},
         "thinking_modes": ctx.thinking_modes,
         "stop_tokens": [model.tokenizer.convert_ids_to_tokens(i) for i in ctx.stop_ids],
+        "stop_convention": stop_convention(ctx.renderer, model.generation_eos_ids),
     }
     if ctx.not_probed:
         report.scenarios["not_probed"] = ctx.not_probed
@@ -205,6 +209,8 @@ def _load_and_audit(
     """One model, loaded once and audited; an AuditError (any error, unless debugging) becomes its report."""
     try:
         model = load(spec, offline=offline, template_name=template_name, chat_template_file=chat_template_file)
+        if chat_template_file is not None:  # a template not the tokenizer's own: on its own control tokens
+            model = on_its_control_tokens(model, options.limits)
         return audit_model(model, options)
     except Exception as exc:
         if options.debug and not isinstance(exc, AuditError):

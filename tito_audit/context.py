@@ -24,6 +24,7 @@ from tito_audit.rendering.tokenizer_cache import tokenizer_cache
 from tito_audit.rollout.stop import stop_token_ids
 from tito_audit.rollout.tokens import special_token_strings
 from tito_audit.scenarios import Scenario, build_scenarios
+from tito_audit.scenarios.adapt import tools_as_read
 from tito_audit.scenarios.catalog import SCENARIO_SETS
 from tito_audit.scenarios.shapes import Shapes, probe_shapes
 from tito_audit.simulation import Simulation, simulate
@@ -93,16 +94,26 @@ class AuditContext:
         self.model = model
         self.options = options
         self.tokenizer = model.tokenizer
-        self.renderer: Renderer = self.engine.renderer(
-            model.tokenizer, options.template_kwargs, options.date, options.limits
+        # A template that rejects tools in the OpenAI schema is given them in the first schema it reads
+        # (``scenarios.adapt.TOOL_SCHEMAS``: an adaptation the rollout code must make too); other renderers take
+        # the tools as they are.
+        self.renderer: Renderer = self._tools_as_read(
+            self.engine, self.engine.renderer(model.tokenizer, options.template_kwargs, options.date, options.limits)
         )
         self.trainer_renderer: Renderer | None = (
             None
             if self.trainer is None
-            else self.trainer.renderer(model.tokenizer, options.template_kwargs, options.date, options.limits)
+            else self._tools_as_read(
+                self.trainer,
+                self.trainer.renderer(model.tokenizer, options.template_kwargs, options.date, options.limits),
+            )
         )
         self._simulations: dict[str, Simulation] = {}
         self.not_probed_thinking: list[str] = []  # why a reasoning switch could not be probed (``thinking_switches``)
+
+    @staticmethod
+    def _tools_as_read(engine: Any, renderer: Renderer) -> Renderer:
+        return tools_as_read(renderer, list(TOOLS)) if engine.is_template else renderer
 
     @cached_property
     def template_variables(self) -> frozenset[str]:

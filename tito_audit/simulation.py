@@ -20,6 +20,7 @@ from tito_audit.rendering.renderer import Renderer
 from tito_audit.rollout.bridge import BridgeError
 from tito_audit.rollout.buffer import Trajectory
 from tito_audit.rollout.tokens import common_prefix_len
+from tito_audit.rollout.turn_roles import NEXT_OPENER, turn_roles
 from tito_audit.scenarios.adapt import ADAPTERS, call_function, reasoning_of
 from tito_audit.scenarios.shapes import Shapes
 from tito_audit.scenarios.spec import Scenario
@@ -37,6 +38,7 @@ class Turn:
     sampled_ids: list[int]
     stop_id: int
     stop_rendered: bool  # the template writes a stop token after this turn
+    stop_deferred: bool  # ...but only once another message follows (the turn's own render lacks it)
     trailing_text: str  # text the template renders after the stop token
     gen_prompt_extra: str  # generation-prompt text that the history rendering does not have
     gen_prompt_missing: str  # history text at that place instead
@@ -118,6 +120,14 @@ def derive_turn(
         completion = full[start:]
     stops = _stop_strings(renderer, stop_ids)
     hits = [(completion.find(s), s) for s in stops if s and s in completion]
+    deferred = False
+    if not hits:
+        # A template that writes the turn's end only once another message follows (GLM's next-turn opener,
+        # a closer written before the next message): the model samples it all the same.
+        said = _deferred_stop(renderer, history, index, tools, full, stops, prefixes)
+        if said:
+            full, completion, deferred = full + said, completion + said, True
+            hits = [(completion.rfind(said.strip()), said.strip())]
     if hits:
         pos, text = min(hits)
         stop_id, stop_rendered = stops[text], True
@@ -135,6 +145,7 @@ def derive_turn(
         sampled_ids=[*body, stop_id],
         stop_id=stop_id,
         stop_rendered=stop_rendered,
+        stop_deferred=deferred,
         trailing_text=trailing,
         gen_prompt_extra=prompt[start:],
         gen_prompt_missing=full[start : start + max(0, len(prompt) - start)] if start < len(prompt) else "",
@@ -142,6 +153,39 @@ def derive_turn(
         tool_calls_dropped=dropped,
         dropped_calls=dropped_calls,
     )
+
+
+_NEXT_PROBE: Message = {"role": "user", "content": "Go on."}  # a message to follow a last turn with
+
+
+def _deferred_stop(
+    renderer: Renderer,
+    history: list[Message],
+    index: int,
+    tools: Any,
+    full: str,
+    stops: dict[str, int],
+    prefixes: Sequence[str],
+) -> str:
+    """The text up to and including the stop token the template writes right after assistant turn ``index`` once
+    another message follows it (only whitespace before it), or ``""``. The next message of ``history``, or a user
+    turn after the last one."""
+    if index + 1 < len(prefixes):
+        after = prefixes[index + 1]
+    else:
+        following = history[index + 1 : index + 2] or [_NEXT_PROBE]
+        try:
+            after = renderer.render([*history[: index + 1], *following], tools=tools)
+        except RenderError:
+            return ""
+    if not after.startswith(full):  # the next message rewrites this turn: the template's own turn end, as probed
+        roles = turn_roles(renderer)
+        end = roles.deferred_end or (roles.next_openers[0] if roles.convention == NEXT_OPENER else None)
+        return end if end in stops else ""
+    rest = after[len(full) :]
+    body = rest.lstrip()
+    hit = next((s for s in sorted(stops, key=len, reverse=True) if s and body.startswith(s)), None)
+    return rest[: len(rest) - len(body) + len(hit)] if hit else ""
 
 
 def _first_render_error(
@@ -175,6 +219,8 @@ def _adapted(
 ) -> tuple[list[Message], tuple[str, ...], RenderError | None, list[str]]:
     """``adapt_to_template``, and the renders of the returned conversation's prefixes where it renders."""
     messages, shaped = (shapes or Shapes()).apply(scenario.messages_list())
+    if renderer.tools_as is not None and scenario.tools:  # tool declarations in the schema the template reads
+        shaped = (*shaped, renderer.tools_as[0])
     tools = list(scenario.tools)
     texts: list[str] = []
     err = _first_render_error(renderer, messages, tools, texts)
@@ -230,6 +276,8 @@ def simulate(
         if last.trailing_text and naive_text.endswith(last.trailing_text):
             trailing = len(renderer.encode(last.trailing_text))
             naive = naive[: len(naive) - trailing] if trailing else naive
+        elif last.stop_deferred:  # the re-render writes the sampled stop once the conversation goes on: no seam
+            naive = [*naive, last.stop_id]
         sim.naive_ids = naive
     except RenderError as exc:
         sim.error = detached(exc)  # kept: its traceback holds this frame, which holds ``sim``

@@ -60,6 +60,11 @@ _WORDS = {
     "content_parts": "content as a list of text parts",
     "reasoning_inline": "reasoning inline as <think>...</think> in content",
     "reasoning_emitted": "reasoning the template never renders, kept in the sampled text",
+    "named_call_ids": "tool-call ids that carry the function name (functions.NAME:INDEX: the template writes the "
+    "id where the name goes)",
+    "tools_described": "tool declarations with a description on every parameter",
+    "tools_flat": "flat tool declarations (name/description/parameters, no `function`)",
+    "tools_parameter_definitions": "tool declarations as name/description/parameter_definitions",
 }
 
 

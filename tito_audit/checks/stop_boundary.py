@@ -6,7 +6,8 @@ from tito_audit.checks.base import check
 from tito_audit.context import AuditContext
 from tito_audit.findings import Collector, Finding, Outcome
 from tito_audit.quote import quoted
-from tito_audit.rollout.stop import template_turn_end_tokens
+from tito_audit.rollout.stop import split_turn_ends, stop_convention, template_turn_end_tokens
+from tito_audit.rollout.turn_roles import NEXT_OPENER, turn_roles
 
 
 @check(
@@ -31,18 +32,36 @@ def stop_boundary(ctx: AuditContext) -> Outcome:
     findings = found.findings
     tok = ctx.tokenizer
     turn_ends = template_turn_end_tokens(ctx.renderer)
+    convention = stop_convention(ctx.renderer, ctx.model.generation_eos_ids)
     eos = tok.eos_token
     notes: list[str] = []
     if turn_ends and eos and eos not in turn_ends and not ctx.model.generation_eos_ids:
+        ends = (
+            f"turns end at the next turn's opener {turn_ends[0]!r}"
+            if convention == NEXT_OPENER
+            else f"turns end with {turn_ends[0]!r}"
+        )
         findings.append(
             Finding(
                 "stop_boundary",
                 "probe/turn_end",
                 "stop_seam",
-                f"turns end with {turn_ends[0]!r} but the tokenizer's eos is {eos!r} and no "
+                f"{ends} but the tokenizer's eos is {eos!r} and no "
                 "generation_config lists the turn end: an engine stopping on eos runs past the turn",
             )
         )
+    for text in split_turn_ends(ctx.renderer):
+        findings.append(
+            Finding(
+                "stop_boundary",
+                "probe/turn_end",
+                "stop_seam",
+                f"the template ends turns with {text!r}, which this tokenizer splits into "
+                f"{len(ctx.renderer.encode(text))} tokens: no engine stops on it (a tokenizer that is not the "
+                "template's own?)",
+            )
+        )
+    deferred = False
     trailing: dict[str, str] = {}
     compared = 0
     for sim in ctx.ok_simulations():
@@ -60,6 +79,7 @@ def stop_boundary(ctx: AuditContext) -> Outcome:
                 )
             elif turn.trailing_text:
                 trailing.setdefault(turn.trailing_text, sim.scenario.id)
+            deferred = deferred or turn.stop_deferred
             if turn.seam_merged:
                 findings.append(
                     Finding(
@@ -73,12 +93,12 @@ def stop_boundary(ctx: AuditContext) -> Outcome:
         traj = sim.trajectory
         if traj is None:
             continue
-        for bridge, seg in zip(traj.bridges, [s for s in traj.segments if s.kind == "bridge"], strict=False):
+        for seg in [s for s in traj.segments if s.kind == "bridge"]:
             # Start the window at the stop token: nothing merges across an added token, so only the seam counts.
             left = traj.input_ids[seg.start - 1 : seg.start] if seg.start else []
             if not left or left[0] not in ctx.stop_ids:
                 continue
-            right = bridge.ids[:6]
+            right = traj.input_ids[seg.start : seg.start + 6]
             compared += 1
             joined = ctx.renderer.encode(
                 ctx.renderer.decode(left + right, skip_special_tokens=False, clean_up_tokenization_spaces=False)
@@ -93,11 +113,22 @@ def stop_boundary(ctx: AuditContext) -> Outcome:
                 )
     for text in trailing:
         notes.append(f"renders {quoted(text)} after the stop token (never sampled; the delta starts with it)")
+    if convention == NEXT_OPENER:
+        notes.append(
+            "no turn end of its own: the next turn's opener is the stop, and the next message's delta "
+            "starts after the sampled one"
+        )
+    elif deferred:
+        notes.append(
+            "writes the turn end only once another message follows: the next message's delta starts "
+            "after the sampled one"
+        )
     unique: dict[str, Finding] = {}
     for f in findings:
         unique.setdefault(f.message, f)
     stops = ", ".join(repr(tok.convert_ids_to_tokens(i)) for i in ctx.stop_ids)
-    summary = f"stops on {stops}" + (f"; {notes[0]}" if notes else "")
+    summary = f"stops on {stops}" + (f" ({convention.replace('_', ' ')})" if convention else "")
+    summary += f"; {notes[0]}" if notes else ""
     if unique:
         summary = next(iter(unique.values())).message
     return Outcome(
@@ -105,6 +136,8 @@ def stop_boundary(ctx: AuditContext) -> Outcome:
         summary,
         data={
             "stop_tokens": [tok.convert_ids_to_tokens(i) for i in ctx.stop_ids],
+            "stop_convention": convention,
+            "turn_ends": list(turn_roles(ctx.renderer).turn_ends),
             "trailing_after_stop": sorted(trailing),
             "notes": notes,
         },

@@ -134,8 +134,13 @@ class EngineRenderer(Renderer):
         self.engine = engine
         self._engine_shared = shared
 
-    def _derive(self, template_kwargs: dict[str, Any], date: dt.datetime) -> Renderer:
+    def _derive(self, template_kwargs: dict[str, Any], date: dt.datetime, tools_as: Any = None) -> Renderer:
+        """``Renderer._derive``; a library takes tool declarations as they are (``tools_as`` is the Jinja path's
+        adaptation for templates that read another schema: asking an engine for it is a bug)."""
         import json
+
+        if tools_as is not None:
+            raise ValueError(f"{self.engine.name} takes tool declarations as they are; they cannot be converted")
 
         key = json.dumps([template_kwargs, date.isoformat()], sort_keys=True, default=repr)
         hit = self._shared.derived.get(key)

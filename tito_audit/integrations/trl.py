@@ -21,19 +21,33 @@ reads (``prompt_ids``/``prompt_mask`` left-padded, ``completion_ids``/``completi
 writes the records there and attaches each episode's sampled turns to its row, so they travel with it through
 TRL's shuffle and split into steps. ``compute_loss`` (public ``Trainer`` API) then checks the step's rows:
 trained ids = prompt + completion under the attention masks, loss mask = 0 on the prompt and
-``completion_mask * tool_mask`` on the completion, exactly what ``GRPOTrainer._compute_loss`` weighs.
+``completion_mask * tool_mask`` on the completion, exactly what ``GRPOTrainer._compute_loss`` weighs. Where the
+rollout's turns carry ``prompt_ids`` (the context the engine was given), the guard also checks that each turn was
+trained after exactly that context; without them it says "context not checked".
+
+Two more things TRL does with a batch are checked or accounted for:
+- the flattened ``logprobs`` the rollout returns become ``sampling_per_token_logps`` (importance sampling, the
+  off-policy mask); on the trained (sampled) positions they must equal the per-turn log-probs the rollout logs;
+- ``mask_truncated_completions=True`` zeroes every mask of a completion that did not end in EOS: such a row trains
+  nothing, on purpose. It is not a divergence; it is counted (``tito_masked``), said once in the log, noted in the
+  step's ``GuardResult.not_checked``, and not written to the log (replay checks what was trained).
+
+With several processes (ranks), a ``tito_log`` path becomes one file per rank (``rollouts.rank1.jsonl.gz``,
+``tito_audit.replay.per_rank_path``): two writers on one name would refuse each other.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tito_audit.replay.divergence import Divergence
 from tito_audit.replay.guard import GuardFailure, GuardResult, OnFail, TitoGuardError, check_batch
-from tito_audit.replay.schema import NATIVE_FIELDS, RecordError
-from tito_audit.replay.writer import LogWriter
+from tito_audit.replay.schema import RecordError
+from tito_audit.replay.writer import LogWriter, per_rank_path
 
 EPISODE_FIELD = "tito_episode"  # the rollout's extra field, and the batch key the mixin attaches to each row
 _LOG = logging.getLogger("tito_audit.guard")
@@ -62,6 +76,51 @@ def trained_rows(batch: Mapping[str, Any]) -> list[tuple[list[int], list[int]]]:
     return rows
 
 
+def trained_logprobs(batch: Mapping[str, Any]) -> list[list[float]] | None:
+    """Per row, TRL's ``sampling_per_token_logps`` (the rollout's flattened ``logprobs``) on the positions the loss
+    trains (``completion_mask * tool_mask``), in order; None when the batch has none."""
+    sampled = batch.get("sampling_per_token_logps")
+    if sampled is None:
+        return None
+    completion_mask = batch["completion_mask"].tolist()
+    tool = batch.get("tool_mask")
+    tool_mask = tool.tolist() if tool is not None else [[1] * len(row) for row in completion_mask]
+    return [
+        [lp for lp, m, w in zip(row, cm, tm, strict=True) if m and w]
+        for row, cm, tm in zip(sampled.tolist(), completion_mask, tool_mask, strict=True)
+    ]
+
+
+def _logprob_divergence(
+    turns: Sequence[Mapping[str, Any]], given: list[float], ids: list[int], mask: list[int]
+) -> tuple[bool, Divergence | None]:
+    """(compared, the first trained position where TRL's flattened log-prob differs from the turn's own). Not
+    compared when a turn carries no log-probs, or not one per sampled id."""
+    own: list[tuple[int, float]] = []
+    for k, t in enumerate(turns):
+        lps = t.get("logprobs")
+        if lps is None:
+            return False, None
+        lps = lps.tolist() if hasattr(lps, "tolist") else lps
+        if len(lps) != len(t["ids"]):
+            return False, None
+        own += [(k, float(v)) for v in lps]
+    trained = [i for i, m in enumerate(mask) if m]
+    if len(own) != len(given) or len(trained) != len(given):
+        return False, None  # not reached when the guard passed: the trained positions are the sampled ids
+    for j, ((k, mine), theirs) in enumerate(zip(own, given, strict=True)):
+        if math.isnan(mine) or math.isnan(theirs) or math.isclose(mine, theirs, rel_tol=1e-5, abs_tol=1e-5):
+            continue
+        at = trained[j]
+        message = (
+            f"the rollout's flattened logprobs (TRL's sampling_per_token_logps: importance sampling, off-policy "
+            f"mask) give {theirs:.5f} to sampled id {ids[at]} where turn {k}'s own logprobs give {mine:.5f}: "
+            "the flattened logprobs are not aligned with the completion"
+        )
+        return True, Divergence(k, at, "template", "logprobs", message)
+    return True, None
+
+
 class TitoGuardMixin(_TrainerBase):
     """Put it before ``GRPOTrainer`` in a subclass; see the module docstring.
 
@@ -69,7 +128,9 @@ class TitoGuardMixin(_TrainerBase):
     ``tito_on_fail``: ``"raise"`` (``TitoGuardError`` before the loss, the failing episode ids in its notes),
     ``"log"`` (a warning per failing episode), ``"return"`` (only ``tito_failures``). ``tito_classes``: name each
     divergence by class (decodes a few ids of a failing episode with the trainer's tokenizer; no render).
-    After a run, ``tito_checked`` counts the episodes checked and ``tito_failures`` holds (episode id, failure).
+    After a run, ``tito_checked`` counts the episodes checked, ``tito_failures`` holds (episode id, failure),
+    ``tito_logprobs_checked`` counts the episodes whose flattened log-probs were compared with their turns', and
+    ``tito_masked`` holds the ids of episodes ``mask_truncated_completions`` left untrained.
     """
 
     def __init__(
@@ -88,6 +149,9 @@ class TitoGuardMixin(_TrainerBase):
         self.tito_log = tito_log
         self.tito_checked = 0
         self.tito_failures: list[tuple[str, GuardFailure]] = []
+        self.tito_masked: list[str] = []
+        self.tito_logprobs_checked = 0
+        self._tito_said: set[str] = set()
         self._tito_writer: LogWriter | None = tito_log if isinstance(tito_log, LogWriter) else None
         self._tito_episodes = 0
 
@@ -95,8 +159,21 @@ class TitoGuardMixin(_TrainerBase):
 
     def _writer(self) -> LogWriter | None:
         if self._tito_writer is None and self.tito_log is not None:
-            self._tito_writer = LogWriter(self.tito_log)  # type: ignore[arg-type]
+            accelerator = getattr(self, "accelerator", None)
+            path = per_rank_path(  # one file per rank: ranks given one name would refuse each other
+                self.tito_log,  # type: ignore[arg-type]
+                getattr(accelerator, "process_index", None),
+                getattr(accelerator, "num_processes", None),
+            )
+            self._tito_writer = LogWriter(path)
         return self._tito_writer
+
+    def _masked_whole(self, batch: Mapping[str, Any]) -> list[bool]:
+        """Rows ``mask_truncated_completions`` zeroed (a completion that did not end in EOS): TRL trains nothing of
+        them on purpose. Only that option zeroes a whole row's ``completion_mask`` (a completion is never empty)."""
+        if not getattr(self, "mask_truncated_completions", False):
+            return [False] * len(batch["completion_mask"])
+        return [not any(row) for row in batch["completion_mask"].tolist()]
 
     def _generate_and_score_completions(self, inputs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)
@@ -111,15 +188,17 @@ class TitoGuardMixin(_TrainerBase):
         mode = "train" if self.model.training else "eval"
         writer = self._writer()
         attached = []
-        for ep, (ids, mask) in zip(episodes, trained_rows(output), strict=True):
+        masked = self._masked_whole(output)
+        for ep, (ids, mask), untrained in zip(episodes, trained_rows(output), masked, strict=True):
             if not isinstance(ep, Mapping) or "turns" not in ep:
                 raise ValueError(f"TitoGuardMixin: {EPISODE_FIELD!r} must be a dict with 'turns', not {ep!r:.80}")
             eid = str(ep.get("id") or f"{mode}-{self.accelerator.process_index}-{self._tito_episodes}")
             self._tito_episodes += 1
             attached.append({"id": eid, "turns": ep["turns"]})
-            if writer is not None:
-                record = {k: ep[k] for k in NATIVE_FIELDS if k in ep and k not in ("input_ids", "loss_mask")}
-                metadata = {"step": self.state.global_step, "mode": mode}
+            if writer is not None and not untrained:  # the log holds what was trained
+                # every field the rollout gave goes to the writer, which refuses (names) one it does not know
+                record = {k: v for k, v in ep.items() if k not in ("input_ids", "loss_mask", "metadata")}
+                metadata = {**(ep.get("metadata") or {}), "step": self.state.global_step, "mode": mode}
                 try:
                     writer.write({**record, "id": eid, "input_ids": ids, "loss_mask": mask, "metadata": metadata})
                 except RecordError as exc:
@@ -140,14 +219,41 @@ class TitoGuardMixin(_TrainerBase):
         return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
 
     def tito_check(self, batch: Mapping[str, Any], attached: Sequence[Mapping[str, Any]]) -> GuardResult:
-        """``check_batch`` on one step's rows; raises, warns or returns after ``tito_on_fail``."""
-        items = [
-            {"sampled": ep["turns"], "input_ids": ids, "loss_mask": mask}
-            for ep, (ids, mask) in zip(attached, trained_rows(batch), strict=True)
-        ]
+        """``check_batch`` on one step's rows (each turn's ``prompt_ids`` included, when the rollout gave them),
+        then TRL's flattened log-probs against the turns'; raises, warns or returns after ``tito_on_fail``."""
+        rows = trained_rows(batch)
+        logprobs = trained_logprobs(batch)
+        masked = self._masked_whole(batch)
+        checked = [n for n, untrained in enumerate(masked) if not untrained]
+        items = [{"sampled": attached[n]["turns"], "input_ids": rows[n][0], "loss_mask": rows[n][1]} for n in checked]
         processing = self.processing_class
         tokenizer = getattr(processing, "tokenizer", processing) if self.tito_classes else None
-        result = check_batch(items, on_fail="return", tokenizer=tokenizer)
+        result = check_batch(items, on_fail="return", tokenizer=tokenizer) if items else GuardResult()
+        for f in result.failures:
+            f.episode = checked[f.episode]  # the row in this step, as before
+        failing = {f.episode for f in result.failures}
+        uncompared = 0
+        for n in checked:
+            if logprobs is None or n in failing:
+                continue
+            compared, moved = _logprob_divergence(attached[n]["turns"], logprobs[n], *rows[n])
+            self.tito_logprobs_checked += compared
+            uncompared += not compared
+            if moved is not None:
+                result.failures.append(GuardFailure(n, moved, 0, 0, 0))
+        result.failures.sort(key=lambda f: f.episode)
+        if uncompared:
+            result.not_checked.append(
+                f"logprobs not checked on {uncompared} episode(s): TRL has the rollout's flattened logprobs, but the "
+                "turns in tito_episode carry none (or not one per sampled id) to compare them with"
+            )
+        untrained = [str(attached[n]["id"]) for n, m in enumerate(masked) if m]
+        if untrained:
+            self.tito_masked.extend(untrained)
+            result.not_checked.append(
+                f"{len(untrained)} episode(s) truncated and masked whole by mask_truncated_completions: not trained "
+                f"(intended), not compared: {', '.join(untrained)}"
+            )
         self.tito_checked += result.episodes
         failed = [(str(attached[f.episode]["id"]), f) for f in result.failures]
         self.tito_failures.extend(failed)
@@ -159,6 +265,11 @@ class TitoGuardMixin(_TrainerBase):
         if self.tito_on_fail == "log":
             for eid, f in failed:
                 _LOG.warning("TITO guard: %s: %s", eid, f)
+        for note in result.not_checked:  # what the guard cannot see holds for the whole run: said once, at first
+            kind = note.split(" on ", 1)[0] if " not checked" in note else "masked"
+            if kind not in self._tito_said and self.tito_on_fail != "return":
+                self._tito_said.add(kind)
+                _LOG.warning("TITO guard: %s", note)
         return result
 
     # -- closing ---------------------------------------------------------------------------------------------

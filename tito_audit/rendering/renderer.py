@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from typing import Any
 
@@ -37,6 +37,7 @@ from tito_audit.rendering.tokenizer_cache import tokenizer_cache
 __all__ = ["Message", "Renderer"]
 
 Message = dict[str, Any]
+ToolsAs = tuple[str, Callable[[Any], Any]]  # a tool-declaration schema's name, and the conversion to it
 
 
 def _key(messages: Sequence[Message], tools: Any, agp: bool, kwargs: dict[str, Any], date: str) -> bytes | str:
@@ -102,6 +103,7 @@ class Renderer:
         date: dt.datetime = DEFAULT_DATE,
         limits: RenderLimits | None = None,
         _shared: _Shared | None = None,
+        tools_as: ToolsAs | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.chat_template = chat_template
@@ -109,24 +111,37 @@ class Renderer:
         self.date = date
         self._date_key = date.isoformat()
         self.limits = limits or RenderLimits()
+        # (name, convert): the tool declarations every render passes are converted to the schema the template
+        # reads (``scenarios.adapt.TOOL_SCHEMAS``); None: as given
+        self.tools_as = tools_as
         if _shared is None:
             prepare_for_renders(chat_template, self.limits)
             _shared = _Shared(tokenizer, chat_template)
         self._shared = _shared
 
-    def _derive(self, template_kwargs: dict[str, Any], date: dt.datetime) -> Renderer:
-        key = json.dumps([template_kwargs, date.isoformat()], sort_keys=True, default=repr)
+    def _derive(self, template_kwargs: dict[str, Any], date: dt.datetime, tools_as: ToolsAs | None) -> Renderer:
+        schema = tools_as[0] if tools_as else None
+        key = json.dumps([template_kwargs, date.isoformat(), schema], sort_keys=True, default=repr)
         hit = self._shared.derived.get(key)
         if hit is None:
-            hit = Renderer(self.tokenizer, self.chat_template, template_kwargs, date, self.limits, self._shared)
+            hit = Renderer(
+                self.tokenizer, self.chat_template, template_kwargs, date, self.limits, self._shared, tools_as
+            )
             self._shared.derived[key] = hit
         return hit
 
     def with_kwargs(self, **template_kwargs: Any) -> Renderer:
-        return self._derive({**self.template_kwargs, **template_kwargs}, self.date)
+        return self._derive({**self.template_kwargs, **template_kwargs}, self.date, self.tools_as)
 
     def with_date(self, date: dt.datetime) -> Renderer:
-        return self._derive(self.template_kwargs, date)
+        return self._derive(self.template_kwargs, date, self.tools_as)
+
+    def with_tools_as(self, tools_as: ToolsAs | None) -> Renderer:
+        """This renderer with tool declarations converted by ``tools_as`` (name, convert) on every render."""
+        return self._derive(self.template_kwargs, self.date, tools_as)
+
+    def _tools(self, tools: Any) -> Any:
+        return self.tools_as[1](tools) if self.tools_as is not None and tools else tools
 
     def _guarded(self, run: Any, template_code: bool = True) -> Any:
         """``run()`` under the pinned date and the render limits; every failure becomes a classified RenderError.
@@ -176,6 +191,7 @@ class Renderer:
         """The cache key of a render, and the tools to render with (None for a template that never reads them)."""
         if tools is not None and not self._shared.reads_tools:
             tools = None
+        tools = self._tools(tools)
         return _key(messages, tools, agp, self.template_kwargs, self._date_key), tools
 
     def render(self, messages: Sequence[Message], tools: Any = None, add_generation_prompt: bool = False) -> str:
@@ -267,6 +283,7 @@ class Renderer:
 
     def render_with_mask(self, messages: Sequence[Message], tools: Any = None) -> tuple[list[int], list[int]]:
         """Ids and ``assistant_masks`` (``return_assistant_tokens_mask=True``), under the same limits."""
+        tools = self._tools(tools)
         out = self._guarded(
             lambda: self._apply(
                 messages,

@@ -21,7 +21,7 @@ from tito_audit.replay.reader import LogError, iter_records
 from tito_audit.replay.record import record_from_trajectory
 from tito_audit.replay.run import TokenizerMismatch, replay_batch, replay_log
 from tito_audit.replay.schema import Episode, RecordError, SampledTurn, episode_from_native
-from tito_audit.replay.writer import LogWriter
+from tito_audit.replay.writer import LogWriter, per_rank_path
 
 __all__ = [
     "ADAPTERS",
@@ -45,6 +45,7 @@ __all__ = [
     "detect",
     "episode_from_native",
     "iter_records",
+    "per_rank_path",
     "record_from_trajectory",
     "replay_batch",
     "replay_log",

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from tito_audit.findings import FINDING_CLASSES
 
-Kind = Literal["ids", "mask", "shape", "missing", "context", "drift"]
+Kind = Literal["ids", "mask", "shape", "missing", "context", "drift", "logprobs"]
 JSON_CHARS = frozenset('{}":,[]')
 REASONING_MARKERS = ("think", "reasoning", "analysis")
 

@@ -20,30 +20,42 @@ the partial tail off before it appends (``repaired_bytes``).
 ``max_bytes`` rotates the log into numbered parts (``rollouts-00000.jsonl.gz``, ``-00001``, ...), each one a
 complete log that ``replay`` reads on its own. Parquet is always written in parts: ``flush`` seals the current
 part (a Parquet file is readable only once its footer is written). Opening an existing log appends: JSONL goes on
-in the same file (or the last part), Parquet starts a new part. One process writes a file at a time (an
-exclusive lock says so if a second one tries); threads share one writer safely.
+in the same file (or the last part), Parquet starts a new part. One writer writes a log at a time: a second one
+(another process, or another ``LogWriter`` in this one) gets ``RuntimeError`` when it flushes, from an exclusive
+lock (JSONL: on the file; Parquet: on a ``.NAME.lock`` file beside the parts), and a Parquet part is never
+replaced, lock or not (a sealed part takes a name no file has). Threads share one writer safely. Several ranks
+of one job each take their own name: ``per_rank_path``.
+
+A writer that is never closed still loses nothing it was given: what it holds is written when the interpreter
+exits, or when the writer is garbage-collected (then a ``RuntimeWarning``, once, names the log and the records
+that were pending). Only a process killed before either (SIGKILL, ``os._exit``) loses what was not flushed.
 """
 
 from __future__ import annotations
 
+import atexit
 import gzip
 import json
 import os
 import re
 import threading
+import warnings
+import weakref
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
+from tito_audit.replay.batch_item import ALIASES, MASK_FIELDS, BatchItemError, native_record
 from tito_audit.replay.reader import GZIP_MAGIC, PARQUET_MAGIC
-from tito_audit.replay.schema import Episode, episode_from_native, episode_to_native
+from tito_audit.replay.schema import NATIVE_FIELDS, Episode, RecordError, episode_from_native, episode_to_native
 
 LogFormat = Literal["jsonl", "jsonl.gz", "parquet"]
 FORMATS: tuple[LogFormat, ...] = ("jsonl", "jsonl.gz", "parquet")
 JSON_FIELDS = ("messages", "tools", "chat_template_kwargs", "metadata")  # JSON text in Parquet (free-form objects)
 _JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson", ".jsonlines")
+_KNOWN_FIELDS = frozenset((*NATIVE_FIELDS, "metadata", *ALIASES, *MASK_FIELDS))
 
 try:
     import fcntl
@@ -72,6 +84,34 @@ def _split_name(path: Path, fmt: LogFormat) -> tuple[str, str]:
         suffix = next((s for s in _JSONL_SUFFIXES if inner.lower().endswith(s)), "")
         ext = suffix + ext
     return name[: len(name) - len(ext)] if ext else name, ext
+
+
+def per_rank_path(path: str | os.PathLike[str], rank: int | None = None, world_size: int | None = None) -> Path:
+    """The log name for this rank of a distributed job: ``rollouts.jsonl.gz`` becomes ``rollouts.rank3.jsonl.gz``
+    when there are several ranks (unchanged with one). Rank and world size default to ``torch.distributed``'s
+    when it is initialised, else to the ``RANK``/``WORLD_SIZE`` variables launchers (torchrun, accelerate) set."""
+    path = Path(path)
+    if rank is None or world_size is None:
+        found_rank, found_world = _distributed()
+        rank = found_rank if rank is None else rank
+        world_size = found_world if world_size is None else world_size
+    if world_size <= 1:
+        return path
+    stem, ext = _split_name(path, format_of(path))
+    return path.with_name(f"{stem}.rank{rank}{ext}")
+
+
+def _distributed() -> tuple[int, int]:
+    """(rank, world size) of this process: torch.distributed when initialised, else RANK/WORLD_SIZE, else (0, 1)."""
+    import sys
+
+    dist = getattr(sys.modules.get("torch"), "distributed", None)  # only if the loop already imported torch
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    try:
+        return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    except ValueError:
+        return 0, 1
 
 
 def _plain(value: Any) -> Any:
@@ -152,6 +192,20 @@ def _gzip_end(fd: int, size: int, path: Path) -> tuple[int, bytes]:
     return good, (b"" if complete_last == b"\n" else gzip.compress(b"\n", mtime=0))
 
 
+def _lock_exclusive(fd: int, path: Path) -> None:
+    """An exclusive ``flock`` on ``fd`` (held until it is closed), or ``RuntimeError``: one writer per log. The lock
+    belongs to the open file, so a second ``LogWriter`` in the same process is refused like another process."""
+    if fcntl is None:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise RuntimeError(
+            f"{path}: another writer (process or LogWriter) is writing this log; one writer per log: give each "
+            "rank or process its own name (tito_audit.replay.per_rank_path)"
+        ) from None
+
+
 class _JsonLines:
     """One JSONL (or gzip JSONL) part, appended through an ``O_APPEND`` descriptor, one ``write`` per chunk."""
 
@@ -159,11 +213,7 @@ class _JsonLines:
         self.path, self.gz, self.fsync = path, gz, fsync
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            if fcntl is not None:
-                try:
-                    fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    raise RuntimeError(f"{path}: another process is writing this log (one writer per file)") from None
+            _lock_exclusive(self.fd, path)
             size = os.fstat(self.fd).st_size
             keep, close_line = (_gzip_end if gz else _jsonl_end)(self.fd, size, path) if size else (0, b"")
             if keep < size:
@@ -189,13 +239,18 @@ class _JsonLines:
 
 
 class _ParquetPart:
-    """One Parquet part, written as ``.NAME.partial`` and renamed to NAME when sealed (footer written)."""
+    """One Parquet part, written as ``.NAME.partial`` and given its name NAME when sealed (footer written). It never
+    replaces a file: the part number is claimed with ``O_EXCL`` only where no part of that number exists, and the
+    sealed part is hard-linked to its name (which fails where a file is), so that even two writers without a lock
+    between them (not POSIX, a file system without ``flock``) cannot replace each other's parts."""
 
-    def __init__(self, path: Path, fsync: bool) -> None:
+    def __init__(self, path: Path, fsync: bool, free: Callable[[], Path]) -> None:
         import pyarrow.parquet as pq
 
-        self.path, self.fsync = path, fsync
+        self.path, self.fsync, self.free = path, fsync, free
         self.partial = path.with_name(f".{path.name}.partial")
+        if path.exists():
+            raise FileExistsError(path)
         fd = os.open(self.partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)  # claims the part number
         os.close(fd)
         self.writer = pq.ParquetWriter(self.partial, _arrow_schema(), compression="zstd")
@@ -217,7 +272,19 @@ class _ParquetPart:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        os.replace(self.partial, self.path)
+        while True:
+            try:
+                os.link(self.partial, self.path)  # fails where a file is: nothing is ever replaced
+                break
+            except FileExistsError:
+                self.path = self.free()  # another writer sealed this number meanwhile: the next free one
+            except OSError:  # no hard links here: rename, after a check (a narrow race, only without a lock)
+                if self.path.exists():
+                    self.path = self.free()
+                    continue
+                os.rename(self.partial, self.path)
+                return
+        os.unlink(self.partial)
 
 
 _SCHEMA: Any = None
@@ -282,8 +349,11 @@ class LogWriter:
         self._sink: _JsonLines | _ParquetPart | None = None
         self._written: list[Path] = []
         self._closed = False
+        self._lock_fd: int | None = None  # Parquet: the log's lock file, held from the first flush to close
+        self._pid = os.getpid()  # a forked child does not write its parent's pending records a second time
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._index = self._last_index()
+        _OPEN.add(self)
 
     # -- files ------------------------------------------------------------------------------------------------
 
@@ -302,26 +372,39 @@ class LogWriter:
 
     def _open(self) -> _JsonLines | _ParquetPart:
         if self.format == "parquet":
-            while True:
-                self._index += 1
+            if self._lock_fd is None:
+                lock = self.path.with_name(f".{self.stem}{self.ext}.lock")
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
                 try:
-                    sink: _JsonLines | _ParquetPart = _ParquetPart(self._part(self._index), self.fsync)
-                    break
-                except FileExistsError:  # a crashed writer's partial file, or another writer's: next number
-                    continue
-        else:
-            sink = _JsonLines(self._part(self._index), self.format == "jsonl.gz", self.fsync)
-            self.repaired_bytes += sink.repaired
+                    _lock_exclusive(fd, self.path)
+                except BaseException:
+                    os.close(fd)
+                    raise
+                self._lock_fd = fd
+                self._index = max(self._index, self._last_index())  # parts sealed before the lock was ours
+            return _ParquetPart(self._free_part(), self.fsync, self._free_part)
+        sink = _JsonLines(self._part(self._index), self.format == "jsonl.gz", self.fsync)
+        self.repaired_bytes += sink.repaired
         if sink.path not in self._written:
             self._written.append(sink.path)
         return sink
 
+    def _free_part(self) -> Path:
+        """The next Parquet part name that no file holds, sealed or partial (a crashed writer's, another's)."""
+        while True:
+            self._index += 1
+            path = self._part(self._index)
+            if not path.exists() and not path.with_name(f".{path.name}.partial").exists():
+                return path
+
     def _seal(self) -> None:
         """Close the current part; the next write opens the next one."""
         if self._sink is not None:
-            self._sink.close()
-            self._sink = None
-            if self.format != "parquet" and self.parts:
+            sink, self._sink = self._sink, None
+            sink.close()
+            if self.format == "parquet":
+                self._written.append(sink.path)  # its name once sealed (another if its own was taken)
+            elif self.parts:
                 self._index += 1
 
     @property
@@ -340,6 +423,16 @@ class LogWriter:
         if isinstance(record, Episode):
             ep, metadata = record, None
         else:
+            unknown = sorted(k for k in record if k not in _KNOWN_FIELDS)
+            if unknown:
+                raise RecordError(
+                    f"unknown field(s) {', '.join(map(repr, unknown))}: a record holds {', '.join(NATIVE_FIELDS)} "
+                    f"(or the batch names {', '.join(ALIASES)}); put anything else under metadata"
+                )
+            try:
+                record = native_record(record)
+            except BatchItemError as exc:
+                raise RecordError(str(exc)) from None
             ep, metadata = episode_from_native(record), record.get("metadata")
         row = episode_to_native(ep)
         if metadata is not None:
@@ -442,8 +535,38 @@ class LogWriter:
             try:
                 self._drain(seal=True)
             finally:
-                self._seal()
-                self._closed = True
+                try:
+                    self._seal()
+                finally:
+                    self._closed = True
+                    if self._lock_fd is not None:
+                        os.close(self._lock_fd)  # the lock file stays: removing it could let two writers lock two
+                        self._lock_fd = None
+                    _OPEN.discard(self)
+
+    def _close_unclosed(self, collected: bool) -> None:
+        """Write what an unclosed writer holds (at interpreter exit, or when it is garbage-collected)."""
+        if getattr(self, "_closed", True) or self._pid != os.getpid():
+            return
+        pending = len(self._pending)
+        try:
+            self.close()
+        except Exception as exc:  # said, not raised: a collector or atexit has no caller to raise to
+            message = f"{self!r}: {pending} pending record(s) could not be written: {exc}"
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+            return
+        global _WARNED
+        if collected and pending and not _WARNED:
+            _WARNED = True
+            warnings.warn(
+                f"{self!r} was garbage-collected without close(): its {pending} pending record(s) were written "
+                "then; call close() (or use `with LogWriter(...)`) so that they are written when you expect",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+    def __del__(self) -> None:
+        self._close_unclosed(collected=True)
 
     def __enter__(self) -> LogWriter:
         return self
@@ -455,3 +578,14 @@ class LogWriter:
 
     def __repr__(self) -> str:
         return f"LogWriter({str(self.path)!r}, format={self.format!r}, records={self.records})"
+
+
+_OPEN: weakref.WeakSet[LogWriter] = weakref.WeakSet()  # writers not closed yet, closed at interpreter exit
+_WARNED = False
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """Write what every unclosed writer holds, as Python's own files do at exit."""
+    for writer in list(_OPEN):
+        writer._close_unclosed(collected=False)  # one log's failure is said and does not cost the others theirs

@@ -49,6 +49,17 @@ def _copied(value: Any) -> Any:
     return copy.deepcopy(value) if key is None else marshal.loads(key)
 
 
+def _sampled_overlap(buffer: Sequence[int], delta: Sequence[int], stop_ids: Sequence[int], window: int = 8) -> int:
+    """How many leading ids of ``delta`` the buffer already ends with, through a sampled stop token: a template
+    that writes an assistant turn's end only once another message follows (GLM's next-turn opener ``<|user|>``)
+    renders the stop the model sampled as the first token(s) of the next message's delta. 0 when it does not."""
+    stops = set(stop_ids)
+    for k in range(min(window, len(delta), len(buffer))):
+        if delta[k] in stops and list(buffer[len(buffer) - k - 1 :]) == list(delta[: k + 1]):
+            return k + 1
+    return 0
+
+
 class TruncatedCompletion(AppendRefused):
     """An append was requested after a completion that never reached a stop token."""
 
@@ -262,6 +273,9 @@ class Trajectory:
         bridge = compute_bridge(
             self.renderer, self.messages, messages, self.tools, self.stop_ids, add_generation_prompt
         )
+        ids = list(bridge.ids)
+        if not bridge.stop_rendered and not self.truncated:
+            ids = ids[_sampled_overlap(self.input_ids, ids, self.stop_ids) :]
         appended: list[int] = []
         if self.truncated:
             # Close the turn the way the template does (its stop token, if it writes one), untrained.
@@ -270,10 +284,10 @@ class Trajectory:
                 self._push("turn_end", turn_end, trained=False)
             appended += turn_end
         self.messages.extend(_copied(list(messages)))
-        self._push("bridge", bridge.ids, trained=False)
+        self._push("bridge", ids, trained=False)
         self.bridges.append(bridge)
         self._no_generation_prompt = not add_generation_prompt
-        return appended + list(bridge.ids)
+        return appended + ids
 
     def append_refused(self, messages: Sequence[Message], refusal: BridgeError) -> list[int]:
         """Append ``messages`` although the template refused them: the ids it would add, ``refusal.forced_ids``.

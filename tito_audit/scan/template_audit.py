@@ -22,7 +22,7 @@ from tito_audit.rendering.analysis import hazards, literal_text
 from tito_audit.scan import classify
 from tito_audit.scan.discover import TemplateFile, read_template
 from tito_audit.scan.pick import Choice, Picker
-from tito_audit.sources.control_tokens import missing_tokens
+from tito_audit.sources.control_tokens import missing_tokens, role_literals
 
 if TYPE_CHECKING:
     from tito_audit.sources.synthesized import Synthesizer
@@ -178,9 +178,11 @@ def _audit(
         result.cls, result.error_kind = classify.SECURITY, "security"
         result.reason = f"line {security[0].line}: {security[0].detail}"
         return
-    result.missing_tokens = missing_tokens(model.tokenizer, literal_text(text), model.hidden_specials)
+    # the control words it writes in role positions, read on the candidate (``control_tokens.role_literals``)
+    roles = role_literals(Renderer(model.tokenizer, text, limits=limits))
+    result.missing_tokens = missing_tokens(model.tokenizer, literal_text(text), model.hidden_specials, roles)
     if result.missing_tokens and synthesizer is not None:
-        model = _synthesized(synthesizer, text, result)
+        model = _synthesized(synthesizer, text, result, roles)
 
     started = time.perf_counter()
     # A scan keeps the verdict and its reasons, not the per-check report: only the checks the verdict reads, and
@@ -226,12 +228,12 @@ def first_divergence(report: Any) -> str:
     return ""
 
 
-def _synthesized(synthesizer: Synthesizer, text: str, result: TemplateResult) -> Any:
+def _synthesized(synthesizer: Synthesizer, text: str, result: TemplateResult, roles: list[str]) -> Any:
     """The template's own synthesized model; the result says so (the verdict it gets is approximate)."""
     from tito_audit.sources.synthesized import choose_base
 
-    base = choose_base(text, synthesizer.candidates)
-    model = synthesizer.model(text, result.path, base)
+    base = choose_base(text, synthesizer.candidates, roles)
+    model = synthesizer.model(text, result.path, base, roles)
     result.tokenizer, result.tokenizer_kind, result.tokenizer_base = model.name, "synthesized", base.name
     result.tokenizer_reason = f"no candidate has {', '.join(result.missing_tokens[:3])}: synthesized; {base.reason}"
     result.synthesized_tokens, result.missing_tokens = list(model.provenance.synthesized_tokens), []

@@ -1,6 +1,10 @@
 """Adapt a conversation to what a template accepts, instead of giving up on the model: the named rewrites.
 
-Two layers. ``scenarios.shapes`` finds, by rendering one small tool episode in each shape, what the template
+Tool declarations first: a template that rejects the OpenAI schema (``{"type": "function", "function": {name,
+description, parameters}}``) for every conversation is rendered with the first of ``TOOL_SCHEMAS`` it accepts
+(every parameter described, flat ``{name, description, parameters}``, ``{name, description,
+parameter_definitions}``), the renderer converting the declarations on every render (``tools_as_read``). Then two
+layers. ``scenarios.shapes`` finds, by rendering one small tool episode in each shape, what the template
 accepts (nested or flat calls, dict or JSON-string arguments, content None or ``""`` next to calls, the ``tool``
 role or results as user turns, how reasoning reaches the render) and plays every scenario in that shape with
 the rewrites here. Then, per scenario, the fallbacks in ``ADAPTERS`` (a ``system`` role merged into the user
@@ -14,6 +18,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from tito_audit.errors import RenderError
+from tito_audit.rendering.renderer import Renderer
 from tito_audit.scenarios.spec import Message
 
 
@@ -153,6 +159,26 @@ def flat_calls(messages: list[Message]) -> list[Message]:
     return _map_calls(messages, one)
 
 
+def named_call_ids(messages: list[Message]) -> list[Message]:
+    """Tool-call ids that carry the function name, ``functions.NAME:INDEX`` (the index counts the conversation's
+    calls), and each result's ``tool_call_id`` to match: for a template that writes a call's id where the call's
+    name would go (Kimi-K2.5), so that the engine's parser reads the name from the id."""
+    renamed: dict[Any, str] = {}
+    out = []
+    for m in messages:
+        if m.get("tool_calls"):
+            calls = []
+            for call in m["tool_calls"]:
+                new = f"functions.{call_function(call).get('name')}:{len(renamed)}"
+                renamed[call.get("id")] = new
+                calls.append({**call, "id": new})
+            m = {**m, "tool_calls": calls}
+        elif m.get("role") == "tool" and m.get("tool_call_id") in renamed:
+            m = {**m, "tool_call_id": renamed[m["tool_call_id"]]}
+        out.append(m)
+    return out
+
+
 def call_content(messages: list[Message], old: Any, new: Any) -> list[Message]:
     return [
         {**m, "content": new} if m.get("tool_calls") and "content" in m and m["content"] == old else m for m in messages
@@ -168,3 +194,92 @@ def reasoning_inline(messages: list[Message], tags: tuple[str, str]) -> list[Mes
             m["content"] = f"{tags[0]}\n{thought}\n{tags[1]}\n\n{m.get('content') or ''}"
         out.append(m)
     return out
+
+
+def _function(tool: Any) -> dict[str, Any] | None:
+    """The name/description/parameters of an OpenAI-shaped declaration, None for any other shape."""
+    fn = tool.get("function") if isinstance(tool, dict) else None
+    return fn if isinstance(fn, dict) else None
+
+
+def _described_parameters(parameters: Any) -> Any:
+    """A JSON schema whose every top-level property has a description (some templates print each one)."""
+    if not isinstance(parameters, dict) or not isinstance(parameters.get("properties"), dict):
+        return parameters
+    props = {
+        name: {"description": f"The {name}.", **spec} if isinstance(spec, dict) else spec
+        for name, spec in parameters["properties"].items()
+    }
+    return {**parameters, "properties": props}
+
+
+def _described(tools: list[Any]) -> list[Any]:
+    out = []
+    for tool in tools:
+        fn = _function(tool)
+        if fn is not None:
+            tool = {**tool, "function": {**fn, "parameters": _described_parameters(fn.get("parameters"))}}
+        out.append(tool)
+    return out
+
+
+def _flat(tools: list[Any]) -> list[Any]:
+    out = []
+    for tool in _described(tools):
+        fn = _function(tool)
+        out.append({"type": "function", **fn} if fn is not None else tool)
+    return out
+
+
+def _parameter_definitions(tools: list[Any]) -> list[Any]:
+    out = []
+    for tool in _described(tools):
+        fn = _function(tool)
+        if fn is not None:
+            params = fn.get("parameters") or {}
+            required = set(params.get("required") or [])
+            tool = {
+                "name": fn.get("name"),
+                "description": fn.get("description", ""),
+                "parameter_definitions": {
+                    name: {
+                        "description": spec.get("description", ""),
+                        "type": spec.get("type", "string"),
+                        "required": name in required,
+                    }
+                    for name, spec in (params.get("properties") or {}).items()
+                    if isinstance(spec, dict)
+                },
+            }
+        out.append(tool)
+    return out
+
+
+# Tool-declaration schemas besides OpenAI's, in the order they are tried; each conversion leaves a declaration
+# already in its schema as it is (a renderer may convert twice).
+TOOL_SCHEMAS: dict[str, Callable[[list[Any]], list[Any]]] = {
+    "tools_described": _described,
+    "tools_flat": _flat,
+    "tools_parameter_definitions": _parameter_definitions,
+}
+# The shape probe's first prompt (``scenarios.shapes``), so that the render is the one it makes anyway.
+_PROBE_USER: list[Message] = [{"role": "user", "content": "What is the weather?"}]
+
+
+def tools_as_read(renderer: Renderer, tools: list[Any]) -> Renderer:
+    """``renderer``, or, for a template that rejects ``tools`` in the OpenAI schema, the renderer that converts them
+    to the first schema of ``TOOL_SCHEMAS`` it renders (its name is the adaptation the rollout code must make)."""
+    try:
+        renderer.render(_PROBE_USER, tools=tools, add_generation_prompt=True)
+        return renderer
+    except RenderError as err:
+        if err.kind in ("timeout", "too_large", "security"):
+            return renderer
+    for name, convert in TOOL_SCHEMAS.items():
+        candidate = renderer.with_tools_as((name, convert))
+        try:
+            candidate.render(_PROBE_USER, tools=tools, add_generation_prompt=True)
+        except RenderError:
+            continue
+        return candidate
+    return renderer

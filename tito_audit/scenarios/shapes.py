@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tito_audit.errors import RenderError, detached
@@ -23,6 +23,7 @@ from tito_audit.scenarios.adapt import (
     arguments_string,
     call_content,
     flat_calls,
+    named_call_ids,
     reasoning_inline,
     reasoning_of,
     tool_as_user,
@@ -40,6 +41,7 @@ class Probe:
     shows_call: bool = False
     shows_arguments: bool = False
     shows_result: bool = False
+    shows_id: bool = False  # the call's id renders where its name does not
 
     @property
     def shows_all(self) -> bool:
@@ -69,6 +71,7 @@ class Shapes:
     reasoning: str = ""
     think_tags: tuple[str, str] = ("<think>", "</think>")
     framing: tuple[str, ...] = ()  # FRAMINGS: what every message needed before anything rendered
+    named_ids: bool = False  # call ids carry the function name (the template writes the id in the name's place)
 
     @property
     def canonical_content(self) -> str | None:
@@ -88,6 +91,8 @@ class Shapes:
             out.append("content_none")
         if self.tool_role == "user":
             out.append("tool_as_user")
+        if self.named_ids:
+            out.append("named_call_ids")
         if self.reasoning == "inline":
             out.append("reasoning_inline")
         if self.reasoning == "emitted":
@@ -109,6 +114,8 @@ class Shapes:
             steps.append(("content_none", lambda ms: call_content(ms, "", None)))
         if self.reasoning == "inline":
             steps.append(("reasoning_inline", lambda ms: reasoning_inline(ms, self.think_tags)))
+        if self.named_ids:
+            steps.append(("named_call_ids", named_call_ids))
         if self.tool_role == "user":
             steps.append(("tool_as_user", tool_as_user))
         steps += [(name, FRAMERS[name]) for name in self.framing]
@@ -127,7 +134,7 @@ Shape = tuple[str, str, str, str]  # call shape, arguments, content next to call
 FRAMINGS: tuple[tuple[str, ...], ...] = ((), ("system_prompt",), ("content_parts",), ("system_prompt", "content_parts"))
 
 
-def _probe_episode(shape: Shape, framing: tuple[str, ...] = ()) -> list[Message]:
+def _probe_episode(shape: Shape, framing: tuple[str, ...] = (), named_ids: bool = False) -> list[Message]:
     calls, arguments, content, tool_role = shape
     call: Message = {
         "id": "call00001",
@@ -144,6 +151,8 @@ def _probe_episode(shape: Shape, framing: tuple[str, ...] = ()) -> list[Message]
         messages = arguments_string(messages)
     if calls == "flat":
         messages = flat_calls(messages)
+    if named_ids:
+        messages = named_call_ids(messages)
     if tool_role == "user":
         messages = tool_as_user(messages)
     for name in framing:
@@ -151,8 +160,10 @@ def _probe_episode(shape: Shape, framing: tuple[str, ...] = ()) -> list[Message]
     return messages
 
 
-def _probe(renderer: Renderer, tools: Any, shape: Shape, framing: tuple[str, ...] = ()) -> Probe:
-    messages = _probe_episode(shape, framing)
+def _probe(
+    renderer: Renderer, tools: Any, shape: Shape, framing: tuple[str, ...] = (), named_ids: bool = False
+) -> Probe:
+    messages = _probe_episode(shape, framing, named_ids)
     lead = 2 if "system_prompt" in framing else 1  # messages before the first assistant turn
     try:
         full = renderer.render(messages, tools=tools)
@@ -162,10 +173,12 @@ def _probe(renderer: Renderer, tools: Any, shape: Shape, framing: tuple[str, ...
         return Probe(error=detached(err))
     completion = turn[common_prefix_len(prompt, turn) :]
     value = SHAPE_PROBE_ARGS["city"]
+    call_id = messages[lead]["tool_calls"][0].get("id") if messages[lead].get("tool_calls") else None
     return Probe(
         shows_call=SHAPE_PROBE_TOOL in completion,
         shows_arguments=value in completion or value in full,
         shows_result=SHAPE_PROBE_RESULT in full or json.dumps(SHAPE_PROBE_RESULT)[1:-1] in full,
+        shows_id=bool(call_id) and str(call_id) in completion,
     )
 
 
@@ -205,7 +218,15 @@ def probe_shapes(renderer: Renderer, tools: Any) -> Shapes:
             chosen = chosen or next((s for s in rest if get(s).error is None), None)
         first_error = first_error or get(CANONICAL).error
         if chosen is not None:
-            return _shapes(renderer, chosen, get, framing)
+            shapes = _shapes(renderer, chosen, get, framing)
+            if "tool_calls" in shapes.drops and get(chosen).shows_id:  # the id where the name would go
+                named = _probe(renderer, tools, chosen, framing, named_ids=True)
+                if named.shows_call:
+                    drops = tuple(d for d in shapes.drops if d != "tool_calls")
+                    if not named.shows_arguments:
+                        drops = (*drops, "arguments")
+                    shapes = replace(shapes, drops=drops, named_ids=True)
+            return shapes
     return Shapes(rejects_tools=first_error.message if first_error is not None else "no shape renders")
 
 

@@ -2,10 +2,11 @@
 
 What decides most TITO properties is the template's structure and whether its control tokens are atomic, not
 the exact merges of the BPE. So a template whose vocabulary is not at hand is audited on a real base tokenizer
-to which the control-token text it writes (``<|eot_id|>``, ``[INST]``...) is added as atomic special tokens;
-``bos_token``/``eos_token`` are the base's (a placeholder special token where the base has none). Stop tokens
-are then derived exactly as for a real tokenizer (``rollout.stop``): the special token the template writes after
-an assistant turn, plus eos.
+to which the control-token text it writes is added as atomic special tokens: the literals shaped like known
+control tokens (``<|eot_id|>``, ``[INST]``...) and the control words it writes in a role position, whatever their
+shape (``<|turn>``, ``[e~[``, ``<seed:eos>``: ``control_tokens.role_literals``); ``bos_token``/``eos_token`` are the
+base's (a placeholder special token where the base has none). Stop tokens are then derived exactly as for a real
+tokenizer (``rollout.stop``): where the template closes an assistant turn, plus eos.
 
 The base is derived from the template, never from a model name (``choose_base``): the candidate that already
 has most of the template's control tokens as single tokens, then defines the special-token variables the template
@@ -24,29 +25,35 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tito_audit.sources.control_tokens import read_special_variables
 from tito_audit.sources.load import SYNTHESIZED, LoadedModel, Provenance, sha256_text
 
-# Special-token variables transformers passes to a template (those the tokenizer defines).
-SPECIAL_VARIABLES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 
-
-def template_controls(template: str) -> list[str]:
-    """The control-token text a template writes (literal text and string constants), in order of appearance."""
+def template_controls(template: str, roles: Iterable[str] = ()) -> list[str]:
+    """The control-token text a template writes (literal text and string constants, then ``roles``: its role
+    literals, ``control_tokens.role_literals``), in order of appearance."""
     from tito_audit.rendering.analysis import literal_text
-    from tito_audit.sources.control_tokens import control_literals
+    from tito_audit.sources.control_tokens import template_literals
 
-    return control_literals(literal_text(template))
+    return template_literals(literal_text(template), roles)
 
 
-def read_special_variables(template: str) -> list[str]:
-    """The special-token variables (``bos_token``...) a template reads."""
-    from tito_audit.rendering.analysis import loaded_names
+def template_roles(template: str, candidates: Mapping[str, LoadedModel]) -> list[str]:
+    """The template's role literals (``control_tokens.role_literals``), read on the first candidate that defines
+    every special-token variable it reads (the words differ between tokenizers only where those variables are
+    written, and those are not the template's literals)."""
+    from tito_audit.rendering.renderer import Renderer
+    from tito_audit.sources.control_tokens import role_literals
 
-    try:
-        names = loaded_names(template)
-    except Exception:  # does not parse: the audit reports that
+    if not candidates:
         return []
-    return [v for v in SPECIAL_VARIABLES if v in names]
+    wanted = read_special_variables(template)
+    models = list(candidates.values())
+    model = next((m for m in models if all(getattr(m.tokenizer, v, None) is not None for v in wanted)), models[0])
+    try:
+        return role_literals(Renderer(model.tokenizer, template))
+    except Exception:  # a template that cannot be prepared: the audit says so
+        return []
 
 
 @dataclass(frozen=True)
@@ -83,10 +90,10 @@ class _Reading:
     text: str
 
     @classmethod
-    def of(cls, template: str) -> _Reading:
+    def of(cls, template: str, roles: Iterable[str] = ()) -> _Reading:
         from tito_audit.rendering.analysis import literal_text
 
-        controls = tuple(template_controls(template))
+        controls = tuple(template_controls(template, roles))
         text = literal_text(template)
         for t in controls:
             text = text.replace(t, "\n")
@@ -102,9 +109,17 @@ def _atomic_and_provides(tokenizer: Any, reading: _Reading, hidden: frozenset[st
     return atomic, provides
 
 
-def fit(name: str, tokenizer: Any, template: str, order: int = 0, hidden: frozenset[str] = frozenset()) -> BaseFit:
-    """``hidden``: tokens added to the tokenizer by synthesis (not its own)."""
-    reading = _Reading.of(template)
+def fit(
+    name: str,
+    tokenizer: Any,
+    template: str,
+    order: int = 0,
+    hidden: frozenset[str] = frozenset(),
+    roles: Iterable[str] = (),
+) -> BaseFit:
+    """``hidden``: tokens added to the tokenizer by synthesis (not its own); ``roles``: the template's role
+    literals."""
+    reading = _Reading.of(template, roles)
     return _encoded_fit(name, tokenizer, reading, order, _atomic_and_provides(tokenizer, reading, hidden))
 
 
@@ -121,12 +136,13 @@ def _encoded_fit(name: str, tokenizer: Any, reading: _Reading, order: int, leadi
     )
 
 
-def choose_base(template: str, candidates: Mapping[str, LoadedModel]) -> BaseFit:
+def choose_base(template: str, candidates: Mapping[str, LoadedModel], roles: Iterable[str] | None = None) -> BaseFit:
     """The candidate that fits ``template`` best (see the module's docstring). Only the candidates that lead on
-    the criteria that need no encoding are encoded: the others cannot win."""
+    the criteria that need no encoding are encoded: the others cannot win. ``roles``: the template's role literals
+    (read here when not given)."""
     if not candidates:
         raise ValueError("no candidate tokenizers to synthesize from")
-    reading = _Reading.of(template)
+    reading = _Reading.of(template, template_roles(template, candidates) if roles is None else roles)
     leading = {name: _atomic_and_provides(m.tokenizer, reading, m.hidden_specials) for name, m in candidates.items()}
     best = max(leading.values())
     fits = [
@@ -153,15 +169,20 @@ def _add(tokenizer: Any, tokens: Iterable[str]) -> frozenset[str]:
 
 def template_eos(tokenizer: Any, template: str) -> str | None:
     """The eos of the synthesized model: the base's eos where the template writes ``eos_token`` (it shows where eos
-    goes, not its text), else the special token the template ends an assistant turn with (what a model whose
-    template never writes eos has as eos: ``<|im_end|>``, ``<|eot_id|>``); None: keep the base's."""
+    goes, not its text), else the control word the template ends an assistant turn with (what a model whose
+    template never writes eos has as eos: ``<|im_end|>``, ``<|eot_id|>``); None: keep the base's (also where the
+    template ends turns only with the next turn's opener, which is a stop but no eos)."""
     from tito_audit.rendering.renderer import Renderer
     from tito_audit.rollout.stop import template_turn_end_tokens
+    from tito_audit.rollout.turn_roles import AFTER_TURN, turn_roles
 
     if "eos_token" in read_special_variables(template):
         return None
     try:
-        ends = template_turn_end_tokens(Renderer(tokenizer, template))
+        renderer = Renderer(tokenizer, template)
+        if turn_roles(renderer).convention != AFTER_TURN:
+            return None
+        ends = template_turn_end_tokens(renderer)
     except Exception:  # a template that cannot render: the audit says so
         return None
     return ends[0] if ends else None
@@ -301,11 +322,16 @@ class Synthesizer:
             tokenizer_cache(clone).share_backend_parts(tokenizer_cache(tok))  # one pattern per base, not per eos
         return self._clones[key]
 
-    def model(self, template: str, origin: str, base: BaseFit | None = None) -> LoadedModel:
-        """``template`` on the tokenizer synthesized from its control tokens (base chosen by ``choose_base``)."""
+    def model(
+        self, template: str, origin: str, base: BaseFit | None = None, roles: Sequence[str] | None = None
+    ) -> LoadedModel:
+        """``template`` on the tokenizer synthesized from its control tokens (base chosen by ``choose_base``);
+        ``roles``: its role literals (read on a candidate when not given)."""
+        if roles is None:
+            roles = template_roles(template, self.candidates)
         if base is None:
-            base = choose_base(template, self.candidates)
-        own = template_controls(template)
+            base = choose_base(template, self.candidates, roles)
+        own = template_controls(template, roles)
         tok, synthetic = self.tokenizer(base.name, own)
         tok = self._specials(tok, template)
         real = self.candidates[base.name]
@@ -329,3 +355,24 @@ class Synthesizer:
 
 def is_synthesized(provenance: Provenance | None) -> bool:
     return provenance is not None and provenance.tokenizer == SYNTHESIZED
+
+
+def on_its_control_tokens(model: LoadedModel, limits: Any = None) -> LoadedModel:
+    """``model`` with a template that is not its tokenizer's own (``--chat-template``): unchanged where the tokenizer
+    has every control literal the template writes (``control_tokens.missing_tokens``), else the template on a
+    tokenizer synthesized from them with ``model``'s as the base, an approximate verdict that says so. A verdict
+    on a tokenizer that splits the template's turn closers and openers judges that tokenizer's artefacts."""
+    from tito_audit.rendering.analysis import literal_text
+    from tito_audit.rendering.renderer import Renderer
+    from tito_audit.sources.control_tokens import missing_tokens, role_literals
+
+    template = model.chat_template
+    try:
+        roles = role_literals(Renderer(model.tokenizer, template, limits=limits))
+        missing = missing_tokens(model.tokenizer, literal_text(template), model.hidden_specials, roles)
+    except Exception:  # a template that cannot be read or prepared: the audit reports it as it is
+        return model
+    if not missing:
+        return model
+    synthesized = Synthesizer({model.name: model}).model(template, model.provenance.template_file, None, roles)
+    return replace(synthesized, name=model.name)
