@@ -390,15 +390,16 @@ def test_every_format_shows_coverage_and_says_when_it_is_low(audited) -> None:
     m = copy.deepcopy(audited("needs_string_arguments"))
     m.scenarios.update(played=12, low_coverage=True)  # as if most scenarios had been refused
     m.decide()
-    assert m.verdict == "safe" and "low_coverage:12/40" in m.verdict_reasons
+    low = f"12/{m.scenarios['catalogue']}"
+    assert m.verdict == "safe" and f"low_coverage:{low}" in m.verdict_reasons
     report = AuditReport([m])
     for fmt in ("terminal", "markdown", "html", "sarif"):
         text = render_report(report, fmt)
-        assert "12/40 scenarios played" in text and "arguments_string" in text, fmt
+        assert f"{low} scenarios played" in text and "arguments_string" in text, fmt
         assert "fewer than 30" in text, fmt
     doc = json.loads(render_report(report, "json"))["models"][0]
-    assert doc["scenarios"]["low_coverage"] is True and "low_coverage:12/40" in doc["verdict_reasons"]
-    assert "only 12/40 scenarios played" in render_report(report, "terminal", quiet=True)
+    assert doc["scenarios"]["low_coverage"] is True and f"low_coverage:{low}" in doc["verdict_reasons"]
+    assert f"only {low} scenarios played" in render_report(report, "terminal", quiet=True)
 
 
 def test_the_public_api_names_the_types_it_returns(audited) -> None:

@@ -127,11 +127,6 @@ def audit_context(ctx: AuditContext, started: float | None = None) -> ModelRepor
     started = time.perf_counter() if started is None else started
     model, options = ctx.model, ctx.options
     report = ModelReport(model.name, "error", model.provenance, options=_options_dict(options))
-    if not ctx.engine.is_template or ctx.trainer is not None:
-        report.renderers = {
-            "engine": ctx.engine.info.to_dict(),
-            "trainer": None if ctx.trainer is None else ctx.trainer.info.to_dict(),
-        }
     sims = ctx.simulations
     played = sum(1 for s in sims if s.ok)
     report.scenarios = {
@@ -145,12 +140,15 @@ def audit_context(ctx: AuditContext, started: float | None = None) -> ModelRepor
         "stop_tokens": [model.tokenizer.convert_ids_to_tokens(i) for i in ctx.stop_ids],
         "stop_convention": stop_convention(ctx.renderer, model.generation_eos_ids),
     }
+    if ctx.not_probed:
+        report.scenarios["not_probed"] = ctx.not_probed
     if sims and all(not s.ok for s in sims):
         first = next(s.error for s in sims if s.error is not None)
         assert first is not None
-        kind, cause = failed_every_conversation(first)
+        kind, cause = failed_every_conversation(first, None if ctx.engine.is_template else ctx.engine.name)
         err: AuditError = TemplateAlwaysRaises(model.name, cause)
         report.error, report.error_kind = err.one_line(), kind or err.kind
+        _record_renderers(report, ctx)
         report.seconds = time.perf_counter() - started
         return report
     specs = ordered_checks()
@@ -161,9 +159,21 @@ def audit_context(ctx: AuditContext, started: float | None = None) -> ModelRepor
         from tito_audit.engines.pair import PAIR
 
         report.checks.append(run_check(PAIR, ctx))
+    _record_renderers(report, ctx)
     report.decide()
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _record_renderers(report: ModelReport, ctx: AuditContext) -> None:
+    """What rendered, recorded once every render is done: how a renderer really rendered (a Python encoder may
+    return text or ids), and the options it was not given."""
+    if ctx.engine.is_template and ctx.trainer is None:
+        return
+    trainer = None
+    if ctx.trainer is not None and ctx.trainer_renderer is not None:
+        trainer = ctx.renderer_report(ctx.trainer, ctx.trainer_renderer)
+    report.renderers = {"engine": ctx.renderer_report(ctx.engine, ctx.renderer), "trainer": trainer}
 
 
 def error_report(spec: str, exc: BaseException, debug: bool = False) -> ModelReport:

@@ -117,13 +117,14 @@ class RenderError(Exception):
 TEMPLATE_RENDER_KINDS = ("security", "timeout", "too_large")
 
 
-def failed_every_conversation(first: RenderError) -> tuple[str | None, str]:
-    """(error kind, cause) of a template that failed every conversation it was given, ``first`` being the first
-    failure: ``template_security``/``template_timeout``/``template_too_large`` where that failure classifies the
-    template by itself, None where the template only raised (the caller's always-raises kind). The audit and the
-    scan both report it this way."""
+def failed_every_conversation(first: RenderError, renderer: str | None = None) -> tuple[str | None, str]:
+    """(error kind, cause) of a template (or the renderer named ``renderer``) that failed every conversation it was
+    given, ``first`` being the first failure: ``template_security``/``template_timeout``/``template_too_large`` where
+    that failure classifies the template by itself, None where the template only raised (the caller's always-raises
+    kind). The audit and the scan both report it this way."""
     kind = "template_" + first.kind if first.kind in TEMPLATE_RENDER_KINDS else None
-    return kind, f"the template fails for every conversation ({first.kind}): {first.message}"
+    what = "the template" if renderer is None else f"renderer {renderer}"
+    return kind, f"{what} fails for every conversation ({first.kind}): {first.message}"
 
 
 def first_line(exc: BaseException) -> str:

@@ -15,7 +15,9 @@
 
 Reasons beside the verdict never change it: ``avoid:*`` (a ``caveat``-role finding: tool traffic dropped only
 in a form the rollout code can avoid), ``adapt:*`` (a conversation shape the template needs and the rollout
-code must produce too) and ``low_coverage:PLAYED/CATALOGUE`` (fewer than ``MIN_COVERAGE`` scenarios played).
+code must produce too), ``not_probed:*`` (what no scenario exercises, so the verdict does not cover it:
+``not_probed:thinking_modes``, a renderer whose reasoning switches or their values could not be enumerated) and
+``low_coverage:PLAYED/CATALOGUE`` (fewer than ``MIN_COVERAGE`` scenarios played).
 """
 
 from __future__ import annotations
@@ -117,6 +119,8 @@ def decide(
                 _add(notes, f"avoid:{what}")
     for name in (coverage or {}).get("adaptations", []) or []:
         _add(notes, f"adapt:{name}")
+    for what in (coverage or {}).get("not_probed", []) or []:
+        _add(notes, f"not_probed:{what}")
     if coverage and coverage.get("catalogue"):
         played, total = int(coverage.get("played", 0)), int(coverage["catalogue"])
         if played < MIN_COVERAGE:
@@ -155,4 +159,6 @@ def describe_reason(reason: str) -> str:
         return f"needs {_WORDS.get(rest, rest)}"
     if kind == "low_coverage":
         return f"only {rest} scenarios played (fewer than {MIN_COVERAGE})"
+    if kind == "not_probed" and rest == "thinking_modes":
+        return "thinking modes not probed (the renderer's reasoning switches could not all be enumerated)"
     return reason

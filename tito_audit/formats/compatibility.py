@@ -90,7 +90,9 @@ def _row(m: ModelReport, aliases: list[str], columns: list[str], note: Callable[
         name += " (bundled: " + ", ".join(md_code(a, True) for a in aliases) + ")"
     row = {
         "model": name,
-        "template": md_code(m.provenance.template_sha256[:8], True) if m.provenance else NOT_RUN,
+        "template": md_code(m.provenance.template_sha256[:8], True)
+        if m.provenance and m.provenance.template_sha256
+        else NOT_RUN,
         "verdict": VERDICT_CELL[m.verdict],
         "scenarios": f"{m.scenarios['played']}/{m.scenarios['catalogue']}" if "catalogue" in m.scenarios else NOT_RUN,
         "why": "; ".join(md_text(clipped(r, REASON_LIMIT)) for r in verdict_reasons(m)[:2]),

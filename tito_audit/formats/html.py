@@ -227,7 +227,7 @@ def _provenance(m: ModelReport) -> str:
         ("source", p.source),
         ("repository", f"{p.repo_id} @ {p.revision or '-'}" if p.repo_id else "-"),
         ("template", template_origin(m) + (f" (named {p.template_name})" if p.template_name else "")),
-        ("template sha256", p.template_sha256),
+        ("template sha256", p.template_sha256 or "- (no template renders)"),
         (
             "tokenizer",
             f"{p.tokenizer_class}, vocab {p.vocab_size:,}"

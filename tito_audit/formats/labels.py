@@ -74,13 +74,16 @@ def verdict_reasons(m: ModelReport) -> list[str]:
 
 
 def renderer_lines(m: ModelReport) -> list[str]:
-    """One line per renderer that is not the model's template alone (``--renderer``/``--train-renderer``), and the
-    line saying what it could not do offline (never left out)."""
+    """One line per renderer that is not the model's template alone (``--renderer``/``--train-renderer``), the line
+    saying what it could not do offline and its notes (options it was not given, switches not probed): never left
+    out."""
     lines = []
     for role, info in (m.renderers or {}).items():
         if info is None:
             continue
-        lines.append(f"{role} renderer {info['name']} ({info['library']}, renders {info['native']})")
+        native = info["native"] or "nothing (it never rendered)"
+        lines.append(f"{role} renderer {info['name']} ({info['library']}, renders {native})")
         if info.get("offline"):
             lines.append(f"{role} renderer offline: {info['offline']}")
+        lines += [f"{role} renderer note: {note}" for note in info.get("notes", [])]
     return lines

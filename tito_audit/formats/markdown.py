@@ -82,7 +82,7 @@ def _provenance_rows(m: ModelReport) -> list[tuple[str, str]]:
         ("source", md_text(p.source)),
         ("repository", repo),
         ("template", template),
-        ("template sha256", md_code(p.template_sha256, True)),
+        ("template sha256", md_code(p.template_sha256, True) if p.template_sha256 else "- (no template renders)"),
         ("tokenizer", f"{md_text(p.tokenizer_class)}, vocab {p.vocab_size}" + _synthesized_md(p)),
         ("bos / eos", f"{md_code(repr(p.bos_token), True)} / {md_code(repr(p.eos_token), True)}"),
         ("license", md_text(p.license or "-")),

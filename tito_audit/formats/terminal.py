@@ -38,7 +38,7 @@ def provenance_fields(m: ModelReport) -> list[str]:
     return [
         where,
         f"template {p.template_file}{named}",
-        f"sha256:{p.template_sha256[:12]}",
+        *([f"sha256:{p.template_sha256[:12]}"] if p.template_sha256 else []),  # None: a renderer, named instead
         f"{p.tokenizer_class} vocab {p.vocab_size}",
         f"date {str(m.options.get('date', ''))[:10]}",
     ]

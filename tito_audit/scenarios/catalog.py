@@ -141,6 +141,13 @@ CATALOG: tuple[ScenarioSpec, ...] = (
     ),
     ScenarioSpec("inline_think/cjk", SHAPES["inline_think"], "cjk", "inline <think> blocks, CJK"),
     ScenarioSpec("system_notice/whitespace", SHAPES["system_notice"], "whitespace", "system notice mid-episode"),
+    # Three tool results: a renderer that trims or drops older results from the third on (context management)
+    # rewrites the history only here. Not in SHAPES, so not in the quick set (``--renderer`` audits play the full
+    # catalogue; the corpus scan's cost stays as it was).
+    ScenarioSpec(
+        "three_calls/plain", ("user", "call", "tool", "call", "tool", "call", "tool", "final"), "plain", "three calls"
+    ),
+    ScenarioSpec("parallel3_calls/plain", ("user", "call3", "tool", "tool", "tool", "final"), "plain", "3 parallel"),
 )
 
 
@@ -201,6 +208,9 @@ def _build(spec: ScenarioSpec, special_texts: Sequence[str]) -> list[Message]:
                     "tool_calls": [call(v["args"]), call(other, "search_docs")],
                 }
             )
+        elif step == "call3":  # three parallel calls
+            calls = [call(v["args"]), call(v["args"], "search_docs"), call(v["args"])]
+            msgs.append({"role": "assistant", "content": "", "tool_calls": calls})
         elif step == "tool":
             cid = pending.pop(0) if pending else _call_id(0)
             msgs.append({"role": "tool", "tool_call_id": cid, "name": tool_name, "content": v["tool"]})

@@ -52,7 +52,7 @@ class Provenance:
     revision: str | None
     template_file: str
     template_name: str | None
-    template_sha256: str
+    template_sha256: str | None  # None where no template renders (``--renderer``: ``template_file`` names what does)
     tokenizer_class: str
     bos_token: str | None
     eos_token: str | None
@@ -90,6 +90,13 @@ class LoadedModel:
             }
         )
         return LoadedModel(self.name, self.tokenizer, template, prov, self.generation_eos_ids, self.hidden_specials)
+
+    def with_renderer(self, identity: str) -> LoadedModel:
+        """The same tokenizer rendered by another renderer than a template (``--renderer``): no template source to
+        read or hash; the provenance names the renderer (``EngineInfo.identity``: library, version, family...)."""
+        model = self.with_template("", f"(none: renderer {identity})")
+        model.provenance = Provenance(**{**model.provenance.to_dict(), "template_sha256": None})
+        return model
 
 
 def sha256_text(text: str) -> str:
