@@ -31,6 +31,7 @@ from tito_audit.simulation import Simulation, simulate
 from tito_audit.sources.load import LoadedModel
 
 _THINKING_WORDS = ("think", "reason")
+THINKING = ("on", "off", "both", "unset")  # AuditOptions.thinking (``--thinking`` of audit and rl)
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,8 @@ class AuditOptions:
     def __post_init__(self) -> None:
         if self.scenarios not in SCENARIO_SETS:
             raise ValueError(f"scenarios must be one of {', '.join(SCENARIO_SETS)}, not {self.scenarios!r}")
+        if self.thinking not in (*THINKING, "default"):
+            raise ValueError(f"thinking must be one of {', '.join(THINKING)}, not {self.thinking!r}")
 
 
 def thinking_kwargs(template_variables: frozenset[str]) -> list[str]:

@@ -15,6 +15,7 @@ from tito_audit.cli.options import (
     offline_option,
     template_kwarg_option,
     template_name_option,
+    thinking_option,
 )
 from tito_audit.cli.output import echo_model_errors, emit, output_console
 from tito_audit.cli.params import FORMAT_NAMES, check_date, one_of, parse_date, parse_kwargs
@@ -26,7 +27,6 @@ if TYPE_CHECKING:  # the library is imported when a command runs, not for --help
     from tito_audit.context import AuditOptions
 
 FAIL_ON = ("warn", "error")
-THINKING = ("on", "off", "both", "unset")
 
 
 def audit(*args: Any, **kwargs: Any) -> AuditReport:
@@ -160,13 +160,7 @@ def register(app: typer.Typer) -> None:
             DEFAULT_DATE.date().isoformat(), "--date", help="Date templates see (YYYY-MM-DD).", callback=check_date
         ),
         template_kwarg: list[str] = template_kwarg_option(),
-        thinking: str = typer.Option(
-            "both",
-            "--thinking",
-            help="Reasoning modes to play: both (the template's default mode, then each reasoning switch such as "
-            "enable_thinking on and off) | on | off (each switch so) | unset (the default mode only, no switch).",
-            callback=one_of(THINKING),
-        ),
+        thinking: str = thinking_option(),
         verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every finding with its token strip."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the verdict lines."),
         debug: bool = debug_option(),

@@ -283,6 +283,7 @@ _RL_GRID = (
     ("mismatched_trained", "trained tokens without partner", "{}"),
     ("flip_sampled_dropped", "sampled tokens R drops from the loss", "{}"),
     ("flip_template_trained", "template tokens R trains", "{}"),
+    ("context_changed_trained", "trained tokens whose context R changes", "{}"),
     ("parse_rate_every_scenario", "R parse rate, every scenario", "{:.0%}"),
     ("parse_rate_batches", "R parse rate, batches played", "{:.0%}"),
     ("rel_error_max", "largest relative gradient error", "{:.3g}"),
@@ -297,6 +298,7 @@ _RL_BADGES = {
     "identical": ("safe", "R GRADIENT = B"),
     "not_applicable": ("error", "NOT APPLICABLE TO TOOL TURNS"),
     "undetermined": ("error", "UNDETERMINED"),
+    "control": ("error", "CONTROL (R := B), NOT THE TEMPLATE"),
 }
 
 
