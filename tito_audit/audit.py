@@ -22,7 +22,9 @@ from tito_audit.verdict import MIN_COVERAGE, VERDICTS, Verdict, decide
 # 1.1: top-level suppressions/baseline keys, finding.baseline (tito_audit.gate)
 # 1.2: verdict_reasons; scenarios.catalogue/adaptations/low_coverage; check comparisons/render_failures/verdict_role;
 #      finding.reason; provenance.tokenizer (real or synthesized), tokenizer_base, synthesized_tokens
-SCHEMA_VERSION = "1.2"
+# 1.3: top-level libraries and provenance.libraries (tito-audit, transformers, tokenizers, jinja2, compat_fallbacks);
+#      complete (False when the run was interrupted)
+SCHEMA_VERSION = "1.3"
 
 
 @dataclass
@@ -75,11 +77,26 @@ class AuditReport:
     # Filled by tito_audit.gate: suppression entries used/unused in this run, and baseline counts.
     suppressions: dict[str, Any] = field(default_factory=lambda: {"source": None, "used": [], "unused": []})
     baseline: dict[str, Any] | None = None
+    # Models asked for; more than ``len(models)`` when the run was interrupted (Ctrl-C) before they finished.
+    requested: int | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.requested is None or len(self.models) >= self.requested
+
+    @property
+    def libraries(self) -> dict[str, Any]:
+        """The library versions (and compat fallbacks) this process renders with (``compat.library_versions``)."""
+        from tito_audit.compat import library_versions
+
+        return dict(library_versions())
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
             "tool_version": __version__,
+            "libraries": self.libraries,
+            "complete": self.complete,
             "models": [m.to_dict() for m in self.models],
             "suppressions": self.suppressions,
             "baseline": self.baseline,

@@ -83,6 +83,12 @@ class UsageError(AuditError):
     kind = "usage"
 
 
+class UnsupportedLibrary(AuditError):
+    """The installed transformers or jinja2 lacks a piece tito-audit cannot do without (``compat``)."""
+
+    kind = "unsupported_library"
+
+
 class RenderError(Exception):
     """A template refused or failed to render a conversation; ``kind`` classifies why."""
 
