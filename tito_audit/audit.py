@@ -15,7 +15,7 @@ from typing import Any
 from tito_audit._version import __version__
 from tito_audit.checks import CheckResult, ordered_checks, run_check
 from tito_audit.context import AuditContext, AuditOptions
-from tito_audit.errors import AuditError, TemplateAlwaysRaises, failed_every_conversation
+from tito_audit.errors import AuditError, LimitExceeded, TemplateAlwaysRaises, failed_every_conversation
 from tito_audit.sources.load import LoadedModel, Provenance, load
 from tito_audit.verdict import MIN_COVERAGE, VERDICTS, Verdict, decide
 
@@ -138,6 +138,8 @@ def audit_context(ctx: AuditContext, started: float | None = None) -> ModelRepor
         "thinking_modes": ctx.thinking_modes,
         "stop_tokens": [model.tokenizer.convert_ids_to_tokens(i) for i in ctx.stop_ids],
     }
+    if _stopped(ctx, report, started):
+        return report
     if sims and all(not s.ok for s in sims):
         first = next(s.error for s in sims if s.error is not None)
         assert first is not None
@@ -150,9 +152,23 @@ def audit_context(ctx: AuditContext, started: float | None = None) -> ModelRepor
     if options.only_checks:  # filtering never changes the verdict: the checks it needs always run
         specs = [s for s in specs if s.id in options.only_checks or s.verdict_bearing]
     report.checks = [run_check(spec, ctx) for spec in specs]
+    if _stopped(ctx, report, started):
+        return report
     report.decide()
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _stopped(ctx: AuditContext, report: ModelReport, started: float) -> bool:
+    """Whether the template spent its per-template budget (``rendering.budget``): then it is classified
+    ``limit_exceeded`` (an error, exit 2 for this model), whatever its renders so far would have decided."""
+    stopped = ctx.renderer.budget.stopped
+    if stopped is None:
+        return False
+    err = LimitExceeded(ctx.model.name, f"the template was stopped: {stopped} (per-template budget)")
+    report.error, report.error_kind = err.one_line(), err.kind
+    report.seconds = time.perf_counter() - started
+    return True
 
 
 def error_report(spec: str, exc: BaseException, debug: bool = False) -> ModelReport:

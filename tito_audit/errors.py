@@ -94,8 +94,9 @@ class RenderError(Exception):
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
-        self.kind = kind  # "raised" | "type" | "security" | "timeout" | "too_large" | "crash"
+        self.kind = kind  # "raised" | "type" | "security" | "timeout" | "too_large" | "crash" | "budget"
         self.message = message
+        self.memory = False  # a too_large that exhausted the render's memory budget (a limit hit, as a timeout)
 
 
 # Render failures that say what the template is by themselves (the sandbox refused it, it ran past a limit).

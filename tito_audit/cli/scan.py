@@ -67,9 +67,11 @@ def scan(
         ),
     ] = "",
 ) -> None:
+    from dataclasses import replace
+
     from rich.console import Console
 
-    from tito_audit.rendering import RenderLimits
+    from tito_audit.rendering.guard import AUDIT_LIMITS
     from tito_audit.scan import PoolLimits
 
     try:
@@ -79,7 +81,7 @@ def scan(
             workers=workers,
             deadline_s=deadline,
             memory_bytes=memory_mb << 20,
-            render=RenderLimits(seconds=render_timeout),
+            render=replace(AUDIT_LIMITS, seconds=render_timeout),
             scenarios=scenarios,
             synthesize=synthesize,
         )

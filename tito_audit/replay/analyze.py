@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tito_audit.errors import RenderError
+from tito_audit.rendering.guard import REPLAY_LIMITS
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.replay.compare import Comparison, against_reference, against_sampled, mask_runs
 from tito_audit.replay.divergence import Divergence
 from tito_audit.replay.schema import Episode
 from tito_audit.rollout.bridge import AppendRefused, BridgeError
-from tito_audit.rollout.buffer import LIBRARY_LIMITS, Trajectory
+from tito_audit.rollout.buffer import Trajectory
 from tito_audit.rollout.stop import stop_token_ids
 
 
@@ -69,7 +70,7 @@ class ReplayContext:
 
     @classmethod
     def from_model(cls, model: Any, whatif: bool = True) -> ReplayContext:
-        renderer = Renderer(model.tokenizer, model.chat_template, limits=LIBRARY_LIMITS)
+        renderer = Renderer(model.tokenizer, model.chat_template, limits=REPLAY_LIMITS)
         stops = list(stop_token_ids(model.tokenizer, renderer, getattr(model, "generation_eos_ids", None) or ()))
         tok = model.tokenizer
         return cls(renderer, stops, sorted(set(tok.all_special_ids or [])), tok.bos_token_id, whatif)
