@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import time
 import traceback
 from collections.abc import Callable, Iterable
@@ -86,7 +87,11 @@ class AuditReport:
 
     @property
     def libraries(self) -> dict[str, Any]:
-        """The library versions (and compat fallbacks) this process renders with (``compat.library_versions``)."""
+        """The library versions and compat fallbacks the audits ran with: a loaded model's (its worker process
+        probed them), else this process's (``compat.library_versions``, which imports transformers to probe)."""
+        for m in self.models:
+            if m.provenance is not None and m.provenance.libraries:
+                return dict(m.provenance.libraries)
         from tito_audit.compat import library_versions
 
         return dict(library_versions())
@@ -227,9 +232,25 @@ def audit(
     specs = list(specs)
     jobs = default_jobs(len(specs)) if jobs is None else max(1, jobs)
     args = (options, offline, template_name, chat_template_file)
-    if jobs == 1 or len(specs) <= 1:
-        return AuditReport([_sequential(spec, args, on_model) for spec in specs])
-    return AuditReport(_parallel(specs, args, on_model, jobs))
+    done: dict[int, ModelReport] = {}
+    try:
+        if jobs == 1 or len(specs) <= 1:
+            for i, spec in enumerate(specs):
+                done[i] = _sequential(spec, args, on_model)
+        else:
+            _parallel(specs, args, on_model, jobs, done)
+    except KeyboardInterrupt:
+        finished = AuditReport([done[i] for i in sorted(done)], requested=len(specs))
+        raise AuditInterrupted(finished) from None
+    return AuditReport([done[i] for i in range(len(specs))])
+
+
+class AuditInterrupted(Exception):
+    """Ctrl-C during ``audit``: ``report`` holds the models that finished, in input order (``complete`` False)."""
+
+    def __init__(self, report: AuditReport) -> None:
+        super().__init__(f"interrupted after {len(report.models)} of {report.requested} models")
+        self.report = report
 
 
 def _sequential(spec: str, args: tuple[Any, ...], on_model: Callable[[str, str], None] | None) -> ModelReport:
@@ -242,16 +263,39 @@ def _sequential(spec: str, args: tuple[Any, ...], on_model: Callable[[str, str],
 
 
 def _pool(jobs: int) -> ProcessPoolExecutor:
-    """Worker processes forked from this one (nothing to re-import), or spawned where fork does not exist."""
+    """Worker processes forked from this one (nothing to re-import), or spawned where fork does not exist. Workers
+    ignore Ctrl-C: the terminal sends it to the whole process group, and this process ends them itself
+    (``_stop_workers``), at once and without a traceback from each."""
     methods = mp.get_all_start_methods()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the Rust pool must not be live across a fork
-    return ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork" if "fork" in methods else "spawn"))
+    context = mp.get_context("fork" if "fork" in methods else "spawn")
+    return ProcessPoolExecutor(jobs, mp_context=context, initializer=_ignore_interrupts)
+
+
+def _ignore_interrupts() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """End a pool's workers now (Ctrl-C): a worker holds a model for seconds, and ``shutdown`` would wait for it.
+    concurrent.futures has no public call for it before Python 3.14 (``terminate_workers``)."""
+    terminate = getattr(pool, "terminate_workers", None)
+    if terminate is not None:
+        terminate()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _parallel(
-    specs: list[str], args: tuple[Any, ...], on_model: Callable[[str, str], None] | None, jobs: int
-) -> list[ModelReport]:
-    reports: dict[int, ModelReport] = {}
+    specs: list[str],
+    args: tuple[Any, ...],
+    on_model: Callable[[str, str], None] | None,
+    jobs: int,
+    reports: dict[int, ModelReport],
+) -> None:
+    """Fill ``reports`` (index in ``specs`` -> report) as models finish: on Ctrl-C it holds those that did."""
     lost: list[int] = []  # models whose worker died (with the others' work on that pool)
     with _pool(jobs) as pool:
         futures = {pool.submit(_load_and_audit, spec, *args): i for i, spec in enumerate(specs)}
@@ -269,12 +313,15 @@ def _parallel(
                 if on_model:
                     on_model(specs[i], "done")
         except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
+            _stop_workers(pool)
             raise
     for i in sorted(lost):  # again, each alone, so that only the model that kills its worker is lost
         with _pool(1) as alone:
             try:
                 reports[i] = alone.submit(_load_and_audit, specs[i], *args).result()
+            except KeyboardInterrupt:
+                _stop_workers(alone)
+                raise
             except BrokenProcessPool:
                 reports[i] = ModelReport(
                     specs[i],
@@ -284,4 +331,3 @@ def _parallel(
                 )
         if on_model:
             on_model(specs[i], "done")
-    return [reports[i] for i in range(len(specs))]

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
@@ -131,7 +133,6 @@ def available(name: str) -> bool:
 def reset() -> None:
     """Probe again on next use (tests that force a fallback)."""
     pieces.cache_clear()
-    library_versions.cache_clear()
 
 
 def fallbacks() -> list[str]:
@@ -223,11 +224,23 @@ def _declared_tokenizer_class() -> Any:
     from transformers.utils import import_utils
     from transformers.utils.hub import resolve_revision
 
+    scan = import_utils.define_import_structure
+
+    @contextmanager
+    def scanning_with(replacement: Callable[..., Any]) -> Iterator[None]:
+        """transformers' import-structure scan replaced by ``replacement`` for the block."""
+        import_utils.define_import_structure = replacement  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            import_utils.define_import_structure = scan
+
     return SimpleNamespace(
         byte_level=TokenizersBackend._tokenizer_json_has_byte_level,
-        resolve_revision=resolve_revision,
+        revision_of=resolve_revision,
         import_utils=import_utils,
-        define_import_structure=import_utils.define_import_structure,
+        scan_import_structure=scan,
+        scanning_with=scanning_with,
     )
 
 
@@ -243,14 +256,19 @@ def compile_cache() -> Any:
     return found
 
 
-@cache
 def library_versions() -> dict[str, Any]:
     """What produced a report: tito-audit's version, the installed transformers, tokenizers and jinja2, and the
-    capabilities that ran on their fallback (named, so that a slower or different path is never silent)."""
-    out: dict[str, Any] = {"tito-audit": __version__}
-    out.update({name: _version(name) for name in LIBRARIES})
-    out["compat_fallbacks"] = fallbacks()
+    capabilities that ran on their fallback (named, so that a slower or different path is never silent). In a
+    process that has not imported transformers, nothing has rendered: no fallback ran, and none is probed (the
+    probe would import transformers, a second of a Ctrl-C or of a run whose every model failed to load)."""
+    out: dict[str, Any] = dict(_versions())
+    out["compat_fallbacks"] = fallbacks() if "transformers" in sys.modules else []
     return out
+
+
+@cache
+def _versions() -> dict[str, str]:
+    return {"tito-audit": __version__, **{name: _version(name) for name in LIBRARIES}}
 
 
 def versions_line() -> str:

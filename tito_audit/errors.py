@@ -15,6 +15,7 @@ EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_OPERATIONAL = 2
 EXIT_INCOMPLETE = 3
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as shells report it
 
 
 class AuditError(Exception):

@@ -16,9 +16,16 @@ from tito_audit.cli.options import (
     template_kwarg_option,
     template_name_option,
 )
-from tito_audit.cli.output import echo_model_errors, emit
+from tito_audit.cli.output import check_output, check_verbosity, echo_model_errors, emit, report_format
 from tito_audit.cli.params import FORMAT_NAMES, check_date, one_of, parse_date, parse_kwargs
-from tito_audit.errors import EXIT_FINDINGS, EXIT_INCOMPLETE, EXIT_OK, EXIT_OPERATIONAL, AuditError
+from tito_audit.errors import (
+    EXIT_FINDINGS,
+    EXIT_INCOMPLETE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_OPERATIONAL,
+    AuditError,
+)
 from tito_audit.rendering.clock import DEFAULT_DATE
 
 if TYPE_CHECKING:  # the library is imported when a command runs, not for --help
@@ -39,9 +46,20 @@ def audit(*args: Any, **kwargs: Any) -> AuditReport:
     return audit_models(*args, **kwargs)
 
 
+def unreachable_coverage(report: AuditReport, min_coverage: int) -> list[str]:
+    """One line per model whose whole catalogue is smaller than ``--min-coverage``: no template could pass it, so
+    it is a usage error (exit 2), not an incomplete audit."""
+    return [
+        f"error: {m.model}: --min-coverage {min_coverage} is unreachable: its catalogue has "
+        f"{m.scenarios['catalogue']} scenarios"
+        for m in report.models
+        if not m.error and int(m.scenarios.get("catalogue", min_coverage)) < min_coverage
+    ]
+
+
 def incomplete(report: AuditReport, allow_check_errors: bool = False, min_coverage: int = 0) -> list[str]:
     """One line per thing the audit could not check: a check in ``error`` status (unless allowed), a model that
-    played fewer than ``min_coverage`` scenarios."""
+    played fewer than ``min_coverage`` scenarios (of a catalogue that has that many)."""
     lines = []
     for m in report.models:
         if m.error:
@@ -49,7 +67,7 @@ def incomplete(report: AuditReport, allow_check_errors: bool = False, min_covera
         if not allow_check_errors:
             lines += [f"{m.model}: check {c.id} could not run: {c.summary}" for c in m.checks if c.status == "error"]
         played = int(m.scenarios.get("played", 0))
-        if played < min_coverage:
+        if played < min_coverage <= int(m.scenarios.get("catalogue", min_coverage)):
             lines.append(
                 f"{m.model}: {played} of {m.scenarios.get('catalogue', '?')} scenarios played, "
                 f"fewer than --min-coverage {min_coverage}"
@@ -63,7 +81,7 @@ def exit_code(report: AuditReport, fail_on: str, allow_check_errors: bool = Fals
     ``fail_on``; else 0."""
     from tito_audit.gate import gating_findings
 
-    if any(m.error for m in report.models):
+    if any(m.error for m in report.models) or unreachable_coverage(report, min_coverage):
         return EXIT_OPERATIONAL
     if incomplete(report, allow_check_errors, min_coverage):
         return EXIT_INCOMPLETE
@@ -120,11 +138,19 @@ def register(app: typer.Typer) -> None:
     def audit_command(
         models: list[str] = models_argument(),
         bundled: bool = typer.Option(False, "--bundled", help="Audit every model in templates_cache/."),
-        fmt: str = typer.Option(
-            "terminal", "--format", "-f", help=" | ".join(FORMAT_NAMES), callback=one_of(FORMAT_NAMES)
+        fmt: str | None = typer.Option(
+            None,
+            "--format",
+            "-f",
+            help=" | ".join(FORMAT_NAMES) + " (default: the one --output's suffix names, else terminal)",
+            callback=one_of(FORMAT_NAMES),
         ),
         output: Path | None = typer.Option(
-            None, "--output", "-o", help="Write the report here instead of stdout (says 'wrote FILE' on stderr)."
+            None,
+            "--output",
+            "-o",
+            help="Write the report here instead of stdout (says 'wrote FILE' on stderr; checked before any work, "
+            "written atomically; .json .md .html .sarif choose the format).",
         ),
         rl_dir: Path | None = typer.Option(
             None, "--rl-dir", help="With --format html: embed the plots and metrics of `tito-audit rl --out DIR`."
@@ -165,10 +191,14 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Audit chat templates for Token-In, Token-Out safety."""
+        from tito_audit.audit import AuditInterrupted
         from tito_audit.context import AuditOptions
         from tito_audit.gate import Gate
         from tito_audit.sources.bundled import bundled_names
 
+        check_verbosity(verbose, quiet)
+        fmt = report_format(fmt, output)
+        check_output(output)
         specs = list(models or []) + (bundled_names() if bundled else [])
         if not specs:
             typer.echo("error: give at least one MODEL or --bundled", err=True)
@@ -191,7 +221,12 @@ def register(app: typer.Typer) -> None:
         except AuditError as exc:
             typer.echo(f"error: {exc.one_line()}", err=True)
             raise typer.Exit(EXIT_OPERATIONAL) from None
-        report = run_audit(specs, options, offline, template_name, chat_template, show_progress=not quiet, jobs=jobs)
+        try:
+            report = run_audit(
+                specs, options, offline, template_name, chat_template, show_progress=not quiet, jobs=jobs
+            )
+        except AuditInterrupted as stop:  # what finished is reported (marked incomplete), then exit 130
+            report = stop.report
         gate_lines = gate.apply(report, fail_on)
 
         from tito_audit.formats import render_report
@@ -209,4 +244,9 @@ def register(app: typer.Typer) -> None:
             echo_model_errors(report.models, debug)
         for line in gate_lines + incomplete(report, allow_check_errors, min_coverage):
             typer.echo(line, err=True)
+        for line in unreachable_coverage(report, min_coverage):
+            typer.echo(line, err=True)
+        if not report.complete:
+            typer.echo(f"interrupted after {len(report.models)} of {report.requested} models", err=True)
+            raise typer.Exit(EXIT_INTERRUPTED)
         raise typer.Exit(exit_code(report, fail_on, allow_check_errors, min_coverage))

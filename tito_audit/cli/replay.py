@@ -42,9 +42,17 @@ def replay(
     what_if: Annotated[bool, typer.Option("--what-if/--no-what-if", help="Also re-render + re-encode (naive).")] = True,
     workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Worker processes (1: in this process).")] = 2,
     fmt: Annotated[
-        str, typer.Option("--format", "-f", help=" | ".join(FORMAT_NAMES), callback=one_of(FORMAT_NAMES))
-    ] = "terminal",
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here.")] = None,
+        str | None,
+        typer.Option(
+            "--format",
+            "-f",
+            help=" | ".join(FORMAT_NAMES) + " (default: the one --output's suffix names, else terminal)",
+            callback=one_of(FORMAT_NAMES),
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the report here (checked before any work).")
+    ] = None,
     fail_on: Annotated[
         str, typer.Option("--fail-on", help="Exit 1 on findings at or above: warn | error.", callback=one_of(FAIL_ON))
     ] = "error",
@@ -59,7 +67,7 @@ def replay(
     """Replay LOG: trained vs sampled tokens per episode and turn, and what naive re-tokenization would do."""
     from rich.console import Console
 
-    from tito_audit.cli.output import emit
+    from tito_audit.cli.output import check_output, check_verbosity, emit, report_format
     from tito_audit.formats import render_report
     from tito_audit.gate import Gate, gating_findings
     from tito_audit.replay import FieldMap, LogError, MapError, ReplayContext, build_report, replay_log
@@ -69,6 +77,9 @@ def replay(
         typer.echo(f"error: {message}", err=True)
         raise typer.Exit(EXIT_OPERATIONAL)
 
+    check_verbosity(verbose, quiet)
+    fmt = report_format(fmt, output)
+    check_output(output)
     try:
         fmap = FieldMap.parse(field_map or [])
     except MapError as exc:

@@ -71,9 +71,12 @@ def scan(
 
     from rich.console import Console
 
+    from tito_audit.cli.output import check_output, write_atomically
     from tito_audit.rendering.guard import AUDIT_LIMITS
     from tito_audit.scan import PoolLimits
 
+    check_output(json_out, "--json")
+    check_output(markdown_out, "--markdown")
     try:
         if workers < 0 or render_timeout <= 0 or deadline <= 0 or memory_mb < 0 or (limit is not None and limit < 1):
             raise UsageError("scan", "--workers, --render-timeout, --deadline, --memory-mb, --limit must be positive")
@@ -87,9 +90,9 @@ def scan(
         )
         summary = _run(folder, tokenizer, candidate or [], limits, offline, limit, progress and sys.stderr.isatty())
         if json_out is not None:
-            json_out.write_text(summary.to_json(), encoding="utf-8")
+            write_atomically(json_out, summary.to_json())
         if markdown_out is not None:
-            markdown_out.write_text(summary.to_markdown(), encoding="utf-8")
+            write_atomically(markdown_out, summary.to_markdown())
     except AuditError as exc:
         sys.stderr.write(f"error: {exc.one_line()}\n")
         raise typer.Exit(EXIT_OPERATIONAL) from None

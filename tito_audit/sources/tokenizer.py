@@ -121,28 +121,24 @@ def models_package_reusing_its_scan() -> Iterator[None]:
     if declared is None:
         yield
         return
-    import_utils = declared.import_utils
-    original = declared.define_import_structure
-    models_init = Path(import_utils.__file__).parents[1] / "models" / "__init__.py"
+    original = declared.scan_import_structure
+    models_init = Path(declared.import_utils.__file__).parents[1] / "models" / "__init__.py"
     if "transformers.models" in sys.modules or not models_init.is_file():
         yield
         return
 
-    def define_import_structure(module_path: Any, prefix: str | None = None) -> Any:
+    def reusing_the_scan(module_path: Any, prefix: str | None = None) -> Any:
         if prefix is None and Path(module_path) == models_init:
             return original(models_init.parent)
         return original(module_path, prefix)
 
-    import_utils.define_import_structure = define_import_structure
-    try:
+    with declared.scanning_with(reusing_the_scan):
         yield
-    finally:
-        import_utils.define_import_structure = original
 
 
 def load_declared(folder: Path, cls: type) -> Any:
     """``cls.from_pretrained`` with the arguments ``AutoTokenizer.from_pretrained(str(folder))`` passes it."""
-    revision = compat.pieces("declared_tokenizer_class").resolve_revision(str(folder), None)
+    revision = compat.pieces("declared_tokenizer_class").revision_of(str(folder), None)
     return cls.from_pretrained(str(folder), _from_auto=True, revision=revision, _commit_hash=None)  # type: ignore[attr-defined]
 
 
