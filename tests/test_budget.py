@@ -47,6 +47,10 @@ def test_budget_counts_limit_hits_and_cpu() -> None:
     for _ in range(3):
         cpu.charge(1.9, False)
     assert cpu.stopped is not None and "5s of CPU" in cpu.stopped
+    capped = TemplateBudget(cpu_seconds=3.0, limit_hits=0)
+    assert capped.render_seconds(2.0) == 2.0
+    capped.charge(1.5, False)
+    assert capped.render_seconds(2.0) == 1.5  # the total bounds the next render: it cannot overshoot by 2 s
     off = TemplateBudget(cpu_seconds=0, limit_hits=0)
     for _ in range(10):
         off.charge(3.0, True)
@@ -98,14 +102,16 @@ def test_every_hostile_template_ends_in_audit() -> None:
     """The whole hostile set, one audit each: every template ends with a verdict or a classified error."""
     from tito_audit.audit import audit_model
     from tito_audit.errors import AuditError
+    from tito_audit.sources.load import compile_template
 
     model = _model()
     ended = {}
     for path in sorted(HOSTILE.glob("*.jinja")):
         try:
+            compile_template(path.name, path.read_text())  # as the loader does for `audit --chat-template`
             report = audit_model(model.with_template(path.read_text(), path.name))
             ended[path.stem] = report.error_kind or report.verdict
-        except AuditError as err:  # does not compile: the loader's error, as `audit --chat-template` reports it
+        except AuditError as err:  # does not compile
             ended[path.stem] = err.kind
     assert len(ended) == len(list(HOSTILE.glob("*.jinja")))
     assert all(ended[n] == "limit_exceeded" for n in CPU_BURNERS), ended

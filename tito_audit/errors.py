@@ -101,7 +101,7 @@ class RenderError(Exception):
 
 
 # Render failures that say what the template is by themselves (the sandbox refused it, it ran past a limit).
-TEMPLATE_RENDER_KINDS = ("security", "timeout", "too_large")
+TEMPLATE_RENDER_KINDS = ("security", "timeout", "too_large", "budget")
 
 
 def failed_every_conversation(first: RenderError) -> tuple[str | None, str]:

@@ -49,9 +49,9 @@ class RenderLimits:
 
 
 # What an audit renders under (``audit``, ``fix``, ``table``, ``scan``): the per-render limits, and a per-template
-# budget of 5 s of render CPU and two renders past a limit. A real template's renders take a tenth of a second of
-# CPU in a whole audit (``rendering.budget``).
-AUDIT_LIMITS = RenderLimits(template_cpu_seconds=5.0, template_limit_hits=2)
+# budget of 3 s of render CPU in all and two renders past a limit. A real template's renders take a tenth of a
+# second of CPU in a whole audit (``rendering.budget``).
+AUDIT_LIMITS = RenderLimits(template_cpu_seconds=3.0, template_limit_hits=2)
 # ``replay`` renders as many times as its log has turns: no CPU total, but a template that hits its limits twice
 # is stopped all the same.
 REPLAY_LIMITS = RenderLimits(memory_bytes=0, template_limit_hits=2)

@@ -19,6 +19,7 @@ import json
 import weakref
 from collections.abc import Sequence
 from contextlib import nullcontext
+from dataclasses import replace
 from time import thread_time
 from typing import Any
 
@@ -157,6 +158,11 @@ class Renderer:
         budget.charge(thread_time() - started, False)
         return out
 
+    def _limits_now(self) -> RenderLimits:
+        """The render limits, the time limit cut to what is left of the template's budget."""
+        seconds = self._shared.budget.render_seconds(self.limits.seconds)
+        return self.limits if seconds >= self.limits.seconds else replace(self.limits, seconds=seconds)
+
     def _run_guarded(self, run: Any, template_code: bool) -> Any:
         try:
             if template_code and transformers_compiles() != self._shared.compiles_seen:
@@ -165,7 +171,7 @@ class Renderer:
                 # disarm the render's.
                 prepare_for_renders(self.chat_template, self.limits)
                 self._shared.compiles_seen = transformers_compiles()
-            with pinned_date(self.date), render_limits(self.limits) if template_code else nullcontext():
+            with pinned_date(self.date), render_limits(self._limits_now()) if template_code else nullcontext():
                 out = run()
         except RenderTimeout as exc:
             raise RenderError("timeout", str(exc)) from exc
