@@ -43,7 +43,7 @@ def test_ci_proves_both_ends() -> None:
     lines = [ln.split("#")[0].strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()]
     lines = [ln for ln in lines if ln]
     text = "\n".join(lines)
-    tests = lines.index("python -m pytest -q")
+    tests = next(k for k, ln in enumerate(lines) if ln.endswith("python -m pytest -q"))
     wheel = next(k for k, ln in enumerate(lines) if "pip wheel" in ln)
     readme = next(k for k, ln in enumerate(lines) if "wheel-venv/bin/tito-audit" in ln)
     assert wheel < readme < tests and 'cd "$SCRATCH"' in lines[readme]  # outside the clone

@@ -20,7 +20,13 @@ import typer
 from tito_audit.errors import EXIT_OPERATIONAL
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from tito_audit.audit import ModelReport
+
+# Columns of a console that is not a terminal (a pipe, a CI log): wide enough that no line tito-audit prints wraps.
+# rich's own default there is 80, which broke template names and check summaries mid-word in CI logs.
+PIPE_WIDTH = 10_000
 
 # The format a report file's suffix names (``--output report.html`` without ``--format``); any other suffix is
 # terminal text, as ``--output FILE`` always wrote.
@@ -139,3 +145,14 @@ def echo_model_errors(models: Iterable[ModelReport], debug: bool = False) -> Non
             typer.echo(f"error: {m.error}", err=True)
             if debug and m.traceback:
                 typer.echo(m.traceback, err=True)
+
+
+def output_console(stderr: bool = False) -> Console:
+    """rich's console on a terminal; elsewhere one that does not wrap (``PIPE_WIDTH``). ``COLUMNS``, when set, is
+    the width either way (rich reads it)."""
+    from rich.console import Console
+
+    made = Console(stderr=stderr)
+    if made.is_terminal or os.environ.get("COLUMNS", "").strip():
+        return made
+    return Console(stderr=stderr, width=PIPE_WIDTH)

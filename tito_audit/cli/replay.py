@@ -67,7 +67,7 @@ def replay(
     """Replay LOG: trained vs sampled tokens per episode and turn, and what naive re-tokenization would do."""
     from rich.console import Console
 
-    from tito_audit.cli.output import check_output, check_verbosity, emit, report_format
+    from tito_audit.cli.output import check_output, check_verbosity, emit, output_console, report_format
     from tito_audit.formats import render_report
     from tito_audit.gate import Gate, gating_findings
     from tito_audit.replay import FieldMap, LogError, MapError, ReplayContext, build_report, replay_log
@@ -122,7 +122,7 @@ def replay(
     report = build_report(totals, loaded, str(log), ctx.renderer.token_texts, time.perf_counter() - started)
     lines = gate.apply(report, fail_on)
     if fmt == "terminal" and output is None:
-        render_report(report, "terminal", console=Console(), verbose=verbose, quiet=quiet)
+        render_report(report, "terminal", console=output_console(), verbose=verbose, quiet=quiet)
     else:
         emit(render_report(report, fmt, verbose=verbose, quiet=quiet), output)
     for line in lines:

@@ -60,7 +60,7 @@ def _again(cached: RenderError) -> RenderError:
 class _Shared:
     """What every renderer derived from one ``Renderer(...)`` shares: render caches, derived renderers, sanitizer."""
 
-    def __init__(self, tokenizer: Any, chat_template: str, limits: RenderLimits) -> None:
+    def __init__(self, tokenizer: Any, chat_template: str, limits: RenderLimits | None = None) -> None:
         self.cache = tokenizer_cache(tokenizer)
         self.texts: dict[bytes | str, str | RenderError] = {}
         self.ids: dict[bytes | str, tuple[int, ...] | RenderError] = {}
@@ -73,6 +73,7 @@ class _Shared:
         self.chat_template = chat_template
         self._reads_tools: bool | None = None
         self.compiles_seen = transformers_compiles()  # the constructor has just prepared the template
+        limits = limits or RenderLimits()
         self.budget = TemplateBudget(limits.template_cpu_seconds, limits.template_limit_hits)
 
     @property

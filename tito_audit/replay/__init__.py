@@ -6,7 +6,8 @@
 One concept per module: ``schema`` (the native record), ``reader`` (streaming JSONL/gz/Parquet), ``mapping``
 (``--map``), ``adapters`` (vLLM, SkyRL), ``compare`` and ``divergence`` (token-level comparison and classes),
 ``analyze`` (one episode), ``aggregate`` (totals and the report), ``run`` (the whole log, with workers),
-``guard`` (the run-time check), ``record`` (writing native records from a ``Trajectory``).
+``guard`` (the run-time check), ``record`` (writing native records from a ``Trajectory``), ``writer`` (``LogWriter``:
+native records from any loop, to JSONL, gzip JSONL or Parquet).
 """
 
 from tito_audit.replay.adapters import ADAPTERS, detect, to_episodes
@@ -18,6 +19,7 @@ from tito_audit.replay.reader import LogError, iter_records
 from tito_audit.replay.record import record_from_trajectory
 from tito_audit.replay.run import replay_log
 from tito_audit.replay.schema import Episode, RecordError, SampledTurn, episode_from_native
+from tito_audit.replay.writer import LogWriter
 
 __all__ = [
     "ADAPTERS",
@@ -27,6 +29,7 @@ __all__ = [
     "GuardFailure",
     "GuardResult",
     "LogError",
+    "LogWriter",
     "MapError",
     "RecordError",
     "ReplayContext",

@@ -11,13 +11,16 @@ One JSON object (a JSONL line or a Parquet row) per episode::
     }
 
 ``messages`` and ``tools`` are optional: without them only the token-level checks run (no reference buffer, no
-"what if"). Other layouts are mapped onto these names (``--map``, ``tito_audit.replay.mapping``) or read by
-an adapter (``tito_audit.replay.adapters``). Validation raises ``RecordError`` naming the field at fault; the
+"what if"). ``messages``, ``tools`` and ``chat_template_kwargs`` may also be JSON text (a string holding the list or
+object): Parquet has no column type for free-form objects, so ``tito_audit.replay.LogWriter`` stores them that way.
+Other layouts are mapped onto these names (``--map``, ``tito_audit.replay.mapping``) or read by an adapter
+(``tito_audit.replay.adapters``). Validation raises ``RecordError`` naming the field at fault; the
 reader turns it into a counted, numbered line and goes on.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -96,6 +99,16 @@ def _mask(value: Any, where: str) -> list[int]:
     return ids
 
 
+def _json_text(value: Any, where: str) -> Any:
+    """A free-form field stored as JSON text (Parquet rows written by ``LogWriter``), decoded; anything else as is."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"{where} is text but not JSON ({exc.msg} at column {exc.colno})") from None
+
+
 def episode_from_native(record: Mapping[str, Any], line: int = 0, source: str = "native") -> Episode:
     """Validate one native record; ``RecordError`` names the first problem."""
     if not isinstance(record, Mapping):
@@ -122,7 +135,7 @@ def episode_from_native(record: Mapping[str, Any], line: int = 0, source: str = 
     input_ids = _ids(record["input_ids"], "input_ids")
     mask_raw = record.get("loss_mask")
     loss_mask = _mask(mask_raw, "loss_mask") if mask_raw is not None else None
-    messages = record.get("messages")
+    messages = _json_text(record.get("messages"), "messages")
     if messages is not None:
         if not isinstance(messages, Sequence) or not all(isinstance(m, Mapping) and "role" in m for m in messages):
             raise RecordError("messages must be a list of {role, content, ...} objects")
@@ -130,10 +143,10 @@ def episode_from_native(record: Mapping[str, Any], line: int = 0, source: str = 
         assistants = sum(1 for m in messages if m.get("role") == "assistant")
         if assistants != len(turns):
             raise RecordError(f"{assistants} assistant message(s) but {len(turns)} sampled turn(s)")
-    tools = record.get("tools")
+    tools = _json_text(record.get("tools"), "tools")
     if tools is not None and (not isinstance(tools, Sequence) or isinstance(tools, (str, bytes))):
         raise RecordError("tools must be a list of tool schemas")
-    kwargs = record.get("chat_template_kwargs") or {}
+    kwargs = _json_text(record.get("chat_template_kwargs"), "chat_template_kwargs") or {}
     if not isinstance(kwargs, Mapping):
         raise RecordError("chat_template_kwargs must be an object")
     rid = record.get("id")
