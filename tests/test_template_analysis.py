@@ -84,5 +84,3 @@ def test_a_transformers_that_compiles_another_way_still_compiles_under_limits(mo
         monkeypatch.undo()
         compat.reset()
     assert compat.available("compile_hook")
-
-
