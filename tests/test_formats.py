@@ -302,6 +302,7 @@ def test_sarif_fingerprints_are_stable_and_distinct(both):
 @pytest.mark.parametrize("fmt", sorted(FORMATTERS))
 def test_output_writes_the_file_and_nothing_to_stdout(fmt, tmp_path):
     out = tmp_path / "sub" / f"report.{fmt}"
+    out.parent.mkdir()  # a missing directory is refused, not created (tests/test_cli_output.py)
     result = CliRunner().invoke(app, ["audit", "qwen3-0.6b", "--format", fmt, "--output", str(out)])
     assert result.exit_code == 1, result.output  # qwen3 fails an error-level check
     assert result.stdout == ""

@@ -303,10 +303,20 @@ def test_an_undecided_verdict_never_exits_0(monkeypatch) -> None:
         assert "verdict undecided (tool_append_prefix compared nothing)" in res.stderr
 
 
-def test_min_coverage_gates_on_scenarios_played() -> None:
+def test_min_coverage_gates_on_scenarios_played(report) -> None:
     assert _cli(["--min-coverage", "30"]).exit_code == 0
-    res = _cli(["--min-coverage", "1000"])
-    assert res.exit_code == 3 and "fewer than --min-coverage 1000" in res.stderr
+    from typer.testing import CliRunner
+
+    from tito_audit.cli import app
+
+    scenarios = report("mistral-nemo-instruct-2407").scenarios  # a template that rejects some scenarios
+    played, catalogue = scenarios["played"], scenarios["catalogue"]
+    assert played < catalogue
+    argv = ["audit", "mistral-nemo-instruct-2407", "--jobs", "1", "-q", "--min-coverage", str(catalogue)]
+    res = CliRunner().invoke(app, argv)
+    assert res.exit_code == 3 and f"{played} of {catalogue} scenarios played, fewer than --min-coverage" in res.stderr
+    unreachable = _cli(["--min-coverage", "1000"])  # above the whole catalogue: no template could pass it
+    assert unreachable.exit_code == 2 and "--min-coverage 1000 is unreachable: its catalogue has" in unreachable.stderr
 
 
 # --- the real Qwen2.5 template, with its tool traffic cut out --------------------------------------------------

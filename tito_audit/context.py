@@ -18,7 +18,7 @@ from tito_audit.errors import RenderError, RendererUnavailable
 from tito_audit.probes import TOOLS
 from tito_audit.rendering.analysis import loaded_names, template_variables
 from tito_audit.rendering.clock import DEFAULT_DATE
-from tito_audit.rendering.guard import RenderLimits
+from tito_audit.rendering.guard import AUDIT_LIMITS, RenderLimits
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.rendering.tokenizer_cache import tokenizer_cache
 from tito_audit.rollout.stop import stop_token_ids
@@ -42,7 +42,7 @@ class AuditOptions:
     # "unset": the template's default mode only ("default", its old name, is read the same)
     thinking: str = "both"
     only_checks: tuple[str, ...] = ()
-    limits: RenderLimits = field(default_factory=RenderLimits)
+    limits: RenderLimits = AUDIT_LIMITS  # per render, and the per-template budget (``rendering.budget``)
     debug: bool = False
     scenarios: str = "full"  # "full" (the whole catalog) | "quick" (QUICK_SCENARIOS: a documented subset for scans)
     # Count the sampled tokens each naive re-tokenization finding loses (an alignment of the two sequences, the

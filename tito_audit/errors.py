@@ -15,6 +15,7 @@ EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_OPERATIONAL = 2
 EXIT_INCOMPLETE = 3
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as shells report it
 
 
 class AuditError(Exception):
@@ -83,6 +84,12 @@ class UsageError(AuditError):
     kind = "usage"
 
 
+class UnsupportedLibrary(AuditError):
+    """The installed transformers or jinja2 lacks a piece tito-audit cannot do without (``compat``)."""
+
+    kind = "unsupported_library"
+
+
 class RendererUnavailable(AuditError):
     """A renderer named with ``--renderer``/``--train-renderer`` cannot be used for this model (library missing,
     a file it needs not available offline, a vocabulary that is not the model's): the model is not audited."""
@@ -109,12 +116,13 @@ class RenderError(Exception):
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
-        self.kind = kind  # "raised" | "type" | "security" | "timeout" | "too_large" | "crash"
+        self.kind = kind  # "raised" | "type" | "security" | "timeout" | "too_large" | "crash" | "budget"
         self.message = message
+        self.memory = False  # a too_large that exhausted the render's memory budget (a limit hit, as a timeout)
 
 
 # Render failures that say what the template is by themselves (the sandbox refused it, it ran past a limit).
-TEMPLATE_RENDER_KINDS = ("security", "timeout", "too_large")
+TEMPLATE_RENDER_KINDS = ("security", "timeout", "too_large", "budget")
 
 
 def failed_every_conversation(first: RenderError, renderer: str | None = None) -> tuple[str | None, str]:

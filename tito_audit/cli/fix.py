@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.text import Text
 
 from tito_audit.cli.options import debug_option, offline_option, template_kwarg_option, template_name_option
+from tito_audit.cli.output import check_output, write_atomically
 from tito_audit.cli.params import one_of
 from tito_audit.errors import EXIT_OPERATIONAL, AuditError
 
@@ -156,6 +157,7 @@ def register(app: typer.Typer) -> None:
         from tito_audit.fix import propose_fix
         from tito_audit.sources.load import load
 
+        check_output(output)
         err = Console(stderr=True)
         show = fmt == "terminal" and err.is_terminal
         try:
@@ -181,8 +183,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(EXIT_OPERATIONAL) from None
         if output is not None and result.patched is not None:
             try:
-                output.parent.mkdir(parents=True, exist_ok=True)
-                output.write_text(result.patched, encoding="utf-8")
+                write_atomically(output, result.patched)
             except OSError as exc:
                 typer.echo(f"error: {model}: cannot write --output {output}: {exc}", err=True)
                 raise typer.Exit(EXIT_OPERATIONAL) from None

@@ -78,9 +78,17 @@ def replay(
         float | None, typer.Option("--ray-memory", help="Memory (MB) to reserve per Ray actor (docs/replay.md).")
     ] = None,
     fmt: Annotated[
-        str, typer.Option("--format", "-f", help=" | ".join(FORMAT_NAMES), callback=one_of(FORMAT_NAMES))
-    ] = "terminal",
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here.")] = None,
+        str | None,
+        typer.Option(
+            "--format",
+            "-f",
+            help=" | ".join(FORMAT_NAMES) + " (default: the one --output's suffix names, else terminal)",
+            callback=one_of(FORMAT_NAMES),
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the report here (checked before any work).")
+    ] = None,
     fail_on: Annotated[
         str, typer.Option("--fail-on", help="Exit 1 on findings at or above: warn | error.", callback=one_of(FAIL_ON))
     ] = "error",
@@ -97,7 +105,7 @@ def replay(
 
     from rich.console import Console
 
-    from tito_audit.cli.output import emit, output_console
+    from tito_audit.cli.output import check_output, check_verbosity, emit, output_console, report_format
     from tito_audit.formats import render_report
     from tito_audit.gate import Gate, gating_findings
     from tito_audit.rendering.clock import DEFAULT_DATE
@@ -113,6 +121,9 @@ def replay(
 
     if not math.isfinite(max_record_mb):  # typer's range lets nan and inf through
         fail(f"--max-record-mb must be a finite number of MB, not {max_record_mb}")
+    check_verbosity(verbose, quiet)
+    fmt = report_format(fmt, output)
+    check_output(output)
     try:
         fmap = FieldMap.parse(field_map or [])
     except MapError as exc:

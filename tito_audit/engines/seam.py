@@ -95,8 +95,8 @@ class _EngineShared(_Shared):
     """``Renderer``'s shared caches, plus the engine's ids of each text it rendered. No template to prepare or
     analyse: the engine is given the tools on every render."""
 
-    def __init__(self, tokenizer: Any) -> None:
-        super().__init__(tokenizer, "")
+    def __init__(self, tokenizer: Any, limits: RenderLimits | None = None) -> None:
+        super().__init__(tokenizer, "", limits)  # the limits' per-template budget bounds the engine's renders too
         self.engine_ids: dict[str, tuple[int, ...]] = {}
         self.offsets: dict[str, list[tuple[int, int]]] = {}
         self.not_given: dict[str, str] = {}  # option -> why the engine was not given it
@@ -129,7 +129,7 @@ class EngineRenderer(Renderer):
     ) -> None:
         from tito_audit.rendering.clock import DEFAULT_DATE
 
-        shared = _shared or _EngineShared(tokenizer)
+        shared = _shared or _EngineShared(tokenizer, limits)
         super().__init__(tokenizer, "", template_kwargs, date or DEFAULT_DATE, limits, shared)
         self.engine = engine
         self._engine_shared = shared

@@ -13,7 +13,6 @@ import re
 from html import escape
 from typing import Any
 
-from tito_audit._version import __version__
 from tito_audit.audit import AuditReport, ModelReport
 from tito_audit.checks.base import CheckResult
 from tito_audit.findings import Finding
@@ -23,8 +22,10 @@ from tito_audit.formats.labels import (
     approximate_note,
     coverage_text,
     model_label,
+    run_status,
     template_origin,
     verdict_reasons_text,
+    versions_text,
 )
 from tito_audit.formats.visible import visible
 from tito_audit.rl_artifacts import RLArtifacts
@@ -373,7 +374,9 @@ def to_html(
     )
     body = [
         "<h1>tito-audit report</h1>",
-        f'<p class="sub">tito-audit {esc(__version__)} · templates see the date {esc(", ".join(dates) or "-")}</p>',
+        f'<p class="sub">{esc(versions_text(report.libraries))} · templates see the date '
+        f"{esc(', '.join(dates) or '-')}</p>",
+        f'<p class="verdict v-error">{esc(run_status(report))}</p>' if run_status(report) else "",
         f'<table class="summary">{overview}</table>' if len(report.models) > 1 else "",
         legend,
         *(_model(m, verbose) for m in report.models),

@@ -191,11 +191,12 @@ def to_sarif_dict(report: AuditReport) -> dict[str, Any]:
                         "version": __version__,
                         "semanticVersion": __version__,
                         "rules": rules,
+                        "properties": {"libraries": report.libraries},
                     }
                 },
                 "invocations": [
                     {
-                        "executionSuccessful": not any(m.error for m in report.models),
+                        "executionSuccessful": report.complete and not any(m.error for m in report.models),
                         "toolExecutionNotifications": notifications,
                     }
                 ],

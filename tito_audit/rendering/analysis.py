@@ -1,7 +1,7 @@
 """Template analysis: each template compiled once by transformers, under limits, with a pinned clock, and its
 code read once.
 
-A template is compiled by transformers (``_compile_jinja_template``, cached per template text) under
+A template is compiled by transformers (``_compile_jinja_template``, cached per template text: ``compat``) under
 ``COMPILE_LIMITS`` (``compiled_template``), and its code is read for hazards (``hazards``), for the literal text
 it can write and for the variable names it loads. Those readings need the tree as parsed: jinja's optimizer folds
 constant expressions in the tree it compiles, in place. So the parse jinja does for that compile is read as it
@@ -35,6 +35,7 @@ from typing import Any, NoReturn
 from jinja2 import TemplateError, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from tito_audit import compat
 from tito_audit.rendering.bounded_cache import BoundedCache
 from tito_audit.rendering.clock import pinned_strftime
 from tito_audit.rendering.guard import RenderLimits, RenderTimeout, harden_environment, render_limits
@@ -121,18 +122,20 @@ def _compiling(into: dict[str, TemplateFacts], limits: RenderLimits) -> Iterator
     transformers builds each template's environment from the class its module names; the module's name points at
     the subclass for the duration of one ``compiled_template`` call. No class of jinja's is changed: in a library
     caller's process, another thread that compiles a template of its own meanwhile gets jinja's environment as it
-    is, not this compile's limits and reading."""
-    from transformers.utils import chat_template_utils
-
-    original = getattr(chat_template_utils, "ImmutableSandboxedEnvironment", None)
-    if original is not ImmutableSandboxedEnvironment:  # a transformers that builds its environment another way
-        raise RuntimeError("transformers' chat_template_utils no longer compiles with jinja's sandboxed environment")
-    chat_template_utils.ImmutableSandboxedEnvironment = _ReadingEnvironment  # type: ignore[misc]
+    is, not this compile's limits and reading. Where transformers builds its environment another way
+    (``compat``'s ``compile_hook``), the whole compile runs under ``limits`` instead, with jinja's optimizer, and
+    ``template_facts`` parses the template once more."""
+    hook = compat.pieces("compile_hook")
+    if hook is None:
+        with render_limits(limits):
+            yield
+        return
+    hook.module.ImmutableSandboxedEnvironment = _ReadingEnvironment
     _Compile.into, _Compile.limits = into, limits
     try:
         yield
     finally:
-        chat_template_utils.ImmutableSandboxedEnvironment = original  # type: ignore[misc]
+        hook.module.ImmutableSandboxedEnvironment = hook.environment
         _Compile.into = _Compile.limits = None
 
 
@@ -162,15 +165,14 @@ def compiled_template(template: str, memory_bytes: int | None = None) -> Any:
     memory budget; 0 for none) when it is not in the cache; raises a ``TemplateError`` where it does not parse or
     its compile hits a limit. Where jinja's constant folding runs out of memory it leaves the expression to the
     render, which its own limits bound."""
-    from transformers.utils.chat_template_utils import _compile_jinja_template
-
+    compile_ = compat.compile_cache().compile
     failed = _FAILED.get(template)
     if failed is not None:
         raise failed
     limits = COMPILE_LIMITS if memory_bytes is None else replace(COMPILE_LIMITS, memory_bytes=memory_bytes)
     try:
         with _COMPILING, _compiling(_PARSED, limits):
-            return _compile_jinja_template(template)
+            return compile_(template)
     except RenderTimeout:
         error = CompileLimitError(f"compiling took more than {COMPILE_LIMITS.seconds:g}s of CPU time")
     except MemoryError:
@@ -229,9 +231,7 @@ def transformers_compiles() -> int:
 
 @lru_cache(maxsize=1)
 def _compile_cache_info() -> Any:
-    from transformers.utils.chat_template_utils import _compile_jinja_template
-
-    return _compile_jinja_template.cache_info
+    return compat.compile_cache().cache_info
 
 
 def _memoized_tojson(tojson: Any) -> Any:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tito_audit.errors import RenderError
+from tito_audit.rendering.guard import REPLAY_LIMITS
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.replay.compare import Comparison, against_reference, against_sampled, mask_runs
 from tito_audit.replay.divergence import Divergence
@@ -40,7 +41,7 @@ from tito_audit.replay.engine import engine_buffer, exact, has_engine_prompts, p
 from tito_audit.replay.id_diff import align
 from tito_audit.replay.schema import Episode, RecordError
 from tito_audit.rollout.bridge import AppendRefused, BridgeError
-from tito_audit.rollout.buffer import LIBRARY_LIMITS, Trajectory
+from tito_audit.rollout.buffer import Trajectory
 from tito_audit.rollout.stop import stop_token_ids
 
 _MARK_PROBES: tuple[list[dict[str, Any]], ...] = (
@@ -118,7 +119,7 @@ class ReplayContext:
         noncanonical: bool = True,
         date: dt.datetime | None = None,
     ) -> ReplayContext:
-        renderer = Renderer(model.tokenizer, model.chat_template, limits=LIBRARY_LIMITS)
+        renderer = Renderer(model.tokenizer, model.chat_template, limits=REPLAY_LIMITS)
         if date is not None:
             renderer = renderer.with_date(date)
         stops = list(stop_token_ids(model.tokenizer, renderer, getattr(model, "generation_eos_ids", None) or ()))

@@ -41,7 +41,7 @@ class TemplateEpisodes:
         self.stops = stop_token_ids(tok, self.renderer, self.loaded.generation_eos_ids)
         options = AuditOptions(template_kwargs=dict(cfg.template_kwargs), thinking=cfg.thinking)
         audit = AuditContext(self.loaded, options)  # its thinking modes: those `audit` plays with these options
-        self.thinking_switches: list[str] = audit.thinking_switches
+        self.thinking_switches: list[str] = list(audit.thinking_switches)  # the switch names
         self.thinking_modes: list[dict[str, Any]] = audit.thinking_modes
         scenarios = build_scenarios(special_token_strings(tok)[:4], self.thinking_modes)
         if not cfg.include_injection:

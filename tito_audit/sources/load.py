@@ -23,6 +23,7 @@ from tito_audit.errors import (
     CorruptTokenizer,
     NoChatTemplate,
     TemplateCompileError,
+    UnsupportedLibrary,
     UsageError,
 )
 from tito_audit.sources.base import ModelFiles
@@ -40,6 +41,12 @@ _TOOLS_PROBE = [{"type": "function", "function": {"name": "probe", "parameters":
 
 
 SYNTHESIZED = "synthesized"  # ``Provenance.tokenizer`` of a tokenizer built by ``sources.synthesized``
+
+
+def _library_versions() -> dict[str, Any]:
+    from tito_audit.compat import library_versions
+
+    return dict(library_versions())
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,9 @@ class Provenance:
     tokenizer: str = "real"
     tokenizer_base: str | None = None
     synthesized_tokens: tuple[str, ...] = ()
+    # tito-audit, transformers, tokenizers and jinja2 versions, and the compat fallbacks, of the process that
+    # loaded it (``compat.library_versions``): a verdict can change with a transformers release
+    libraries: dict[str, Any] = field(default_factory=_library_versions)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -194,10 +204,13 @@ def compile_template(spec: str, template: str) -> Any:
     syntax errors and a compile past its limits become one-line audit errors."""
     from jinja2 import TemplateError
 
+    from tito_audit import compat
     from tito_audit.rendering.analysis import compiled_template
 
     try:
         return compiled_template(template)
+    except compat.UnsupportedLibrary as exc:
+        raise UnsupportedLibrary(spec, str(exc)) from exc
     except TemplateError as exc:
         line = getattr(exc, "lineno", None)
         where = f" (line {line})" if line else ""
