@@ -117,11 +117,13 @@ def audit_context(ctx: AuditContext, started: float | None = None) -> ModelRepor
         "low_coverage": played < MIN_COVERAGE,
         "adaptations": sorted({a for s in sims if s.ok for a in s.adapters}),
         "not_applicable": {s.scenario.id: s.error.message for s in sims if s.error is not None},
+        "internal_errors": {s.scenario.id: s.internal.message for s in sims if s.internal is not None},
         "adapted": {s.scenario.id: list(s.adapters) for s in sims if s.adapters},
         "thinking_modes": ctx.thinking_modes,
         "stop_tokens": [model.tokenizer.convert_ids_to_tokens(i) for i in ctx.stop_ids],
+        "not_probed": list(ctx.shapes.reasoning.not_probed),
     }
-    if sims and all(not s.ok for s in sims):
+    if sims and all(s.error is not None for s in sims):  # the template refused every one (not our failure)
         first = next(s.error for s in sims if s.error is not None)
         assert first is not None
         kind, cause = failed_every_conversation(first)

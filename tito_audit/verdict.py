@@ -10,12 +10,15 @@
    never rests on a check that did not decide.
 3. ``tito-required``: a finding (suppressed or not: a suppression accepts a finding, it does not make the
    template stop rewriting) of a ``tito-required``-role check, or a suppressed finding of an ``unsafe``-role
-   check (the rollout loop handles it, so a token buffer is still needed).
+   check (the rollout loop handles it, so a token buffer is still needed). A reason whose findings are all
+   suppressed reads ``tito-required:suppressed:WHAT``: the reasons, as the verdict, are read after suppressions.
 4. ``safe`` otherwise.
 
 Reasons beside the verdict never change it: ``avoid:*`` (a ``caveat``-role finding: tool traffic dropped only
 in a form the rollout code can avoid), ``adapt:*`` (a conversation shape the template needs and the rollout
-code must produce too) and ``low_coverage:PLAYED/CATALOGUE`` (fewer than ``MIN_COVERAGE`` scenarios played).
+code must produce too), ``not_probed:*`` (something the template reads that no scenario exercises: a message
+field no probe render shows, reasoning it never shows; what a verdict does not cover) and
+``low_coverage:PLAYED/CATALOGUE`` (fewer than ``MIN_COVERAGE`` scenarios played).
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ _WORDS = {
     "content_empty": 'content "" next to tool calls',
     "system_prompt": "a system message first (the template reads messages[0] as one)",
     "content_parts": "content as a list of text parts",
-    "reasoning_inline": "reasoning inline as <think>...</think> in content",
+    "reasoning_inline": "reasoning inline in content, between the template's delimiters",
     "reasoning_emitted": "reasoning the template never renders, kept in the sampled text",
 }
 
@@ -98,7 +101,8 @@ def decide(
         if c.status == "error" and bearing:
             _add(undecided, f"error:{c.id}:check_error")
         elif c.status == "not_applicable" and bearing:
-            _add(undecided, f"error:{c.id}:compared_nothing")
+            _add(undecided, f"error:{c.id}:{'undecided' if c.comparisons else 'compared_nothing'}")
+        active = {f.reason or c.id for f in c.findings if not f.suppressed}
         for f in c.findings:
             what = f.reason or c.id
             if c.verdict_role == "unsafe":
@@ -107,11 +111,14 @@ def decide(
                 else:
                     _add(unsafe, f"unsafe:{what}")
             elif c.verdict_role == "tito-required":
-                _add(buffer, f"tito-required:{what}")
+                # a suppressed finding keeps the verdict (the template still rewrites), said as suppressed
+                _add(buffer, f"tito-required:{what}" if what in active else f"tito-required:suppressed:{what}")
             elif c.verdict_role == "caveat" and not f.suppressed:
                 _add(notes, f"avoid:{what}")
     for name in (coverage or {}).get("adaptations", []) or []:
         _add(notes, f"adapt:{name}")
+    for what in (coverage or {}).get("not_probed", []) or []:
+        _add(notes, f"not_probed:{what}")
     if coverage and coverage.get("catalogue"):
         played, total = int(coverage.get("played", 0)), int(coverage["catalogue"])
         if played < MIN_COVERAGE:
@@ -142,7 +149,8 @@ def describe_reason(reason: str) -> str:
         return f"{cid} {why.replace('_', ' ')}"
     if kind == "tito-required":
         if rest.startswith("suppressed:"):
-            return f"{_WORDS.get(rest[11:], rest[11:])} (suppressed: needs the token buffer)"
+            what = rest[11:]
+            return f"{_WORDS.get(what, what + ' diverges')} (suppressed: needs the token buffer)"
         return f"{rest} diverges"
     if kind == "avoid":
         return f"avoid {_WORDS.get(rest, rest)}"
@@ -150,4 +158,12 @@ def describe_reason(reason: str) -> str:
         return f"needs {_WORDS.get(rest, rest)}"
     if kind == "low_coverage":
         return f"only {rest} scenarios played (fewer than {MIN_COVERAGE})"
+    if kind == "not_probed":
+        what, _, name = rest.partition(":")
+        if what == "field":
+            return f"message field {name!r} not probed (no probe render shows it)"
+        if name in ("answers", "tool_calls"):
+            where = "answers" if name == "answers" else "tool-call turns"
+            return f"reasoning not probed on {where} (never shown there, and no delimiters to emit it in)"
+        return f"reasoning not probed ({name}: the probe does not render)"
     return reason

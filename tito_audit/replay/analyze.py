@@ -25,6 +25,7 @@ from tito_audit.replay.schema import Episode
 from tito_audit.rollout.bridge import AppendRefused, BridgeError
 from tito_audit.rollout.buffer import LIBRARY_LIMITS, Trajectory
 from tito_audit.rollout.stop import stop_token_ids
+from tito_audit.scenarios.reasoning import reasoning_marks
 
 
 @dataclass
@@ -179,6 +180,7 @@ def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
     res.trained_tokens = sum(ep.loss_mask) if ep.loss_mask is not None else 0
     res.shape = _shape(ep)
     kw: dict[str, Any] = dict(decode=ctx.decode, stop_ids=ctx.stop_ids, special_ids=ctx.special_ids, bos_id=ctx.bos_id)
+    kw["reasoning"] = reasoning_marks(ctx.renderer.chat_template, ep.messages)  # tells reasoning from content
     traj: Trajectory | None = None
     if ep.messages is not None:
         try:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tito_audit.align import IdMatcher
+from tito_audit.finding_class import ReasoningMarks
 from tito_audit.replay.divergence import Divergence, classify, run_text, window
 from tito_audit.replay.id_diff import align
 
@@ -91,8 +92,10 @@ def against_reference(
     stop_ids: Sequence[int],
     special_ids: Sequence[int] = (),
     bos_id: int | None = None,
+    reasoning: ReasoningMarks | None = None,
 ) -> Comparison:
-    """``got`` (and its mask) against a rebuilt buffer ``ref`` whose sampled runs are ``spans``."""
+    """``got`` (and its mask) against a rebuilt buffer ``ref`` whose sampled runs are ``spans``; ``reasoning``: what
+    reasoning looks like in this episode (its classes tell it from content)."""
     out = Comparison()
     turns = _Turns(spans)
     first: dict[int, Divergence] = {}
@@ -153,7 +156,9 @@ def against_reference(
             continue
         r_ids, g_ids = list(ref[i1:i2]), list(got[j1:j2])
         texts = (run_text(decode, ref, i1, i2), run_text(decode, got, j1, j2)) if decode else None
-        cls = classify(r_ids, g_ids, texts=texts, stop_ids=stop_ids, special_ids=special_ids, bos_id=bos_id)
+        cls = classify(
+            r_ids, g_ids, texts=texts, stop_ids=stop_ids, special_ids=special_ids, bos_id=bos_id, reasoning=reasoning
+        )
         r_text = run_text(decode, ref, i1, min(i2, i1 + 24)) if decode else None
         g_text = run_text(decode, got, j1, min(j2, j1 + 24)) if decode else None
         _back, exp, act, start = window(ref, got, i1, j1)
@@ -174,9 +179,12 @@ def against_sampled(
     stop_ids: Sequence[int] = (),
     special_ids: Sequence[int] = (),
     bos_id: int | None = None,
+    reasoning: ReasoningMarks | None = None,
 ) -> Comparison:
     """No renders: the sampled turns must appear verbatim in ``got``, trained exactly where they are."""
-    kw: dict[str, Any] = dict(decode=decode, stop_ids=stop_ids, special_ids=special_ids, bos_id=bos_id)
+    kw: dict[str, Any] = dict(
+        decode=decode, stop_ids=stop_ids, special_ids=special_ids, bos_id=bos_id, reasoning=reasoning
+    )
     if got_mask is not None and len(got_mask) == len(got):
         runs = mask_runs(got_mask)
         if len(runs) == len(turns):
@@ -229,6 +237,7 @@ def against_sampled(
         stop_ids=stop_ids,
         special_ids=special_ids,
         bos_id=bos_id,
+        reasoning=reasoning,
     )
 
 

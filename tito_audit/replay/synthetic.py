@@ -381,14 +381,15 @@ def _prefix_fallback(p: Played, eid: str) -> Logged:
 def played_episodes(
     model: Any, rate: float, seed: int = 0, scenarios: Sequence[Scenario] | None = None
 ) -> list[Played]:
-    """Every scenario of the audit that the template plays, each played once."""
+    """Every catalog scenario of the audit that the template plays, each played once (the scenarios derived from
+    the template are played in its own shapes, which ``play`` does not apply)."""
     from tito_audit.context import AuditContext, AuditOptions
 
     ctx = AuditContext(model, AuditOptions())
     rng = random.Random(seed)
     split = Splitter(model.tokenizer)
     out = []
-    for sc in scenarios if scenarios is not None else ctx.scenarios:
+    for sc in scenarios if scenarios is not None else [s for s in ctx.scenarios if "derived" not in s.tags]:
         p = play(ctx.renderer, sc, ctx.stop_ids, rate, rng, split)
         if p is not None:
             out.append(p)
