@@ -139,7 +139,7 @@ def derive_reasoning(
     if field is not None:
         where = shown[field]
         slot = next(s for s in ("a2", "c2", "a1", "c1") if s in where)
-        written = _around(where[slot], probe.sentinel(field, slot), literals)
+        written = _around(where[slot], probe.bare(slot), probe.sentinel(field, slot), literals)
     # other keys to play: each with the roles it renders for, but not another name for the reasoning field (one the
     # template reads as ``reasoning or reasoning_content``, written between the same delimiters)
     others = tuple(
@@ -166,7 +166,9 @@ def _same_block(
     probe: _Probe, where: dict[str, str], key: str, written: tuple[str, str], literals: Sequence[str]
 ) -> bool:
     slot = next((s for s in ("a2", "c2", "a1", "c1") if s in where), None)
-    return slot is not None and all(written) and _around(where[slot], probe.sentinel(key, slot), literals) == written
+    if slot is None or not all(written):
+        return False
+    return _around(where[slot], probe.bare(slot), probe.sentinel(key, slot), literals) == written
 
 
 def _roles(where: dict[str, str]) -> tuple[str, ...]:
@@ -176,20 +178,29 @@ def _roles(where: dict[str, str]) -> tuple[str, ...]:
     return (*out, *(role for role in ("system", "user", "tool") if role[0] in firsts))
 
 
-def _around(text: str, sentinel: str, literals: Sequence[str]) -> tuple[str, str]:
-    """The template's literals written right before and right after ``sentinel`` in ``text`` (the longest that
-    fits each side; ``""`` where none does)."""
+def _around(text: str, bare: str | None, sentinel: str, literals: Sequence[str]) -> tuple[str, str]:
+    """The template's literals written right before and right after ``sentinel`` in ``text`` (``""`` where none
+    fits): of those that fit, the longest that the value brought into the render (more of it in ``text`` than in
+    ``bare``, the same render without the value: ``'\\n<think>\\n'``, not the role header before it), else the
+    longest on one line (``<think>`` of an empty ``<think></think>`` the template writes anyway, not a role header
+    that ends with it, nor a one-character piece of a concatenation)."""
     at = text.find(sentinel)
     before, after = text[:at], text[at + len(sentinel) :]
-    fits = [lit for lit in literals if lit.strip()]
-    opener = max((lit for lit in fits if before.endswith(lit)), key=len, default="")
-    closer = max((lit for lit in fits if after.startswith(lit)), key=len, default="")
-    return opener, closer
+    fits = [lit for lit in dict.fromkeys(literals) if len(lit.strip()) > 1]  # not one character of a concatenation
+
+    def pick(side: list[str]) -> str:
+        brought = [lit for lit in side if bare is not None and text.count(lit) > bare.count(lit)]
+        if brought:
+            return max(brought, key=len)
+        return max((lit for lit in side if "\n" not in lit.strip()), key=len, default="")
+
+    return pick([lit for lit in fits if before.endswith(lit)]), pick([lit for lit in fits if after.startswith(lit)])
 
 
 # Slots of the key probes: a1/a2 an earlier/the last answer, c1/c2 an earlier/the last tool-call turn,
 # s/u/t a system, user, tool message.
 _ANSWER = {"a1": "Hello there.", "a2": "Sure thing."}
+_CITY = {"c1": "Oslo", "c2": "Lima"}  # each call turn's argument: what the turn says
 _CALL_NAME = "get_weather"
 
 
@@ -202,9 +213,17 @@ class _Probe:
         self.renderer, self.tools, self.shape = renderer, tools, shape
         self.keys_read = list(keys)
         self.index = {k: i for i, k in enumerate(keys)}
+        self._bare: dict[int, str | None] = {}
 
     def sentinel(self, key: str, slot: str) -> str:
         return f"Zq{self.index[key]}k{slot}"
+
+    def bare(self, slot: str) -> str | None:
+        """The probe conversation of ``slot`` rendered without any key set (None where it does not render)."""
+        kind = next(n for n, (slots, _) in enumerate(self._conversations(())) if slot in slots)
+        if kind not in self._bare:
+            self._bare[kind] = self._render(self._conversations(())[kind][1])
+        return self._bare[kind]
 
     def _values(self, slot: str, only: Sequence[str] | None) -> dict[str, str]:
         return {key: self.sentinel(key, slot) for key in (self.keys_read if only is None else only)}
@@ -219,7 +238,7 @@ class _Probe:
         """The three probe conversations (answers, tool-call turns, other roles), every key set on every message."""
 
         def call(n: int) -> list[dict[str, Any]]:
-            fn = {"name": _CALL_NAME, "arguments": {"city": "Oslo"}}
+            fn = {"name": _CALL_NAME, "arguments": {"city": _CITY[f"c{n}"]}}
             return [{"id": f"call{n:05d}", "type": "function", "function": fn}]
 
         result: Message = {"role": "tool", "tool_call_id": "call00001", "name": _CALL_NAME, "content": "cold"}
@@ -271,13 +290,13 @@ class _Probe:
                 shown.setdefault(key, {})[slot] = text
 
     def reasoning_field(self, shown: dict[str, dict[str, str]]) -> str | None:
-        """The key that carries reasoning: one whose value shows on an assistant turn before what the turn says (its
-        answer, its call), ``reasoning_content`` first."""
+        """The key that carries reasoning: one whose value shows on an assistant turn before what the same turn says
+        (its answer, its call's argument), ``reasoning_content`` first."""
         for key in self.keys_read:
             for slot, text in shown.get(key, {}).items():
                 if slot[0] not in "ac":
                     continue
-                said = _ANSWER[slot] if slot[0] == "a" else _CALL_NAME
+                said = _ANSWER[slot] if slot[0] == "a" else _CITY[slot]
                 at, said_at = text.find(self.sentinel(key, slot)), text.rfind(said)
                 if said_at == -1 or at < said_at:
                     return key
