@@ -68,10 +68,10 @@ def test_replay_names_a_content_change_by_what_changed() -> None:
         {"role": "assistant", "content": "Hmm, thinking: rain."},
     ]
     traj.start(messages[:1])
-    traj.append_sampled(r.encode("Hmm, thinking: rain.") + [ctx.stop_ids[0]], message=messages[1])
+    traj.append_sampled([*r.encode("Hmm, thinking: rain."), ctx.stop_ids[0]], message=messages[1])
     record = record_from_trajectory(traj, "ep")
     start = traj.sampled_spans()[0][0]
-    respaced = r.encode("Hmm,thinking: rain.") + [ctx.stop_ids[0]]
+    respaced = [*r.encode("Hmm,thinking: rain."), ctx.stop_ids[0]]
     record["input_ids"] = record["input_ids"][:start] + respaced
     record["loss_mask"] = record["loss_mask"][:start] + [1] * len(respaced)
     res = analyze(episode_from_native(record, 1), ctx)
