@@ -35,7 +35,10 @@ Verdict = Literal["unsafe", "tito-required", "safe", "error"]
 VERDICTS: dict[str, str] = {
     "unsafe": "the template drops tool traffic or breaks buffer + delta for tool appends: it must be patched",
     "tito-required": "buffer + delta is exact, naive re-tokenization is not: keep a token buffer",
-    "safe": "buffer + delta and naive re-tokenization are both exact for canonical tokens",
+    "safe": (
+        "buffer + delta and naive re-tokenization are both exact for canonical tokens in the template's own formats "
+        "(non-canonical samples and other JSON forms are reported as rates)"
+    ),
     "error": "the model could not be audited, or a check the verdict needs did not decide",
 }
 
