@@ -9,7 +9,7 @@ from typing import Any
 from tito_audit.checks.base import check
 from tito_audit.context import AuditContext
 from tito_audit.errors import RenderError
-from tito_audit.findings import Collector, Outcome
+from tito_audit.findings import Collector, Finding, Outcome, divergence
 from tito_audit.scenarios.adapt import call_function, with_arguments
 
 Form = Callable[[dict[str, Any]], str]
@@ -67,19 +67,26 @@ def tool_call_serialization(ctx: AuditContext) -> Outcome:
     tool_sims.sort(key=lambda s: (not s.scenario.id.startswith("single_call/booleans"), "cjk" not in s.scenario.tags))
     not_compared: dict[str, str] = {}
     drifted: list[str] = []
+    windows: list[Finding] = []
     owns: list[str] = []
     pending = list(_FORMS)
     for n, sim in enumerate(tool_sims[:2]):
-        own, pending = _forms_of(ctx, found, sim, pending, not_compared, drifted, strings=n == 0)
+        own, pending = _forms_of(ctx, found, sim, pending, not_compared, drifted, windows, strings=n == 0)
         if own is not None:
             owns.append(own)
     for name in pending:
         not_compared.setdefault(name, "no scenario's arguments make it a form of its own")
     compared = found.comparisons
     rate = len(drifted) / compared if compared else None
-    for f in found.findings:
-        f.rate = rate if f.index is not None else f.rate
     own_form = owns[0] if owns else None
+    if windows:  # one finding for the drift, at the first drifting form's divergence, with the rate
+        first = windows[0]
+        first.message = (
+            f"a call sampled in {len(drifted)} of {compared} likely JSON forms ({', '.join(drifted)}) is "
+            f"re-serialized as {own_form} JSON after parsing"
+        )
+        first.rate = rate
+        found.findings.insert(0, first)
     data = {
         "forms_compared": compared,
         "forms_drifted": len(drifted),
@@ -107,11 +114,13 @@ def _forms_of(
     pending: list[str],
     not_compared: dict[str, str],
     drifted: list[str],
+    windows: list[Finding],
     strings: bool,
 ) -> tuple[str | None, list[str]]:
     """Compare, on ``sim``'s first tool call, every pending form these arguments make: the call sampled in that
     form against the template's re-render of the parsed dict. Returns the template's own form and the forms still
-    pending. ``strings``: also check repr leaks and arguments passed as a JSON string (once)."""
+    pending; each drifting form's divergence goes to ``windows``. ``strings``: also check repr leaks and arguments
+    passed as a JSON string (once)."""
     renderer = ctx.renderer_for(sim.scenario)
     tools = list(sim.scenario.tools)
     idx = next(i for i, m in enumerate(sim.messages) if m.get("tool_calls"))
@@ -141,7 +150,10 @@ def _forms_of(
         else:
             at = canonical.rfind(forms[own])
             sampled = canonical[:at] + forms[name] + canonical[at + len(forms[own]) :]
-            finding = found.compare(
+            found.compared()
+            finding = divergence(
+                ctx,
+                "tool_call_serialization",
                 sim.scenario.id,
                 renderer.encode(sampled),
                 renderer.encode(canonical),
@@ -150,6 +162,7 @@ def _forms_of(
             )
             if finding is not None:
                 drifted.append(name)
+                windows.append(finding)
             not_compared.pop(name, None)
     if strings:
         _repr_and_strings(renderer, found, sim, history, msg, args, canonical, call_text, tools)
