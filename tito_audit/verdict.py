@@ -54,6 +54,7 @@ _WORDS = {
     "tool_calls_with_empty_content": 'tool calls next to content "" (send content None)',
     "tool_calls_with_content": "tool calls next to text content (the template drops them)",
     "parallel_calls": "parallel tool calls (the template drops all but the first)",
+    "continue_final_message": "continuing a cut turn by re-rendering it (continue it from the buffer)",
     "tool_as_user": "tool results sent as user turns",
     "system_into_user": "the system prompt merged into the first user turn",
     "arguments_string": "tool-call arguments as a JSON string",

@@ -301,6 +301,17 @@ class Renderer:
             )
         )
 
+    def render_continuation(self, messages: Sequence[Message], tools: Any = None) -> str:
+        """``apply_chat_template(continue_final_message=True)``: the render a loop gives an engine to continue the final
+        (unterminated) assistant message, cut where transformers cuts it, under the same limits."""
+        return str(
+            self._guarded(
+                lambda: self._apply(
+                    messages, tools, False, self.template_kwargs, continue_final_message=True, tokenize=False
+                )
+            )
+        )
+
     def render_with_mask(self, messages: Sequence[Message], tools: Any = None) -> tuple[list[int], list[int]]:
         """Ids and ``assistant_masks`` (``return_assistant_tokens_mask=True``), under the same limits."""
         out = self._guarded(
