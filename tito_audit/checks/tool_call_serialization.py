@@ -80,18 +80,18 @@ def tool_call_serialization(ctx: AuditContext) -> Outcome:
     rate = len(drifted) / compared if compared else None
     own_form = owns[0] if owns else None
     if windows:  # one finding for the drift, at the first drifting form's divergence, with the rate
-        first = windows[0]
-        first.message = (
+        drift = windows[0]
+        drift.message = (
             f"a call sampled in {len(drifted)} of {compared} likely JSON forms ({', '.join(drifted)}) is "
             f"re-serialized as {own_form} JSON after parsing"
         )
-        first.rate = rate
-        found.findings.insert(0, first)
+        drift.rate = rate
+        found.findings.insert(0, drift)
     data = {
         "forms_compared": compared,
         "forms_drifted": len(drifted),
         "drifted_forms": drifted,
-        "forms_not_compared": {k: v for k, v in not_compared.items() if k not in drifted},
+        "forms_not_compared": {k: v for k, v in not_compared.items() if k not in drifted},  # (k: why)
         "template_form": own_form,
         "drift_rate": rate,
     }
@@ -99,7 +99,7 @@ def tool_call_serialization(ctx: AuditContext) -> Outcome:
         scope = f"drift rate {len(drifted)}/{compared} likely JSON forms (the template writes {own_form} JSON)"
     else:
         scope = "no JSON form compared (the template does not write the arguments as JSON)"
-    skipped = data["forms_not_compared"]
+    skipped = {k: v for k, v in not_compared.items() if k not in drifted}
     if skipped:
         scope += f"; {len(skipped)} not compared ({'; '.join(f'{k}: {v}' for k, v in skipped.items())})"
     first = next((f.message for f in found.findings if f.index is None), "")
@@ -147,7 +147,7 @@ def _forms_of(
             if not_compared.get(name) != _NOT_JSON:  # what one scenario showed of the template stands
                 not_compared[name] = why
             left.append(name)
-        else:
+        elif own is not None:
             at = canonical.rfind(forms[own])
             sampled = canonical[:at] + forms[name] + canonical[at + len(forms[own]) :]
             found.compared()

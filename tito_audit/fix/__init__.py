@@ -61,7 +61,9 @@ class Rejected:
 @dataclass
 class FixResult:
     model: str
-    status: str  # "proven" | "changes_inference" (offered, not proven: changes deployed prompts) | "nothing_to_fix" | "no_safe_patch"
+    # "proven" | "changes_inference" (offered, not proven: it changes deployed prompts) | "nothing_to_fix" |
+    # "no_safe_patch"
+    status: str
     message: str
     original: str
     before: ModelReport
