@@ -22,7 +22,9 @@ from tito_audit.verdict import MIN_COVERAGE, VERDICTS, Verdict, decide
 # 1.1: top-level suppressions/baseline keys, finding.baseline (tito_audit.gate)
 # 1.2: verdict_reasons; scenarios.catalogue/adaptations/low_coverage; check comparisons/render_failures/verdict_role;
 #      finding.reason; provenance.tokenizer (real or synthesized), tokenizer_base, synthesized_tokens
-SCHEMA_VERSION = "1.2"
+# 1.3: scenarios.not_probed, scenarios.internal_errors; verdict_reasons not_probed:WHAT, error:CHECK:undecided,
+#      tito-required:suppressed:CHECK; check continuation; tool_call_serialization data drift_rate and friends
+SCHEMA_VERSION = "1.3"
 
 
 @dataclass
