@@ -182,3 +182,12 @@ def test_message_keys_are_read_per_template() -> None:
     assert r.mode == "field" and ("task", ("user",)) in r.fields
     apriel = corpus_shapes("ServiceNow-AI-Apriel-1.6-15b-Thinker")
     assert "field:thought" in apriel.not_probed
+
+
+@needs_corpus
+def test_a_key_that_takes_the_place_of_the_calls_is_not_played_as_a_field() -> None:
+    """OLMo-Hybrid-Think writes `function_calls` instead of `tool_calls`: set with a value, it replaces the calls.
+    Played as a field it would read as dropped tool calls; it is named as not probed instead."""
+    r = corpus_shapes("allenai-Olmo-Hybrid-Think-SFT-7B")
+    assert "replaces:function_calls" in r.not_probed
+    assert "function_calls" not in {k for k, _ in r.fields} and r.field != "function_calls"

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from difflib import SequenceMatcher
 
 JSON_CHARS = frozenset('{}":,[]')
 _MIN_SHARED = 12  # characters of reasoning text a run must share with it (all of it when shorter)
@@ -39,10 +38,9 @@ class ReasoningMarks:
             return True
         for thought in self.texts:
             need = min(_MIN_SHARED, len(thought.strip()))
-            if need and len(text) >= need:
-                match = SequenceMatcher(None, text, thought, autojunk=False).find_longest_match()
-                if match.size >= need:
-                    return True
+            # a common substring of ``need`` characters: some ``need``-long piece of the run is in the reasoning
+            if need and any(text[i : i + need] in thought for i in range(len(text) - need + 1)):
+                return True
         return False
 
 

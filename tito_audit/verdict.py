@@ -166,6 +166,8 @@ def describe_reason(reason: str) -> str:
         what, _, name = rest.partition(":")
         if what == "field":
             return f"message field {name!r} not probed (no probe render shows it)"
+        if what == "replaces":
+            return f"message field {name!r} not probed (it takes the place of what the turn says)"
         if name in ("answers", "tool_calls"):
             where = "answers" if name == "answers" else "tool-call turns"
             return f"reasoning not probed on {where} (never shown there, and no delimiters to emit it in)"

@@ -11,6 +11,7 @@ from tito_audit.findings import Collector, Outcome
 from tito_audit.rollout.tokens import common_prefix_len
 
 _EPISODES = 3  # episodes whose last answer is cut and continued
+_TRIES = 8  # cuts tried from the middle of an answer until one falls inside its content
 
 
 @check(
@@ -93,7 +94,8 @@ def _cut(renderer: Any, body: list[int], completion: str, content: str) -> tuple
     start = completion.find(content[: max(1, min(8, len(content)))])
     if start < 0 or not content.strip():
         return None
-    for k in range(max(1, len(body) // 2), len(body)):
+    half = max(1, len(body) // 2)
+    for k in range(half, min(len(body), half + _TRIES)):  # a few cuts from the middle on (each is one decode)
         text = renderer.decode(body[:k])
         if len(text) > start + 1 and content.startswith(text[start:]):
             return body[:k], text[start:]

@@ -142,11 +142,16 @@ def derive_reasoning(
         written = _around(where[slot], probe.bare(slot), probe.sentinel(field, slot), literals)
     # other keys to play: each with the roles it renders for, but not another name for the reasoning field (one the
     # template reads as ``reasoning or reasoning_content``, written between the same delimiters)
-    others = tuple(
+    others_all = [
         (k, roles)
         for k in keys
         if k != field and (roles := _roles(shown.get(k, {}))) and not _same_block(probe, shown[k], k, written, literals)
-    )
+    ]
+    # a key whose value takes the place of what the turn says (``function_calls`` instead of its tool calls) is
+    # another spelling of a standard part, not a field of its own: played, it would read as the part dropped
+    replacing = [k for k, roles in others_all if "assistant" in roles and probe.replaces(k, shown[k])]
+    not_probed += [f"replaces:{k}" for k in replacing]
+    others = tuple((k, roles) for k, roles in others_all if k not in replacing)
     if field is not None:
         on_answers, on_calls = "a2" in where, "c2" in where
         if not (on_answers and on_calls) and not all(w.strip() for w in written):
@@ -264,30 +269,43 @@ class _Probe:
         return [(("a1", "a2"), answers), (("c1", "c2"), calls), (("s", "u", "t"), others)]
 
     def keys(self, only: Sequence[str] | None = None) -> dict[str, dict[str, str]]:
-        """Where each key (of ``only``, default all) shows: slot -> the render it shows in. A key that does not show
-        with every key set is tried alone (another key can hide it, ``reasoning or reasoning_content``, or its
-        value break a template that expects a list there)."""
+        """Where each key (of ``only``, default all) shows: slot -> the render it shows in. Every key is set at once;
+        a key that does not show is tried alone in a conversation that failed with every key set (its value can
+        break a template that expects a list there) or in which another key showed (one can hide it: ``reasoning
+        or reasoning_content``)."""
         shown: dict[str, dict[str, str]] = {}
         keys = self.keys_read if only is None else list(only)
-        conversations = self._conversations(only)
-        for slots, messages in conversations:
+        for slots, messages in self._conversations(only):
             text = self._render(messages)
             if text is not None:
                 for key in keys:
                     self._found(shown, key, slots, text)
-        if len(keys) > 1:  # a key hidden by another (``reasoning or reasoning_content``), or broken by one
-            for key in [k for k in keys if k not in shown][:_MAX_KEYS]:
+            if len(keys) < 2 or (text is not None and not any(set(slots) & set(shown.get(k, ())) for k in keys)):
+                continue
+            for key in [k for k in keys if not set(slots) & set(shown.get(k, ()))][:_MAX_KEYS]:
                 drop = set(keys) - {key}
-                for slots, messages in conversations:
-                    alone = self._render([{k: v for k, v in m.items() if k not in drop} for m in messages])
-                    if alone is not None:
-                        self._found(shown, key, slots, alone)
+                alone = self._render([{k: v for k, v in m.items() if k not in drop} for m in messages])
+                if alone is not None:
+                    self._found(shown, key, slots, alone)
         return shown
 
     def _found(self, shown: dict[str, dict[str, str]], key: str, slots: Sequence[str], text: str) -> None:
         for slot in slots:
             if self.sentinel(key, slot) in text:
                 shown.setdefault(key, {})[slot] = text
+
+    def replaces(self, key: str, where: dict[str, str]) -> bool:
+        """``key``'s value shows on an assistant turn whose own text (its answer, its call's argument) does not, with
+        ``key`` set alone."""
+        for slot in ("a2", "c2", "a1", "c1"):
+            said = _ANSWER[slot] if slot[0] == "a" else _CITY[slot]
+            if slot not in where or said in where[slot]:
+                continue
+            messages = next(ms for sl, ms in self._conversations([key]) if slot in sl)
+            alone = self._render(messages)
+            if alone is not None and self.sentinel(key, slot) in alone and said not in alone:
+                return True
+        return False
 
     def reasoning_field(self, shown: dict[str, dict[str, str]]) -> str | None:
         """The key that carries reasoning: one whose value shows on an assistant turn before what the same turn says
@@ -298,7 +316,7 @@ class _Probe:
                     continue
                 said = _ANSWER[slot] if slot[0] == "a" else _CITY[slot]
                 at, said_at = text.find(self.sentinel(key, slot)), text.rfind(said)
-                if said_at == -1 or at < said_at:
+                if said_at != -1 and at < said_at:  # before what the turn says, which still shows
                     return key
         return None
 
