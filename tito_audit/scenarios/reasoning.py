@@ -134,7 +134,7 @@ def derive_reasoning(
         probe = _Probe(renderer.with_kwargs(**kwargs), tools, shape, keys)
         shown.update((k, v) for k, v in probe.keys(hidden).items() if k in hidden)
     not_probed = [f"field:{k}" for k in keys if k not in shown]
-    field = probe.reasoning_field(shown)
+    field = probe.reasoning_field(shown, literals)
     written = ("", "")
     if field is not None:
         where = shown[field]
@@ -307,16 +307,22 @@ class _Probe:
                 return True
         return False
 
-    def reasoning_field(self, shown: dict[str, dict[str, str]]) -> str | None:
+    def reasoning_field(self, shown: dict[str, dict[str, str]], literals: Sequence[str]) -> str | None:
         """The key that carries reasoning: one whose value shows on an assistant turn before what the same turn says
-        (its answer, its call's argument), ``reasoning_content`` first."""
+        (its answer, its call's argument, which must still show): ``reasoning_content`` (the scenarios' own field)
+        first, another key only where the template writes its value as a block, between literals on both sides
+        (not a header line such as GLM-4's ``metadata``)."""
         for key in self.keys_read:
             for slot, text in shown.get(key, {}).items():
                 if slot[0] not in "ac":
                     continue
                 said = _ANSWER[slot] if slot[0] == "a" else _CITY[slot]
                 at, said_at = text.find(self.sentinel(key, slot)), text.rfind(said)
-                if said_at != -1 and at < said_at:  # before what the turn says, which still shows
+                if said_at == -1 or at > said_at:  # before what the turn says, which still shows
+                    continue
+                if key == SCENARIO_FIELD:
+                    return key
+                if all(w.strip() for w in _around(text, self.bare(slot), self.sentinel(key, slot), literals)):
                     return key
         return None
 
