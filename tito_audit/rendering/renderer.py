@@ -54,11 +54,12 @@ _TEMPLATE_CODE = "<template>"  # the file name jinja compiles a template's code 
 _OURS = os.path.realpath(Path(__file__).parents[1]) + os.sep  # this package's files
 
 
-def _template_or_internal(exc: BaseException) -> None:
+def _template_or_internal(exc: BaseException, template_code: bool = True) -> None:
     """Raise ``InternalError`` for an exception that is not the template's: none of its frames runs template code,
-    and it is not a library's deliberate refusal of its input (a ``ValueError`` raised outside this package, as
-    transformers refuses a final message the template deletes). A ``TypeError`` inside transformers, or any
-    exception from this package's code, is ours: reported as a check error, never as a template fault."""
+    and it is not a library's deliberate refusal of what a render gave it (a ``ValueError`` raised outside this
+    package while rendering, as transformers refuses a final message the template deletes; never while encoding
+    text a render already produced, ``template_code=False``). A ``TypeError`` inside transformers, or any exception
+    from this package's code, is ours: reported as a check error, never as a template fault."""
     frames = []
     tb = exc.__traceback__
     while tb is not None:
@@ -66,7 +67,7 @@ def _template_or_internal(exc: BaseException) -> None:
         tb = tb.tb_next
     if _TEMPLATE_CODE in frames:
         return
-    if isinstance(exc, ValueError) and frames and not os.path.realpath(frames[-1]).startswith(_OURS):
+    if template_code and isinstance(exc, ValueError) and frames and not os.path.realpath(frames[-1]).startswith(_OURS):
         return
     raise InternalError(f"{type(exc).__name__}: {first_line(exc)} (in {_where(frames)}, not in the template)") from exc
 
@@ -183,7 +184,7 @@ class Renderer:
         except TemplateError as exc:
             raise RenderError("raised", first_line(exc)) from exc
         except (TypeError, ValueError, KeyError, IndexError, AttributeError, ZeroDivisionError) as exc:
-            _template_or_internal(exc)
+            _template_or_internal(exc, template_code)
             raise RenderError("type", f"{type(exc).__name__}: {first_line(exc)}") from exc
         except MemoryError as exc:
             raise RenderError("too_large", "render exhausted its memory budget") from exc
@@ -192,7 +193,7 @@ class Renderer:
         except RecursionError as exc:
             raise RenderError("too_large", "render recursed too deeply") from exc
         except Exception as exc:
-            _template_or_internal(exc)
+            _template_or_internal(exc, template_code)
             raise RenderError("crash", f"{type(exc).__name__}: {first_line(exc)}") from exc
         size = len(out) if isinstance(out, str | list) else len(out.get("input_ids", out)) if hasattr(out, "get") else 0
         if size > self.limits.max_chars:
