@@ -10,7 +10,7 @@ from tito_audit.errors import RenderError
 from tito_audit.findings import Collector, Outcome
 from tito_audit.rollout.tokens import common_prefix_len
 
-_EPISODES = 3  # episodes whose last answer is cut and continued
+_EPISODES = {"full": 3, "quick": 1}  # episodes whose last answer is cut and continued, per scenario set
 _TRIES = 8  # cuts tried from the middle of an answer until one falls inside its content
 
 
@@ -35,9 +35,9 @@ partial message. The verdict line names this form to avoid.""",
 )
 def continuation(ctx: AuditContext) -> Outcome:
     found = Collector(ctx, "continuation")
-    played = 0
+    played, episodes = 0, _EPISODES[ctx.options.scenarios]
     for sim in ctx.ok_simulations(exclude_tags=("special_text",)):
-        if played >= _EPISODES or sim.trajectory is None or not sim.turns:
+        if played >= episodes or sim.trajectory is None or not sim.turns:
             continue
         turn = sim.turns[-1]
         message = sim.messages[turn.index]

@@ -108,7 +108,12 @@ class _Reader:
 
     # -- what each variable holds, to a fixed point
     def _bind(self) -> None:
-        binders = [n for n in self.nodes if isinstance(n, nodes.Assign | nodes.For | nodes.Call)]
+        binders = [
+            n
+            for n in self.nodes
+            if isinstance(n, nodes.Assign | nodes.For)
+            or (isinstance(n, nodes.Call) and isinstance(n.node, nodes.Name) and n.node.name in self.macros)
+        ]
         for node in binders:
             if not isinstance(node, nodes.Assign):
                 continue
@@ -128,7 +133,7 @@ class _Reader:
                         self.loops_over_messages = True
                         for name in _targets(node.target):
                             self._set(name, _ONE)
-                elif isinstance(node.node, nodes.Name) and node.node.name in self.macros:
+                elif isinstance(node, nodes.Call) and isinstance(node.node, nodes.Name):  # one of its macros
                     macro = self.macros[node.node.name]
                     for param, arg in zip(macro.args, node.args, strict=False):
                         self._set(param.name, self.kind(arg))

@@ -309,8 +309,8 @@ def derived_scenarios(
 ) -> list[Scenario]:
     """Scenarios derived from what this template reads (``scenarios.reasoning``), played beside the catalog's:
 
-    - ``reasoning_empty/plain``: every assistant turn with empty reasoning (``reasoning_content: ""``), where
-      reasoning reaches the render (some templates keep or drop an empty block differently from a full one);
+    - ``reasoning_empty/plain``: a tool call and an answer, each with empty reasoning (``reasoning_content: ""``),
+      where reasoning reaches the render (some templates keep or drop an empty block differently from a full one);
     - ``field/KEY``: a user follow-up episode with the message key ``KEY`` set on the messages of every role the
       template renders it for (a marker written at a turn's end and dropped once a user turn follows).
     """
@@ -318,7 +318,7 @@ def derived_scenarios(
     if reasoning.mode in ("field", "inline"):
         spec = ScenarioSpec(
             "reasoning_empty/plain",
-            SHAPES["reasoning_followup"],
+            SHAPES["reasoning"],
             "plain",
             'empty reasoning (reasoning_content "") on every assistant turn',
             frozenset({"thinking", "derived"}),
