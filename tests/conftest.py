@@ -40,6 +40,18 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"CI=true but the development data is missing: {', '.join(missing)}")
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under CI a skipped test fails the run: a missing extra (trl, pyarrow, an engine library) or data must not
+    turn into a green that tested nothing."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter is not None else []
+    if IN_CI and skipped and session.exitstatus == 0:
+        names = ", ".join(sorted({r.nodeid for r in skipped})[:10])
+        print(f"\nCI=true: {len(skipped)} test(s) skipped, which CI does not allow: {names}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 _MODELS: dict[str, object] = {}
 _REPORTS: dict[str, object] = {}
 

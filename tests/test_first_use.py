@@ -79,7 +79,7 @@ def test_rl_without_torch_is_one_line_naming_the_install_command() -> None:
     [
         (["audit", "qwen3-0.6b", "--format", "nonsense"], ["terminal", "json", "markdown", "html", "sarif"]),
         (["audit", "qwen3-0.6b", "--fail-on", "info"], ["warn", "error"]),
-        (["audit", "qwen3-0.6b", "--thinking", "x"], ["on", "off", "both", "default"]),
+        (["audit", "qwen3-0.6b", "--thinking", "x"], ["on", "off", "both", "unset"]),
         (["audit", "qwen3-0.6b", "--date", "notadate"], ["YYYY-MM-DD"]),
         (["audit", "qwen3-0.6b", "-k", "garbage"], ["KEY=VALUE"]),
         (["audit", "qwen3-0.6b", "-k", "enable_thinking=maybe"], ["true or false"]),

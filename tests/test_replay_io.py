@@ -247,3 +247,38 @@ def test_cli_exit_codes_and_formats(setup, tmp_path):
     for args in ([str(empty)], [str(tmp_path / "nope.jsonl")], [str(ok), "--map", "x=y"]):
         res = runner.invoke(app, ["replay", *args, "-m", MODEL, "-w", "1", "-q"])
         assert res.exit_code == 2 and res.stderr.startswith("error: ") and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_ids_are_checked_in_c_with_the_same_rules():
+    """The C-level check (``array``) keeps the rules: integers >= 0, a float without fraction read as its integer,
+    bools and negatives refused, a mask of 0/1 only; prompt ids only compared (a bool there equals 1 anyway)."""
+    from tito_audit.replay.schema import RecordError, episode_from_native
+
+    def rec(ids=(5, 6), mask=(1, 1), prompt=(0, 1)):
+        return {"turns": [{"ids": list(ids), "prompt_ids": list(prompt)}], "input_ids": [0, 1, 5, 6],
+                "loss_mask": [0, 0, *mask]}  # fmt: skip
+
+    assert episode_from_native(rec(ids=(5.0, 6))).turns[0].ids == [5, 6]
+    for bad, match in (((True, 6), "bool"), ((-1, 6), "negative"), (("5", 6), "str"), ((None, 6), "NoneType")):
+        with pytest.raises(RecordError, match=match):
+            episode_from_native(rec(ids=bad))
+    for bad_mask in ((2, 1), (True, 1)):
+        with pytest.raises(RecordError):
+            episode_from_native(rec(mask=bad_mask))
+    assert episode_from_native(rec(prompt=(0, True))).turns[0].prompt_ids == [0, True]
+
+
+def test_messages_as_json_text_in_parquet_read_as_in_jsonl(setup, tmp_path):
+    """Messages and tools kept as JSON text (one string column) replay exactly as the JSONL record."""
+    _, ctx, plays = setup
+    rows = [log_episode(p, "stop_seam", p.scenario.id).record for p in plays]
+    text = [
+        {**r, **{k: json.dumps(r[k]) for k in ("messages", "tools", "chat_template_kwargs") if k in r}} for r in rows
+    ]
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    pq.write_table(pa.Table.from_pylist(text), tmp_path / "text.parquet")
+    par = replay_log(tmp_path / "text.parquet", ctx)
+    js = replay_log(write_jsonl(tmp_path / "rows.jsonl", rows), ctx)
+    assert par.to_dict() == js.to_dict() and par.reference_buffer == len(rows) and par.whatif_episodes == len(rows)

@@ -7,14 +7,17 @@ is trained, by a plain common-prefix scan, and replay must report exactly those 
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 
 import pytest
 from conftest import SHARED_MODELS
 
+from tito_audit.replay import TokenizerMismatch, replay_log
 from tito_audit.replay.analyze import ReplayContext, analyze
 from tito_audit.replay.schema import episode_from_native
-from tito_audit.replay.synthetic import LOOPS, log_episode, played_episodes, replay_logged
+from tito_audit.replay.synthetic import LOOPS, log_episode, played_episodes, replay_logged, with_engine_prompts
 
 RATE = 0.3
 _PLAYED: dict[str, tuple] = {}
@@ -67,3 +70,41 @@ def test_measured_noncanonical_rate_is_the_injected_one(loaded, spec):
     # and the sampler's rate is what was asked for, within binomial sampling error
     sigma = math.sqrt(RATE * (1 - RATE) / eligible)
     assert abs(split / eligible - RATE) <= 3 * sigma, (split, eligible, turns)
+
+
+@pytest.mark.parametrize("spec", SHARED_MODELS)
+def test_engine_prompts_find_the_same_divergences_without_a_render(loaded, spec):
+    """With the engine's prompt_ids in the log (what a correct loop sent) the engine's context is the reference:
+    every broken trainer is found at the same (turn, position, class), with no render (what-if and drift off)."""
+    ctx, plays = played(loaded, spec)
+    tito_only = dataclasses.replace(ctx, whatif=False, drift=False, noncanonical=False)
+    for loop in [*LOOPS, "prefix_fallback"]:
+        for n, p in enumerate(plays):
+            logged = log_episode(p, loop, p.scenario.id)
+            logged.record = with_engine_prompts(logged.record, p)
+            got, want, res = replay_logged(logged, n + 1, tito_only)
+            assert got == want, f"{spec} {loop} {p.scenario.id}: {[d.message for d in res.divergences]}"
+            assert res.reference == "engine" and res.whatif is None and res.drift is None
+
+
+@pytest.mark.parametrize("n", range(len(SHARED_MODELS)))
+def test_a_log_is_refused_exactly_by_the_tokenizers_it_was_not_written_with(loaded, n, tmp_path):
+    """The fit comes from the tokenizer and the template: every model's correct log fits it; replayed with the
+    next model's, it is refused (exit 2 in the CLI) unless that tokenizer reads every id of the log as the same
+    token (Qwen2.5's log under Qwen3's tokenizer, which only adds tokens)."""
+    spec, other = SHARED_MODELS[n], SHARED_MODELS[(n + 1) % len(SHARED_MODELS)]
+    ctx, plays = played(loaded, spec)
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(json.dumps(log_episode(p, "correct", "").record) + "\n" for p in plays))
+    quick = dataclasses.replace(ctx, whatif=False, drift=False, noncanonical=False)
+    assert replay_log(path, quick).episodes == len(plays)  # its own tokenizer: never refused
+    theirs, _ = played(loaded, other)
+    theirs = dataclasses.replace(theirs, whatif=False, drift=False, noncanonical=False)
+    mine, their_tok = loaded(spec).tokenizer, loaded(other).tokenizer
+    ids = sorted({i for p in plays for i in p.traj.input_ids})
+    same_tokens = ids[-1] < len(their_tok) and mine.convert_ids_to_tokens(ids) == their_tok.convert_ids_to_tokens(ids)
+    if same_tokens:
+        replay_log(path, theirs)
+    else:
+        with pytest.raises(TokenizerMismatch):
+            replay_log(path, theirs)

@@ -288,6 +288,22 @@ def test_a_check_error_exits_3_unless_allowed(monkeypatch) -> None:
     assert _cli(["--allow-check-errors"]).exit_code == 0
 
 
+def test_an_undecided_verdict_never_exits_0(monkeypatch) -> None:
+    """A verdict-bearing check that compares nothing makes the verdict ``error``: the gate must not go green, not
+    even with ``--allow-check-errors`` (the check did not error, it decided nothing)."""
+    from dataclasses import replace
+
+    from tito_audit.findings import Outcome
+
+    monkeypatch.setitem(
+        REGISTRY, "tool_append_prefix", replace(REGISTRY["tool_append_prefix"], run=lambda ctx: Outcome())
+    )
+    for extra in ([], ["--allow-check-errors"]):
+        res = _cli(extra)
+        assert res.exit_code == 3, res.output
+        assert "verdict undecided (tool_append_prefix compared nothing)" in res.stderr
+
+
 def test_min_coverage_gates_on_scenarios_played() -> None:
     assert _cli(["--min-coverage", "30"]).exit_code == 0
     res = _cli(["--min-coverage", "1000"])

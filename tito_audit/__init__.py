@@ -8,6 +8,7 @@ Public API, for RL frameworks and scripts (each name is imported on first use, s
     report = audit_model(model)                 # report.verdict (a Verdict), report.checks (CheckResult, Finding)
     traj = Trajectory.from_model(model, tools=tools)   # or Trajectory.from_tokenizer(any_hf_tokenizer, ...)
     check_batch(batch)                          # run-time guard: trained ids == sampled ids (tito_audit.replay)
+    LogWriter("rollouts.jsonl.gz").write_episode(...)   # replay records from any loop (tito_audit.replay)
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ _EXPORTS = {
     "GuardResult": "tito_audit.replay.guard",
     "TitoGuardError": "tito_audit.replay.guard",
     "check_batch": "tito_audit.replay.guard",
+    "LogWriter": "tito_audit.replay.writer",
     "LoadedModel": "tito_audit.sources",
     "Provenance": "tito_audit.sources",
     "load": "tito_audit.sources.load",
@@ -60,6 +62,7 @@ if TYPE_CHECKING:
     from tito_audit.findings import Finding, TokenSide
     from tito_audit.rendering import Renderer, RenderError, RenderLimits
     from tito_audit.replay.guard import GuardResult, TitoGuardError, check_batch
+    from tito_audit.replay.writer import LogWriter
     from tito_audit.rollout import (
         AppendCheck,
         AppendRefused,
@@ -113,6 +116,7 @@ __all__ = [
     "Finding",
     "GuardResult",
     "LoadedModel",
+    "LogWriter",
     "ModelReport",
     "Provenance",
     "RenderError",

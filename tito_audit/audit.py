@@ -22,7 +22,10 @@ from tito_audit.verdict import MIN_COVERAGE, VERDICTS, Verdict, decide
 # 1.1: top-level suppressions/baseline keys, finding.baseline (tito_audit.gate)
 # 1.2: verdict_reasons; scenarios.catalogue/adaptations/low_coverage; check comparisons/render_failures/verdict_role;
 #      finding.reason; provenance.tokenizer (real or synthesized), tokenizer_base, synthesized_tokens
-# 1.3: scenarios.not_probed, scenarios.internal_errors; verdict_reasons not_probed:WHAT, error:CHECK:undecided,
+# 1.3: model renderers (engine and trainer: library, native output, the offline line), options.renderer and
+#      options.train_renderer, the renderer_pair check (tito_audit.engines.pair)
+#      replay reports: the models[].replay totals documented, with engine-prompt, drift and fit counts
+#      scenarios.not_probed, scenarios.internal_errors; verdict_reasons not_probed:WHAT, error:CHECK:undecided,
 #      tito-required:suppressed:CHECK; check continuation; tool_call_serialization data drift_rate and friends
 SCHEMA_VERSION = "1.3"
 
@@ -40,6 +43,8 @@ class ModelReport:
     scenarios: dict[str, Any] = field(default_factory=dict)
     traceback: str | None = None
     verdict_reasons: list[str] = field(default_factory=list)
+    # What rendered (tito_audit.engines): {"engine": ..., "trainer": ...}; None for the model's template alone
+    renderers: dict[str, Any] | None = None
 
     @property
     def verdict_explanation(self) -> str:
@@ -56,6 +61,12 @@ class ModelReport:
         return next(c for c in self.checks if c.id == check_id)
 
     def to_dict(self) -> dict[str, Any]:
+        out = self._fields()
+        if self.renderers is not None:  # only where a renderer other than the template alone was named
+            out["renderers"] = self.renderers
+        return out
+
+    def _fields(self) -> dict[str, Any]:
         return {
             "model": self.model,
             "provenance": self.provenance.to_dict() if self.provenance else None,
@@ -96,6 +107,10 @@ def _options_dict(options: AuditOptions) -> dict[str, Any]:
     }
     if options.scenarios != "full":  # only a reduced set is worth a key: the default report stays as it was
         out["scenarios"] = options.scenarios
+    if options.renderer is not None:
+        out["renderer"] = options.renderer
+    if options.train_renderer is not None:
+        out["train_renderer"] = options.train_renderer
     return out
 
 
@@ -111,6 +126,11 @@ def audit_context(ctx: AuditContext, started: float | None = None) -> ModelRepor
     started = time.perf_counter() if started is None else started
     model, options = ctx.model, ctx.options
     report = ModelReport(model.name, "error", model.provenance, options=_options_dict(options))
+    if not ctx.engine.is_template or ctx.trainer is not None:
+        report.renderers = {
+            "engine": ctx.engine.info.to_dict(),
+            "trainer": None if ctx.trainer is None else ctx.trainer.info.to_dict(),
+        }
     sims = ctx.simulations
     played = sum(1 for s in sims if s.ok)
     report.scenarios = {
@@ -137,6 +157,10 @@ def audit_context(ctx: AuditContext, started: float | None = None) -> ModelRepor
     if options.only_checks:  # filtering never changes the verdict: the checks it needs always run
         specs = [s for s in specs if s.id in options.only_checks or s.verdict_bearing]
     report.checks = [run_check(spec, ctx) for spec in specs]
+    if ctx.trainer is not None:
+        from tito_audit.engines.pair import PAIR
+
+        report.checks.append(run_check(PAIR, ctx))
     report.decide()
     report.seconds = time.perf_counter() - started
     return report

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from tito_audit.engines.resolve import engine_for
 from tito_audit.errors import InternalError, RenderError, detached
 from tito_audit.finding_class import ReasoningMarks
 from tito_audit.probes import TOOLS
@@ -35,7 +36,9 @@ _THINKING_WORDS = ("think", "reason")
 class AuditOptions:
     date: dt.datetime = DEFAULT_DATE
     template_kwargs: dict[str, Any] = field(default_factory=dict)
-    thinking: str = "both"  # "on" | "off" | "both" | "default"
+    # "both": the template's default mode, then each reasoning switch on and off; "on" / "off": each switch so;
+    # "unset": the template's default mode only ("default", its old name, is read the same)
+    thinking: str = "both"
     only_checks: tuple[str, ...] = ()
     limits: RenderLimits = field(default_factory=RenderLimits)
     debug: bool = False
@@ -43,6 +46,10 @@ class AuditOptions:
     # Count the sampled tokens each naive re-tokenization finding loses (an alignment of the two sequences, the
     # costliest part of a finding). The scan, which keeps the verdict and no finding, turns it off.
     count_lost_tokens: bool = True
+    # What the engine renders with (``tito_audit.engines``; None: the model's Jinja template), and what the trainer
+    # re-renders with (None: no engine/trainer pair to compare).
+    renderer: str | None = None
+    train_renderer: str | None = None
 
     def __post_init__(self) -> None:
         if self.scenarios not in SCENARIO_SETS:
@@ -59,11 +66,22 @@ def thinking_kwargs(template_variables: frozenset[str]) -> list[str]:
 
 class AuditContext:
     def __init__(self, model: LoadedModel, options: AuditOptions) -> None:
+        # The engine renders every scenario (the model's template unless ``--renderer`` names another renderer); a
+        # trainer named with ``--train-renderer`` re-renders them for the pair comparison (``engines.pair``).
+        self.engine = engine_for(options.renderer, model, options.limits)
+        self.trainer = engine_for(options.train_renderer, model, options.limits) if options.train_renderer else None
+        if not self.engine.is_template:  # the template is not what renders: nothing may read its source
+            model = model.with_template("", f"(none: renderer {self.engine.name})")
         self.model = model
         self.options = options
         self.tokenizer = model.tokenizer
-        self.renderer = Renderer(
-            model.tokenizer, model.chat_template, options.template_kwargs, options.date, options.limits
+        self.renderer: Renderer = self.engine.renderer(
+            model.tokenizer, options.template_kwargs, options.date, options.limits
+        )
+        self.trainer_renderer: Renderer | None = (
+            None
+            if self.trainer is None
+            else self.trainer.renderer(model.tokenizer, options.template_kwargs, options.date, options.limits)
         )
         self._simulations: dict[str, Simulation] = {}
 
@@ -73,15 +91,21 @@ class AuditContext:
 
     @cached_property
     def thinking_switches(self) -> list[str]:
-        """Reasoning kwargs the template really treats as on/off switches (both values render, one differs)."""
-        source = self.model.chat_template.lower()
-        if not any(w in source for w in _THINKING_WORDS):
-            return []  # no variable name can contain a word the source lacks (spares a template analysis)
+        """Reasoning kwargs the template (or the engine's library) really treats as on/off switches (both values
+        render, one differs)."""
+        if self.engine.is_template:
+            source = self.model.chat_template.lower()
+            if not any(w in source for w in _THINKING_WORDS):
+                return []  # no variable name can contain a word the source lacks (spares a template analysis)
+            # Candidates: every name the template reads, a superset of its undeclared variables that is cheaper to
+            # get. A name that changes the render when passed in is read from the context, so probing finds the
+            # same ones.
+            candidates = thinking_kwargs(loaded_names(self.model.chat_template))
+        else:
+            candidates = thinking_kwargs(self.engine.option_names)
         probe = [{"role": "user", "content": "Hi"}]
         switches = []
-        # Candidates: every name the template reads, a superset of its undeclared variables that is cheaper to get.
-        # A name that changes the render when passed in is read from the context, so probing finds the same ones.
-        for name in thinking_kwargs(loaded_names(self.model.chat_template)):
+        for name in candidates:
             if name in self.options.template_kwargs:
                 continue
             try:
@@ -97,7 +121,7 @@ class AuditContext:
     @cached_property
     def thinking_modes(self) -> list[dict[str, Any]]:
         """Template kwargs to play reasoning scenarios under: default, and each switch on / off."""
-        if self.options.thinking == "default" or not self.thinking_switches:
+        if self.options.thinking in ("unset", "default") or not self.thinking_switches:
             return [{}]
         values = {"on": [True], "off": [False], "both": [True, False]}[self.options.thinking]
         modes: list[dict[str, Any]] = [{}] if self.options.thinking == "both" else []
@@ -106,7 +130,8 @@ class AuditContext:
 
     @cached_property
     def stop_ids(self) -> tuple[int, ...]:
-        return stop_token_ids(self.tokenizer, self.renderer, self.model.generation_eos_ids)
+        """The engine's stop ids: those its library declares, else derived from the renders."""
+        return self.engine.stop_ids() or stop_token_ids(self.tokenizer, self.renderer, self.model.generation_eos_ids)
 
     @cached_property
     def vocab(self) -> Mapping[str, int]:

@@ -83,6 +83,27 @@ class UsageError(AuditError):
     kind = "usage"
 
 
+class RendererUnavailable(AuditError):
+    """A renderer named with ``--renderer``/``--train-renderer`` cannot be used for this model (library missing,
+    a file it needs not available offline, a vocabulary that is not the model's): the model is not audited."""
+
+    kind = "renderer_unavailable"
+
+
+class RendererRefused(Exception):
+    """The renderer's library refused one conversation (a validation error, a role it does not take). The
+    ``Renderer`` seam turns it into a ``RenderError`` of kind ``raised``, as a template's ``raise_exception``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def refused(library: str, exc: BaseException) -> RendererRefused:
+    """A library's exception as one line naming the library."""
+    return RendererRefused(f"{library}: {type(exc).__name__}: {first_line(exc)}")
+
+
 class RenderError(Exception):
     """A template refused or failed to render a conversation; ``kind`` classifies why."""
 

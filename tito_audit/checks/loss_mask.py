@@ -26,6 +26,8 @@ Take the mask from the token buffer (1 on sampled ids, stop token included), or 
 `{% endgeneration %}` around assistant output including its stop token (`tito-audit fix`).""",
 )
 def loss_mask(ctx: AuditContext) -> Outcome:
+    if not ctx.engine.is_template:
+        return Outcome(not_applicable=f"renderer {ctx.engine.name} is no chat template: no markers to read")
     if not _MARKER.search(ctx.model.chat_template):
         return Outcome(
             [

@@ -16,7 +16,7 @@ from tito_audit.cli.options import (
     template_kwarg_option,
     template_name_option,
 )
-from tito_audit.cli.output import echo_model_errors, emit
+from tito_audit.cli.output import echo_model_errors, emit, output_console
 from tito_audit.cli.params import FORMAT_NAMES, check_date, one_of, parse_date, parse_kwargs
 from tito_audit.errors import EXIT_FINDINGS, EXIT_INCOMPLETE, EXIT_OK, EXIT_OPERATIONAL, AuditError
 from tito_audit.rendering.clock import DEFAULT_DATE
@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # the library is imported when a command runs, not for --help
     from tito_audit.context import AuditOptions
 
 FAIL_ON = ("warn", "error")
-THINKING = ("on", "off", "both", "default")
+THINKING = ("on", "off", "both", "unset")
 
 
 def audit(*args: Any, **kwargs: Any) -> AuditReport:
@@ -40,14 +40,20 @@ def audit(*args: Any, **kwargs: Any) -> AuditReport:
 
 
 def incomplete(report: AuditReport, allow_check_errors: bool = False, min_coverage: int = 0) -> list[str]:
-    """One line per thing the audit could not check: a check in ``error`` status (unless allowed), a model that
-    played fewer than ``min_coverage`` scenarios."""
+    """One line per thing the audit could not check: a check in ``error`` status (unless allowed), a verdict that
+    is ``error`` (a check the verdict needs did not decide: never a pass, ``--allow-check-errors`` included), a
+    model that played fewer than ``min_coverage`` scenarios."""
+    from tito_audit.verdict import describe_reason
+
     lines = []
     for m in report.models:
         if m.error:
             continue
         if not allow_check_errors:
             lines += [f"{m.model}: check {c.id} could not run: {c.summary}" for c in m.checks if c.status == "error"]
+        if m.verdict == "error":
+            undecided = [describe_reason(r) for r in m.verdict_reasons if r.startswith("error:")]
+            lines.append(f"{m.model}: verdict undecided ({'; '.join(undecided) or 'no reason recorded'})")
         played = int(m.scenarios.get("played", 0))
         if played < min_coverage:
             lines.append(
@@ -155,13 +161,29 @@ def register(app: typer.Typer) -> None:
         ),
         template_kwarg: list[str] = template_kwarg_option(),
         thinking: str = typer.Option(
-            "both", "--thinking", help="Reasoning modes to play: on | off | both | default.", callback=one_of(THINKING)
+            "both",
+            "--thinking",
+            help="Reasoning modes to play: both (the template's default mode, then each reasoning switch such as "
+            "enable_thinking on and off) | on | off (each switch so) | unset (the default mode only, no switch).",
+            callback=one_of(THINKING),
         ),
         verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every finding with its token strip."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the verdict lines."),
         debug: bool = debug_option(),
         jobs: int | None = typer.Option(
             None, "--jobs", "-j", min=1, help="Models audited in parallel (default: one per model, one per core)."
+        ),
+        renderer: str | None = typer.Option(
+            None,
+            "--renderer",
+            help=r"Render with this instead of the chat template (docs/renderers.md): jinja | renderers\[@FAMILY] | "
+            r"mistral-common\[@FILE] | openai-harmony | module:function.",
+        ),
+        train_renderer: str | None = typer.Option(
+            None,
+            "--train-renderer",
+            help="Also re-render every scenario with this trainer renderer (same names; jinja: the chat template) "
+            "and report where it departs from the engine's context.",
         ),
     ) -> None:
         """Audit chat templates for Token-In, Token-Out safety."""
@@ -185,7 +207,21 @@ def register(app: typer.Typer) -> None:
             except ValueError as exc:
                 typer.echo(f"error: {exc}", err=True)
                 raise typer.Exit(EXIT_OPERATIONAL) from None
-        options = AuditOptions(date=when, template_kwargs=parse_kwargs(template_kwarg), thinking=thinking, debug=debug)
+        from tito_audit.engines.resolve import check_name
+
+        for flag, name in (("--renderer", renderer), ("--train-renderer", train_renderer)):
+            why = None if name is None else check_name(name)
+            if why is not None:
+                typer.echo(f"error: {flag}: {why}", err=True)
+                raise typer.Exit(EXIT_OPERATIONAL)
+        options = AuditOptions(
+            date=when,
+            template_kwargs=parse_kwargs(template_kwarg),
+            thinking=thinking,
+            debug=debug,
+            renderer=renderer,
+            train_renderer=train_renderer,
+        )
         try:
             gate = Gate.load(suppressions, baseline)  # bad config fails before any model is audited
         except AuditError as exc:
@@ -198,7 +234,7 @@ def register(app: typer.Typer) -> None:
 
         on_screen = False  # the terminal report went to the same terminal as stderr: it already shows the errors
         if fmt == "terminal" and output is None:
-            console = Console()
+            console = output_console()
             if not quiet:
                 console.print(f"[dim]templates see the date {when:%Y-%m-%d} (--date to change)[/dim]")
             render_report(report, "terminal", console=console, verbose=verbose, quiet=quiet)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -10,7 +11,13 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from tito_audit.audit import ModelReport
+
+# Columns of a console that is not a terminal (a pipe, a CI log): wide enough that no line tito-audit prints wraps.
+# rich's own default there is 80, which broke template names and check summaries mid-word in CI logs.
+PIPE_WIDTH = 10_000
 
 
 def emit(text: str, output: Path | None) -> None:
@@ -30,3 +37,14 @@ def echo_model_errors(models: Iterable[ModelReport], debug: bool = False) -> Non
             typer.echo(f"error: {m.error}", err=True)
             if debug and m.traceback:
                 typer.echo(m.traceback, err=True)
+
+
+def output_console(stderr: bool = False) -> Console:
+    """rich's console on a terminal; elsewhere one that does not wrap (``PIPE_WIDTH``). ``COLUMNS``, when set, is
+    the width either way (rich reads it)."""
+    from rich.console import Console
+
+    made = Console(stderr=stderr)
+    if made.is_terminal or os.environ.get("COLUMNS", "").strip():
+        return made
+    return Console(stderr=stderr, width=PIPE_WIDTH)

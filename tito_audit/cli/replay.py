@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from tito_audit.cli.audit import FAIL_ON
-from tito_audit.cli.params import FORMAT_NAMES, one_of
+from tito_audit.cli.params import FORMAT_NAMES, check_date, one_of
 from tito_audit.errors import EXIT_FINDINGS, EXIT_OK, EXIT_OPERATIONAL, AuditError
 
 
@@ -20,7 +20,9 @@ def _log_formats() -> tuple[str, ...]:
     return ADAPTERS
 
 
-EXIT_MALFORMED = 3  # some records could not be read; every other episode was replayed and is in the report
+EXIT_INCOMPLETE = 3  # some records could not be read, or some episodes not checked; the rest is in the report
+ENGINES = ("local", "ray")
+MAX_RECORD_BYTES = 64 << 20  # tito_audit.replay.reader.MAX_RECORD_BYTES (not imported: --help stays light)
 
 
 def register(app: typer.Typer) -> None:
@@ -28,8 +30,12 @@ def register(app: typer.Typer) -> None:
 
 
 def replay(
-    log: Annotated[
-        Path, typer.Argument(help="Rollout log: JSONL (optionally gzip) or Parquet, one episode per record.")
+    logs: Annotated[
+        list[str],
+        typer.Argument(
+            help="Rollout log(s): JSONL (optionally gzip) or Parquet, one episode per record; glob patterns "
+            "('shards/*.parquet') read every match in order."
+        ),
     ],
     model: Annotated[str, typer.Option("--model", "-m", help="The model whose tokenizer and template the loop used.")],
     log_format: Annotated[
@@ -40,7 +46,36 @@ def replay(
         typer.Option("--map", help="NATIVE=PATH field mapping (comma separated, repeatable, or @file.json)."),
     ] = None,
     what_if: Annotated[bool, typer.Option("--what-if/--no-what-if", help="Also re-render + re-encode (naive).")] = True,
+    drift: Annotated[
+        bool, typer.Option("--drift/--no-drift", help="Compare the engine's prompts with the template's rendering.")
+    ] = True,
+    only_tito: Annotated[
+        bool,
+        typer.Option(
+            "--only-tito",
+            help="Only the TITO check (no what-if, drift or non-canonical check: no render, no tokenizer call "
+            "per episode with engine prompt_ids); the verdict then says naive re-tokenization was not checked.",
+        ),
+    ] = False,
+    date: Annotated[
+        str | None,
+        typer.Option(
+            "--date", help="Date the template saw (YYYY-MM-DD) for records without `date`.", callback=check_date
+        ),
+    ] = None,
+    max_record_mb: Annotated[
+        float, typer.Option("--max-record-mb", min=0.001, help="A record (line, Parquet row) over this is malformed.")
+    ] = MAX_RECORD_BYTES / 2**20,
     workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Worker processes (1: in this process).")] = 2,
+    engine: Annotated[
+        str, typer.Option("--engine", help="local | ray (Parquet shards on Ray Data).", callback=one_of(ENGINES))
+    ] = "local",
+    ray_address: Annotated[
+        str | None, typer.Option("--ray-address", help="An existing Ray cluster (default: RAY_ADDRESS, or local).")
+    ] = None,
+    ray_memory_mb: Annotated[
+        float | None, typer.Option("--ray-memory", help="Memory (MB) to reserve per Ray actor (docs/replay.md).")
+    ] = None,
     fmt: Annotated[
         str, typer.Option("--format", "-f", help=" | ".join(FORMAT_NAMES), callback=one_of(FORMAT_NAMES))
     ] = "terminal",
@@ -57,13 +92,19 @@ def replay(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the verdict line.")] = False,
 ) -> None:
     """Replay LOG: trained vs sampled tokens per episode and turn, and what naive re-tokenization would do."""
+    import datetime as dt
+
     from rich.console import Console
 
-    from tito_audit.cli.output import emit
+    from tito_audit.cli.output import emit, output_console
     from tito_audit.formats import render_report
     from tito_audit.gate import Gate, gating_findings
+    from tito_audit.rendering.clock import DEFAULT_DATE
     from tito_audit.replay import FieldMap, LogError, MapError, ReplayContext, build_report, replay_log
+    from tito_audit.replay.reader import expand
     from tito_audit.sources.load import load
+
+    name = logs[0] if len(logs) == 1 else f"{logs[0]} (+{len(logs) - 1})"
 
     def fail(message: str) -> None:
         typer.echo(f"error: {message}", err=True)
@@ -73,8 +114,10 @@ def replay(
         fmap = FieldMap.parse(field_map or [])
     except MapError as exc:
         fail(str(exc))
-    if not log.is_file():
-        fail(f"{log}: no such log file")
+    try:
+        expand(logs)
+    except LogError as exc:
+        fail(str(exc))
     try:
         gate = Gate.load(suppressions, baseline)
     except AuditError as exc:
@@ -83,12 +126,31 @@ def replay(
         loaded = load(model, offline=offline)
     except AuditError as exc:
         fail(exc.one_line())
-    ctx = ReplayContext.from_model(loaded, whatif=what_if)
+    when = dt.datetime.combine(dt.date.fromisoformat(date), DEFAULT_DATE.time()) if date else None
+    ctx = ReplayContext.from_model(
+        loaded, what_if and not only_tito, drift=drift and not only_tito, noncanonical=not only_tito, date=when
+    )
+    bound = int(max_record_mb * 2**20)
     err = Console(stderr=True)
     started = time.perf_counter()
+
+    def run(on_records: Any = None) -> Any:
+        if engine == "ray":
+            from tito_audit.replay.distributed import ContextSpec, replay_ray
+
+            spec = ContextSpec(model, offline, ctx.whatif, ctx.drift, ctx.noncanonical, when)
+            memory = ray_memory_mb * 2**20 if ray_memory_mb else None
+            return replay_ray(
+                logs, spec, ctx, fmt=log_format, field_map=fmap, max_record_bytes=bound, address=ray_address,
+                memory=memory, on_records=on_records,
+            )  # fmt: skip
+        return replay_log(
+            logs, ctx, fmt=log_format, field_map=fmap, workers=workers, on_records=on_records, max_record_bytes=bound
+        )
+
     try:
         if quiet or not err.is_terminal:
-            totals = replay_log(log, ctx, fmt=log_format, field_map=fmap, workers=workers)
+            totals = run()
         else:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -101,29 +163,42 @@ def replay(
                 console=err,
                 transient=True,
             ) as progress:
-                task = progress.add_task(log.name, total=None)
-                totals = replay_log(
-                    log, ctx, fmt=log_format, field_map=fmap, workers=workers,
-                    on_records=lambda n: progress.advance(task, n),
-                )  # fmt: skip
+                task = progress.add_task(Path(logs[0]).name, total=None)
+                totals = run(lambda n: progress.advance(task, n))
     except LogError as exc:
-        fail(str(exc))
-    report = build_report(totals, loaded, str(log), ctx.renderer.token_texts, time.perf_counter() - started)
+        text = str(exc)
+        fail(text if text.startswith(tuple(logs)) else f"{name}: {text}")
+    if totals.records == 0:
+        fail(f"{name}: the log holds no record")
+    if totals.episodes == 0 and totals.malformed == totals.records:
+        first = totals.findings.get("replay_records", [])[:1]
+        shown = f" (first: {first[0][0]}: {first[0][1]})" if first else ""
+        fail(f"{name}: every one of {totals.records} record(s) is malformed, nothing could be replayed{shown}")
+    seconds = time.perf_counter() - started
+    report = build_report(
+        totals, loaded, " ".join(logs), ctx.renderer.token_texts, seconds, ctx.renderer.date.date().isoformat()
+    )
     lines = gate.apply(report, fail_on)
     if fmt == "terminal" and output is None:
-        render_report(report, "terminal", console=Console(), verbose=verbose, quiet=quiet)
+        render_report(report, "terminal", console=output_console(), verbose=verbose, quiet=quiet)
     else:
         emit(render_report(report, fmt, verbose=verbose, quiet=quiet), output)
     for line in lines:
         typer.echo(line, err=True)
-    malformed = [f for c in report.models[0].checks if c.id == "replay_records" for f in c.active_findings]
+    checks = {c.id: c for c in report.models[0].checks}
+    malformed = checks["replay_records"].active_findings
+    incomplete = checks["replay_incomplete"].active_findings
     if totals.malformed:
         shown = ", ".join(f"{f.scenario}: {f.message}" for f in malformed[:3])
-        typer.echo(f"error: {log}: {totals.malformed} of {totals.records} record(s) malformed ({shown})", err=True)
-    if totals.records == 0:
-        typer.echo(f"error: {log}: the log holds no record", err=True)
-        raise typer.Exit(EXIT_OPERATIONAL)
-    if malformed:
-        raise typer.Exit(EXIT_MALFORMED)
-    gating = [g for g in gating_findings(report, fail_on) if g[1].id != "replay_records"]
+        typer.echo(f"error: {name}: {totals.malformed} of {totals.records} record(s) malformed ({shown})", err=True)
+    if totals.reference_errors:
+        shown = ", ".join(f.scenario for f in incomplete[:3])
+        typer.echo(
+            f"error: {name}: {totals.reference_errors} of {totals.episodes} episode(s) not checked, their reference "
+            f"could not be rebuilt ({shown}; see replay_incomplete)",
+            err=True,
+        )
+    if malformed or incomplete:
+        raise typer.Exit(EXIT_INCOMPLETE)
+    gating = [g for g in gating_findings(report, fail_on) if g[1].id not in ("replay_records", "replay_incomplete")]
     raise typer.Exit(EXIT_FINDINGS if gating else EXIT_OK)

@@ -156,13 +156,19 @@ def rl(
     generation_kwargs: str | None = typer.Option(None, "--generation-kwargs", help="JSON sampling settings."),
     groups: int = typer.Option(2, "--groups", help="GRPO groups per step."),
     group_size: int = typer.Option(4, "--group-size", help="Responses per group."),
-    lr: float = typer.Option(1e-3, "--lr"),
-    warmup_lr: float = typer.Option(3e-3, "--warmup-lr"),
-    seed: int = typer.Option(0, "--seed"),
+    lr: float = typer.Option(
+        1e-3, "--lr", help="Learning rate of the policy steps (Adam on the stand-in, SGD with --weights)."
+    ),
+    warmup_lr: float = typer.Option(3e-3, "--warmup-lr", help="Learning rate of the --warmup SFT steps (Adam)."),
+    seed: int = typer.Option(
+        0, "--seed", help="Seed of the stand-in's initialisation, the sampling and the episode order."
+    ),
     vocab: str = typer.Option(
         "compact", "--vocab", help="compact (ids that occur) or full.", callback=one_of(("compact", "full"))
     ),
-    max_new_tokens: int = typer.Option(96, "--max-new-tokens"),
+    max_new_tokens: int = typer.Option(
+        96, "--max-new-tokens", help="Tokens a sampled turn may have (--generation-kwargs can set it too)."
+    ),
     hidden: int = typer.Option(64, "--hidden", help="Stand-in model width (no --weights)."),
     layers: int = typer.Option(2, "--layers", help="Stand-in model depth (no --weights)."),
     include_injection: bool = typer.Option(

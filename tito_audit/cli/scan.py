@@ -1,4 +1,5 @@
-"""``tito-audit scan DIR --tokenizer MODEL|auto``: audit every template of a folder in parallel, with limits."""
+"""``tito-audit scan FOLDER... --tokenizer MODEL|auto``: audit every template of folders or files in parallel, with
+limits."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from tito_audit.cli.params import many_of, one_of
 from tito_audit.errors import EXIT_FINDINGS, EXIT_OK, EXIT_OPERATIONAL, AuditError, UsageError
 
 if TYPE_CHECKING:
-    from tito_audit.scan import PoolLimits, ScanSummary
+    from tito_audit.scan import PoolLimits, ScanSummary, TemplateResult
 
 
 def _classes() -> tuple[str, ...]:
@@ -22,11 +23,22 @@ def _classes() -> tuple[str, ...]:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("scan", help="Audit every .jinja template in a folder against one tokenizer (or 'auto').")(scan)
+    app.command(
+        "scan",
+        help="Audit every .jinja template in folders or files against one tokenizer (or 'auto'). Exit 0; 1 when a "
+        "template is in a --fail-on class; 2 when the scan could not run (a path, a tokenizer, an output file).",
+    )(scan)
 
 
 def scan(
-    folder: Annotated[str, typer.Argument(help="Folder of .jinja templates (searched recursively), or one file.")],
+    folders: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="FOLDER...",
+            help="Folders of .jinja templates (searched recursively) or template files (pre-commit passes the "
+            "changed ones).",
+        ),
+    ],
     tokenizer: Annotated[
         str, typer.Option("--tokenizer", "-t", help="Model spec whose tokenizer to use, or 'auto'.")
     ] = "auto",
@@ -41,6 +53,14 @@ def scan(
     limit: Annotated[int | None, typer.Option(help="Scan only the first N templates.")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the JSON summary here.")] = None,
     markdown_out: Annotated[Path | None, typer.Option("--markdown", help="Write a Markdown summary here.")] = None,
+    html_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--html",
+            help="Write one self-contained page here: every template with its class, reasons, tokenizer and first "
+            "divergent text; counts, a filter by class and a search by name and family.",
+        ),
+    ] = None,
     scenarios: Annotated[
         str,
         typer.Option(
@@ -62,13 +82,13 @@ def scan(
     fail_on: Annotated[
         str,
         typer.Option(
-            help="Exit 1 when any template is in these classes (comma-separated; '' never).",
+            help="Exit 1 when any template is in these classes, comma-separated: verdicts (unsafe, tito-required, "
+            "safe) or classes without one (always_raises, does_not_compile, ...; '' never).",
             callback=many_of(_classes),
         ),
     ] = "",
 ) -> None:
-    from rich.console import Console
-
+    from tito_audit.cli.output import output_console
     from tito_audit.rendering import RenderLimits
     from tito_audit.scan import PoolLimits
 
@@ -83,25 +103,43 @@ def scan(
             scenarios=scenarios,
             synthesize=synthesize,
         )
-        summary = _run(folder, tokenizer, candidate or [], limits, offline, limit, progress and sys.stderr.isatty())
+        summary = _run(folders, tokenizer, candidate or [], limits, offline, limit, progress and sys.stderr.isatty())
         if json_out is not None:
             json_out.write_text(summary.to_json(), encoding="utf-8")
         if markdown_out is not None:
             markdown_out.write_text(summary.to_markdown(), encoding="utf-8")
+        if html_out is not None:
+            from tito_audit.formats.scan_page import to_html
+
+            html_out.write_text(to_html(summary), encoding="utf-8")
     except AuditError as exc:
         sys.stderr.write(f"error: {exc.one_line()}\n")
         raise typer.Exit(EXIT_OPERATIONAL) from None
     except OSError as exc:
         sys.stderr.write(f"error: {exc}".replace("\n", " ") + "\n")
         raise typer.Exit(EXIT_OPERATIONAL) from None
-    Console().print(summary.to_table())
+    output_console().print(summary.to_table())
     failing = {c.strip() for c in fail_on.split(",") if c.strip()}
-    hit = any(r.cls in failing for r in summary.results)
+    hit = [r for r in summary.results if r.cls in failing]
+    for r in hit:  # which templates fail the gate, and why, in the log (the table names only a few)
+        sys.stderr.write(f"{r.name}: {r.cls}: {failing_reason(r)}\n")
     raise typer.Exit(EXIT_FINDINGS if hit else EXIT_OK)
 
 
+def failing_reason(r: TemplateResult) -> str:
+    """One line: the verdict's reasons and first divergent text, or why there is no verdict."""
+    from tito_audit.verdict import describe_reason
+
+    if r.verdict is None:
+        return r.reason or r.cls
+    said = "; ".join(describe_reason(x) for x in r.verdict_reasons)
+    return f"{said}{' (approximate verdict)' if r.approximate else ''}" + (
+        f"; {r.first_divergence}" if r.first_divergence else ""
+    )
+
+
 def _run(
-    folder: str,
+    folders: list[str],
     tokenizer: str,
     candidates: list[str],
     limits: PoolLimits,
@@ -114,11 +152,11 @@ def _run(
     from tito_audit.scan import scan_directory
 
     if not bar:
-        return scan_directory(folder, tokenizer, candidates, limits, offline, limit)
+        return scan_directory(folders, tokenizer, candidates, limits, offline, limit)
     with Progress(TextColumn("scan"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True) as prog:
         task = prog.add_task("scan", total=None)
         return scan_directory(
-            folder,
+            folders,
             tokenizer,
             candidates,
             limits,

@@ -71,3 +71,16 @@ def verdict_reasons(m: ModelReport) -> list[str]:
     if m.error:
         return [m.error]
     return [describe_reason(r) for r in m.verdict_reasons] or [m.verdict_explanation]
+
+
+def renderer_lines(m: ModelReport) -> list[str]:
+    """One line per renderer that is not the model's template alone (``--renderer``/``--train-renderer``), and the
+    line saying what it could not do offline (never left out)."""
+    lines = []
+    for role, info in (m.renderers or {}).items():
+        if info is None:
+            continue
+        lines.append(f"{role} renderer {info['name']} ({info['library']}, renders {info['native']})")
+        if info.get("offline"):
+            lines.append(f"{role} renderer offline: {info['offline']}")
+    return lines

@@ -22,6 +22,7 @@ from tito_audit.formats.labels import (
     approximate_note,
     coverage_text,
     model_label,
+    renderer_lines,
     template_origin,
     verdict_reasons_text,
 )
@@ -90,6 +91,9 @@ def _provenance_rows(m: ModelReport) -> list[tuple[str, str]]:
     ]
     if m.options.get("template_kwargs"):
         rows.append(("template kwargs", md_code(repr(m.options["template_kwargs"]), True)))
+    for line in renderer_lines(m):
+        label, _, value = line.partition(" renderer ")
+        rows.append((f"{label} renderer", md_text(value)))
     return rows
 
 

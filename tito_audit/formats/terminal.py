@@ -11,7 +11,7 @@ from rich.text import Text
 
 from tito_audit.audit import AuditReport, ModelReport
 from tito_audit.findings import Finding
-from tito_audit.formats.labels import approximate_note, coverage_text, verdict_reasons_text
+from tito_audit.formats.labels import approximate_note, coverage_text, renderer_lines, verdict_reasons_text
 from tito_audit.quote import clipped
 
 VERDICT_STYLE = {
@@ -99,6 +99,8 @@ def model_section(console: Console, m: ModelReport, verbose: bool = False, quiet
     if m.provenance:
         for line in packed(provenance_fields(m), console.width - 2):
             console.print(Text(f"  {line}", style="dim"), soft_wrap=True)
+    for line in renderer_lines(m):
+        console.print(Text(f"  {line}", style="dim"), soft_wrap=True)
     if coverage_text(m):
         console.print(Text(f"  {coverage_text(m)}", style="yellow" if m.scenarios.get("low_coverage") else "dim"))
     table = Table(show_header=True, header_style="bold")

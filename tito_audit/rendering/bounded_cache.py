@@ -3,6 +3,11 @@ long, so every per-tokenizer cache forgets its oldest entries past an entry coun
 
 Memos of messages and tools are keyed by their content (``content_key``): an audit asks about each message of a
 conversation again with every longer prefix, in new lists and copies, so identity cannot key them.
+
+Why not a library (``python benchmarks/bench_hand_written.py``, ``benchmarks/results/hand-written.json``): a hit
+is a plain ``dict.get``, 91 ns against 141 ns for ``functools.lru_cache`` (which bounds entries, never their
+weight) and 283 to 430 ns for cachetools' FIFO and LRU caches (which bound weight through ``getsizeof``). The cost
+of dropping the oldest quarter: on a stream that overflows the bound it kept 71% hits where an LRU kept 83%.
 """
 
 from __future__ import annotations

@@ -104,7 +104,9 @@ def _vllm(record: Any, line: int) -> list[Episode]:
         prompt = req.get("prompt_token_ids")
         prompt_ids = _ids(prompt, f"requests[{k}].prompt_token_ids") if prompt is not None else None
         turns.append(SampledTurn(ids, lps, prompt_ids))
-    native: dict[str, Any] = {k: extra[k] for k in ("id", "messages", "tools", "chat_template_kwargs") if k in extra}
+    native: dict[str, Any] = {
+        k: extra[k] for k in ("id", "messages", "tools", "chat_template_kwargs", "date") if k in extra
+    }
     native["turns"] = [{"ids": t.ids, "logprobs": t.logprobs, "prompt_ids": t.prompt_ids} for t in turns]
     if "input_ids" in extra:
         native["input_ids"], native["loss_mask"] = extra["input_ids"], extra.get("loss_mask")

@@ -1,16 +1,21 @@
 """Aggregate episode results as they stream in (constant memory), then build the report the formats render.
 
 Counts cover every episode; findings (with token strips) are kept for the first ``MAX_FINDINGS`` per check,
-so a log of a million episodes costs the same memory as one of a thousand. The report is an ``AuditReport``
-with one model whose checks are the replay's (``tito_audit.replay.checks``): every format, suppression and
-baseline of the audit applies unchanged.
+so a log of a million episodes costs the same memory as one of a thousand. Totals of parts of a log (a chunk, a
+Parquet batch, a Ray block) merge in log order into the totals of the whole (``ReplayTotals.merge``), the same
+as if every episode had been added here. The report is an ``AuditReport`` with one model whose checks are the
+replay's (``tito_audit.replay.checks``): every format, suppression and baseline of the audit applies unchanged.
+
+The verdict follows the audit's rule (``replay_verdict``): a divergence proves ``unsafe``; ``safe`` needs the
+naive what-if to have run on every episode and been exact, and no non-canonical sample; what was not checked
+(no what-if, episodes whose reference could not be rebuilt) keeps the verdict from ``safe`` and is named.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from tito_audit.audit import AuditReport, ModelReport
 from tito_audit.checks.base import CheckResult, Status
@@ -30,6 +35,33 @@ REPLAY_VERDICTS = {
 }
 
 
+class Kept(NamedTuple):
+    """One kept finding: where (file, line, episode id, turn) and what."""
+
+    file: str
+    line: int
+    id: str
+    turn: int | None
+    item: Divergence | str
+
+    def label(self) -> str:
+        where = f"{self.file} line {self.line}" if self.file else f"line {self.line}"
+        out = where + (f" ({self.id})" if self.id else "")
+        return out + (f" turn {self.turn}" if self.turn is not None else "")
+
+
+class Malformed(NamedTuple):
+    """A record that could not be replayed."""
+
+    line: int
+    message: str
+    file: str = ""
+    out_of_vocabulary: bool = False
+
+
+_COUNTERS = ("by_source", "by_class", "whatif_by_class", "drift_by_class")
+
+
 @dataclass
 class ReplayTotals:
     records: int = 0
@@ -45,30 +77,48 @@ class ReplayTotals:
     sampled_not_trained: int = 0
     mask_flips: int = 0
     by_class: Counter[str] = field(default_factory=Counter)
+    context_divergences: int = 0  # turns whose engine prompt did not hold the buffer so far
     shape_episodes: int = 0
     logprob_mass: float = 0.0
     logprob_tokens: int = 0
+    reference_engine: int = 0
     reference_buffer: int = 0
-    reference_errors: int = 0
+    reference_errors: int = 0  # episodes not checked: the reference could not be rebuilt (incomplete)
     template_refusals: int = 0
     whatif_episodes: int = 0
+    whatif_failed: int = 0
     whatif_diverged: int = 0
     whatif_turns: int = 0
     whatif_tokens: int = 0
     whatif_by_class: Counter[str] = field(default_factory=Counter)
+    drift_episodes: int = 0
+    drift_diverged: int = 0
+    drift_turns: int = 0
+    drift_tokens: int = 0
+    drift_by_class: Counter[str] = field(default_factory=Counter)
+    noncanonical_checked: int = 0  # episodes whose sampled turns were re-encoded
     noncanonical_turns: int = 0
     noncanonical_tokens: int = 0
-    findings: dict[str, list[tuple[str, Divergence | str]]] = field(default_factory=dict)
+    out_of_vocabulary: int = 0  # records with an id the tokenizer does not have
+    mark_episodes: int = 0  # episodes whose ids hold a control token of the template
+    stop_turns: int = 0  # sampled turns ending with one of the model's stop tokens
+    kept: dict[str, list[Kept]] = field(default_factory=dict)
 
-    def _keep(self, check: str, label: str, item: Divergence | str) -> None:
-        kept = self.findings.setdefault(check, [])
+    def _keep(self, check: str, entry: Kept) -> None:
+        kept = self.kept.setdefault(check, [])
         if len(kept) < MAX_FINDINGS:
-            kept.append((label, item))
+            kept.append(entry)
 
-    def add_malformed(self, line: int, message: str) -> None:
+    @property
+    def findings(self) -> dict[str, list[tuple[str, Divergence | str]]]:
+        """The kept findings per check as ``(label, item)``."""
+        return {check: [(k.label(), k.item) for k in kept] for check, kept in self.kept.items()}
+
+    def add_malformed(self, line: int, message: str, file: str = "", out_of_vocabulary: bool = False) -> None:
         self.records += 1
         self.malformed += 1
-        self._keep("replay_records", f"line {line}", message)
+        self.out_of_vocabulary += out_of_vocabulary
+        self._keep("replay_records", Kept(file, line, "", None, message))
 
     def add(self, res: EpisodeResult) -> None:
         self.episodes += 1
@@ -76,25 +126,35 @@ class ReplayTotals:
         self.turns += res.turns
         self.sampled_tokens += res.sampled_tokens
         self.trained_tokens += res.trained_tokens
-        label = f"line {res.line}" + (f" ({res.id})" if res.id else "")
+        self.mark_episodes += res.marks
+        self.stop_turns += res.stop_turns
+
+        def kept(turn: int | None, item: Divergence | str) -> Kept:
+            return Kept(res.file, res.line, res.id, turn, item)
+
         if res.shape:
             self.shape_episodes += 1
             for s in res.shape:
-                self._keep("replay_shape", label, s)
+                self._keep("replay_shape", kept(None, s))
         if res.divergences:
             self.diverged_episodes += 1
             self.diverged_turns += len(res.divergences)
             for d in res.divergences:
                 self.by_class[d.cls] += 1
-                self._keep("replay_divergence", f"{label} turn {d.turn}", d)
+                self.context_divergences += d.kind == "context"
+                self._keep("replay_divergence", kept(d.turn, d))
         self.trained_not_sampled += res.trained_not_sampled
         self.sampled_not_trained += res.sampled_not_trained
         self.mask_flips += res.mask_flips
         self.logprob_mass += res.logprob_mass
         self.logprob_tokens += res.logprob_tokens
+        self.reference_engine += res.reference == "engine"
         self.reference_buffer += res.reference == "buffer"
-        self.reference_errors += res.error is not None
+        if res.error is not None:
+            self.reference_errors += 1
+            self._keep("replay_incomplete", kept(None, res.error))
         self.template_refusals += sum(1 for n in res.notes if "rewrites history" in n)
+        self.whatif_failed += res.whatif_failed
         if res.whatif is not None:
             self.whatif_episodes += 1
             if res.whatif:
@@ -102,18 +162,47 @@ class ReplayTotals:
                 self.whatif_turns += len(res.whatif)
                 for d in res.whatif:
                     self.whatif_by_class[d.cls] += 1
-                    self._keep("replay_naive_what_if", f"{label} turn {d.turn}", d)
+                    self._keep("replay_naive_what_if", kept(d.turn, d))
             self.whatif_tokens += res.whatif_tokens
+        if res.drift is not None:
+            self.drift_episodes += 1
+            self.drift_tokens += res.drift_tokens
+            if res.drift:
+                self.drift_diverged += 1
+                self.drift_turns += len(res.drift)
+                for d in res.drift:
+                    self.drift_by_class[d.cls] += 1
+                    self._keep("replay_context_drift", kept(d.turn, d))
+        self.noncanonical_checked += res.noncanonical_checked
         self.noncanonical_turns += res.noncanonical_turns
         self.noncanonical_tokens += res.noncanonical_tokens
+
+    def merge(self, other: ReplayTotals, line_offset: int = 0, file: str | None = None) -> None:
+        """Add the totals of the next part of the log (its lines shifted by ``line_offset``, its findings named
+        after ``file`` when given)."""
+        for name, value in other.__dict__.items():
+            if name == "kept":
+                continue
+            mine = getattr(self, name)
+            if isinstance(mine, Counter):
+                mine.update(value)
+            else:
+                setattr(self, name, mine + value)
+        for check, entries in other.kept.items():
+            for e in entries:
+                self._keep(check, e._replace(line=e.line + line_offset, file=e.file if file is None else file))
+
+    @property
+    def checked_episodes(self) -> int:
+        return self.episodes - self.reference_errors
 
     @property
     def noncanonical_rate(self) -> float:
         return self.noncanonical_turns / self.turns if self.turns else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "findings"}
-        for k in ("by_source", "by_class", "whatif_by_class"):
+        out = {k: v for k, v in self.__dict__.items() if k != "kept"}
+        for k in _COUNTERS:
             out[k] = dict(sorted(out[k].items()))
         out["logprob_mass"] = round(self.logprob_mass, 6)
         out["noncanonical_rate"] = round(self.noncanonical_rate, 6)
@@ -127,12 +216,21 @@ class ReplayModelReport(ModelReport):
 
     @property
     def verdict_explanation(self) -> str:
-        return REPLAY_VERDICTS[self.verdict]
+        base = REPLAY_VERDICTS[self.verdict]
+        if self.verdict == "tito-required" and not any(
+            r in self.verdict_reasons
+            for r in ("tito-required:replay_naive_what_if", "tito-required:replay_noncanonical")
+        ):
+            base = (
+                "the loop is exact on the episodes checked; naive re-tokenization was not checked: "
+                "keep the token buffer"
+            )
+        unchecked = [_UNCHECKED[r] for r in self.verdict_reasons if r in _UNCHECKED]
+        return base + (f" ({'; '.join(unchecked)})" if unchecked else "")
 
     def decide(self) -> None:
         """A replay has its own rule (about the loop, not the template); the gate's recompute calls this."""
-        self.verdict = replay_verdict(self.checks)
-        self.verdict_reasons = []
+        self.verdict, self.verdict_reasons = replay_verdict(self.checks)
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
@@ -140,21 +238,47 @@ class ReplayModelReport(ModelReport):
         return out
 
 
-def replay_verdict(checks: list[CheckResult]) -> Verdict:
+_UNCHECKED = {
+    "error:replay_divergence:incomplete": "some episodes could not be checked: see replay_incomplete",
+    "error:replay_naive_what_if:compared_nothing": "no naive what-if ran: no messages in the log, or --no-what-if",
+    "error:replay_naive_what_if:not_run": "the naive what-if did not run on every episode",
+}
+
+
+def replay_verdict(checks: list[CheckResult]) -> tuple[Verdict, list[str]]:
+    """The audit's rule, for a loop: a divergence proves ``unsafe``; nothing compared is ``error``; ``safe``
+    needs the naive what-if on every episode, exact, and no non-canonical sample; what was not checked is named
+    (``error:CHECK:WHY`` reasons beside the verdict) and keeps it from ``safe``."""
     by_id = {c.id: c for c in checks}
-    if any(by_id[i].status == "fail" for i in ("replay_divergence", "replay_shape") if i in by_id):
-        return "unsafe"
-    if "replay_divergence" not in by_id or by_id["replay_divergence"].status == "not_applicable":
-        return "error"
+    reasons = [f"unsafe:{i}" for i in ("replay_divergence", "replay_shape") if i in by_id and by_id[i].status == "fail"]
+    div = by_id.get("replay_divergence")
+    if div is None or div.status == "not_applicable":
+        return "error", [*reasons, "error:replay_divergence:compared_nothing"]
+    incomplete = by_id.get("replay_incomplete")
+    if incomplete is not None and incomplete.findings:
+        reasons.append("error:replay_divergence:incomplete")
     naive = by_id.get("replay_naive_what_if")
+    noncanonical = by_id.get("replay_noncanonical")
     if naive is not None and naive.findings:
-        return "tito-required"
-    return "safe"
+        reasons.append("tito-required:replay_naive_what_if")
+    if noncanonical is not None and noncanonical.findings:
+        reasons.append("tito-required:replay_noncanonical")
+    if naive is None or naive.status == "not_applicable":
+        reasons.append("error:replay_naive_what_if:compared_nothing")
+    elif naive.data.get("episodes", 0) < naive.data.get("of", 0):
+        reasons.append("error:replay_naive_what_if:not_run")
+    if any(r.startswith("unsafe:") for r in reasons):
+        return "unsafe", reasons
+    if div.comparisons == 0:
+        return "error", reasons
+    return ("tito-required" if reasons else "safe"), reasons
 
 
 def _finding(check: str, label: str, item: Divergence | str, texts: Any) -> Finding:
     if isinstance(item, str):
-        return Finding(check, label, "serialization" if check == "replay_records" else "template", item)
+        # an episode not checked names itself in the message too: formats without a location column show it
+        message = f"{label}: {item}" if check == "replay_incomplete" else item
+        return Finding(check, label, "serialization" if check == "replay_records" else "template", message)
     return Finding(
         check=check,
         scenario=label,
@@ -172,12 +296,18 @@ def _pct(a: int, b: int) -> str:
     return f"{a}/{b} ({100 * a / b:.1f}%)" if b else f"{a}/0"
 
 
+def _classes(counter: Counter[str]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(counter.items())) or "none"
+
+
 def build_checks(t: ReplayTotals, texts: Any) -> list[CheckResult]:
     """The replay's check results from the totals (status from the kept findings, summary from the counts)."""
 
-    def result(cid: str, summary: str, data: dict[str, Any], applicable: str | None = None) -> CheckResult:
+    def result(
+        cid: str, summary: str, data: dict[str, Any], comparisons: int, applicable: str | None = None
+    ) -> CheckResult:
         spec = BY_ID[cid]
-        findings = [_finding(cid, label, item, texts) for label, item in t.findings.get(cid, [])]
+        findings = [_finding(cid, k.label(), k.item, texts) for k in t.kept.get(cid, [])]
         status: Status
         if applicable is not None:
             status = "not_applicable"
@@ -187,41 +317,92 @@ def build_checks(t: ReplayTotals, texts: Any) -> list[CheckResult]:
         else:
             status = "fail" if spec.severity == "error" else "warn"
         return CheckResult(cid, spec.title, status, spec.severity, summary, spec.explanation, spec.fix_hint,
-                           findings, data)  # fmt: skip
+                           findings, data, comparisons)  # fmt: skip
 
     out = [
-        result("replay_records", f"{t.malformed} of {t.records} record(s) malformed", {"malformed": t.malformed}),
-        result("replay_shape", f"{t.shape_episodes} of {t.episodes} episode(s) with a length mismatch", {}),
+        result(
+            "replay_records",
+            f"{t.malformed} of {t.records} record(s) malformed",
+            {"malformed": t.malformed, "out_of_vocabulary": t.out_of_vocabulary},
+            t.records,
+        ),
+        result(
+            "replay_incomplete",
+            f"{t.reference_errors} of {t.episodes} episode(s) not checked: their reference could not be rebuilt"
+            if t.reference_errors
+            else f"every one of {t.episodes} episode(s) checked against a reference",
+            {"not_checked": t.reference_errors, "of": t.episodes},
+            t.episodes,
+            None if t.episodes else "no episode in the log",
+        ),
+        result(
+            "replay_shape",
+            f"{t.shape_episodes} of {t.episodes} episode(s) with a length mismatch",
+            {},
+            t.episodes,
+            None if t.episodes else "no episode in the log",
+        ),
     ]
     lp = (
         f"; log-prob mass on affected sampled tokens {t.logprob_mass:.3f} over {t.logprob_tokens}"
         if t.logprob_tokens
         else ""
     )
-    classes = ", ".join(f"{k} {v}" for k, v in sorted(t.by_class.items())) or "none"
+    ctx = f", {t.context_divergences} in the engine's prompts" if t.context_divergences else ""
+    kinds = (
+        ("engine prompts", t.reference_engine),
+        ("rebuilt buffers", t.reference_buffer),
+        ("sampled turns only", t.checked_episodes - t.reference_engine - t.reference_buffer),
+    )
+    against = ", ".join(f"{name} {n}" for name, n in kinds if n) or "nothing"
     out.append(
         result(
             "replay_divergence",
-            f"diverged: {_pct(t.diverged_episodes, t.episodes)} episodes, {t.diverged_turns} of {t.turns} turns "
-            f"({classes}); trained never sampled {t.trained_not_sampled}, sampled not trained "
-            f"{t.sampled_not_trained}, mask flips {t.mask_flips}{lp}",
+            f"diverged: {_pct(t.diverged_episodes, t.checked_episodes)} episodes, {t.diverged_turns} of {t.turns} "
+            f"turns ({_classes(t.by_class)}){ctx}; trained never sampled {t.trained_not_sampled}, sampled not "
+            f"trained {t.sampled_not_trained}, mask flips {t.mask_flips}{lp}; against {against}",
             {
                 "trained_not_sampled": t.trained_not_sampled,
                 "sampled_not_trained": t.sampled_not_trained,
                 "mask_flips": t.mask_flips,
                 "by_class": dict(sorted(t.by_class.items())),
+                "context_divergences": t.context_divergences,
+                "reference_engine": t.reference_engine,
                 "reference_buffer": t.reference_buffer,
             },
+            t.checked_episodes,
             None if t.episodes else "no episode in the log",
         )
     )
-    wclasses = ", ".join(f"{k} {v}" for k, v in sorted(t.whatif_by_class.items())) or "none"
+    out.append(
+        result(
+            "replay_context_drift",
+            f"the loop's context differs from the template's rendering in {_pct(t.drift_diverged, t.drift_episodes)} "
+            f"episodes, {t.drift_turns} turns ({_classes(t.drift_by_class)}), {t.drift_tokens} context ids",
+            {
+                "episodes": t.drift_episodes,
+                "by_class": dict(sorted(t.drift_by_class.items())),
+                "tokens": t.drift_tokens,
+            },
+            t.drift_episodes,
+            None if t.drift_episodes else "needs the engine's prompt_ids and messages in the log (and not --no-drift)",
+        )
+    )
+    failed = f"; the template does not re-render {t.whatif_failed} episode(s)" if t.whatif_failed else ""
     out.append(
         result(
             "replay_naive_what_if",
             f"naive re-tokenization would diverge in {_pct(t.whatif_diverged, t.whatif_episodes)} episodes, "
-            f"{t.whatif_turns} turns ({wclasses}), {t.whatif_tokens} of {t.sampled_tokens} sampled tokens changed",
-            {"by_class": dict(sorted(t.whatif_by_class.items())), "tokens": t.whatif_tokens},
+            f"{t.whatif_turns} turns ({_classes(t.whatif_by_class)}), {t.whatif_tokens} of {t.sampled_tokens} "
+            f"sampled tokens changed; ran on {t.whatif_episodes} of {t.checked_episodes} episode(s){failed}",
+            {
+                "by_class": dict(sorted(t.whatif_by_class.items())),
+                "tokens": t.whatif_tokens,
+                "episodes": t.whatif_episodes,
+                "of": t.checked_episodes,
+                "failed": t.whatif_failed,
+            },
+            t.whatif_episodes,
             None if t.whatif_episodes else "needs messages in the log (and not --no-what-if)",
         )
     )
@@ -229,7 +410,8 @@ def build_checks(t: ReplayTotals, texts: Any) -> list[CheckResult]:
         "replay_noncanonical",
         f"non-canonical sampled turns: {_pct(t.noncanonical_turns, t.turns)}, {t.noncanonical_tokens} token(s)",
         {"turns": t.noncanonical_turns, "of": t.turns, "rate": round(t.noncanonical_rate, 6)},
-        None if t.turns else "no sampled turn in the log",
+        t.noncanonical_checked,
+        None if t.turns and t.noncanonical_checked else "no sampled turn re-encoded (none in the log, or --only-tito)",
     )
     if t.noncanonical_turns:
         nc.findings = [
@@ -247,12 +429,15 @@ def build_checks(t: ReplayTotals, texts: Any) -> list[CheckResult]:
     return out
 
 
-def build_report(t: ReplayTotals, model: Any, log: str, texts: Any, seconds: float = 0.0) -> AuditReport:
+def build_report(
+    t: ReplayTotals, model: Any, log: str, texts: Any, seconds: float = 0.0, date: str | None = None
+) -> AuditReport:
+    """The report; ``date``: what renders saw for records without their own ``date``."""
     m = ReplayModelReport(model.name, "error", model.provenance)
     m.checks = build_checks(t, texts)
     m.decide()
     m.seconds = seconds
-    m.options = {"log": log}
+    m.options = {"log": log} if date is None else {"log": log, "date": date}
     m.scenarios = {"played": t.episodes, "not_applicable": {}, "adapted": {}}
     m.replay = t.to_dict()
     return AuditReport([m])

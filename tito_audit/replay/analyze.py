@@ -1,18 +1,27 @@
 """Replay one episode: what the trainer trained on against what a correct loop would hold, and the "what if".
 
-With messages, the reference is rebuilt the way a correct loop builds it: the prompt rendered once, each
-turn's sampled ids kept as they are, environment messages appended as the template's token deltas
-(``tito_audit.Trajectory``). Where the template rewrites history for an append (no exact delta), the reference
-holds what appending anyway gives, and the episode notes it. Without messages only the sampled turns are the
-reference (``compare.against_sampled``).
+The reference, in order of trust:
+- ``engine``: every turn carries the engine's ``prompt_ids``. The loop's own contexts are the reference
+  (``tito_audit.replay.engine``): no render, and a correct loop on a template that prints the date, or that builds
+  its deltas after a fixed base conversation, is exact. Where those contexts differ from the template's own
+  rendering (messages rendered with the record's template kwargs and date) that is context drift
+  (``tito_audit.replay.drift``), a warning.
+- ``buffer``: messages but no engine prompts. The reference is rebuilt the way a correct loop builds it: the
+  prompt rendered once, each turn's sampled ids kept as they are, environment messages appended as the template's
+  token deltas (``tito_audit.Trajectory``). Where the template rewrites history for an append (no exact delta),
+  the reference holds what appending anyway gives, and the episode notes it. When the buffer cannot be rebuilt
+  (a render fails), the episode is not checked against a reference (``EpisodeResult.error``): it is counted and
+  named as incomplete, never passed.
+- ``sampled``: neither: only the sampled turns are the reference (``compare.against_sampled``).
 
 The "what if" re-renders the parsed conversation and re-encodes it, as naive rollout code does, and compares
-that with the reference: what re-tokenization would have done to these real samples. Each turn's sampled ids
-are also decoded and re-encoded: a turn whose ids come back different was sampled as a non-canonical split.
+that with the template's buffer: what re-tokenization would have done to these real samples. Each turn's sampled
+ids are also decoded and re-encoded: a turn whose ids come back different was sampled as a non-canonical split.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,11 +30,19 @@ from tito_audit.errors import RenderError
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.replay.compare import Comparison, against_reference, against_sampled, mask_runs
 from tito_audit.replay.divergence import Divergence
-from tito_audit.replay.schema import Episode
+from tito_audit.replay.drift import date_positions, drift
+from tito_audit.replay.engine import engine_buffer, exact, has_engine_prompts
+from tito_audit.replay.id_diff import align
+from tito_audit.replay.schema import Episode, RecordError
 from tito_audit.rollout.bridge import AppendRefused, BridgeError
 from tito_audit.rollout.buffer import LIBRARY_LIMITS, Trajectory
 from tito_audit.rollout.stop import stop_token_ids
 from tito_audit.scenarios.reasoning import reasoning_marks
+
+_MARK_PROBES: tuple[list[dict[str, Any]], ...] = (
+    [{"role": "user", "content": "Hi"}],
+    [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}],
+)
 
 
 @dataclass
@@ -38,7 +55,7 @@ class EpisodeResult:
     turns: int = 0
     sampled_tokens: int = 0
     trained_tokens: int = 0
-    reference: str = "sampled"  # "buffer" (rebuilt from messages) or "sampled" (turns only)
+    reference: str = "sampled"  # "engine" (the engine's prompts), "buffer" (rebuilt from messages) or "sampled"
     shape: list[str] = field(default_factory=list)
     trained_not_sampled: int = 0
     sampled_not_trained: int = 0
@@ -46,12 +63,19 @@ class EpisodeResult:
     divergences: list[Divergence] = field(default_factory=list)
     logprob_mass: float = 0.0
     logprob_tokens: int = 0
-    whatif: list[Divergence] | None = None  # None: not computed (no messages, or --no-what-if)
+    whatif: list[Divergence] | None = None  # None: not computed (no messages, --no-what-if, or no re-render)
     whatif_tokens: int = 0  # sampled ids naive re-tokenization would not train as sampled
+    whatif_failed: bool = False  # the what-if was asked for but the template does not re-render the conversation
+    drift: list[Divergence] | None = None  # None: not measured (no engine prompts or no messages, or --no-drift)
+    drift_tokens: int = 0
     noncanonical_turns: int = 0
     noncanonical_tokens: int = 0
+    noncanonical_checked: bool = False
     notes: list[str] = field(default_factory=list)
-    error: str | None = None  # the reference could not be rebuilt (the token-level checks still ran)
+    error: str | None = None  # the reference could not be rebuilt: the episode is not checked (incomplete)
+    marks: bool = True  # the ids open with a control token of this template (a log of this tokenizer does)
+    stop_turns: int = 0  # sampled turns that end with one of this model's stop tokens
+    file: str = ""  # the log file, when a replay reads several
 
     @property
     def diverged(self) -> bool:
@@ -60,23 +84,126 @@ class EpisodeResult:
 
 @dataclass
 class ReplayContext:
-    """Everything the analysis needs from the model, built once per process."""
+    """Everything the analysis needs from the model, built once per process.
+
+    ``whatif``, ``drift`` and ``noncanonical`` switch the per-episode work beyond the TITO check: with all three
+    off, an episode with engine prompts costs a few slice comparisons (no render, no tokenizer call)."""
 
     renderer: Renderer
     stop_ids: list[int]
     special_ids: list[int]
     bos_id: int | None
     whatif: bool = True
+    drift: bool = True
+    noncanonical: bool = True
+    bos_ids: tuple[int, ...] = ()  # every id that begins a sequence: the tokenizer's own and the template's
+    vocab_size: int | None = None  # ids at or above it are outside the tokenizer
+    marks: frozenset[int] = frozenset()  # control ids the template opens a conversation with
+    date: dt.datetime | None = None  # the date renders see when a record does not say (--date)
+    dated: bool = False  # the template's prompt shows the render date
+    model: str = ""
 
     @classmethod
-    def from_model(cls, model: Any, whatif: bool = True) -> ReplayContext:
+    def from_model(
+        cls,
+        model: Any,
+        whatif: bool = True,
+        *,
+        drift: bool = True,
+        noncanonical: bool = True,
+        date: dt.datetime | None = None,
+    ) -> ReplayContext:
         renderer = Renderer(model.tokenizer, model.chat_template, limits=LIBRARY_LIMITS)
+        if date is not None:
+            renderer = renderer.with_date(date)
         stops = list(stop_token_ids(model.tokenizer, renderer, getattr(model, "generation_eos_ids", None) or ()))
         tok = model.tokenizer
-        return cls(renderer, stops, sorted(set(tok.all_special_ids or [])), tok.bos_token_id, whatif)
+        return cls(
+            renderer,
+            stops,
+            sorted(set(tok.all_special_ids or [])),
+            tok.bos_token_id,
+            whatif,
+            drift,
+            noncanonical,
+            bos_ids=beginning_ids(tok, renderer),
+            vocab_size=len(tok),
+            marks=template_marks(renderer),
+            date=date,
+            dated=date_positions(renderer, _MARK_PROBES[0], None) is not None,
+            model=getattr(model, "name", ""),
+        )
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.renderer.decode(list(ids), skip_special_tokens=False)
+
+    def compare_kwargs(self) -> dict[str, Any]:
+        return dict(
+            decode=self.decode,
+            stop_ids=self.stop_ids,
+            special_ids=self.special_ids,
+            bos_id=self.bos_id,
+            bos_ids=self.bos_ids,
+        )
+
+    def renderer_for(self, ep: Episode) -> Renderer:
+        """The renderer the engine used for this episode: its template kwargs and date, when the record has them."""
+        r = self.renderer.with_kwargs(**ep.template_kwargs) if ep.template_kwargs else self.renderer
+        return r.with_date(ep.date) if ep.date is not None else r
+
+    def check_ids(self, ep: Episode) -> None:
+        """``RecordError`` for an id this tokenizer does not have (the log was written with another one)."""
+        if self.vocab_size is None:
+            return
+        for where, ids in (("input_ids", ep.input_ids), *((f"turns[{k}].ids", t.ids) for k, t in enumerate(ep.turns))):
+            if ids and max(ids) >= self.vocab_size:
+                raise RecordError(
+                    f"{where} holds id {max(ids)}, outside {self.model or 'the model'}'s tokenizer "
+                    f"({self.vocab_size} ids): was the log written with another tokenizer?"
+                )
+
+
+def beginning_ids(tokenizer: Any, renderer: Renderer) -> tuple[int, ...]:
+    """The ids a sequence begins with: what the tokenizer itself adds in front of a text, its ``bos_token``, and
+    the first id of the template's rendering when that is the ``bos_token`` it printed."""
+    out: list[int] = []
+    plain = renderer.encode("x")
+    added = renderer.encode("x", add_special_tokens=True)
+    if len(added) > len(plain) and added[len(added) - len(plain) :] == plain:
+        out.extend(added[: len(added) - len(plain)])
+    if tokenizer.bos_token_id is not None:
+        out.append(int(tokenizer.bos_token_id))
+    bos_text = tokenizer.bos_token
+    if isinstance(bos_text, str) and bos_text:
+        try:
+            text = renderer.render(_MARK_PROBES[0], add_generation_prompt=True)
+        except RenderError:
+            text = ""
+        if text.startswith(bos_text):
+            first = renderer.encode(text)[:1]
+            out.extend(first)
+    return tuple(dict.fromkeys(out))
+
+
+MARK_WINDOW = 8  # a log's sequence opens with the template's first control token within this many ids
+
+
+def template_marks(renderer: Renderer) -> frozenset[int]:
+    """The special ids the template opens a conversation with (its BOS or first role marker), from renders of
+    probe conversations: a log written with this tokenizer and template has one among its first ``MARK_WINDOW``
+    ids; one written with another tokenizer, whose ids mean other tokens, has none there. Only the opening is
+    looked at: a special id of this vocabulary can be an ordinary token of another, anywhere in a sequence."""
+    specials = set(renderer.tokenizer.all_special_ids or []) | {
+        i for i, t in renderer.tokenizer.added_tokens_decoder.items() if t.special
+    }
+    found: set[int] = set()
+    for probe in _MARK_PROBES:
+        try:
+            ids = renderer.render_ids(probe, add_generation_prompt=probe[-1]["role"] == "user")
+        except RenderError:
+            continue
+        found.update(next(([i] for i in ids[:MARK_WINDOW] if i in specials), []))
+    return frozenset(found)
 
 
 def _shape(ep: Episode) -> list[str]:
@@ -89,10 +216,10 @@ def _shape(ep: Episode) -> list[str]:
     return out
 
 
-def rebuild_buffer(ep: Episode, ctx: ReplayContext) -> tuple[Trajectory, list[str]]:
+def rebuild_buffer(ep: Episode, ctx: ReplayContext, renderer: Renderer | None = None) -> tuple[Trajectory, list[str]]:
     """The token buffer a correct loop holds for this episode; notes where the template refused an append."""
     assert ep.messages is not None
-    renderer = ctx.renderer.with_kwargs(**ep.template_kwargs) if ep.template_kwargs else ctx.renderer
+    renderer = renderer or ctx.renderer_for(ep)
     traj = Trajectory(renderer, ctx.stop_ids, ep.tools, on_truncated="mask", after_stop="drop")
     msgs = ep.messages
     assistants = [i for i, m in enumerate(msgs) if m.get("role") == "assistant"]
@@ -174,44 +301,130 @@ def _located(ep: Episode) -> list[tuple[int, int]]:
     return [(0, 0)] * len(ep.turns)
 
 
+def _against_engine(ep: Episode, ctx: ReplayContext) -> tuple[Comparison, list[int]]:
+    """The TITO check against the engine's prompts; also the loop's buffer (for context drift)."""
+    if exact(ep, mask_runs):
+        last = ep.turns[-1]
+        assert last.prompt_ids is not None
+        return Comparison(), ep.input_ids[: len(last.prompt_ids) + len(last.ids)]
+    kw = ctx.compare_kwargs()
+    buf = engine_buffer(ep, **kw)
+    loop = list(buf.ids)
+    got = ep.input_ids
+    # An untrained tail after the last sampled ids (a final environment message) changes no gradient: it joins
+    # the reference as it is, and a loss mask on it is still a flip.
+    if got[: len(buf.ids)] == buf.ids:
+        tail = got[len(buf.ids) :]
+    else:
+        ops = align(buf.ids, got)
+        tail = list(got[ops[-1][3] : ops[-1][4]]) if ops and ops[-1][0] == "insert" else []
+    buf.push(tail, False)
+    marks = reasoning_marks(ctx.renderer.chat_template, ep.messages)  # tells reasoning from content
+    cmp = against_reference(buf.ids, buf.mask, buf.logprobs, buf.spans, got, ep.loss_mask, **kw, reasoning=marks)
+    first = {d.turn: d for d in cmp.divergences}
+    for d in buf.context:  # the engine was not given its samples back: per turn, the earlier place wins
+        cur = first.get(d.turn)
+        if cur is None or (d.index is not None and cur.index is not None and d.index < cur.index):
+            first[d.turn] = d
+    cmp.divergences = [first[k] for k in sorted(first)]
+    return cmp, loop
+
+
+def _drift(ep: Episode, ctx: ReplayContext, traj: Trajectory, loop: list[int], res: EpisodeResult) -> None:
+    """Context drift up to the last sampled id: the loop's buffer ends there (what the engine saw), the template's
+    goes on with any messages after the last turn."""
+    kw = ctx.compare_kwargs()
+    spans = traj.sampled_spans()
+    template = traj.input_ids[: spans[-1][1]] if spans else traj.input_ids
+    found = drift(template, spans, loop, **kw)
+    if found.divergences and ctx.dated and ep.messages is not None:
+        first_assistant = next(i for i, m in enumerate(ep.messages) if m.get("role") == "assistant")
+        dates = date_positions(traj.renderer, ep.messages[:first_assistant], ep.tools)
+        if dates is not None:
+            found = drift(template, spans, loop, **kw, dates=dates)
+    res.drift, res.drift_tokens = found.divergences, found.tokens
+
+
 def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
     """Replay one episode; never raises for what is in the log (problems become the result)."""
-    res = EpisodeResult(ep.line, ep.id, ep.source, len(ep.turns), sum(len(t.ids) for t in ep.turns))
+    res = EpisodeResult(ep.line, ep.id, ep.source, len(ep.turns), sum(len(t.ids) for t in ep.turns), file=ep.file)
     res.trained_tokens = sum(ep.loss_mask) if ep.loss_mask is not None else 0
     res.shape = _shape(ep)
-    kw: dict[str, Any] = dict(decode=ctx.decode, stop_ids=ctx.stop_ids, special_ids=ctx.special_ids, bos_id=ctx.bos_id)
-    kw["reasoning"] = reasoning_marks(ctx.renderer.chat_template, ep.messages)  # tells reasoning from content
+    stops = set(ctx.stop_ids)
+    res.stop_turns = sum(1 for t in ep.turns if t.ids and t.ids[-1] in stops)
+    res.marks = not ctx.marks or not ctx.marks.isdisjoint(ep.input_ids[:MARK_WINDOW])
+    kw = ctx.compare_kwargs()
+    marks = reasoning_marks(ctx.renderer.chat_template, ep.messages)  # tells reasoning from content
+    engine = has_engine_prompts(ep)
     traj: Trajectory | None = None
-    if ep.messages is not None:
+    template_error: str | None = None
+    if ep.messages is not None and (not engine or ctx.whatif or ctx.drift):
         try:
             traj, res.notes = rebuild_buffer(ep, ctx)
         except (RenderError, AppendRefused, ValueError) as exc:
-            res.error = f"reference buffer not rebuilt ({type(exc).__name__}: {exc}); turns-only checks"
-    if traj is not None:
+            template_error = f"the template does not render this episode ({type(exc).__name__}: {exc})"
+    loop: list[int] | None = None
+    if engine:
+        res.reference = "engine"
+        cmp, loop = _against_engine(ep, ctx)
+    elif traj is not None:
         res.reference = "buffer"
         cmp = against_reference(
-            traj.input_ids, traj.loss_mask, traj.logprobs, traj.sampled_spans(), ep.input_ids, ep.loss_mask, **kw
+            traj.input_ids,
+            traj.loss_mask,
+            traj.logprobs,
+            traj.sampled_spans(),
+            ep.input_ids,
+            ep.loss_mask,
+            **kw,
+            reasoning=marks,
         )
     else:
+        if template_error is not None:  # no reference to check the context against: not checked, and said so
+            res.error = f"reference buffer not rebuilt: {template_error}"
         cmp = against_sampled(
-            [t.ids for t in ep.turns], [t.logprobs for t in ep.turns], ep.input_ids, ep.loss_mask, **kw
+            [t.ids for t in ep.turns],
+            [t.logprobs for t in ep.turns],
+            ep.input_ids,
+            ep.loss_mask,
+            **kw,
+            reasoning=marks,
         )
     _merge(res, cmp)
-    if traj is not None:
-        spans, ref = traj.sampled_spans(), traj.input_ids
-    else:
-        spans, ref = _located(ep), ep.input_ids
-    before = [ref[a - 1] if a > 0 else None for a, _ in spans]
-    res.noncanonical_turns, res.noncanonical_tokens = noncanonical(ep, ctx, before)
-    if traj is not None and ctx.whatif:
-        try:
-            naive = naive_ids(ep, ctx, traj)
-        except RenderError as exc:
-            res.notes.append(f"what-if: the template does not re-render this conversation ({exc.kind}: {exc.message})")
+    if template_error is not None and res.error is None:
+        res.notes.append(f"context drift and what-if not measured: {template_error}")
+    if engine and traj is not None and ctx.drift and loop is not None:
+        _drift(ep, ctx, traj, loop, res)
+    if ctx.noncanonical:
+        if engine:
+            before: list[int | None] = [t.prompt_ids[-1] if t.prompt_ids else None for t in ep.turns]
         else:
-            what = against_reference(
-                traj.input_ids, traj.loss_mask, traj.logprobs, traj.sampled_spans(), naive, None, **kw
-            )
-            res.whatif = what.divergences
-            res.whatif_tokens = what.sampled_not_trained
+            spans, ref = (traj.sampled_spans(), traj.input_ids) if traj is not None else (_located(ep), ep.input_ids)
+            before = [ref[a - 1] if a > 0 else None for a, _ in spans]
+        res.noncanonical_turns, res.noncanonical_tokens = noncanonical(ep, ctx, before)
+        res.noncanonical_checked = True
+    if ctx.whatif and ep.messages is not None:
+        if traj is None:
+            res.whatif_failed = True
+        else:
+            try:
+                naive = naive_ids(ep, ctx, traj)
+            except RenderError as exc:
+                res.whatif_failed = True
+                res.notes.append(
+                    f"what-if: the template does not re-render this conversation ({exc.kind}: {exc.message})"
+                )
+            else:
+                what = against_reference(
+                    traj.input_ids,
+                    traj.loss_mask,
+                    traj.logprobs,
+                    traj.sampled_spans(),
+                    naive,
+                    None,
+                    **kw,
+                    reasoning=marks,
+                )
+                res.whatif = what.divergences
+                res.whatif_tokens = what.sampled_not_trained
     return res

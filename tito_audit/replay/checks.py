@@ -30,6 +30,17 @@ CHECKS: tuple[ReplayCheck, ...] = (
         "Fix the writer of the log, or point --map at your field names; the line numbers say where.",
     ),
     ReplayCheck(
+        "replay_incomplete",
+        "Episodes not checked",
+        "error",
+        "Episodes whose reference could not be rebuilt (a render of their messages failed, e.g. a message over the "
+        "render limits) and whose log has no engine prompt_ids to check them against instead. Their sampled turns "
+        "were still looked for in the trained sequence, but the context around them was not checked: the log is "
+        "never called safe, and the replay exits 3 (incomplete).",
+        "Log the engine's prompt_ids per turn (then no render is needed for the TITO check), or fix what the "
+        "template cannot render; each episode is named with its line.",
+    ),
+    ReplayCheck(
         "replay_shape",
         "Shapes",
         "error",
@@ -47,6 +58,17 @@ CHECKS: tuple[ReplayCheck, ...] = (
         "tokens the policy did not produce, or misses tokens it did.",
         "Keep a token buffer: append the engine's sampled ids as they are and environment messages as token "
         "deltas (tito_audit.Trajectory); call tito_audit.replay.check_batch on every batch.",
+    ),
+    ReplayCheck(
+        "replay_context_drift",
+        "Context drift",
+        "warning",
+        "Where the contexts the loop gave the engine (its prompt_ids) differ from what the template renders for the "
+        "same messages (with the record's template kwargs and date): the model trained under contexts it will not "
+        "see when deployed. The samples were still trained exactly where they were sampled (on policy); this is "
+        "never a divergence. Class `date` where only the rendered date differs.",
+        "Build environment deltas the template's way (render the conversation so far, then with the new messages, "
+        "and take the tail), or accept the drift knowingly; log `date` when the template prints the date.",
     ),
     ReplayCheck(
         "replay_naive_what_if",

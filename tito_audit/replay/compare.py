@@ -15,7 +15,7 @@ turn the first divergence, plus counts: trained tokens never sampled, sampled to
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,10 +92,12 @@ def against_reference(
     stop_ids: Sequence[int],
     special_ids: Sequence[int] = (),
     bos_id: int | None = None,
+    bos_ids: Collection[int] = (),
     reasoning: ReasoningMarks | None = None,
 ) -> Comparison:
-    """``got`` (and its mask) against a rebuilt buffer ``ref`` whose sampled runs are ``spans``; ``reasoning``: what
-    reasoning looks like in this episode (its classes tell it from content)."""
+    """``got`` (and its mask) against a rebuilt buffer ``ref`` whose sampled runs are ``spans``. ``bos_ids``: every
+    id that begins a sequence (the tokenizer's and the template's), so that a doubled one is named whatever
+    ``bos_id`` says. ``reasoning``: what reasoning looks like in this episode (its classes tell it from content)."""
     out = Comparison()
     turns = _Turns(spans)
     first: dict[int, Divergence] = {}
@@ -156,8 +158,9 @@ def against_reference(
             continue
         r_ids, g_ids = list(ref[i1:i2]), list(got[j1:j2])
         texts = (run_text(decode, ref, i1, i2), run_text(decode, got, j1, j2)) if decode else None
+        bos = bos_of(r_ids, g_ids, bos_id, bos_ids)
         cls = classify(
-            r_ids, g_ids, texts=texts, stop_ids=stop_ids, special_ids=special_ids, bos_id=bos_id, reasoning=reasoning
+            r_ids, g_ids, texts=texts, stop_ids=stop_ids, special_ids=special_ids, bos_id=bos, reasoning=reasoning
         )
         r_text = run_text(decode, ref, i1, min(i2, i1 + 24)) if decode else None
         g_text = run_text(decode, got, j1, min(j2, j1 + 24)) if decode else None
@@ -179,12 +182,37 @@ def against_sampled(
     stop_ids: Sequence[int] = (),
     special_ids: Sequence[int] = (),
     bos_id: int | None = None,
+    bos_ids: Collection[int] = (),
     reasoning: ReasoningMarks | None = None,
 ) -> Comparison:
-    """No renders: the sampled turns must appear verbatim in ``got``, trained exactly where they are."""
-    kw: dict[str, Any] = dict(
-        decode=decode, stop_ids=stop_ids, special_ids=special_ids, bos_id=bos_id, reasoning=reasoning
-    )
+    """No renders: the sampled turns must appear verbatim in ``got``, trained exactly where they are.
+
+    The context between the turns is taken from ``got`` itself, so a doubled BOS at its start is looked for on
+    its own (``bos_ids`` and ``bos_id``: the ids that begin a sequence)."""
+    out = _against_sampled(
+        turns, logprobs, got, got_mask,
+        decode=decode, stop_ids=stop_ids, special_ids=special_ids, bos_id=bos_id, bos_ids=bos_ids,
+        reasoning=reasoning,
+    )  # fmt: skip
+    bos = {*bos_ids, *(() if bos_id is None else (bos_id,))}
+    if len(got) >= 2 and got[0] in bos and got[1] in bos:
+        turn0 = next((x for x in out.divergences if x.turn == 0), None)
+        if turn0 is None or (turn0.index is not None and turn0.index > 1):
+            cls = classify([], [got[1]], texts=None, stop_ids=stop_ids, bos_id=got[1])
+            tok = decode([got[1]]) if decode else str(got[1])
+            message = f"the trained sequence begins with {tok!r} twice"
+            d = Divergence(0, 1, cls, "ids", message, 1, [got[0]], list(got[:7]), 0)
+            out.divergences = sorted([d, *(x for x in out.divergences if x is not turn0)], key=lambda x: x.turn)
+    return out
+
+
+def _against_sampled(
+    turns: Sequence[Sequence[int]],
+    logprobs: Sequence[Sequence[float] | None],
+    got: Sequence[int],
+    got_mask: Sequence[int] | None,
+    **kw: Any,
+) -> Comparison:
     if got_mask is not None and len(got_mask) == len(got):
         runs = mask_runs(got_mask)
         if len(runs) == len(turns):
@@ -226,19 +254,16 @@ def against_sampled(
     for k in range(len(turns)):
         a = span_start.get(k, span_end.get(k - 1, 0) if k else 0)
         ref_spans.append((a, span_end.get(k, a)))
-    return against_reference(
-        ref,
-        ref_mask,
-        ref_lp,
-        ref_spans,
-        got,
-        got_mask,
-        decode=decode,
-        stop_ids=stop_ids,
-        special_ids=special_ids,
-        bos_id=bos_id,
-        reasoning=reasoning,
-    )
+    return against_reference(ref, ref_mask, ref_lp, ref_spans, got, got_mask, **kw)
+
+
+def _find(seq: Sequence[int], sub: Sequence[int], lo: int, hi: int, near: int) -> int | None:
+    """The start of ``sub`` in ``seq[lo:hi]`` nearest to ``near``, or None."""
+    if not sub:
+        return None
+    first, n = sub[0], len(sub)
+    starts = [i for i in range(max(lo, 0), min(hi, len(seq)) - n + 1) if seq[i] == first and seq[i : i + n] == sub]
+    return min(starts, key=lambda i: (abs(i - near), i)) if starts else None
 
 
 def _against_runs(
@@ -249,9 +274,9 @@ def _against_runs(
     got_mask: Sequence[int],
     **kw: Any,
 ) -> Comparison:
-    """One trained run per sampled turn: the reference is ``got`` with turn k put in place of run k (or of as
-    many ids from the run's start as the turn has, where they already are the turn: a mask-only difference), so
-    the alignment has only the real differences to find."""
+    """One trained run per sampled turn: the reference is ``got`` with turn k put in place of run k, or where its
+    ids sit verbatim next to the run (a mask that starts or ends off the turn: the first sampled token whose mask
+    is wrong is then the divergence), so the alignment has only the real differences to find."""
     ref: list[int] = []
     ref_mask: list[int] = []
     ref_lp: list[float | None] = []
@@ -259,10 +284,15 @@ def _against_runs(
     pos = 0
     for k, ((a, b), turn) in enumerate(zip(runs, turns, strict=True)):
         t = list(turn)
-        end = a + len(t) if list(got[a : a + len(t)]) == t else b
-        ref += got[pos:a]
-        ref_mask += [0] * (a - pos)
-        ref_lp += [None] * (a - pos)
+        at = a if list(got[a : a + len(t)]) == t else _find(got, t, pos, b + len(t), a)
+        if at is None:  # the trained ids differ: the turn replaces the run
+            at, end = a, b
+        else:
+            end = at + len(t)
+        at = max(at, pos)
+        ref += got[pos:at]
+        ref_mask += [0] * (at - pos)
+        ref_lp += [None] * (at - pos)
         lps = logprobs[k] if k < len(logprobs) else None
         spans.append((len(ref), len(ref) + len(t)))
         ref += t
@@ -273,3 +303,12 @@ def _against_runs(
     ref_mask += [0] * (len(got) - pos)
     ref_lp += [None] * (len(got) - pos)
     return against_reference(ref, ref_mask, ref_lp, spans, got, got_mask, **kw)
+
+
+def bos_of(ref: Sequence[int], got: Sequence[int], bos_id: int | None, bos_ids: Collection[int]) -> int | None:
+    """The BOS id an inserted or dropped run begins with, when it is one of ``bos_ids``; else ``bos_id``."""
+    if not (ref and got):
+        head = ref[0] if ref else got[0] if got else None
+        if head is not None and head in bos_ids:
+            return head
+    return bos_id

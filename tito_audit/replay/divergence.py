@@ -16,7 +16,7 @@ from typing import Any, Literal
 from tito_audit.finding_class import pick_class, run_text
 from tito_audit.findings import FINDING_CLASSES
 
-Kind = Literal["ids", "mask", "shape", "missing"]
+Kind = Literal["ids", "mask", "shape", "missing", "context", "drift"]
 classify = pick_class  # the audit's rule (``tito_audit.finding_class``): one rule names every divergence
 __all__ = ["Divergence", "classify", "run_text", "window"]
 

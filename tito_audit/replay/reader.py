@@ -1,17 +1,21 @@
-"""Stream the records of a rollout log: JSONL (optionally gzip) or Parquet, one episode per record.
+"""Stream the records of a rollout log, with bounded memory whatever the log holds.
 
-Constant memory: JSONL is read line by line, Parquet batch by batch. Every record comes with its 1-based line
-(JSONL) or row (Parquet) number; a line that is not JSON comes back as a ``RecordError`` in its place, so the
-caller counts it and goes on. A log that cannot be opened at all raises ``LogError`` (one line, exit 2).
+A log is untrusted input: a record over ``max_record_bytes`` (default 64 MB, ``--max-record-mb``) is malformed,
+named by its line and skipped, and the records after it are read; a compressed line that decompresses to
+gigabytes is read and skipped in 1 MB pieces, never held whole. JSONL (optionally gzip) is read line by line;
+Parquet row group by row group, in batches of ``PARQUET_BATCH`` rows, each row's size computed from the Arrow
+buffers (``row_nbytes``) and bounded the same way. Every record comes with its 1-based line (JSONL) or row
+(Parquet) number; a record that cannot be read comes back as a ``RecordError`` in its place, so the caller counts
+it and goes on. A log that cannot be opened at all raises ``LogError`` (one line, exit 2).
 """
 
 from __future__ import annotations
 
+import glob
 import gzip
-import io
 import json
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +24,38 @@ from tito_audit.replay.schema import RecordError
 PARQUET_MAGIC = b"PAR1"
 GZIP_MAGIC = b"\x1f\x8b"
 PARQUET_BATCH = 256
+MAX_RECORD_BYTES = 64 << 20  # a record (JSONL line, Parquet row) over this is malformed; --max-record-mb
+SKIP_PIECE = 1 << 20  # an oversized line is read past in pieces of this size
+
+try:  # the fast parser when it is installed (pip install 'tito-audit[scale]'); json gives the error messages
+    import orjson
+
+    _FAST_LOADS: Any = orjson.loads
+    _FAST_ERROR: type[Exception] = orjson.JSONDecodeError
+except ImportError:  # pragma: no cover - depends on the environment
+    _FAST_LOADS, _FAST_ERROR = None, ValueError
 
 
 class LogError(Exception):
     """The log as a whole cannot be read (missing, unreadable, Parquet without pyarrow)."""
+
+
+def expand(specs: Sequence[str | Path]) -> list[Path]:
+    """The log files named: paths, or glob patterns (``'shards/*.parquet'``, sorted). ``LogError`` for a path that
+    is not a file or a pattern that matches none."""
+    out: list[Path] = []
+    for spec in specs:
+        text = str(spec)
+        if glob.has_magic(text) and not Path(text).is_file():
+            hits = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
+            if not hits:
+                raise LogError(f"{text}: no log file matches")
+            out.extend(hits)
+        elif Path(text).is_file():
+            out.append(Path(text))
+        else:
+            raise LogError(f"{text}: no such log file")
+    return out
 
 
 def log_kind(path: Path) -> str:
@@ -40,23 +72,42 @@ def log_kind(path: Path) -> str:
     return "jsonl"
 
 
-class RawLine(str):
-    """A JSONL line not parsed yet (``parse_line`` does it where the record is analysed, e.g. in a worker)."""
+def iter_records(path: Path, raw: bool = False, max_record_bytes: int = MAX_RECORD_BYTES) -> Iterator[tuple[int, Any]]:
+    """``(number, record)`` per record; ``record`` is a ``RecordError`` for one that cannot be read. With ``raw``,
+    JSONL lines come back as ``bytes`` for ``parse_line`` (a parsed record is never bytes): parsing moves to the
+    worker processes, and a line crosses the process boundary far cheaper than the objects parsed from it."""
+    if log_kind(path) == "parquet":
+        for first, batch, sizes in parquet_batches(path, max_record_bytes):
+            if isinstance(batch, RecordError):
+                yield first, batch
+                return
+            for k, row in enumerate(batch.to_pylist()):
+                yield first + k, oversized(int(sizes[k]), max_record_bytes) or row
+        return
+    for n, line in iter_lines(path, max_record_bytes):
+        yield n, line if raw or isinstance(line, RecordError) else parse_line(line)
 
 
-def iter_records(path: Path, raw: bool = False) -> Iterator[tuple[int, Any]]:
-    """``(number, record)`` per record; ``record`` is a ``RecordError`` for a line that does not parse. With
-    ``raw``, JSONL lines come back as ``RawLine`` for ``parse_line``: parsing moves to the worker processes, and
-    a line crosses the process boundary far cheaper than the objects parsed from it."""
-    kind = log_kind(path)
-    if kind == "parquet":
-        yield from _parquet(path)
-    else:
-        yield from _jsonl(path, kind == "jsonl.gz", raw)
+def oversized(size: int, bound: int) -> RecordError | None:
+    if size <= bound:
+        return None
+    return RecordError(
+        f"record of {size / 2**20:.1f} MB is over the {bound / 2**20:g} MB bound (--max-record-mb); skipped"
+    )
 
 
-def parse_line(line: str) -> Any:
+def parse_line(line: bytes | str) -> Any:
     """The record of one JSONL line, or a ``RecordError`` saying why it is not one."""
+    if _FAST_LOADS is not None:
+        try:
+            return _FAST_LOADS(line)
+        except _FAST_ERROR:
+            pass  # json.loads accepts what orjson does not (NaN, huge integers) and words the error
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return RecordError(f"not UTF-8 text ({exc.reason} at byte {exc.start})")
     try:
         return json.loads(line)
     except json.JSONDecodeError as exc:
@@ -64,29 +115,45 @@ def parse_line(line: str) -> Any:
         return RecordError(f"not JSON: {exc.msg} at column {exc.colno}{cut}")
 
 
-def _jsonl(path: Path, gz: bool, raw: bool = False) -> Iterator[tuple[int, Any]]:
+def iter_lines(path: Path, max_record_bytes: int = MAX_RECORD_BYTES) -> Iterator[tuple[int, bytes | RecordError]]:
+    """Each non-blank line of a JSONL log (gzip-compressed or not) with its number, at most ``max_record_bytes``
+    read at a time: a longer line is read past in pieces and comes back as a ``RecordError``."""
+    gz = log_kind(path) == "jsonl.gz"
     stream: Any = gzip.open(path, "rb") if gz else path.open("rb")  # noqa: SIM115 (closed by the with below)
     n = 0
-    with stream, io.TextIOWrapper(stream, encoding="utf-8", errors="strict", newline="") as fh:
+    with stream:
         while True:
             try:
-                line = fh.readline()
+                line = stream.readline(max_record_bytes + 1)
+                if len(line) > max_record_bytes and not line.endswith(b"\n"):
+                    size = len(line) + _skip_line(stream)
+                    n += 1
+                    yield n, oversized(size, max_record_bytes) or RecordError("oversized record")
+                    continue
             except (EOFError, OSError, zlib.error) as exc:  # truncated or corrupt gzip stream
                 yield n + 1, RecordError(f"the compressed stream ends early or is corrupt ({exc}); nothing after it")
-                return
-            except UnicodeDecodeError as exc:
-                n += 1
-                yield n, RecordError(f"not UTF-8 text ({exc.reason}); the rest of the file is skipped")
                 return
             if not line:
                 return
             n += 1
-            if not line.strip():
-                continue
-            yield n, RawLine(line) if raw else parse_line(line)
+            if line.strip():
+                yield n, line
 
 
-def _parquet(path: Path) -> Iterator[tuple[int, Any]]:
+def _skip_line(stream: Any) -> int:
+    """Read past the rest of a line, ``SKIP_PIECE`` bytes at a time; how many bytes it had."""
+    skipped = 0
+    while True:
+        piece = stream.readline(SKIP_PIECE)
+        skipped += len(piece)
+        if not piece or piece.endswith(b"\n"):
+            return skipped
+
+
+# -- Parquet ---------------------------------------------------------------------------------------------------
+
+
+def open_parquet(path: Path) -> Any:
     try:
         import pyarrow.parquet as pq
     except ImportError:
@@ -94,14 +161,85 @@ def _parquet(path: Path) -> Iterator[tuple[int, Any]]:
             f"{path}: a Parquet log needs pyarrow (pip install 'tito-audit[parquet]'); or convert it to JSONL"
         ) from None
     try:
-        pf = pq.ParquetFile(path)
+        return pq.ParquetFile(path)
     except Exception as exc:  # pyarrow raises ArrowInvalid / OSError subclasses for bad files
         raise LogError(f"{path}: not a readable Parquet file: {exc}") from None
+
+
+def parquet_batches(
+    path: Path, max_record_bytes: int = MAX_RECORD_BYTES, batch_rows: int = PARQUET_BATCH
+) -> Iterator[tuple[int, Any, Any]]:
+    """``(number of the first row, RecordBatch, bytes per row)``, one row group at a time. A row group that cannot
+    be decoded ends the file with a ``ParquetUnreadable`` in place of the batch (what was read is kept)."""
+    pf = open_parquet(path)
     n = 0
+    for group in range(pf.num_row_groups):
+        batches = pf.iter_batches(batch_size=batch_rows, row_groups=[group], use_threads=False)
+        while True:
+            try:
+                batch = next(batches, None)
+            except Exception as exc:  # a corrupt row group (pyarrow's errors): the rest of the file is reported
+                yield n + 1, ParquetUnreadable(f"Parquet data unreadable from here on ({exc}); nothing after it"), None
+                return
+            if batch is None:
+                break
+            yield n + 1, batch, row_nbytes(batch)
+            n += batch.num_rows
+
+
+class ParquetUnreadable(RecordError):
+    """The rest of a Parquet file cannot be decoded."""
+
+
+def row_nbytes(batch: Any) -> Any:
+    """Bytes each row of an Arrow batch holds (values, offsets, string bytes, nested lists and structs), computed
+    from the buffers' offsets with numpy: no row is converted to Python to be measured."""
+    import numpy as np
+
+    total = np.zeros(batch.num_rows, dtype=np.int64)
+    for col in batch.columns:
+        total += _array_nbytes(col)
+    return total
+
+
+def _array_nbytes(arr: Any) -> Any:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t = arr.type
+    n = len(arr)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        offsets = np.asarray(arr.offsets, dtype=np.int64)  # absolute into arr.values, also for a sliced array
+        width = 8 if pa.types.is_large_list(t) else 4
+        item = _fixed_width(t.value_type)
+        if item is not None:  # a list of numbers: its length times their width, no per-value array
+            return np.diff(offsets) * item + width
+        inner = np.concatenate(([0], np.cumsum(_array_nbytes(arr.values), dtype=np.int64)))
+        return inner[offsets[1:]] - inner[offsets[:-1]] + width
+    if pa.types.is_struct(t):
+        out = np.zeros(n, dtype=np.int64)
+        for child in arr.flatten():  # respects the struct's own offset
+            out += _array_nbytes(child)
+        return out
+    if pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+        lengths = np.asarray(pc.binary_length(arr).fill_null(0), dtype=np.int64)
+        return lengths + (8 if pa.types.is_large_string(t) or pa.types.is_large_binary(t) else 4)
+    if pa.types.is_null(t):
+        return np.zeros(n, dtype=np.int64)
+    fixed = _fixed_width(t)
+    if fixed is None:  # no fixed width (maps, dictionaries, unions): an even share of the array's bytes
+        return np.full(n, arr.nbytes // max(1, n) + 1, dtype=np.int64)
+    return np.full(n, fixed, dtype=np.int64)
+
+
+def _fixed_width(t: Any) -> int | None:
+    """Bytes per value of a fixed-width Arrow type (numbers, booleans as one), else None."""
+    import pyarrow as pa
+
+    if pa.types.is_nested(t) or pa.types.is_null(t):
+        return None
     try:
-        for batch in pf.iter_batches(batch_size=PARQUET_BATCH):
-            for row in batch.to_pylist():
-                n += 1
-                yield n, row
-    except Exception as exc:  # a corrupt row group: what was read is kept, the rest is reported
-        yield n + 1, RecordError(f"Parquet data unreadable from here on ({exc}); nothing after it")
+        return max(1, t.bit_width // 8)
+    except ValueError:
+        return None

@@ -1,8 +1,13 @@
-"""Replay a whole log: stream records, analyse episodes in worker processes, aggregate in order.
+"""Replay whole logs: stream records, analyse episodes (here, in worker processes, or on Ray), aggregate in order.
 
-Workers are forked after the tokenizer is loaded (shared copy-on-write, as ``scan`` does) and get chunks of
-records; at most ``2 * workers`` chunks are in flight, so memory stays constant however long the log is.
-Results are aggregated in log order, so which findings are kept does not depend on scheduling.
+The unit of work is a part of a log: a chunk of JSONL lines (``replay_lines``) or a Parquet batch
+(``replay_batch``), each giving ``ReplayTotals`` that merge in log order, so the report does not depend on who
+did the work or when. Workers are forked after the tokenizer is loaded (shared copy-on-write, as ``scan`` does)
+and get chunks of lines or Parquet row groups; at most ``2 * workers`` are in flight, so memory stays constant
+however long the log is. ``tito_audit.replay.distributed`` maps ``replay_batch`` over Parquet shards with Ray.
+
+A log written with another tokenizer is refused early (``TokenizerMismatch``): its records hold ids outside this
+tokenizer, or neither the template's control tokens nor its stop tokens where a log of this model has them.
 """
 
 from __future__ import annotations
@@ -10,103 +15,285 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from tito_audit.replay.adapters import to_episodes
-from tito_audit.replay.aggregate import ReplayTotals
-from tito_audit.replay.analyze import EpisodeResult, ReplayContext, analyze
+from tito_audit.replay.aggregate import Malformed, ReplayTotals
+from tito_audit.replay.analyze import MARK_WINDOW, EpisodeResult, ReplayContext, analyze
+from tito_audit.replay.columns import exact_rows
 from tito_audit.replay.mapping import FieldMap
-from tito_audit.replay.reader import RawLine, iter_records, parse_line
+from tito_audit.replay.reader import (
+    MAX_RECORD_BYTES,
+    PARQUET_BATCH,
+    LogError,
+    expand,
+    iter_lines,
+    log_kind,
+    open_parquet,
+    oversized,
+    parquet_batches,
+    parse_line,
+    row_nbytes,
+)
 from tito_audit.replay.schema import RecordError
 
 CHUNK = 32
-Outcome = EpisodeResult | tuple[int, str]  # a result, or (line, why the record is malformed)
+FIT_SAMPLE = 32  # episodes read before deciding that the log does not fit the tokenizer
+Outcome = EpisodeResult | Malformed
 
 _WORKER: dict[str, Any] = {}
 
 
-def replay_record(line: int, record: Any, ctx: ReplayContext, fmt: str, field_map: FieldMap | None) -> list[Outcome]:
+class TokenizerMismatch(LogError):
+    """The log was written with another tokenizer than the model's (exit 2)."""
+
+
+def replay_record(
+    line: int, record: Any, ctx: ReplayContext, fmt: str, field_map: FieldMap | None, file: str = ""
+) -> list[Outcome]:
     """Every episode of one record analysed, or the record's one malformed line."""
-    if isinstance(record, RawLine):
+    if isinstance(record, bytes):  # a JSONL line, parsed here (in the worker)
         record = parse_line(record)
     if isinstance(record, RecordError):
-        return [(line, str(record))]
+        return [Malformed(line, str(record), file)]
     try:
         if field_map:
             record = field_map.apply(record)
         episodes = to_episodes(record, line, fmt)
     except RecordError as exc:
-        return [(line, str(exc))]
+        return [Malformed(line, str(exc), file)]
     if not episodes:
-        return [(line, "the record holds no episode")]
+        return [Malformed(line, "the record holds no episode", file)]
+    for ep in episodes:
+        ep.file = file
+        try:
+            ctx.check_ids(ep)
+        except RecordError as exc:
+            return [Malformed(line, str(exc), file, out_of_vocabulary=True)]
     return [analyze(ep, ctx) for ep in episodes]
 
 
-def _init(ctx: ReplayContext, fmt: str, field_map: FieldMap | None) -> None:
-    _WORKER.update(ctx=ctx, fmt=fmt, map=field_map)
+def totals_of(outcomes: Sequence[Outcome]) -> ReplayTotals:
+    """The totals of one part of a log; a line holding several episodes counts as one record."""
+    t = ReplayTotals()
+    lines_ok: set[int] = set()
+    for o in outcomes:
+        if isinstance(o, Malformed):
+            t.add_malformed(o.line, o.message, o.file, o.out_of_vocabulary)
+        else:
+            t.add(o)
+            lines_ok.add(o.line)
+    t.records += len(lines_ok)
+    return t
 
 
-def _chunk(items: list[tuple[int, Any]]) -> list[Outcome]:
-    out: list[Outcome] = []
-    for line, record in items:
-        out.extend(replay_record(line, record, _WORKER["ctx"], _WORKER["fmt"], _WORKER["map"]))
-    return out
+def replay_lines(
+    items: Sequence[tuple[int, Any]], ctx: ReplayContext, fmt: str, field_map: FieldMap | None, file: str = ""
+) -> ReplayTotals:
+    return totals_of([o for line, rec in items for o in replay_record(line, rec, ctx, fmt, field_map, file)])
 
 
-def _chunks(path: Path, size: int, raw: bool = False) -> Iterator[list[tuple[int, Any]]]:
-    batch: list[tuple[int, Any]] = []
-    for item in iter_records(path, raw):
-        batch.append(item)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+def replay_batch(
+    batch: Any,
+    first_line: int,
+    ctx: ReplayContext,
+    fmt: str = "auto",
+    field_map: FieldMap | None = None,
+    file: str = "",
+    max_record_bytes: int = MAX_RECORD_BYTES,
+) -> ReplayTotals:
+    """One Arrow batch of a Parquet log (rows numbered from ``first_line``). Rows over the bound are malformed;
+    with engine prompts and nothing else to measure, exact rows are decided on the Arrow buffers
+    (``columns.exact_rows``) and the others analysed like JSONL records."""
+    import numpy as np
+
+    sizes = row_nbytes(batch)
+    small = sizes <= max_record_bytes
+    fast = None
+    needs_more = ctx.noncanonical or (("messages" in batch.schema.names) and (ctx.whatif or ctx.drift))
+    if fmt in ("auto", "native") and not field_map and not needs_more:
+        fast = exact_rows(batch, ctx.stop_ids, ctx.marks, MARK_WINDOW)
+    vocab = ctx.vocab_size if ctx.vocab_size is not None else 1 << 62
+    exact = small & fast.exact & (fast.max_id < vocab) if fast is not None else np.zeros(batch.num_rows, dtype=bool)
+    outcomes: list[Outcome] = []
+    for k in np.flatnonzero(~exact).tolist():
+        line = first_line + k
+        too_big = oversized(int(sizes[k]), max_record_bytes)
+        if too_big is not None:
+            outcomes.append(Malformed(line, str(too_big), file))
+        else:
+            row = batch.slice(k, 1).to_pylist()[0]
+            outcomes.extend(replay_record(line, row, ctx, fmt, field_map, file))
+    totals = totals_of(outcomes)
+    if fast is not None and exact.any():  # what ``ReplayTotals.add`` counts for an exact episode, for all at once
+        n = int(exact.sum())
+        sampled = int(fast.sampled[exact].sum())
+        totals.records += n
+        totals.episodes += n
+        totals.by_source["native"] += n
+        totals.reference_engine += n
+        totals.turns += int(fast.turns[exact].sum())
+        totals.sampled_tokens += sampled
+        totals.trained_tokens += sampled
+        totals.mark_episodes += int(fast.marks[exact].sum())
+        totals.stop_turns += int(fast.stop_turns[exact].sum())
+    return totals
+
+
+def mismatch(t: ReplayTotals, ctx: ReplayContext) -> str | None:
+    """Why the log does not read as this model's tokenizer, or None. Derived from the tokenizer and template:
+    ids outside the vocabulary in every record read; or no episode opening with a control token the template
+    opens conversations with, and no sampled turn ending with one of its stop tokens."""
+    model = ctx.model or "the model"
+    if t.out_of_vocabulary and t.episodes == 0:
+        return (
+            f"every record read holds ids outside {model}'s tokenizer ({ctx.vocab_size} ids): the log was written "
+            "with another tokenizer (--model names the model whose tokenizer and template the loop used)"
+        )
+    if ctx.marks and t.episodes and t.turns and t.mark_episodes == 0 and t.stop_turns == 0:
+        names = ", ".join(repr(ctx.decode([i])) for i in sorted(ctx.marks)[:4])
+        stops = ", ".join(repr(ctx.decode([i])) for i in ctx.stop_ids[:3])
+        return (
+            f"the log does not read as {model}'s tokenizer: none of {t.episodes} episode(s) opens with a control "
+            f"token of its template ({names}) and none of {t.turns} sampled turns ends with its stop tokens ({stops}); "
+            "was it written with another model's tokenizer? (--model names the model the loop used)"
+        )
+    return None
+
+
+class _Fit:
+    """Checks the fit once ``FIT_SAMPLE`` episodes were read, and at the end."""
+
+    def __init__(self, ctx: ReplayContext) -> None:
+        self.ctx, self.done = ctx, False
+
+    def __call__(self, totals: ReplayTotals, final: bool = False) -> None:
+        if self.done or (not final and totals.episodes + totals.out_of_vocabulary < FIT_SAMPLE):
+            return
+        self.done = True
+        why = mismatch(totals, self.ctx)
+        if why is not None:
+            raise TokenizerMismatch(why)
+
+
+def _init(ctx: ReplayContext, fmt: str, field_map: FieldMap | None, max_record_bytes: int) -> None:
+    _WORKER.update(ctx=ctx, fmt=fmt, map=field_map, max=max_record_bytes)
+
+
+def _lines_task(items: list[tuple[int, Any]], file: str) -> ReplayTotals:
+    return replay_lines(items, _WORKER["ctx"], _WORKER["fmt"], _WORKER["map"], file)
+
+
+def _row_group_task(path: str, group: int, first_line: int, file: str) -> ReplayTotals:
+    pf = open_parquet(Path(path))
+    totals = ReplayTotals()
+    line = first_line
+    batches = pf.iter_batches(batch_size=PARQUET_BATCH, row_groups=[group], use_threads=False)
+    while True:
+        try:
+            batch = next(batches, None)
+        except Exception as exc:  # a corrupt row group (pyarrow's errors): what was read is kept, the rest reported
+            totals.add_malformed(line, f"Parquet data unreadable from here on ({exc}); nothing after it", file)
+            return totals
+        if batch is None:
+            return totals
+        totals.merge(replay_batch(batch, line, _WORKER["ctx"], _WORKER["fmt"], _WORKER["map"], file, _WORKER["max"]))
+        line += batch.num_rows
+
+
+def labels(paths: Sequence[Path]) -> dict[Path, str]:
+    """How findings name each file: nothing for a single log, else its name (its path where names repeat)."""
+    if len(paths) <= 1:
+        return dict.fromkeys(paths, "")
+    names = [p.name for p in paths]
+    return {p: (p.name if names.count(p.name) == 1 else str(p)) for p in paths}
+
+
+def _parts(path: Path, file: str, ctx: ReplayContext, fmt: str, fmap: FieldMap | None, bound: int) -> Iterator[Any]:
+    """In-process parts of one log, as ReplayTotals."""
+    if log_kind(path) == "parquet":
+        for first, batch, _sizes in parquet_batches(path, bound):
+            if isinstance(batch, RecordError):
+                yield totals_of([Malformed(first, str(batch), file)])
+                return
+            yield replay_batch(batch, first, ctx, fmt, fmap, file, bound)
+        return
+    chunk: list[tuple[int, Any]] = []
+    for item in iter_lines(path, bound):
+        chunk.append(item)
+        if len(chunk) >= CHUNK:
+            yield replay_lines(chunk, ctx, fmt, fmap, file)
+            chunk = []
+    if chunk:
+        yield replay_lines(chunk, ctx, fmt, fmap, file)
+
+
+def _tasks(path: Path, file: str, bound: int) -> Iterator[tuple[Callable[..., ReplayTotals], tuple[Any, ...], int]]:
+    """Worker tasks of one log: (function, arguments, records it covers)."""
+    if log_kind(path) == "parquet":
+        pf = open_parquet(path)
+        first = 1
+        for g in range(pf.num_row_groups):
+            rows = pf.metadata.row_group(g).num_rows
+            yield _row_group_task, (str(path), g, first, file), rows
+            first += rows
+        return
+    chunk: list[tuple[int, Any]] = []
+    for item in iter_lines(path, bound):
+        chunk.append(item)
+        if len(chunk) >= CHUNK:
+            yield _lines_task, (chunk, file), len(chunk)
+            chunk = []
+    if chunk:
+        yield _lines_task, (chunk, file), len(chunk)
 
 
 def replay_log(
-    path: Path,
+    path: Path | str | Sequence[Path | str],
     ctx: ReplayContext,
     *,
     fmt: str = "auto",
     field_map: FieldMap | None = None,
     workers: int = 1,
     on_records: Callable[[int], None] | None = None,
+    max_record_bytes: int = MAX_RECORD_BYTES,
 ) -> ReplayTotals:
-    """Totals over the whole log. ``workers <= 1`` runs here; ``LogError`` if the log cannot be opened."""
+    """Totals over one log, or several (paths or glob patterns, in order). ``workers <= 1`` runs here;
+    ``LogError`` if a log cannot be opened, ``TokenizerMismatch`` if it was written with another tokenizer."""
+    paths = expand([path] if isinstance(path, (str, Path)) else list(path))
+    names = labels(paths)
     totals = ReplayTotals()
+    fit = _Fit(ctx)
 
-    def take(outcomes: list[Outcome], n_records: int) -> None:
-        lines_ok: set[int] = set()
-        for o in outcomes:
-            if isinstance(o, tuple):
-                totals.add_malformed(*o)
-            else:
-                totals.add(o)
-                lines_ok.add(o.line)
-        totals.records += len(lines_ok)
+    def take(part: ReplayTotals, n_records: int) -> None:
+        totals.merge(part)
+        fit(totals)
         if on_records is not None:
             on_records(n_records)
 
     if workers <= 1:
-        for batch in _chunks(path, CHUNK):
-            take([o for line, rec in batch for o in replay_record(line, rec, ctx, fmt, field_map)], len(batch))
+        for p in paths:
+            for part in _parts(p, names[p], ctx, fmt, field_map, max_record_bytes):
+                take(part, part.records)
+        fit(totals, final=True)
         return totals
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    pool = mp.get_context("fork").Pool(workers, initializer=_init, initargs=(ctx, fmt, field_map))
+    pool = mp.get_context("fork").Pool(workers, initializer=_init, initargs=(ctx, fmt, field_map, max_record_bytes))
     try:
         pending: deque[tuple[Any, int]] = deque()
-        for batch in _chunks(path, CHUNK, raw=True):  # workers parse the lines
-            pending.append((pool.apply_async(_chunk, (batch,)), len(batch)))
-            while len(pending) >= 2 * workers:
-                res, n = pending.popleft()
-                take(res.get(), n)
+        for p in paths:
+            for fn, args, n in _tasks(p, names[p], max_record_bytes):
+                pending.append((pool.apply_async(fn, args), n))
+                while len(pending) >= 2 * workers:
+                    res, k = pending.popleft()
+                    take(res.get(), k)
         while pending:
-            res, n = pending.popleft()
-            take(res.get(), n)
+            res, k = pending.popleft()
+            take(res.get(), k)
     finally:
         pool.terminate()
         pool.join()
+    fit(totals, final=True)
     return totals

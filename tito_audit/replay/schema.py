@@ -7,23 +7,32 @@ One JSON object (a JSONL line or a Parquet row) per episode::
       "messages": [...], "tools": [...],              # chat format, tool_calls as the rollout code kept them
       "turns": [{"ids": [...], "logprobs": [...]}],   # per assistant turn: the ids the engine sampled
       "input_ids": [...], "loss_mask": [...],         # what the trainer trained on
-      "chat_template_kwargs": {"enable_thinking": false}   # optional, how the prompt was rendered
+      "chat_template_kwargs": {"enable_thinking": false},  # optional, how the prompt was rendered
+      "date": "2026-07-26"                            # optional, the date the template saw (strftime_now)
     }
 
+Each turn may also carry ``prompt_ids``, the ids the engine was given for it: with them the engine's own context
+is the reference (``tito_audit.replay.engine``) and the template's rendering only measures context drift.
+
 ``messages`` and ``tools`` are optional: without them only the token-level checks run (no reference buffer, no
-"what if"). Other layouts are mapped onto these names (``--map``, ``tito_audit.replay.mapping``) or read by
-an adapter (``tito_audit.replay.adapters``). Validation raises ``RecordError`` naming the field at fault; the
+"what if"). ``messages``, ``tools`` and ``chat_template_kwargs`` may also be JSON text (a string holding the list or
+object): Parquet has no column type for free-form objects, so ``tito_audit.replay.LogWriter`` stores them that way.
+Other layouts are mapped onto these names (``--map``, ``tito_audit.replay.mapping``) or read by an adapter
+(``tito_audit.replay.adapters``). Validation raises ``RecordError`` naming the field at fault; the
 reader turns it into a counted, numbered line and goes on.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 Message = dict[str, Any]
-NATIVE_FIELDS = ("id", "messages", "tools", "turns", "input_ids", "loss_mask", "chat_template_kwargs")
+NATIVE_FIELDS = ("id", "messages", "tools", "turns", "input_ids", "loss_mask", "chat_template_kwargs", "date")
 
 
 class RecordError(ValueError):
@@ -53,11 +62,38 @@ class Episode:
     line: int = 0  # 1-based line (JSONL) or row (Parquet) of the record in the log
     source: str = "native"  # the adapter that read it
     shape_notes: list[str] = field(default_factory=list)  # length mismatches an adapter found in the raw record
+    date: dt.datetime | None = None  # the date the engine's template saw, when the log says
+    file: str = ""  # the log file, when a replay reads several
 
 
-def _ids(value: Any, where: str) -> list[int]:
-    if type(value) is list and (not value or (set(map(type, value)) == {int} and min(value) >= 0)):
-        return list(value)  # what JSON gives: checked in C, no per-id Python step (bool is not int here)
+def parse_date(value: Any) -> dt.datetime:
+    """``YYYY-MM-DD`` (noon, as the audit's ``--date``) or an ISO date-time; ``RecordError`` otherwise."""
+    if isinstance(value, str):
+        try:
+            if len(value) == 10:
+                return dt.datetime.combine(dt.date.fromisoformat(value), dt.time(12))
+            return dt.datetime.fromisoformat(value)
+        except ValueError:
+            pass
+    raise RecordError(f"date must be an ISO date (YYYY-MM-DD) or date-time, not {value!r:.40}")
+
+
+def _packed(value: list[Any], code: str) -> array | None:
+    """``value`` as a C array of ``code`` (``L``: integers >= 0, ``B``: 0..255), checked in C; None when a value is
+    not one (a float, a negative, a string, None). A bool passes as 0/1: callers that must refuse it check."""
+    try:
+        return array(code, value)
+    except (TypeError, OverflowError, ValueError):
+        return None
+
+
+def _ids(value: Any, where: str, compared: bool = False) -> list[int]:
+    """Token ids: integers >= 0 (a float with no fraction is read as its integer; a bool is refused). ``compared``:
+    ids that are only ever compared with checked ones (the engine's prompts), where ``true`` would equal 1 anyway:
+    the bool check, a second pass, is skipped."""
+    # what JSON gives: checked in C, no per-id Python step
+    if type(value) is list and _packed(value, "L") is not None and (compared or bool not in set(map(type, value))):
+        return value
     if isinstance(value, (str, bytes)) or (not isinstance(value, Sequence) and not hasattr(value, "tolist")):
         raise RecordError(f"{where} must be a list of token ids")
     if hasattr(value, "tolist"):
@@ -76,6 +112,10 @@ def _ids(value: Any, where: str) -> list[int]:
 
 
 def _floats(value: Any, where: str) -> list[float]:
+    if type(value) is list:
+        packed = _packed(value, "d")
+        if packed is not None:
+            return packed.tolist()
     if hasattr(value, "tolist"):
         value = value.tolist()
     if not isinstance(value, Sequence) or isinstance(value, (str, bytes)):
@@ -87,13 +127,28 @@ def _floats(value: Any, where: str) -> list[float]:
 
 
 def _mask(value: Any, where: str) -> list[int]:
-    if type(value) is list and set(map(type, value)) <= {int} and set(value) <= {0, 1}:
-        return list(value)
+    if type(value) is list:
+        packed = _packed(value, "B")
+        only_01 = packed is not None and not packed.tobytes().translate(None, b"\x00\x01")
+        if only_01 and bool not in set(map(type, value)):
+            return value
     ids = _ids(value, where)
     bad = next((v for v in ids if v not in (0, 1)), None)
     if bad is not None:
         raise RecordError(f"{where} must hold 0/1 (found {bad})")
     return ids
+
+
+def _json_text(value: Any, where: str) -> Any:
+    """``messages``, ``tools`` and ``chat_template_kwargs`` may be JSON text: how a Parquet writer keeps them as one
+    string column, without a struct schema (an Arrow struct cannot tell an absent key from a null one, and a
+    template renders the two differently)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"{where} is text but not JSON ({exc.msg} at column {exc.colno})") from None
 
 
 def episode_from_native(record: Mapping[str, Any], line: int = 0, source: str = "native") -> Episode:
@@ -115,14 +170,14 @@ def episode_from_native(record: Mapping[str, Any], line: int = 0, source: str = 
             lps = t.get("logprobs")
             logprobs = _floats(lps, f"turns[{k}].logprobs") if lps is not None else None
             prompt = t.get("prompt_ids")
-            prompt_ids = _ids(prompt, f"turns[{k}].prompt_ids") if prompt is not None else None
+            prompt_ids = _ids(prompt, f"turns[{k}].prompt_ids", compared=True) if prompt is not None else None
         else:
             ids, logprobs, prompt_ids = _ids(t, f"turns[{k}]"), None, None
         turns.append(SampledTurn(ids, logprobs, prompt_ids))
     input_ids = _ids(record["input_ids"], "input_ids")
     mask_raw = record.get("loss_mask")
     loss_mask = _mask(mask_raw, "loss_mask") if mask_raw is not None else None
-    messages = record.get("messages")
+    messages = _json_text(record.get("messages"), "messages")
     if messages is not None:
         if not isinstance(messages, Sequence) or not all(isinstance(m, Mapping) and "role" in m for m in messages):
             raise RecordError("messages must be a list of {role, content, ...} objects")
@@ -130,13 +185,14 @@ def episode_from_native(record: Mapping[str, Any], line: int = 0, source: str = 
         assistants = sum(1 for m in messages if m.get("role") == "assistant")
         if assistants != len(turns):
             raise RecordError(f"{assistants} assistant message(s) but {len(turns)} sampled turn(s)")
-    tools = record.get("tools")
+    tools = _json_text(record.get("tools"), "tools")
     if tools is not None and (not isinstance(tools, Sequence) or isinstance(tools, (str, bytes))):
         raise RecordError("tools must be a list of tool schemas")
-    kwargs = record.get("chat_template_kwargs") or {}
+    kwargs = _json_text(record.get("chat_template_kwargs"), "chat_template_kwargs") or {}
     if not isinstance(kwargs, Mapping):
         raise RecordError("chat_template_kwargs must be an object")
     rid = record.get("id")
+    date = record.get("date")
     return Episode(
         turns=turns,
         input_ids=input_ids,
@@ -147,6 +203,7 @@ def episode_from_native(record: Mapping[str, Any], line: int = 0, source: str = 
         id="" if rid is None else str(rid),
         line=line,
         source=source,
+        date=parse_date(date) if date is not None else None,
     )
 
 
@@ -169,4 +226,6 @@ def episode_to_native(ep: Episode) -> dict[str, Any]:
         out["tools"] = ep.tools
     if ep.template_kwargs:
         out["chat_template_kwargs"] = ep.template_kwargs
+    if ep.date is not None:
+        out["date"] = ep.date.isoformat()
     return out

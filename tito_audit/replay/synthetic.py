@@ -26,6 +26,7 @@ a plain common-prefix scan of the two, never by the replay code under test.
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
 import random
 from collections.abc import Callable, Sequence
@@ -378,14 +379,30 @@ def _prefix_fallback(p: Played, eid: str) -> Logged:
     return Logged(_record(p, ids, mask, eid), [truth], first_only=True)
 
 
+def with_engine_prompts(record: dict[str, Any], p: Played, date: dt.datetime | None = None) -> dict[str, Any]:
+    """The record as a loop that also logs what the engine was given: each turn's ``prompt_ids`` (the correct
+    buffer up to the turn, what a TITO loop sends) and, with ``date``, the date its template saw."""
+    out = copy.deepcopy(record)
+    for turn, (a, _b) in zip(out["turns"], _spans(p), strict=True):
+        turn["prompt_ids"] = list(p.traj.input_ids[:a])
+    if date is not None:
+        out["date"] = date.isoformat()
+    return out
+
+
 def played_episodes(
-    model: Any, rate: float, seed: int = 0, scenarios: Sequence[Scenario] | None = None
+    model: Any,
+    rate: float,
+    seed: int = 0,
+    scenarios: Sequence[Scenario] | None = None,
+    date: dt.datetime | None = None,
 ) -> list[Played]:
-    """Every catalog scenario of the audit that the template plays, each played once (the scenarios derived from
-    the template are played in its own shapes, which ``play`` does not apply)."""
+    """Every catalog scenario of the audit that the template plays, each played once (rendered at ``date``, by
+    default the audit's pinned date; the scenarios derived from the template are played in its own shapes, which
+    ``play`` does not apply)."""
     from tito_audit.context import AuditContext, AuditOptions
 
-    ctx = AuditContext(model, AuditOptions())
+    ctx = AuditContext(model, AuditOptions() if date is None else AuditOptions(date=date))
     rng = random.Random(seed)
     split = Splitter(model.tokenizer)
     out = []

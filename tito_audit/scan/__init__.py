@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from os import PathLike
 from typing import Any
 
 from tito_audit.errors import UsageError
 from tito_audit.scan.classify import CLASSES, DESCRIPTIONS
-from tito_audit.scan.discover import TemplateFile, discover, read_template
+from tito_audit.scan.discover import TemplateFile, discover, discover_paths, read_template
 from tito_audit.scan.pool import AUTO, Job, PoolLimits, run_jobs
 from tito_audit.scan.summary import ScanSummary
 from tito_audit.scan.template_audit import TemplateResult, audit_template
@@ -31,6 +32,7 @@ __all__ = [
     "TemplateResult",
     "audit_template",
     "discover",
+    "discover_paths",
     "load_tokenizers",
     "plan",
     "scan_directory",
@@ -85,7 +87,7 @@ def before_fork(models: dict[str, Any], synthesizer: Synthesizer | None) -> None
 
 
 def scan_directory(
-    root: str,
+    root: str | PathLike[str] | Sequence[str | PathLike[str]],
     tokenizer: str,
     candidates: Sequence[str] = (),
     limits: PoolLimits | None = None,
@@ -94,8 +96,10 @@ def scan_directory(
     on_result: Callable[[TemplateResult], None] | None = None,
     on_planned: Callable[[int], None] | None = None,
 ) -> ScanSummary:
+    """Scan ``root``: a folder or template file, or several of them (``discover_paths``)."""
     limits = limits or PoolLimits()
-    templates = discover(root)
+    roots = [root] if isinstance(root, str | PathLike) else list(root)
+    templates = discover_paths(roots)
     if limit is not None:
         templates = templates[:limit]
     if tokenizer == AUTO:
@@ -117,7 +121,7 @@ def scan_directory(
         before_fork(models, synthesizer)
     results = run_jobs(jobs, models, limits, on_result, synthesizer)
     return ScanSummary(
-        root=str(root),
+        root=" ".join(str(r) for r in roots),
         tokenizer=tokenizer,
         results=results,
         seconds=time.perf_counter() - started,

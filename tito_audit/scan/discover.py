@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from os import PathLike
 from pathlib import Path
 
 from tito_audit.errors import UsageError
@@ -16,7 +18,7 @@ class TemplateFile:
     path: Path
 
 
-def discover(root: str | Path, pattern: str = "*.jinja") -> list[TemplateFile]:
+def discover(root: str | PathLike[str], pattern: str = "*.jinja") -> list[TemplateFile]:
     """Template files under ``root`` (recursively), sorted by relative path; one-line errors on bad input."""
     base = Path(root).expanduser()
     if base.is_file():
@@ -29,6 +31,23 @@ def discover(root: str | Path, pattern: str = "*.jinja") -> list[TemplateFile]:
     if not found:
         raise UsageError(str(root), f"no {pattern} files in this folder")
     return [TemplateFile(str(p.relative_to(base).with_suffix("")), p) for p in found]
+
+
+def discover_paths(paths: Sequence[str | PathLike[str]], pattern: str = "*.jinja") -> list[TemplateFile]:
+    """Folders and files (pre-commit passes the changed files). A file given directly is named by its path as given
+    (without the suffix); a folder's templates by their path relative to it, after the folder as given when several
+    paths are given, so that two files with one name in two folders stay two templates. A file given twice is
+    scanned once."""
+    found: dict[Path, TemplateFile] = {}
+    for given in paths:
+        base = Path(given)
+        for t in discover(given, pattern):
+            if base.is_file():
+                name = base.with_suffix("").as_posix()
+            else:
+                name = (base / t.name).as_posix() if len(paths) > 1 else t.name
+            found.setdefault(t.path.resolve(), TemplateFile(name, t.path))
+    return list(found.values())
 
 
 def read_template(path: Path) -> str:

@@ -56,6 +56,8 @@ class TemplateResult:
     # always_raises: the conversation shapes the template rejected, each with its error (first few)
     rejected: list[dict[str, Any]] = field(default_factory=list)
     approximate: bool = False  # a verdict on a synthesized tokenizer
+    # The first divergent text behind the verdict ("" for a safe one or a template without a verdict)
+    first_divergence: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -197,6 +199,7 @@ def _audit(
     result.adaptations = list(report.scenarios.get("adaptations", []))
     if report.verdict in classify.VERDICTS:
         result.verdict = report.verdict
+        result.first_divergence = first_divergence(report)
         _scenario_flags(ctx, result)
         return
     result.error_kind = report.error_kind or "undecided"
@@ -204,6 +207,23 @@ def _audit(
     result.cls = classify.class_of_error_kind(result.error_kind)
     if result.cls == classify.ALWAYS_RAISES:
         _name_rejected(ctx, result)
+
+
+DIVERGENCE_LIMIT = 400  # characters of a result's first divergence (the windows are bounded, messages are not)
+
+
+def first_divergence(report: Any) -> str:
+    """The first finding of the first failing check (else of the first warning), in the words every report uses
+    (``formats.divergence``): what the page and the summary show under a verdict."""
+    from tito_audit.formats.divergence import finding_sentence, first_active
+    from tito_audit.quote import clipped
+
+    for status in ("fail", "warn"):
+        for check in report.checks:
+            found = first_active(check) if check.status == status else None
+            if found is not None:
+                return clipped(f"{check.id}: {finding_sentence(found)}", DIVERGENCE_LIMIT)
+    return ""
 
 
 def _synthesized(synthesizer: Synthesizer, text: str, result: TemplateResult) -> Any:

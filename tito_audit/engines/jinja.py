@@ -1,0 +1,46 @@
+"""The model's Jinja chat template, rendered by the project's sandboxed ``Renderer`` (the default renderer)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from tito_audit.engines.base import Engine, EngineInfo, Message, Rendered
+from tito_audit.rendering.guard import RenderLimits
+from tito_audit.rendering.renderer import Renderer
+
+NAMES = ("jinja", "template")
+
+
+class JinjaTemplate(Engine):
+    """``apply_chat_template``'s rendering in transformers' sandbox, under the audit's bounds."""
+
+    def __init__(self, tokenizer: Any, chat_template: str, limits: RenderLimits | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.chat_template = chat_template
+        self.limits = limits or RenderLimits()
+        self.info = EngineInfo("jinja", "transformers chat template (sandboxed)", "text")
+        self._base: Renderer | None = None
+
+    @property
+    def is_template(self) -> bool:
+        return True
+
+    def renderer(
+        self, tokenizer: Any, template_kwargs: dict[str, Any], date: dt.datetime, limits: RenderLimits
+    ) -> Renderer:
+        """The sandboxed ``Renderer`` itself: a template audit renders exactly as it always has."""
+        return Renderer(tokenizer, self.chat_template, template_kwargs, date, limits)
+
+    def render(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None,
+        add_generation_prompt: bool,
+        options: dict[str, Any],
+        date: dt.datetime,
+    ) -> Rendered:
+        if self._base is None:
+            self._base = Renderer(self.tokenizer, self.chat_template, limits=self.limits)
+        renderer = self._base.with_kwargs(**options).with_date(date)
+        return Rendered(ids=renderer.render_ids(messages, tools=tools, add_generation_prompt=add_generation_prompt))
