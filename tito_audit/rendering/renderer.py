@@ -26,7 +26,7 @@ from typing import Any
 from jinja2 import TemplateError
 from jinja2.exceptions import SecurityError
 
-from tito_audit.errors import InternalError, RenderError, detached, first_line
+from tito_audit.errors import InternalError, RendererRefused, RenderError, detached, first_line
 from tito_audit.rendering.analysis import loaded_names, prepare_for_renders, transformers_compiles
 from tito_audit.rendering.bounded_cache import content_key
 from tito_audit.rendering.clock import DEFAULT_DATE, pinned_date
@@ -65,7 +65,7 @@ def _template_or_internal(exc: BaseException, template_code: bool = True) -> Non
     while tb is not None:
         frames.append(tb.tb_frame.f_code.co_filename)
         tb = tb.tb_next
-    if _TEMPLATE_CODE in frames:
+    if _TEMPLATE_CODE in frames or isinstance(exc, RendererRefused):  # a renderer library refusing a conversation
         return
     if template_code and isinstance(exc, ValueError) and frames and not os.path.realpath(frames[-1]).startswith(_OURS):
         return

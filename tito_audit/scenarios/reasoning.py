@@ -118,9 +118,12 @@ def derive_reasoning(
     ``shape``: the conversation shape the template accepts (``Shapes.apply`` without reasoning), applied to every
     probe. ``modes``: other template kwargs the scenarios are played under (thinking switches): a key that shows
     under none of the default renders is looked for under them. Templates that read no message key beyond the
-    standard ones and test no delimiter render nothing here."""
+    standard ones and test no delimiter render nothing here; a renderer without template source (a library's) is
+    probed with ``reasoning_content`` alone."""
     reads = message_reads(renderer.chat_template)
     keys = sorted((k for k in reads.message_keys if k not in STANDARD_KEYS), key=lambda k: (k != SCENARIO_FIELD, k))
+    if not renderer.chat_template:  # a renderer with no template source (a library's): its renders alone decide
+        keys = [SCENARIO_FIELD]
     literals = template_literals(renderer.chat_template)
     pairs = delimiter_pairs(reads.tested_literals, "\n".join(literals))
     if not keys and not pairs:
