@@ -31,6 +31,8 @@ from tito_audit.verdict import MIN_COVERAGE, VERDICTS, Verdict, decide
 #      the run was interrupted)
 #      replay reports: the models[].replay totals documented, with engine-prompt, drift and fit counts
 #      scenarios.stop_convention; adaptations named_call_ids, tools_described, tools_flat, tools_parameter_definitions
+#      scenarios.not_probed, scenarios.internal_errors; verdict_reasons not_probed:WHAT, error:CHECK:undecided,
+#      tito-required:suppressed:CHECK; check continuation; tool_call_serialization data drift_rate and friends
 SCHEMA_VERSION = "1.3"
 
 
@@ -157,16 +159,18 @@ def audit_context(ctx: AuditContext, started: float | None = None) -> ModelRepor
         "low_coverage": played < MIN_COVERAGE,
         "adaptations": sorted({a for s in sims if s.ok for a in s.adapters}),
         "not_applicable": {s.scenario.id: s.error.message for s in sims if s.error is not None},
+        "internal_errors": {s.scenario.id: s.internal.message for s in sims if s.internal is not None},
         "adapted": {s.scenario.id: list(s.adapters) for s in sims if s.adapters},
         "thinking_modes": ctx.thinking_modes,
         "stop_tokens": [model.tokenizer.convert_ids_to_tokens(i) for i in ctx.stop_ids],
         "stop_convention": stop_convention(ctx.renderer, model.generation_eos_ids),
     }
-    if ctx.not_probed:
-        report.scenarios["not_probed"] = ctx.not_probed
+    not_probed = [*ctx.shapes.reasoning.not_probed, *ctx.not_probed]
+    if not_probed:
+        report.scenarios["not_probed"] = not_probed
     if _stopped(ctx, report, started):
         return report
-    if sims and all(not s.ok for s in sims):
+    if sims and all(s.error is not None for s in sims):  # the template refused every one (not our failure)
         first = next(s.error for s in sims if s.error is not None)
         assert first is not None
         kind, cause = failed_every_conversation(first, None if ctx.engine.is_template else ctx.engine.name)

@@ -14,7 +14,8 @@ from typing import Any
 from tito_audit.engines.base import Engine
 from tito_audit.engines.resolve import engine_for
 from tito_audit.engines.seam import PROBES
-from tito_audit.errors import RenderError, RendererUnavailable
+from tito_audit.errors import InternalError, RenderError, RendererUnavailable, detached
+from tito_audit.finding_class import ReasoningMarks
 from tito_audit.probes import TOOLS
 from tito_audit.rendering.analysis import loaded_names, template_variables
 from tito_audit.rendering.clock import DEFAULT_DATE
@@ -25,7 +26,8 @@ from tito_audit.rollout.stop import stop_token_ids
 from tito_audit.rollout.tokens import special_token_strings
 from tito_audit.scenarios import Scenario, build_scenarios
 from tito_audit.scenarios.adapt import tools_as_read
-from tito_audit.scenarios.catalog import SCENARIO_SETS
+from tito_audit.scenarios.catalog import REASONING_TEXTS, SCENARIO_SETS, derived_scenarios
+from tito_audit.scenarios.reasoning import reasoning_marks
 from tito_audit.scenarios.shapes import Shapes, probe_shapes
 from tito_audit.simulation import Simulation, simulate
 from tito_audit.sources.load import LoadedModel
@@ -257,16 +259,32 @@ class AuditContext:
     @cached_property
     def shapes(self) -> Shapes:
         """The conversation shapes this template accepts (probed once; every scenario is played in them)."""
-        return probe_shapes(self.renderer, list(TOOLS))
+        return probe_shapes(self.renderer, list(TOOLS), self.thinking_modes)
+
+    @cached_property
+    def reasoning_marks(self) -> ReasoningMarks:
+        """What reasoning looks like here, for finding classes: the template's own reasoning delimiters (none that is a
+        stop token: it ends every turn) and the reasoning texts scenarios send, where reasoning reaches the render."""
+        reasoning = self.shapes.reasoning
+        if not reasoning.mode:
+            return ReasoningMarks()
+        stops = self.tokenizer.convert_ids_to_tokens(list(self.stop_ids))
+        marks = reasoning_marks(self.model.chat_template, None, reasoning, stops)
+        return ReasoningMarks(marks.delimiters, REASONING_TEXTS)
 
     @cached_property
     def scenarios(self) -> list[Scenario]:
-        return build_scenarios(self.special_texts, self.thinking_modes, only=SCENARIO_SETS[self.options.scenarios])
+        """The catalog's scenarios, then those derived from what this template reads (``derived_scenarios``)."""
+        catalog = build_scenarios(self.special_texts, self.thinking_modes, only=SCENARIO_SETS[self.options.scenarios])
+        return [*catalog, *derived_scenarios(self.shapes.reasoning, self.special_texts, self.thinking_modes)]
 
     def simulation(self, scenario: Scenario) -> Simulation:
         sim = self._simulations.get(scenario.id)
         if sim is None:
-            sim = simulate(self.renderer, scenario, self.stop_ids, self.shapes)
+            try:
+                sim = simulate(self.renderer, scenario, self.stop_ids, self.shapes)
+            except InternalError as exc:  # not the template's failure: kept, and raised to every check that reads it
+                sim = Simulation(scenario, [], (), internal=detached(exc))
             self._simulations[scenario.id] = sim
         return sim
 
@@ -275,6 +293,11 @@ class AuditContext:
         return [self.simulation(s) for s in self.scenarios]
 
     def ok_simulations(self, exclude_tags: Sequence[str] = ()) -> list[Simulation]:
+        """The scenarios that played. Raises ``InternalError`` when one could not be played because of our code or a
+        library's (not the template): a check reading them errors instead of judging on fewer scenarios."""
+        internal = next((s.internal for s in self.simulations if s.internal is not None), None)
+        if internal is not None:
+            raise InternalError(internal.message)
         return [s for s in self.simulations if s.ok and not (set(exclude_tags) & s.scenario.tags)]
 
     def renderer_for(self, scenario: Scenario) -> Renderer:

@@ -121,6 +121,18 @@ class RenderError(Exception):
         self.memory = False  # a too_large that exhausted the render's memory budget (a limit hit, as a timeout)
 
 
+class InternalError(Exception):
+    """A render failed in tito-audit's own code or in a library API it calls, not in the template: never a template
+    fault and never "not applicable". Not a ``RenderError``, so no handler of template failures takes it: a check it
+    reaches reports status ``error`` (exit 3, incomplete), and the verdict does not rest on that check."""
+
+    kind = "internal"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 # Render failures that say what the template is by themselves (the sandbox refused it, it ran past a limit).
 TEMPLATE_RENDER_KINDS = ("security", "timeout", "too_large", "budget")
 

@@ -19,6 +19,7 @@ from tito_audit.errors import EXIT_OPERATIONAL, AuditError
 
 _STATUS_LINE = {
     "proven": ("bold green", "patch proven"),
+    "changes_inference": ("bold yellow", "patch changes deployed prompts"),
     "nothing_to_fix": ("bold green", "nothing to fix"),
     "no_safe_patch": ("bold red", "no safe patch"),
 }
@@ -79,6 +80,14 @@ def _print_proof(console: Console, proof: Any) -> None:
     )
     for d in (same.differences + same.later_differences)[:5]:
         console.print(Text(f"    differs: {d.conversation}: {d.expected!r} -> {d.actual!r}", style="yellow"))
+    console.print(
+        f"  deployed prompts before later assistant turns (earlier turns present): {same.prompts_identical} of "
+        f"{same.prompts_compared} render identical token ids"
+    )
+    for change in proof.changes:
+        console.print(Text(f"  CHANGES: {change}", style="bold yellow"))
+    for d in same.prompt_differences[:3]:
+        console.print(Text(f"    differs: {d.conversation}: {d.expected!r} -> {d.actual!r}", style="yellow"))
     if proof.masks is not None:
         masks = proof.masks
         modes = ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in masks.by_mode.items())
@@ -109,6 +118,8 @@ def _print_terminal(console: Console, result: object, output: Path | None) -> No
         line.append(after.upper(), VERDICT_STYLE.get(after, ""))
     line.append("  ")
     line.append(label, style)
+    if result.status == "changes_inference" and result.proof is not None:
+        line.append(f" ({'; '.join(result.proof.changes)})", style)
     console.print(line)
     console.print(Text(result.message, style="dim"))
     _print_patches(console, result)

@@ -28,7 +28,7 @@ import threading
 from collections import ChainMap
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, NoReturn
 
@@ -40,6 +40,7 @@ from tito_audit.rendering.bounded_cache import BoundedCache
 from tito_audit.rendering.clock import pinned_strftime
 from tito_audit.rendering.guard import RenderLimits, RenderTimeout, harden_environment, render_limits
 from tito_audit.rendering.hazards import Hazard, find_hazards
+from tito_audit.rendering.message_reads import MessageReads, read_messages
 from tito_audit.rendering.sandbox_decisions import memoize_decisions
 
 # Every node type some reading of a template's code looks at (one walk of the tree finds them all, in order).
@@ -55,6 +56,7 @@ class TemplateFacts:
     literals: tuple[str, ...]  # its literal output text, then its string constants, in tree order
     loaded_names: frozenset[str]  # every variable name it reads anywhere
     walked: bool = True
+    reads: MessageReads = field(default_factory=MessageReads)  # the message keys it reads, the literals it tests
 
     @property
     def literal_text(self) -> str:
@@ -75,7 +77,7 @@ def read_tree(tree: nodes.Template) -> TemplateFacts:
     parts = [n.data for n in found if isinstance(n, nodes.TemplateData)]
     parts += [n.value for n in found if isinstance(n, nodes.Const) and isinstance(n.value, str)]
     names = frozenset(n.name for n in found if isinstance(n, nodes.Name) and n.ctx == "load")
-    return TemplateFacts(hazards, tuple(parts), names)
+    return TemplateFacts(hazards, tuple(parts), names, reads=read_messages(tree))
 
 
 class _Compile:
@@ -278,6 +280,23 @@ def literal_text(source: str) -> str:
     except Exception:
         return source
     return facts.checked().literal_text
+
+
+def template_literals(source: str) -> tuple[str, ...]:
+    """The template's literal output text and string constants, in tree order (nothing where it does not parse)."""
+    try:
+        return template_facts(source).checked().literals
+    except Exception:
+        return ()
+
+
+def message_reads(template: str) -> MessageReads:
+    """The message keys a template reads and the literals it tests text with (``message_reads``); nothing where it
+    does not parse or its tree cannot be walked."""
+    try:
+        return template_facts(template).checked().reads
+    except Exception:
+        return MessageReads()
 
 
 def loaded_names(template: str) -> frozenset[str]:

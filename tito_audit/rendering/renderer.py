@@ -16,17 +16,19 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import weakref
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import replace
+from pathlib import Path
 from time import thread_time
 from typing import Any
 
 from jinja2 import TemplateError
 from jinja2.exceptions import SecurityError
 
-from tito_audit.errors import RenderError, detached, first_line
+from tito_audit.errors import InternalError, RendererRefused, RenderError, detached, first_line
 from tito_audit.rendering.analysis import loaded_names, prepare_for_renders, transformers_compiles
 from tito_audit.rendering.bounded_cache import content_key
 from tito_audit.rendering.budget import TemplateBudget
@@ -50,6 +52,39 @@ def _key(messages: Sequence[Message], tools: Any, agp: bool, kwargs: dict[str, A
     text."""
     value = (messages if type(messages) is list else list(messages), tools, agp, kwargs, date)
     return content_key(value) or repr(value)
+
+
+_TEMPLATE_CODE = "<template>"  # the file name jinja compiles a template's code under (``from_string``)
+_OURS = os.path.realpath(Path(__file__).parents[1]) + os.sep  # this package's files
+
+
+def _template_or_internal(exc: BaseException, template_code: bool = True) -> None:
+    """Raise ``InternalError`` for an exception that is not the template's: none of its frames runs template code,
+    and it is not a library's deliberate refusal of what a render gave it (a ``ValueError`` raised outside this
+    package while rendering, as transformers refuses a final message the template deletes; never while encoding
+    text a render already produced, ``template_code=False``). A ``TypeError`` inside transformers, or any exception
+    from this package's code, is ours: reported as a check error, never as a template fault."""
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    if _TEMPLATE_CODE in frames or isinstance(exc, RendererRefused):  # a renderer library refusing a conversation
+        return
+    if template_code and isinstance(exc, ValueError) and frames and not os.path.realpath(frames[-1]).startswith(_OURS):
+        return
+    raise InternalError(f"{type(exc).__name__}: {first_line(exc)} (in {_where(frames)}, not in the template)") from exc
+
+
+def _where(frames: list[str]) -> str:
+    """The module an exception was raised in, as a short path."""
+    if not frames:
+        return "an unknown place"
+    last = frames[-1]
+    for marker in ("site-packages/", "tito_audit/"):
+        if marker in last:
+            return ("tito_audit/" if marker == "tito_audit/" else "") + last.split(marker, 1)[1]
+    return last
 
 
 def _again(cached: RenderError) -> RenderError:
@@ -196,6 +231,7 @@ class Renderer:
         except TemplateError as exc:
             raise RenderError("raised", first_line(exc)) from exc
         except (TypeError, ValueError, KeyError, IndexError, AttributeError, ZeroDivisionError) as exc:
+            _template_or_internal(exc, template_code)
             raise RenderError("type", f"{type(exc).__name__}: {first_line(exc)}") from exc
         except MemoryError as exc:
             error = RenderError("too_large", "render exhausted its memory budget")
@@ -206,6 +242,7 @@ class Renderer:
         except RecursionError as exc:
             raise RenderError("too_large", "render recursed too deeply") from exc
         except Exception as exc:
+            _template_or_internal(exc, template_code)
             raise RenderError("crash", f"{type(exc).__name__}: {first_line(exc)}") from exc
         size = len(out) if isinstance(out, str | list) else len(out.get("input_ids", out)) if hasattr(out, "get") else 0
         if size > self.limits.max_chars:
@@ -261,7 +298,7 @@ class Renderer:
             try:
                 try:
                     out = self._sanitized(key, messages, tools, add_generation_prompt)
-                except RenderError as err:
+                except RenderError as err:  # the template's own code failed on the marked content
                     if err.kind not in ("type", "crash"):
                         raise
                     out = self.encode(self.render(messages, tools, add_generation_prompt))
@@ -311,6 +348,17 @@ class Renderer:
                     tokenize=True,
                     return_dict=False,
                     sanitize_control_tokens=True,
+                )
+            )
+        )
+
+    def render_continuation(self, messages: Sequence[Message], tools: Any = None) -> str:
+        """``apply_chat_template(continue_final_message=True)``: the render a loop gives an engine to continue the final
+        (unterminated) assistant message, cut where transformers cuts it, under the same limits."""
+        return str(
+            self._guarded(
+                lambda: self._apply(
+                    messages, tools, False, self.template_kwargs, continue_final_message=True, tokenize=False
                 )
             )
         )

@@ -43,6 +43,7 @@ from tito_audit.replay.schema import Episode, RecordError
 from tito_audit.rollout.bridge import AppendRefused, BridgeError
 from tito_audit.rollout.buffer import Trajectory
 from tito_audit.rollout.stop import stop_token_ids
+from tito_audit.scenarios.reasoning import reasoning_marks
 
 _MARK_PROBES: tuple[list[dict[str, Any]], ...] = (
     [{"role": "user", "content": "Hi"}],
@@ -325,7 +326,8 @@ def _against_engine(ep: Episode, ctx: ReplayContext) -> tuple[Comparison, list[i
         ops = align(buf.ids, got)
         tail = list(got[ops[-1][3] : ops[-1][4]]) if ops and ops[-1][0] == "insert" else []
     buf.push(tail, False)
-    cmp = against_reference(buf.ids, buf.mask, buf.logprobs, buf.spans, got, ep.loss_mask, **kw)
+    marks = reasoning_marks(ctx.renderer.chat_template, ep.messages)  # tells reasoning from content
+    cmp = against_reference(buf.ids, buf.mask, buf.logprobs, buf.spans, got, ep.loss_mask, **kw, reasoning=marks)
     _earliest(cmp, buf.context)  # the engine was not given its samples back: per turn, the earlier place wins
     return cmp, loop
 
@@ -376,6 +378,7 @@ def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
     res.stop_turns = sum(1 for t in ep.turns if t.ids and t.ids[-1] in stops)
     res.marks = not ctx.marks or not ctx.marks.isdisjoint(ep.input_ids[:MARK_WINDOW])
     kw = ctx.compare_kwargs()
+    marks = reasoning_marks(ctx.renderer.chat_template, ep.messages)  # tells reasoning from content
     engine = has_engine_prompts(ep)
     traj: Trajectory | None = None
     template_error: str | None = None
@@ -391,13 +394,25 @@ def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
     elif traj is not None:
         res.reference = "buffer"
         cmp = against_reference(
-            traj.input_ids, traj.loss_mask, traj.logprobs, traj.sampled_spans(), ep.input_ids, ep.loss_mask, **kw
+            traj.input_ids,
+            traj.loss_mask,
+            traj.logprobs,
+            traj.sampled_spans(),
+            ep.input_ids,
+            ep.loss_mask,
+            **kw,
+            reasoning=marks,
         )
     else:
         if template_error is not None:  # no reference to check the context against: not checked, and said so
             res.error = f"reference buffer not rebuilt: {template_error}"
         cmp = against_sampled(
-            [t.ids for t in ep.turns], [t.logprobs for t in ep.turns], ep.input_ids, ep.loss_mask, **kw
+            [t.ids for t in ep.turns],
+            [t.logprobs for t in ep.turns],
+            ep.input_ids,
+            ep.loss_mask,
+            **kw,
+            reasoning=marks,
         )
     if not engine and any(t.prompt_ids is not None for t in ep.turns):
         # some turns carry the engine's prompt: each is checked against the trained sequence (the context the turn
@@ -432,7 +447,14 @@ def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
                 )
             else:
                 what = against_reference(
-                    traj.input_ids, traj.loss_mask, traj.logprobs, traj.sampled_spans(), naive, None, **kw
+                    traj.input_ids,
+                    traj.loss_mask,
+                    traj.logprobs,
+                    traj.sampled_spans(),
+                    naive,
+                    None,
+                    **kw,
+                    reasoning=marks,
                 )
                 res.whatif = what.divergences
                 res.whatif_tokens = what.sampled_not_trained
