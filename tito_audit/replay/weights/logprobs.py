@@ -7,7 +7,7 @@ head, soft-capping (Gemma-2) and logit scaling (Cohere, Granite) apply and no ro
 transformers or a model that does not take that mask (probed once per model on a two-row batch, checked against
 one sequence at a time) gets one sequence per forward, with a 1-D ``logits_to_keep``: the same numbers.
 Batches are the default on an accelerator only: on a CPU one sequence already keeps the cores busy, so padding is
-pure cost (padded batches ran at 0.46 to 0.49 x the speed of one sequence per forward,
+pure cost (padded batches ran at 0.38 to 0.51 x the speed of one sequence per forward,
 ``benchmarks/results/replay-weights.json``).
 
 Batches are bounded by padded ids (activations) and by kept rows times the vocabulary (the logits), sorted by
