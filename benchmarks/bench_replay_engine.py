@@ -1,6 +1,7 @@
 """Replay of logs that carry the engine's prompt_ids: the TITO check needs no render (issue 30, part 3).
 
     python benchmarks/bench_replay_engine.py [--episodes 5000] [--baseline-episodes 400] [--baseline-root ../../main]
+                                             [--compare-root DIR]
 
 The log: four-turn episodes of the audit's scenarios, each with its own long first user message (about 2,000
 tokens per episode in all), played through ``Trajectory`` with a sampler that splits a token in 30% of turns, and
@@ -18,7 +19,9 @@ shared, and other people's load inflates CPU time too (cache and core contention
 - ``default``: this replay with its defaults (engine prompts as the reference, plus drift, what-if and the
   non-canonical check, which render and encode), on the same episodes;
 - ``only_tito_jsonl``, ``only_tito_parquet``: ``--only-tito`` (the TITO check alone) on the whole log;
-- ``cli_only_tito_parquet``: ``tito-audit replay LOG.parquet --only-tito`` end to end (process start, model load).
+- ``cli_only_tito_parquet``: ``tito-audit replay LOG.parquet --only-tito`` end to end (process start, model load);
+- with ``--compare-root DIR``, ``compare_only_tito_jsonl`` and ``compare_only_tito_parquet``: the same two runs on the
+  code at DIR (the code before a change), and ``ratio_vs_compare_root``: this code's rate over it.
 Target: >= 5,000 episodes per CPU second for the TITO check. Writes benchmarks/results/replay-engine.json.
 """
 
@@ -39,8 +42,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import ENV, ROOT, machine, python, run, write
 
 TIMED = r"""
-import json, resource, sys, time
+import json, os, resource, sys, time
 from pathlib import Path
+import tito_audit
+assert tito_audit.__file__.startswith(os.environ["PYTHONPATH"]), tito_audit.__file__  # the code asked for
 from tito_audit import load
 from tito_audit.replay import ReplayContext, replay_log
 mode, log, model = sys.argv[1:4]
@@ -149,6 +154,10 @@ def main() -> None:
     ap.add_argument("--model", default="qwen2.5-7b-instruct")
     ap.add_argument("--filler-words", type=int, default=1600)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument(
+        "--compare-root",
+        help="another checkout (the code before a change): its --only-tito runs on the same logs, for a ratio",
+    )
     args = ap.parse_args()
     out: dict = {"machine": machine(), "command": " ".join(["python", *sys.argv]), "model": args.model}
     with tempfile.TemporaryDirectory() as tmp:
@@ -164,6 +173,12 @@ def main() -> None:
             "only_tito_jsonl": (str(ROOT), "only_tito", folder / "engine.jsonl"),
             "only_tito_parquet": (str(ROOT), "only_tito", folder / "engine.parquet"),
         }
+        if args.compare_root:
+            runs["compare_only_tito_jsonl"] = (args.compare_root, "only_tito", folder / "engine.jsonl")
+            runs["compare_only_tito_parquet"] = (args.compare_root, "only_tito", folder / "engine.parquet")
+        # without it, `python -c` puts its working directory (this checkout) first on sys.path, whatever PYTHONPATH
+        # says: every run measured this checkout's code
+        ENV["PYTHONSAFEPATH"] = "1"
         for name, (root, mode, log) in runs.items():
             os.environ["PYTHONPATH"] = root  # measure.ENV is read at import; set it for this run
             ENV["PYTHONPATH"] = root
@@ -186,7 +201,11 @@ def main() -> None:
     out["episodes_per_cpu_second"] = rate  # the median of the repeats
     out["episodes_per_cpu_second_best"] = {k: out[k]["output"]["episodes_per_cpu_second_best"] for k in done}
     if "baseline" in rate:
-        out["speedup_vs_baseline"] = {k: round(v / rate["baseline"], 1) for k, v in rate.items() if k != "baseline"}
+        ours = {k: v for k, v in rate.items() if k != "baseline" and not k.startswith("compare")}
+        out["speedup_vs_baseline"] = {k: round(v / rate["baseline"], 1) for k, v in ours.items()}
+    compared = [k for k in rate if f"compare_{k}" in rate]
+    if compared:  # this code's rate over the other checkout's, same log, same machine, runs interleaved
+        out["ratio_vs_compare_root"] = {k: round(rate[k] / rate[f"compare_{k}"], 2) for k in compared}
     out["target_episodes_per_cpu_second"] = 5000
     out["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]  # the machine is shared: see the docs
     print(write("replay-engine", out))

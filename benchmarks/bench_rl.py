@@ -3,7 +3,8 @@ old spread of the cosine came from, a warm-up that passes its gates, and the cos
 Writes benchmarks/results/rl.json.
 
 Run: HF_HUB_CACHE=../shared/hf-hub HF_HUB_OFFLINE=1 python benchmarks/bench_rl.py
-(``--part=kl`` runs only ``kl_power_study`` and merges it into the existing rl.json.)
+(``--part=kl`` runs only ``kl_power_study``, ``--part=verdicts`` only the shared models' verdicts and the
+non-canonical run, and merges them into the existing rl.json.)
 
 The verdict's comparison uses a fixed advantage (A = 1 for every sequence). ``reward_seed_study`` shows why: the
 same batch compared with GRPO advantages from random rewards (what template mode draws) gives a cosine that moves
@@ -121,11 +122,48 @@ def kl_power_study() -> dict[str, Any]:
     return out
 
 
+def verdicts() -> dict[str, Any]:
+    """Every shared model, 2 steps: verdict, exit code, token facts (totals and per thinking mode), parse rates; and
+    Qwen2.5 with --noncanonical-rate 0.05."""
+    out: dict[str, Any] = {"verdicts": {}}
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from conftest import SHARED_MODELS  # the nine models of the shared Hub cache
+
+    for model in SHARED_MODELS:
+        res = run_rl(RLConfig(model=model, steps=2, device="cpu"))
+        s, facts = res.summary, res.setup["token_facts"]
+        out["verdicts"][model] = {
+            "verdict": s["verdict"],
+            "exit_code": s["exit_code"],
+            "reasons": s["reasons"],
+            "holds_for": s["holds_for"],
+            "rel_error_max": s["rel_error_max"],
+            "parse_rate_every_scenario": s["parse_rate_every_scenario"],
+            "parse_rate_batches": s["parse_rate_batches"],
+            "thinking_modes": res.setup["coverage"]["thinking_modes"],
+            "token_facts": {k: v for k, v in facts.items() if k != "by_scenario"},
+            "batch_sequences_affected": [st["alignment"]["sequences_affected"] for st in res.steps],
+        }
+        print(model, out["verdicts"][model]["verdict"], flush=True)
+    q25 = run_rl(RLConfig(model=MODELS[1], steps=2, device="cpu", noncanonical_rate=0.05))
+    out["noncanonical_0.05"] = {
+        "model": MODELS[1],
+        "verdict": q25.summary["verdict"],
+        "rel_error_max": q25.summary["rel_error_max"],
+        "holds_for": q25.summary["holds_for"],
+        "token_facts": {k: v for k, v in q25.setup["token_facts"].items() if k not in ("by_scenario", "by_mode")},
+    }
+    return out
+
+
 def main() -> None:
     path = Path(__file__).parent / "results" / "rl.json"
-    if "--part=kl" in sys.argv:  # only the KL study, merged into the existing results
+    parts = {"--part=kl": lambda: {"kl_power_study": kl_power_study()}, "--part=verdicts": verdicts}
+    chosen = [part for arg, part in parts.items() if arg in sys.argv]
+    if chosen:  # only these sections, merged into the existing results
         merged = json.loads(path.read_text())
-        merged["kl_power_study"] = kl_power_study()
+        for part in chosen:
+            merged.update(part())
         path.write_text(json.dumps(merged, indent=1, default=str))
         return
     out: dict[str, Any] = {"command": "python benchmarks/bench_rl.py"}
@@ -145,32 +183,7 @@ def main() -> None:
         "max_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 / 1024,
         "full_vocab_batch_rel_error": [s["gradient"]["rel_error"] for s in timing.steps],
     }
-    # Every shared model, 2 steps: verdict, exit code, token facts, parse rates.
-    out["verdicts"] = {}
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from conftest import SHARED_MODELS  # the nine models of the shared Hub cache
-
-    for model in SHARED_MODELS:
-        res = run_rl(RLConfig(model=model, steps=2, device="cpu"))
-        s, facts = res.summary, res.setup["token_facts"]
-        out["verdicts"][model] = {
-            "verdict": s["verdict"],
-            "exit_code": s["exit_code"],
-            "rel_error_max": s["rel_error_max"],
-            "parse_rate_every_scenario": s["parse_rate_every_scenario"],
-            "parse_rate_batches": s["parse_rate_batches"],
-            "token_facts": {k: v for k, v in facts.items() if k != "by_scenario"},
-            "batch_sequences_affected": [st["alignment"]["sequences_affected"] for st in res.steps],
-        }
-        print(model, out["verdicts"][model]["verdict"], flush=True)
-    q25 = run_rl(RLConfig(model=MODELS[1], steps=2, device="cpu", noncanonical_rate=0.05))
-    out["noncanonical_0.05"] = {
-        "model": MODELS[1],
-        "verdict": q25.summary["verdict"],
-        "rel_error_max": q25.summary["rel_error_max"],
-        "holds_for": q25.summary["holds_for"],
-        "token_facts": {k: v for k, v in q25.setup["token_facts"].items() if k != "by_scenario"},
-    }
+    out.update(verdicts())
     # The fixed-advantage gradient figures over stand-in seeds and sizes, per batch.
     out["gradient_spread"] = {}
     for model in MODELS:

@@ -1,11 +1,18 @@
-"""Prove a refactor changes no answer: snapshot every JSON report, then diff two snapshots with timings removed.
+"""Prove a change changes no answer: snapshot every JSON report, then diff two snapshots with timings removed.
 
     python scripts/report_identity.py snapshot DIR [--corpus quick,full]   # run on the old and the new code
     python scripts/report_identity.py compare OLD_DIR NEW_DIR               # exit 1 when a report differs
 
 A snapshot holds the audit of every bundled model and every model of the shared Hub cache (``--format json``,
 offline), and the corpus scan under each scenario set asked for. Keys that measure time or the machine
-(seconds, rates, dates, worker counts) are dropped before comparing; everything else must be equal.
+(seconds, rates, dates, worker counts) are dropped before comparing, and so are the library versions
+(``libraries``: what produced each side, printed by ``compare``); everything else must be equal.
+
+The same two commands compare two library versions instead of two commits: run ``snapshot`` with the Python of
+each virtual environment (``/path/to/venv/bin/python scripts/report_identity.py snapshot DIR``; the snapshot runs
+this checkout's code with that interpreter's libraries), then ``compare``. CI does this at the declared floor of
+every dependency (``scripts/floor_requirements.py``) against the newest; docs/dependencies.md explains how to read
+a difference.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
 TIMING_KEYS = {"seconds", "templates_per_second", "tokenizer_load_seconds", "workers", "date", "elapsed_seconds"}
+VERSION_KEYS = {"libraries"}  # what produced a report: expected to differ between two library versions
 
 
 def hub_repo_ids() -> list[str]:
@@ -46,7 +54,11 @@ def snapshot(out: Path, corpus_sets: list[str]) -> None:
 
 def strip_timings(value: object) -> object:
     if isinstance(value, dict):
-        return {k: strip_timings(v) for k, v in value.items() if k not in TIMING_KEYS and not k.endswith("_seconds")}
+        return {
+            k: strip_timings(v)
+            for k, v in value.items()
+            if k not in TIMING_KEYS | VERSION_KEYS and not k.endswith("_seconds")
+        }
     if isinstance(value, list):
         return [strip_timings(v) for v in value]
     return value
@@ -76,6 +88,16 @@ def first_difference(a: object, b: object, path: str = "$") -> str | None:
     return None if a == b else f"{path}: {str(a)[:120]!r} != {str(b)[:120]!r}"
 
 
+def libraries_line(report: object) -> str:
+    """The versions a report names (``libraries``, schema 1.3), on one line; older reports name none."""
+    found = report.get("libraries") if isinstance(report, dict) else None
+    if not isinstance(found, dict):
+        return "libraries not recorded (a report older than schema 1.3)"
+    line = ", ".join(f"{k} {v}" for k, v in found.items() if k != "compat_fallbacks")
+    fallbacks = found.get("compat_fallbacks") or []
+    return line + (f"; compat fallbacks: {', '.join(fallbacks)}" if fallbacks else "")
+
+
 def compare(old: Path, new: Path) -> int:
     names = sorted(p.name for p in old.glob("*.json"))
     differing = 0
@@ -84,10 +106,11 @@ def compare(old: Path, new: Path) -> int:
             print(f"{name}: missing in {new}")
             differing += 1
             continue
-        a = strip_timings(json.loads((old / name).read_text()))
-        b = strip_timings(json.loads((new / name).read_text()))
-        found = first_difference(a, b)
+        raw_a, raw_b = json.loads((old / name).read_text()), json.loads((new / name).read_text())
+        found = first_difference(strip_timings(raw_a), strip_timings(raw_b))
         print(f"{name}: {'identical' if found is None else 'DIFFERS at ' + found}")
+        for side, raw in (("old", raw_a), ("new", raw_b)):
+            print(f"  {side}: {libraries_line(raw)}")
         differing += found is not None
     return 1 if differing else 0
 

@@ -37,6 +37,19 @@ def pair_data(report) -> dict:
     return check.data
 
 
+def forged_by_the_engine(model: str, divergence: dict) -> bool:
+    """The engine fed a control token where the trainer (the template, sanitized) has its text as plain text: the
+    engine encoded control-token text in user or tool content as the control token."""
+    tokenizer = load(model).tokenizer
+    token = divergence["engine_token"]
+    return (
+        divergence["scenario"].endswith("/special_text")
+        and tokenizer.convert_tokens_to_ids(token) in tokenizer.all_special_ids + list(tokenizer.added_tokens_decoder)
+        and token.startswith(divergence["trainer_token"])
+        and divergence["trainer_token"] != token
+    )
+
+
 def test_renderers_family_is_what_every_check_sees():
     """``renderers`` picks qwen3 from the model's Hub id; the buffer the checks read holds the library's own ids."""
     import renderers
@@ -135,10 +148,13 @@ def test_pair_mistral_common_against_the_hf_template():
 
 def test_pair_renderers_deepseek_v3_drifts_where_its_parity_suite_excludes_tools():
     """renderers' parity catalog excludes every tool scenario for DeepSeek-V3; here the template drops the call the
-    engine rendered (content "" next to tool calls) and writes the end of sentence instead."""
+    engine rendered (content "" next to tool calls) and writes the end of sentence instead. Where the user's text
+    holds control-token text, renderers encodes it as the control token, before any tool call."""
     data = pair_data(audited("deepseek-v3", "renderers", "jinja"))
     assert data["scenarios_compared"] >= 30 and data["scenarios_agree"] == 0
-    assert {(d["engine_token"], d["trainer_token"]) for d in data["first_divergences"]} == {
+    special = [d for d in data["first_divergences"] if d["scenario"].endswith("/special_text")]
+    assert len(special) == 3 and all(forged_by_the_engine("deepseek-v3", d) for d in special)
+    assert {(d["engine_token"], d["trainer_token"]) for d in data["first_divergences"] if d not in special} == {
         ("<｜tool▁calls▁begin｜>", "<｜end▁of▁sentence｜>")
     }
 
@@ -146,9 +162,15 @@ def test_pair_renderers_deepseek_v3_drifts_where_its_parity_suite_excludes_tools
 def test_pair_renderers_qwen3_against_the_hf_template():
     data = pair_data(audited("qwen3-0.6b", "renderers", "jinja"))
     assert data["scenarios_agree"] >= 30
-    pair_only = {d["scenario"] for d in data["first_divergences"] if not d["engine_rerender_too"]}
-    # reasoning inline in content: the template re-renders <think> with another newline than renderers does
-    assert pair_only and all(s.startswith("inline_think/") for s in pair_only)
+    pair_only = [d for d in data["first_divergences"] if not d["engine_rerender_too"]]
+    # reasoning inline in content: the template re-renders <think> with another newline than renderers does; empty
+    # reasoning on a tool call with thinking off: renderers keeps its empty think block in the next prompt, the
+    # template drops it (the derived reasoning_empty scenario); control-token text in content: renderers encodes it
+    # as control tokens, the template (sanitized) as text
+    reasoning = {d["scenario"] for d in pair_only if d["scenario"].startswith(("inline_think/", "reasoning_empty/"))}
+    forged = {d["scenario"] for d in pair_only if forged_by_the_engine("qwen3-0.6b", d)}
+    assert any(s.startswith("reasoning_empty/") for s in reasoning) and len(forged) == 3
+    assert reasoning | forged == {d["scenario"] for d in pair_only}
 
 
 def test_pair_of_the_template_with_itself_only_finds_its_own_rewrites():
@@ -171,7 +193,9 @@ def test_pair_renderers_llama_agrees_once_the_date_is_the_same():
             template_kwargs={"date_string": "26 Jul 2024"},
         )
     )
-    assert {d["scenario"].split("/")[1] for d in data["first_divergences"]} == {"args_string"}
+    assert {d["scenario"].split("/")[1] for d in data["first_divergences"]} == {"args_string", "special_text"}
+    special = [d for d in data["first_divergences"] if d["scenario"].endswith("/special_text")]
+    assert all(forged_by_the_engine("meta-llama/Llama-3.2-3B-Instruct", d) for d in special)
     # renderers refuses parallel calls for Llama 3, as its parity suite excludes them
     assert data["not_compared"] and all("single tool call" in why for why in data["not_compared"].values())
 

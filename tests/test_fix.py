@@ -44,24 +44,38 @@ def qwen3_fix(loaded, report):
 
 
 @pytest.mark.slow
-def test_qwen3_fix_is_proven(qwen3_fix):
+def test_qwen3_fix_is_offered_but_not_proven_it_changes_later_prompts(qwen3_fix):
+    """Issue 33 item 4: the patched Qwen3 template keeps turn 1's reasoning in turn 2's prompt, where the original
+    drops it. That changes what a server renders, so the patch is offered with what it changes, never "proven"."""
     r = qwen3_fix
-    assert r.status == "proven" and r.exit_code == 0
+    assert r.status == "changes_inference" and r.exit_code == 1
     assert r.before.verdict == "unsafe" and r.after is not None and r.after.verdict != "unsafe"
     reasoning = next(p for p in r.offered if p.id == "reasoning_history")
     assert reasoning.required and not reasoning.changes_inference
     proof = r.proof
-    assert proof is not None and proof.ok
+    assert proof is not None and proof.offerable and not proof.ok
     by_id = {c.id: c for c in proof.checks}
     assert by_id["tool_append_prefix"].before == "fail" and by_id["tool_append_prefix"].after == "pass"
     for c in proof.checks:  # no check regresses
         assert STATUS_RANK[c.after] <= STATUS_RANK[c.before], c
     eq = proof.equivalence
-    assert eq.compared >= 30 and eq.identical == eq.compared and not eq.differences
+    assert eq.compared >= 30 and eq.identical == eq.compared and not eq.differences  # first turns: the same
     assert eq.later_compared > 0 and not eq.later_differences
+    assert eq.prompts_compared > 0 and eq.prompt_differences and not eq.holds  # later prompts: not the same
+    assert any(c.startswith("turn ≥ 3 prompts keep earlier reasoning") for c in proof.changes)
+    assert any(c.startswith("turn ≥ 2 prompts keep earlier (empty) reasoning blocks") for c in proof.changes)
+    assert "the patch changes deployed prompts" in r.message and "keep earlier reasoning" in r.message
     diff = r.diff()
     assert diff.count("\n-") >= 2 and "ns.last_query_index" in diff
-    assert "{% generation %}" in r.patched and "{% endgeneration %}" in r.patched
+
+
+@pytest.mark.slow
+def test_qwen3_markers_wrong_with_thinking_off_are_not_offered(qwen3_fix):
+    """Markers placed where the default generation prompt ends leave `<think>\\n\\n</think>` of the thinking-off
+    prefill inside the mask: exact in none of those episodes, so the markers patch is rejected, saying so."""
+    rejected = next(x for x in qwen3_fix.rejected if x.patch.id == "generation_markers")
+    assert any("mode enable_thinking=false: exact in 0 of" in why for why in rejected.reasons)
+    assert "{% generation %}" not in qwen3_fix.patched
 
 
 @pytest.mark.slow
@@ -79,8 +93,9 @@ def test_patched_qwen3_template_is_audited_the_same_from_a_file(qwen3_fix, loade
 def test_cli_fix_writes_a_template_that_the_audit_accepts(tmp_path):
     out = tmp_path / "fixed.jinja"
     res = runner.invoke(app, ["fix", "Qwen/Qwen3-0.6B", "--output", str(out)])
-    assert res.exit_code == 0, res.output
-    assert "patch proven" in res.output and "UNSAFE" in res.output
+    assert res.exit_code == 1, res.output  # offered, not proven: it changes later prompts
+    assert "patch changes deployed prompts (turn ≥ 2 prompts" in res.output and "UNSAFE" in res.output
+    assert "patch proven" not in res.output
     assert f"tito-audit audit Qwen/Qwen3-0.6B --chat-template {out}" in res.output
     assert "+++ b/chat_template.jinja" in res.output and "inference equivalence" in res.output
     audited = runner.invoke(app, ["audit", "Qwen/Qwen3-0.6B", "--chat-template", str(out), "--format", "json"])
@@ -88,7 +103,9 @@ def test_cli_fix_writes_a_template_that_the_audit_accepts(tmp_path):
     assert verdict != "unsafe"
     as_json = runner.invoke(app, ["fix", "Qwen/Qwen3-0.6B", "--format", "json"])
     data = json.loads(as_json.stdout)
-    assert data["status"] == "proven" and data["proof"]["equivalence"]["holds"] and data["template"]
+    assert data["status"] == "changes_inference" and not data["proof"]["ok"] and data["template"]
+    assert not data["proof"]["equivalence"]["holds"] and data["proof"]["changes"]
+    assert any("keep earlier reasoning" in c for c in data["proof"]["changes"])
 
 
 # -- safe models, bad input ----------------------------------------------------------------------------------
@@ -248,13 +265,15 @@ def test_reasoning_patch_fixes_corpus_forks(loaded):
         if before.error or before.check("tool_append_prefix").status != "fail":
             continue
         results.append((path.name, propose_fix(model, report=before)))
-    proven = [(name, r) for name, r in results if r.status == "proven"]
-    assert len(proven) >= 3, [(n, r.message) for n, r in results]
-    for name, r in proven:
+    offered = [(name, r) for name, r in results if r.status in ("proven", "changes_inference")]
+    assert len(offered) >= 3, [(n, r.message) for n, r in results]
+    for name, r in offered:
         patch = next(p for p in r.offered if p.id == "reasoning_history")
-        assert patch.required and r.after.verdict != "unsafe" and r.proof.equivalence.holds, name
+        assert patch.required and r.after.verdict != "unsafe" and not r.proof.equivalence.differences, name
+        # keeping reasoning on every turn changes later prompts: said, never called proven
+        assert r.status == "changes_inference" and r.proof.changes, name
     for name, r in results:  # a fork that is not fixed says why the reasoning rewrite does not apply
-        if r.status != "proven":
+        if r.status not in ("proven", "changes_inference"):
             why = [s.reason for s in r.skipped if s.id == "reasoning_history"]
             why += [x.reasons[0] for x in r.rejected if x.patch.id == "reasoning_history"]
             assert why and r.exit_code == 1, name

@@ -97,7 +97,8 @@ def test_compatibility_table_cells_and_footnotes(both):
     by_model = {r[0].split(" @")[0]: r for r in rows}
     assert by_model[UNSAFE][col] == "**FAIL**[^1]" and by_model[UNSAFE][2] == "**UNSAFE**"
     assert by_model[SAFE][col] == "pass" and by_model[SAFE][2] == "safe"
-    assert by_model[UNSAFE][3] == "54/54" and by_model[SAFE][3] == "40/40"  # scenarios played / catalogue
+    # scenarios played / catalogue: Qwen3 adds reasoning_empty/plain in its three thinking modes (derived scenarios)
+    assert by_model[UNSAFE][3] == "57/57" and by_model[SAFE][3] == "42/42"
     assert by_model[UNSAFE][0] == f"{UNSAFE} @9b9325d"  # name with short revision
     assert "rewrites the history when tool results are appended" in by_model[UNSAFE][4]  # the verdict's reason
     note = next(ln for ln in md.splitlines() if ln.startswith("[^1]:"))
@@ -302,6 +303,7 @@ def test_sarif_fingerprints_are_stable_and_distinct(both):
 @pytest.mark.parametrize("fmt", sorted(FORMATTERS))
 def test_output_writes_the_file_and_nothing_to_stdout(fmt, tmp_path):
     out = tmp_path / "sub" / f"report.{fmt}"
+    out.parent.mkdir()  # a missing directory is refused, not created (tests/test_cli_output.py)
     result = CliRunner().invoke(app, ["audit", "qwen3-0.6b", "--format", fmt, "--output", str(out)])
     assert result.exit_code == 1, result.output  # qwen3 fails an error-level check
     assert result.stdout == ""

@@ -316,3 +316,30 @@ def test_fail_on_warn_vs_error_on_a_model_with_only_warnings(
     Path("tito-audit.toml").unlink()
     assert cli(LLAMA, "--format", "json", "--output", "base.json").exit_code == 0
     assert cli(LLAMA, "--fail-on", "warn", "--baseline", "base.json").exit_code == 0
+
+
+def _readme_toml() -> str:
+    """The `tito-audit.toml` the README shows."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("```toml\n# tito-audit.toml\n", 1)[1].split("```", 1)[0]
+    assert 'check = "naive_rerender"' in block
+    return block
+
+
+@pytest.mark.parametrize("fmt", ["json", "terminal", "markdown", "html"])
+def test_the_readme_suppressions_leave_no_suppressed_reason_in_any_verdict_line(
+    cli: Callable[..., Any], tmp_path: Path, fmt: str
+) -> None:
+    """Issue 33 item 5: with naive_rerender suppressed, gpt-oss's verdict line and reasons are read after it."""
+    (tmp_path / "tito-audit.toml").write_text(_readme_toml())
+    out = cli("openai/gpt-oss-20b", "--format", fmt)
+    assert out.exit_code in (0, 1), out.output
+    if fmt == "json":
+        m = json.loads(out.stdout)["models"][0]
+        assert next(c for c in m["checks"] if c["id"] == "naive_rerender")["status"] == "pass"
+        assert "tito-required:naive_rerender" not in m["verdict_reasons"]
+        assert "tito-required:suppressed:naive_rerender" in m["verdict_reasons"]
+        assert m["verdict"] == "tito-required"  # history_rewrite still diverges, and suppressing never makes safe
+    else:
+        assert "naive_rerender diverges (suppressed: needs the token buffer)" in out.stdout
+        assert "naive_rerender diverges;" not in out.stdout and "naive_rerender diverges)" not in out.stdout

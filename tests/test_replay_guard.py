@@ -35,6 +35,17 @@ def test_correct_batch_passes_in_every_item_form(plays):
     assert check_batch(columns).episodes == len(rows)
 
 
+def test_a_native_record_with_sampled_beside_its_turns_is_read(plays):
+    """``sampled`` next to a native record's ``turns`` (the same ids, one as id lists, one as turn objects) is one
+    item, not a conflict; ids that really differ are refused by name."""
+    rec = log_episode(plays[0], "correct", "").record
+    same = {**rec, "sampled": [t["ids"] for t in rec["turns"]]}
+    assert check_batch([same]).ok
+    other = {**rec, "sampled": [[*t["ids"][:-1], t["ids"][-1] + 1] for t in rec["turns"]]}
+    result = check_batch([other], on_fail="return")
+    assert not result.ok and "'sampled' and 'turns' are both given and differ" in result.errors[0]
+
+
 def test_broken_batch_raises_with_the_first_divergence(plays, loaded):
     logged = [log_episode(p, "naive_retokenize", "") for p in plays]
     rows = [item(lg.record) for lg in logged]

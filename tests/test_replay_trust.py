@@ -193,7 +193,8 @@ def test_safe_needs_a_what_if_that_ran_and_was_exact(loaded, tmp_path):
     assert (v, reasons) == ("safe", []), reasons  # what-if on every episode, exact; no split sampled
     # the same loop logged without messages (a Parquet or SkyRL dump): no what-if ran, so not safe, and said so
     v, reasons, why = verdict([tokens_only(r) for r in full])
-    assert v == "tito-required" and reasons == ["error:replay_naive_what_if:compared_nothing"]
+    assert v == "tito-required"
+    assert reasons == ["error:replay_divergence:turns_only", "error:replay_naive_what_if:compared_nothing"]
     assert "naive re-tokenization was not checked" in why
     # non-canonical samples prove that re-tokenization diverges, what-if or not
     split = played_episodes(model, 1.0, seed=4)[:8]

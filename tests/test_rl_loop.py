@@ -51,9 +51,11 @@ def test_qwen3_r_gradient_corrupted_qwen25_not():
     assert q3.steps[0]["alignment"]["sequences_affected"] >= 2
     assert not q25.summary["corrupted"] and g25["bitwise_equal"]
     assert q25.steps[0]["alignment"]["mismatched_trained"] == 0
-    # The model-free token facts cover every scenario played, per scenario.
+    # The model-free token facts cover every scenario the template renders, per scenario, whatever --scenario plays
+    # (reasoning/plain in each of the three thinking modes: 5 played).
     facts = q3.setup["token_facts"]
-    assert facts["scenarios"] == 3 and facts["by_scenario"]["two_calls/plain"]["turns_affected"] == 2
+    assert facts["by_scenario"]["two_calls/plain"]["turns_affected"] == 2 and facts["scenarios"] > 5
+    assert q3.summary["filtered"] == f"filtered: 5 of {facts['scenarios']} scenarios"
     assert q25.setup["token_facts"]["sequences_affected"] == 0
     assert q3.summary["parse_rate_batches"] == 1.0 and q3.summary["parse_rate_every_scenario"] == 1.0
     assert q25.summary["verdict"] == "identical" and "canonical samples only" in q25.summary["holds_for"]
@@ -67,7 +69,9 @@ def test_control_r_equals_b_is_exact_on_corrupting_template():
     g = res.steps[0]["gradient"]
     assert g["norm_b"] > 0
     assert g["cosine"] == 1.0 and g["rel_error"] == 0.0 and not res.summary["corrupted"]
-    assert res.steps[0]["alignment"]["sequences_affected"] == 0 and res.summary["sequences_affected"] == 0
+    assert res.steps[0]["alignment"]["sequences_affected"] == 0 and res.summary["control_passed"]
+    # The batch compared B with itself; the token facts still describe the template (computed before R := B).
+    assert res.summary["verdict"] == "control" and res.summary["sequences_affected"] > 0
 
 
 @needs_hub

@@ -1,7 +1,12 @@
 """The rl verdict cannot be a false green: zero advantages, affected scenarios outside the played batch, a template
-without tool calls, non-canonical samples; exit codes 0/1/2/3; options checked before anything is loaded."""
+without tool calls, non-canonical samples, a context-only rewrite, a rewrite in one thinking mode, a --scenario
+filter, --control, a non-canonical rate that split nothing; exit codes 0/1/2/3; options checked before anything is
+loaded."""
 
 from __future__ import annotations
+
+import json
+import shutil
 
 import pytest
 from conftest import snapshot
@@ -10,6 +15,8 @@ from typer.testing import CliRunner
 from tito_audit.cli import app
 from tito_audit.rl import RLConfig, run_rl
 from tito_audit.rl import loop as rl_loop
+from tito_audit.rl.diagnostics import alignment
+from tito_audit.rl.episodes import View
 from tito_audit.rl.verdict import decide
 
 QUICK = dict(steps=1, groups=1, group_size=3, scenarios=("single_call/plain", "two_calls/plain", "reasoning/plain"))
@@ -61,7 +68,7 @@ def test_exit_codes_and_what_the_verdict_holds_for():
 def test_noncanonical_samples_corrupt_the_identical_template():
     res = run_rl(RLConfig(model=str(snapshot("Qwen/Qwen2.5-7B-Instruct")), noncanonical_rate=0.05, **QUICK))
     assert res.setup["token_facts"]["sequences_affected"] > 0 and res.summary["verdict"] == "corrupted"
-    assert "5% of sampled tokens split non-canonically" in res.summary["holds_for"]
+    assert "sampled tokens (5.26%) split non-canonically (--noncanonical-rate 0.05)" in res.summary["holds_for"]
     assert any("template patch cannot help" in line for line in res.summary["what_to_do"])
 
 
@@ -97,3 +104,119 @@ def test_cuda_n_is_accepted_syntax():
     assert r.exit_code == 2
     if not torch.cuda.is_available():
         assert "torch sees no CUDA device" in r.output and "must be auto" not in r.output
+
+
+# -- the red team's false greens (issue 28, branch redteam-rl): A1-A5 ---------------------------------------------
+TINY = dict(steps=1, groups=1, group_size=2)
+LONG_COUNTER = (
+    '{%- set ns = namespace(long=0) %}{%- for m in messages %}{%- if m.role == "tool" and m.content is string and '
+    "m.content|length > 400 %}{%- set ns.long = ns.long + 1 %}{%- endif %}{%- endfor %}"
+)
+
+
+def _qwen25_with(tmp_path, edit) -> str:
+    """A model folder: Qwen2.5's tokenizer and its template as ``edit`` rewrites it."""
+    src = snapshot("Qwen/Qwen2.5-7B-Instruct")
+    config = json.loads((src / "tokenizer_config.json").read_text(encoding="utf-8"))
+    template = edit(config.pop("chat_template"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    shutil.copy(src / "tokenizer.json", tmp_path / "tokenizer.json")
+    (tmp_path / "chat_template.jinja").write_text(template, encoding="utf-8")
+    return str(tmp_path)
+
+
+def _long_output_counter(template: str) -> str:
+    # The system prompt counts long tool outputs: the buffer rendered it before any tool output (0), the re-render
+    # after (1). Same length, so R's mask stays aligned: only the context of the trained tokens changes.
+    edited = template.replace(
+        "You are a helpful assistant.' }}", "You are a helpful assistant. Long tool outputs: ' + ns.long|string }}", 1
+    )
+    assert edited != template
+    return LONG_COUNTER + edited
+
+
+def _think_off_prompt(template: str) -> str:
+    # Qwen3's empty think block in the generation prompt, only when enable_thinking is false: the history drops it.
+    tail = "{{- '<|im_start|>assistant\\n' }}\n{%- endif %}"
+    assert tail in template
+    return template.replace(
+        tail,
+        "{{- '<|im_start|>assistant\\n' }}{%- if enable_thinking is defined and enable_thinking is false %}"
+        "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}\n{%- endif %}",
+    )
+
+
+def test_a_changed_context_of_trained_tokens_is_corrupted_whatever_the_batch_plays(tmp_path):
+    # A1: no trained token changes, but in the long-output scenarios every trained token follows another system
+    # prompt, so its log-prob and the gradient differ. Batch 0 plays two unaffected scenarios (bitwise equal).
+    res = run_rl(RLConfig(model=_qwen25_with(tmp_path, _long_output_counter), **TINY))
+    assert res.summary["verdict"] == "corrupted" and res.summary["exit_code"] == 1
+    assert any("trained tokens whose context R changes" in r for r in res.summary["reasons"])
+    facts = res.setup["token_facts"]
+    assert res.steps[0]["gradient"]["bitwise_equal"] and res.steps[0]["alignment"]["sequences_affected"] == 0
+    assert facts["mismatched_trained"] == facts["flip_sampled_dropped"] == facts["flip_template_trained"] == 0
+    row = facts["by_scenario"]["single_call/long_output"]
+    assert row["context_changed_trained"] == row["b_trained"] > 0 and row["turns_context_only"] == row["turns"]
+
+
+def test_context_facts_of_one_sequence():
+    # The same trained ids after a different context id count as context changes; after the same context they do
+    # not; a difference after the last trained token changes no loss.
+    clean = {k: 0 for k in ("mismatched_trained", "flip_sampled_dropped", "flip_template_trained", "naive_crashes")}
+    step = {"step": 0, "noise_floor": 0.0, "gradient": {"rel_error": 0.0, "cosine": 1.0}}
+    out = decide([step], {"token_facts": clean | {"context_changed_trained": 3}, "template_parse_rate": 1.0}, {})
+    assert out["verdict"] == "corrupted"
+    b = View([1, 2, 3, 4, 9], [0, 0, 1, 1, 0])
+    assert alignment(b, View([1, 7, 3, 4, 9], [0, 0, 1, 1, 0]))["context_changed_trained"] == 2
+    assert alignment(b, View([1, 2, 3, 4, 8], [0, 0, 1, 1, 0]))["context_changed_trained"] == 0
+
+
+def test_rl_plays_the_thinking_modes_the_audit_plays(tmp_path):
+    # A2: the template rewrites only with enable_thinking=false; the default mode alone is identical.
+    model = _qwen25_with(tmp_path, _think_off_prompt)
+    res = run_rl(RLConfig(model=model, scenarios=("single_call/plain", "reasoning/plain"), **TINY))
+    assert res.summary["verdict"] == "corrupted"
+    assert "thinking modes default, enable_thinking=true, enable_thinking=false" in res.summary["holds_for"]
+    modes = res.setup["token_facts"]["by_mode"]
+    assert set(modes) == {"default", "enable_thinking=true", "enable_thinking=false"}
+    assert modes["default"]["sequences_affected"] == modes["enable_thinking=true"]["sequences_affected"] == 0
+    assert modes["enable_thinking=false"]["sequences_affected"] == modes["enable_thinking=false"]["sequences"] > 0
+    tiny = ("--steps", "1", "--group-size", "2", "--groups", "1", "--thinking", "unset")
+    unset = _rl(model, *tiny)
+    assert unset.exit_code == 0 and "default mode only (enable_thinking not played: --thinking unset)" in unset.output
+    forced = _rl(model, *tiny, "-k", "enable_thinking=false")
+    assert forced.exit_code == 1 and "-k enable_thinking=false" in forced.output
+
+
+def test_a_scenario_filter_is_named_and_cannot_hide_affected_scenarios():
+    # A3: Phi-3's affected scenarios (whitespace) are left out by the filter; their facts still count.
+    phi = _rl(str(snapshot("microsoft/Phi-3-mini-4k-instruct")), "--steps", "1", "--json",
+              "--scenario", "single_call/plain", "--scenario", "two_calls/plain")  # fmt: skip
+    assert phi.exit_code == 1, phi.output
+    summary = json.loads(phi.stdout)["summary"]
+    assert summary["verdict"] == "corrupted" and summary["filtered"] == "filtered: 2 of 36 scenarios"
+    assert any("affected scenarios are outside --scenario" in r for r in summary["reasons"])
+    q25 = _rl(str(snapshot("Qwen/Qwen2.5-7B-Instruct")), "--steps", "1", "--scenario", "single_call/plain",
+              "--scenario", "two_calls/plain")  # fmt: skip
+    assert q25.exit_code == 0 and "filtered: 2 of 37 scenarios (--scenario)" in q25.output
+    assert "the gradients cover only those, the token facts all 37" in q25.output
+    assert "token facts (all 37 scenarios the template renders" in q25.output
+
+
+def test_control_reports_the_template_facts_and_is_never_its_identical():
+    # A4: R := B for the comparison only; the facts are the template's (computed before), the exit code 3.
+    r = _rl(str(snapshot("Qwen/Qwen3-0.6B")), "--steps", "1", "--group-size", "2", "--groups", "1", "--control",
+            "--json")  # fmt: skip
+    assert r.exit_code == 3, r.output
+    out = json.loads(r.stdout)
+    assert out["summary"]["verdict"] == "control" and out["summary"]["control_passed"]
+    assert out["summary"]["sequences_affected"] == out["setup"]["token_facts"]["sequences_affected"] > 0
+    assert out["summary"]["mismatched_trained"] > 0
+
+
+def test_a_noncanonical_rate_that_split_nothing_claims_no_sampler():
+    # A5: 0.0001 splits no token of the 37 scenarios: the verdict holds for canonical samples only and says so.
+    res = run_rl(RLConfig(model=str(snapshot("Qwen/Qwen2.5-7B-Instruct")), noncanonical_rate=0.0001, **TINY))
+    assert "--noncanonical-rate 0.0001 split no sampled token" in res.summary["holds_for"]
+    assert not res.summary["holds_for"].startswith("samples with")
+    assert res.setup["noncanonical_splits"]["tokens"] == 0 and res.summary["verdict"] == "identical"

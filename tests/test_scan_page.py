@@ -21,8 +21,10 @@ CORPUS_TEMPLATES = (
     "0xA50C1A1-Mistral-Nemo-Instruct-2407-Heretic-v2",  # tito-required, real
     "Apertus-8B-Instruct",  # tito-required, approximate
     "ApolloRaines-Llama-3.3-8B-Instruct-128K-Jbliterated",  # safe, approximate
-    "CohereForAI-c4ai-command-r-plus-tool_use",  # always_raises
 )
+# A template that rejects every conversation (always_raises). Command-R+'s tool_use template was one until its
+# flat tool schema was read (scenarios.adapt.TOOL_SCHEMAS).
+ALWAYS_RAISES = "{% for m in messages %}{{ raise_exception('this template takes no ' + m.role + ' turn') }}{% endfor %}"
 HOSTILE_NAME = "<img src=x onerror=alert(1)> & co"  # a file name is untrusted text too
 
 pytestmark = [needs_corpus, pytest.mark.slow]
@@ -35,6 +37,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in CORPUS_TEMPLATES:
         shutil.copy(CORPUS / f"{name}.jinja", out / f"{name}.jinja")
     shutil.copy(ROOT / "templates_cache" / "qwen2.5-7b-instruct" / "chat_template.jinja", out / "qwen2.5.jinja")
+    (out / "always-raises.jinja").write_text(ALWAYS_RAISES, encoding="utf-8")
     (out / f"{HOSTILE_NAME}.jinja").write_text("{% for m in messages %}{{ m.content }", encoding="utf-8")
     return out
 
@@ -104,7 +107,7 @@ def parsed(html: str) -> Page:
 def test_counts_on_top_and_rows_match_the_json(scanned: tuple[dict, str]) -> None:
     summary, html = scanned
     page = parsed(html)
-    assert summary["templates"] == len(CORPUS_TEMPLATES) + 2 == len(page.rows)
+    assert summary["templates"] == len(CORPUS_TEMPLATES) + 3 == len(page.rows)  # + qwen2.5, always-raises, hostile
     assert page.counts == summary["counts"]
     assert {"unsafe", "tito-required", "safe", "always_raises", "does_not_compile"} <= set(page.counts)
     for cls, n in summary["counts"].items():

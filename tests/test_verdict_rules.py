@@ -98,7 +98,8 @@ def test_suppressed_unsafe_findings_still_need_the_buffer() -> None:
 
 def test_suppressed_rewrite_findings_never_make_a_template_safe() -> None:
     d = decide(with_result(clean(), result("naive_rerender", "pass", [finding("naive_rerender", None, True)])))
-    assert d.verdict == "tito-required" and d.reasons == ["tito-required:naive_rerender"]
+    # the verdict stays; the reason is read after suppressions (issue 33 item 5)
+    assert d.verdict == "tito-required" and d.reasons == ["tito-required:suppressed:naive_rerender"]
 
 
 def test_caveats_adaptations_and_low_coverage_are_reasons_that_keep_the_verdict() -> None:
@@ -303,10 +304,20 @@ def test_an_undecided_verdict_never_exits_0(monkeypatch) -> None:
         assert "verdict undecided (tool_append_prefix compared nothing)" in res.stderr
 
 
-def test_min_coverage_gates_on_scenarios_played() -> None:
+def test_min_coverage_gates_on_scenarios_played(report) -> None:
     assert _cli(["--min-coverage", "30"]).exit_code == 0
-    res = _cli(["--min-coverage", "1000"])
-    assert res.exit_code == 3 and "fewer than --min-coverage 1000" in res.stderr
+    from typer.testing import CliRunner
+
+    from tito_audit.cli import app
+
+    scenarios = report("mistral-nemo-instruct-2407").scenarios  # a template that rejects some scenarios
+    played, catalogue = scenarios["played"], scenarios["catalogue"]
+    assert played < catalogue
+    argv = ["audit", "mistral-nemo-instruct-2407", "--jobs", "1", "-q", "--min-coverage", str(catalogue)]
+    res = CliRunner().invoke(app, argv)
+    assert res.exit_code == 3 and f"{played} of {catalogue} scenarios played, fewer than --min-coverage" in res.stderr
+    unreachable = _cli(["--min-coverage", "1000"])  # above the whole catalogue: no template could pass it
+    assert unreachable.exit_code == 2 and "--min-coverage 1000 is unreachable: its catalogue has" in unreachable.stderr
 
 
 # --- the real Qwen2.5 template, with its tool traffic cut out --------------------------------------------------
@@ -390,15 +401,16 @@ def test_every_format_shows_coverage_and_says_when_it_is_low(audited) -> None:
     m = copy.deepcopy(audited("needs_string_arguments"))
     m.scenarios.update(played=12, low_coverage=True)  # as if most scenarios had been refused
     m.decide()
-    assert m.verdict == "safe" and "low_coverage:12/40" in m.verdict_reasons
+    low = f"12/{m.scenarios['catalogue']}"
+    assert m.verdict == "safe" and f"low_coverage:{low}" in m.verdict_reasons
     report = AuditReport([m])
     for fmt in ("terminal", "markdown", "html", "sarif"):
         text = render_report(report, fmt)
-        assert "12/40 scenarios played" in text and "arguments_string" in text, fmt
+        assert f"{low} scenarios played" in text and "arguments_string" in text, fmt
         assert "fewer than 30" in text, fmt
     doc = json.loads(render_report(report, "json"))["models"][0]
-    assert doc["scenarios"]["low_coverage"] is True and "low_coverage:12/40" in doc["verdict_reasons"]
-    assert "only 12/40 scenarios played" in render_report(report, "terminal", quiet=True)
+    assert doc["scenarios"]["low_coverage"] is True and f"low_coverage:{low}" in doc["verdict_reasons"]
+    assert f"only {low} scenarios played" in render_report(report, "terminal", quiet=True)
 
 
 def test_the_public_api_names_the_types_it_returns(audited) -> None:

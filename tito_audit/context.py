@@ -11,24 +11,29 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from tito_audit.engines.base import Engine
 from tito_audit.engines.resolve import engine_for
-from tito_audit.errors import RenderError
+from tito_audit.engines.seam import PROBES
+from tito_audit.errors import InternalError, RenderError, RendererUnavailable, detached
+from tito_audit.finding_class import ReasoningMarks
 from tito_audit.probes import TOOLS
 from tito_audit.rendering.analysis import loaded_names, template_variables
 from tito_audit.rendering.clock import DEFAULT_DATE
-from tito_audit.rendering.guard import RenderLimits
+from tito_audit.rendering.guard import AUDIT_LIMITS, RenderLimits
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.rendering.tokenizer_cache import tokenizer_cache
 from tito_audit.rollout.stop import stop_token_ids
 from tito_audit.rollout.tokens import special_token_strings
 from tito_audit.scenarios import Scenario, build_scenarios
 from tito_audit.scenarios.adapt import tools_as_read
-from tito_audit.scenarios.catalog import SCENARIO_SETS
+from tito_audit.scenarios.catalog import REASONING_TEXTS, SCENARIO_SETS, derived_scenarios
+from tito_audit.scenarios.reasoning import reasoning_marks
 from tito_audit.scenarios.shapes import Shapes, probe_shapes
 from tito_audit.simulation import Simulation, simulate
 from tito_audit.sources.load import LoadedModel
 
 _THINKING_WORDS = ("think", "reason")
+THINKING = ("on", "off", "both", "unset")  # AuditOptions.thinking (``--thinking`` of audit and rl)
 
 
 @dataclass(frozen=True)
@@ -39,7 +44,7 @@ class AuditOptions:
     # "unset": the template's default mode only ("default", its old name, is read the same)
     thinking: str = "both"
     only_checks: tuple[str, ...] = ()
-    limits: RenderLimits = field(default_factory=RenderLimits)
+    limits: RenderLimits = AUDIT_LIMITS  # per render, and the per-template budget (``rendering.budget``)
     debug: bool = False
     scenarios: str = "full"  # "full" (the whole catalog) | "quick" (QUICK_SCENARIOS: a documented subset for scans)
     # Count the sampled tokens each naive re-tokenization finding loses (an alignment of the two sequences, the
@@ -53,14 +58,31 @@ class AuditOptions:
     def __post_init__(self) -> None:
         if self.scenarios not in SCENARIO_SETS:
             raise ValueError(f"scenarios must be one of {', '.join(SCENARIO_SETS)}, not {self.scenarios!r}")
+        if self.thinking not in (*THINKING, "default"):
+            raise ValueError(f"thinking must be one of {', '.join(THINKING)}, not {self.thinking!r}")
 
 
 def thinking_kwargs(template_variables: frozenset[str]) -> list[str]:
-    """Template variables that switch reasoning on or off (``enable_thinking``, ``thinking``...)."""
-    ignore = {"reasoning_content", "thinking", "messages", "message"}
+    """Template variables that may switch reasoning on or off (``enable_thinking``, ``thinking``...): candidates,
+    each probed. ``thinking`` is a message field in some templates and the switch in others (DeepSeek V3.1, Kimi
+    K2.5): the probe tells them apart (a name that changes no render when passed in is no switch)."""
+    ignore = {"reasoning_content", "messages", "message"}
     names = [v for v in template_variables if any(w in v.lower() for w in _THINKING_WORDS) and v not in ignore]
-    # ``thinking`` is both a message field and, in some templates, a switch; keep it only as a global.
     return sorted(names)
+
+
+def _taken_by_a_side(model: str, name: str, value: Any, sides: Sequence[Engine]) -> None:
+    """``RendererUnavailable`` when no renderer of the audit takes option ``name`` (a typo, an option of another
+    renderer): it would change nothing, or make every render refused."""
+    if any(side.takes_option(name, value) for side in sides):
+        return
+    why = []
+    for side in sides:
+        if not side.options_enumerable:
+            why.append(f"{side.name} takes **kwargs, and {name} is neither named in its code nor changes a render")
+        else:
+            why.append(f"{side.name} takes {', '.join(sorted(side.option_names)) or 'none'}")
+    raise RendererUnavailable(model, f"no renderer takes option {name} ({'; '.join(why)})")
 
 
 class AuditContext:
@@ -69,8 +91,11 @@ class AuditContext:
         # trainer named with ``--train-renderer`` re-renders them for the pair comparison (``engines.pair``).
         self.engine = engine_for(options.renderer, model, options.limits)
         self.trainer = engine_for(options.train_renderer, model, options.limits) if options.train_renderer else None
+        sides = [self.engine] if self.trainer is None else [self.engine, self.trainer]
+        for name, value in options.template_kwargs.items():  # each side is given the options it takes
+            _taken_by_a_side(model.name, name, value, sides)
         if not self.engine.is_template:  # the template is not what renders: nothing may read its source
-            model = model.with_template("", f"(none: renderer {self.engine.name})")
+            model = model.with_renderer(self.engine.info.identity())
         self.model = model
         self.options = options
         self.tokenizer = model.tokenizer
@@ -89,6 +114,7 @@ class AuditContext:
             )
         )
         self._simulations: dict[str, Simulation] = {}
+        self.not_probed_thinking: list[str] = []  # why a reasoning switch could not be probed (``thinking_switches``)
 
     @staticmethod
     def _tools_as_read(engine: Any, renderer: Renderer) -> Renderer:
@@ -99,43 +125,100 @@ class AuditContext:
         return template_variables(self.model.chat_template)
 
     @cached_property
-    def thinking_switches(self) -> list[str]:
-        """Reasoning kwargs the template (or the engine's library) really treats as on/off switches (both values
-        render, one differs)."""
+    def thinking_switches(self) -> dict[str, tuple[Any, ...]]:
+        """Reasoning options the template (or the engine) really treats as switches, each with the values it is
+        played at: for a template, on and off (both values render, one differs); for an engine, the values its
+        library declares or, where it declares none, those of its code's string constants that render differently
+        (``Engine.code_values``). What could not be probed is in ``not_probed_thinking``."""
         if self.engine.is_template:
             source = self.model.chat_template.lower()
             if not any(w in source for w in _THINKING_WORDS):
-                return []  # no variable name can contain a word the source lacks (spares a template analysis)
+                return {}  # no variable name can contain a word the source lacks (spares a template analysis)
             # Candidates: every name the template reads, a superset of its undeclared variables that is cheaper to
             # get. A name that changes the render when passed in is read from the context, so probing finds the
             # same ones.
             candidates = thinking_kwargs(loaded_names(self.model.chat_template))
+            probes = PROBES[:1]
         else:
             candidates = thinking_kwargs(self.engine.option_names)
-        probe = [{"role": "user", "content": "Hi"}]
-        switches = []
+            probes = PROBES
+        switches: dict[str, tuple[Any, ...]] = {}
         for name in candidates:
             if name in self.options.template_kwargs:
                 continue
-            try:
-                default = self.renderer.render(probe, add_generation_prompt=True)
-                on = self.renderer.with_kwargs(**{name: True}).render(probe, add_generation_prompt=True)
-                off = self.renderer.with_kwargs(**{name: False}).render(probe, add_generation_prompt=True)
-            except RenderError:
-                continue
-            if len({default, on, off}) > 1:
-                switches.append(name)
+            declared = (True, False) if self.engine.is_template else self.engine.option_values(name)
+            values = declared if declared is not None else self.engine.code_values(name)
+            played = self._switch_values(name, values, probes)
+            if played:
+                switches[name] = played
+            elif declared is None:
+                self.not_probed_thinking.append(
+                    f"{name}: its values are not declared, and none of {len(values)} tried (booleans and the string "
+                    "constants of its code) changes a render"
+                )
+        if not self.engine.is_template and not self.engine.options_enumerable:
+            found = ", ".join(switches) or "none"
+            self.not_probed_thinking.append(
+                f"{self.engine.name} takes **kwargs: its options cannot be enumerated (switches looked for among the "
+                f"names its code mentions; found: {found})"
+            )
         return switches
+
+    def _switch_values(self, name: str, values: Sequence[Any], probes: Sequence[Any]) -> tuple[Any, ...]:
+        """The values of ``name`` to play: on and off where it is a boolean switch and one of them changes a probe
+        render; otherwise each value that renders and changes a probe render, one per distinct set of renders."""
+
+        def renders(kwargs: dict[str, Any]) -> tuple[str, ...] | None:
+            renderer = self.renderer.with_kwargs(**kwargs) if kwargs else self.renderer
+            try:
+                return tuple(renderer.render(list(m), add_generation_prompt=agp) for m, agp in probes)
+            except RenderError:
+                return None
+
+        default = renders({})
+        if default is None:
+            return ()
+        if set(values) == {True, False} and all(isinstance(v, bool) for v in values):
+            seen = {renders({name: True}), renders({name: False})}
+            return (True, False) if None not in seen and seen != {default} else ()
+        kept: dict[tuple[str, ...], Any] = {}
+        for value in values:
+            out = renders({name: value})
+            if out is not None and out != default:
+                kept.setdefault(out, value)
+        return tuple(kept.values())
 
     @cached_property
     def thinking_modes(self) -> list[dict[str, Any]]:
-        """Template kwargs to play reasoning scenarios under: default, and each switch on / off."""
+        """Template kwargs to play reasoning scenarios under: default, and each switch on / off (a switch's other
+        values than on and off: at each of them, whatever ``--thinking`` says but ``unset``)."""
         if self.options.thinking in ("unset", "default") or not self.thinking_switches:
             return [{}]
-        values = {"on": [True], "off": [False], "both": [True, False]}[self.options.thinking]
+        on_off = {"on": [True], "off": [False], "both": [True, False]}[self.options.thinking]
         modes: list[dict[str, Any]] = [{}] if self.options.thinking == "both" else []
-        modes += [{k: v} for k in self.thinking_switches for v in values]
+        for name, values in self.thinking_switches.items():
+            modes += [{name: v} for v in values if not isinstance(v, bool) or v in on_off]
         return modes
+
+    @cached_property
+    def not_probed(self) -> list[str]:
+        """What the verdict does not cover (``not_probed:WHAT`` reasons): ``thinking_modes`` where a reasoning switch
+        could not be enumerated or its values could not be found (``not_probed_thinking`` says which)."""
+        if self.options.thinking in ("unset", "default"):
+            return []
+        _ = self.thinking_switches
+        return ["thinking_modes"] if self.not_probed_thinking else []
+
+    def renderer_report(self, engine: Engine, renderer: Renderer) -> dict[str, Any]:
+        """What the report says about one side: the engine's identity and how it really rendered, and ``notes``:
+        options it was not given, switches it could not be probed for."""
+        notes = [f"not given option {name}: {why}" for name, why in getattr(renderer, "not_given", {}).items()]
+        if engine is self.engine:
+            notes += [f"thinking modes not probed: {why}" for why in self.not_probed_thinking]
+        out = engine.report()
+        if notes:
+            out["notes"] = notes
+        return out
 
     @cached_property
     def stop_ids(self) -> tuple[int, ...]:
@@ -159,24 +242,49 @@ class AuditContext:
 
     @cached_property
     def special_texts(self) -> list[str]:
-        """Control-token texts, those the template itself writes first: forging them is what hurts."""
+        """Control-token texts, those the template (or the engine, in its renders of the probes) itself writes
+        first: forging them is what hurts."""
         texts = [t for t in special_token_strings(self.tokenizer) if t not in self.model.hidden_specials]
-        template = self.model.chat_template or ""
-        return sorted(texts, key=lambda t: t not in template)
+        written = self.model.chat_template or ""
+        if not self.engine.is_template:
+            rendered = []
+            for messages, agp in PROBES:
+                try:
+                    rendered.append(self.renderer.render(list(messages), add_generation_prompt=agp))
+                except RenderError:
+                    continue
+            written = "\n".join(rendered)
+        return sorted(texts, key=lambda t: t not in written)
 
     @cached_property
     def shapes(self) -> Shapes:
         """The conversation shapes this template accepts (probed once; every scenario is played in them)."""
-        return probe_shapes(self.renderer, list(TOOLS))
+        return probe_shapes(self.renderer, list(TOOLS), self.thinking_modes)
+
+    @cached_property
+    def reasoning_marks(self) -> ReasoningMarks:
+        """What reasoning looks like here, for finding classes: the template's own reasoning delimiters (none that is a
+        stop token: it ends every turn) and the reasoning texts scenarios send, where reasoning reaches the render."""
+        reasoning = self.shapes.reasoning
+        if not reasoning.mode:
+            return ReasoningMarks()
+        stops = self.tokenizer.convert_ids_to_tokens(list(self.stop_ids))
+        marks = reasoning_marks(self.model.chat_template, None, reasoning, stops)
+        return ReasoningMarks(marks.delimiters, REASONING_TEXTS)
 
     @cached_property
     def scenarios(self) -> list[Scenario]:
-        return build_scenarios(self.special_texts, self.thinking_modes, only=SCENARIO_SETS[self.options.scenarios])
+        """The catalog's scenarios, then those derived from what this template reads (``derived_scenarios``)."""
+        catalog = build_scenarios(self.special_texts, self.thinking_modes, only=SCENARIO_SETS[self.options.scenarios])
+        return [*catalog, *derived_scenarios(self.shapes.reasoning, self.special_texts, self.thinking_modes)]
 
     def simulation(self, scenario: Scenario) -> Simulation:
         sim = self._simulations.get(scenario.id)
         if sim is None:
-            sim = simulate(self.renderer, scenario, self.stop_ids, self.shapes)
+            try:
+                sim = simulate(self.renderer, scenario, self.stop_ids, self.shapes)
+            except InternalError as exc:  # not the template's failure: kept, and raised to every check that reads it
+                sim = Simulation(scenario, [], (), internal=detached(exc))
             self._simulations[scenario.id] = sim
         return sim
 
@@ -185,6 +293,11 @@ class AuditContext:
         return [self.simulation(s) for s in self.scenarios]
 
     def ok_simulations(self, exclude_tags: Sequence[str] = ()) -> list[Simulation]:
+        """The scenarios that played. Raises ``InternalError`` when one could not be played because of our code or a
+        library's (not the template): a check reading them errors instead of judging on fewer scenarios."""
+        internal = next((s.internal for s in self.simulations if s.internal is not None), None)
+        if internal is not None:
+            raise InternalError(internal.message)
         return [s for s in self.simulations if s.ok and not (set(exclude_tags) & s.scenario.tags)]
 
     def renderer_for(self, scenario: Scenario) -> Renderer:

@@ -15,6 +15,7 @@ EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_OPERATIONAL = 2
 EXIT_INCOMPLETE = 3
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as shells report it
 
 
 class AuditError(Exception):
@@ -83,6 +84,12 @@ class UsageError(AuditError):
     kind = "usage"
 
 
+class UnsupportedLibrary(AuditError):
+    """The installed transformers or jinja2 lacks a piece tito-audit cannot do without (``compat``)."""
+
+    kind = "unsupported_library"
+
+
 class RendererUnavailable(AuditError):
     """A renderer named with ``--renderer``/``--train-renderer`` cannot be used for this model (library missing,
     a file it needs not available offline, a vocabulary that is not the model's): the model is not audited."""
@@ -109,21 +116,35 @@ class RenderError(Exception):
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
-        self.kind = kind  # "raised" | "type" | "security" | "timeout" | "too_large" | "crash"
+        self.kind = kind  # "raised" | "type" | "security" | "timeout" | "too_large" | "crash" | "budget"
+        self.message = message
+        self.memory = False  # a too_large that exhausted the render's memory budget (a limit hit, as a timeout)
+
+
+class InternalError(Exception):
+    """A render failed in tito-audit's own code or in a library API it calls, not in the template: never a template
+    fault and never "not applicable". Not a ``RenderError``, so no handler of template failures takes it: a check it
+    reaches reports status ``error`` (exit 3, incomplete), and the verdict does not rest on that check."""
+
+    kind = "internal"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
         self.message = message
 
 
 # Render failures that say what the template is by themselves (the sandbox refused it, it ran past a limit).
-TEMPLATE_RENDER_KINDS = ("security", "timeout", "too_large")
+TEMPLATE_RENDER_KINDS = ("security", "timeout", "too_large", "budget")
 
 
-def failed_every_conversation(first: RenderError) -> tuple[str | None, str]:
-    """(error kind, cause) of a template that failed every conversation it was given, ``first`` being the first
-    failure: ``template_security``/``template_timeout``/``template_too_large`` where that failure classifies the
-    template by itself, None where the template only raised (the caller's always-raises kind). The audit and the
-    scan both report it this way."""
+def failed_every_conversation(first: RenderError, renderer: str | None = None) -> tuple[str | None, str]:
+    """(error kind, cause) of a template (or the renderer named ``renderer``) that failed every conversation it was
+    given, ``first`` being the first failure: ``template_security``/``template_timeout``/``template_too_large`` where
+    that failure classifies the template by itself, None where the template only raised (the caller's always-raises
+    kind). The audit and the scan both report it this way."""
     kind = "template_" + first.kind if first.kind in TEMPLATE_RENDER_KINDS else None
-    return kind, f"the template fails for every conversation ({first.kind}): {first.message}"
+    what = "the template" if renderer is None else f"renderer {renderer}"
+    return kind, f"{what} fails for every conversation ({first.kind}): {first.message}"
 
 
 def first_line(exc: BaseException) -> str:

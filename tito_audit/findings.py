@@ -2,7 +2,7 @@
 
 ``Finding`` is one divergence (or one missing property) with the token windows on both sides and its cause
 class; ``divergence`` builds one at the first token where two id sequences part, and ``classify`` names the cause
-from the tokens there. ``Outcome`` is what a check function returns.
+from the runs that differ there (``finding_class``). ``Outcome`` is what a check function returns.
 
 A check that compared nothing must not pass, and a render that fails inside a check must be counted, not
 skipped. ``Collector`` replaces the ``finding = divergence(...); if finding: findings.append(finding)`` idiom: every
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from tito_audit.errors import RenderError
 
 CONTEXT_TOKENS = 4  # ids shown on each side of a divergence
+CLASS_WINDOW = 16  # ids from a divergence over which the two sides are aligned to find the runs that differ
 
 # Why a token diverged; every finding has exactly one.
 FINDING_CLASSES = (
@@ -134,7 +135,7 @@ def divergence(
     return Finding(
         check=check,
         scenario=scenario,
-        cls=cls or classify(ctx, expected[index : index + 8], actual[index : index + 8]),
+        cls=cls or classify(ctx, expected, actual, index),
         message=message,
         index=index,
         context_start=start,
@@ -144,22 +145,26 @@ def divergence(
     )
 
 
-def classify(ctx: AuditContext, expected: Sequence[int], actual: Sequence[int]) -> str:
-    """Name the cause of a divergence from the tokens on both sides."""
-    expected_text, actual_text = ctx.renderer.decode(expected), ctx.renderer.decode(actual)
-    both = expected_text + actual_text
-    stops = set(ctx.stop_ids)
-    if "think" in both or "reasoning" in both or "analysis" in both:
-        return "history_rewrite"
-    if (expected and expected[0] in stops) or (actual and actual[0] in stops):
-        return "stop_seam"
-    if expected_text.strip() == actual_text.strip() or (expected_text[:1].isspace() or actual_text[:1].isspace()):
-        return "whitespace"
-    if any(text in expected_text or text in actual_text for text in set(ctx.special_texts)):
-        return "special_token"
-    if any(char in both for char in '{}":,[]'):
-        return "serialization"
-    return "history_rewrite"
+def classify(ctx: AuditContext, expected: Sequence[int], actual: Sequence[int], index: int) -> str:
+    """The cause of the divergence at ``index``: the runs that differ there (the two sequences aligned over a window
+    from ``index``), named by the rule replay uses too (``finding_class.pick_class``)."""
+    from difflib import SequenceMatcher
+
+    from tito_audit.finding_class import pick_class, run_text
+
+    ref, got = list(expected[index : index + CLASS_WINDOW]), list(actual[index : index + CLASS_WINDOW])
+    ops = SequenceMatcher(None, ref, got, autojunk=False).get_opcodes()
+    _, i1, i2, j1, j2 = next((op for op in ops if op[0] != "equal"), ("replace", 0, len(ref), 0, len(got)))
+    decode = ctx.renderer.decode
+    texts = (run_text(decode, expected, index + i1, index + i2), run_text(decode, actual, index + j1, index + j2))
+    return pick_class(
+        ref[i1:i2],
+        got[j1:j2],
+        texts=texts,
+        stop_ids=ctx.stop_ids,
+        special_ids=ctx.special_ids,
+        reasoning=ctx.reasoning_marks,
+    )
 
 
 class Collector:

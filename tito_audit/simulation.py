@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tito_audit.errors import RenderError, detached
+from tito_audit.errors import InternalError, RenderError, detached
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.rollout.bridge import BridgeError
 from tito_audit.rollout.buffer import Trajectory
@@ -66,10 +66,11 @@ class Simulation:
     bridge_errors: list[tuple[int, BridgeError]] = field(default_factory=list)
     naive_ids: list[int] = field(default_factory=list)
     error: RenderError | None = None
+    internal: InternalError | None = None  # a render failed in our code or a library's, not the template's
 
     @property
     def ok(self) -> bool:
-        return self.error is None and self.trajectory is not None
+        return self.error is None and self.internal is None and self.trajectory is not None
 
 
 def _stop_strings(renderer: Renderer, stop_ids: Sequence[int]) -> dict[str, int]:
@@ -99,11 +100,13 @@ def derive_turn(
     stop_ids: Sequence[int],
     emit_reasoning: tuple[str, str] | None = None,
     prefixes: Sequence[str] = (),
+    reasoning_field: str = "reasoning_content",
 ) -> Turn:
     """The ids a model would sample for ``history[index]`` (an assistant message).
 
-    ``emit_reasoning`` (think tags): the template never renders reasoning, not even on the last turn, but the
-    model emits it; the sampled text then carries the message's reasoning before what the template renders.
+    ``emit_reasoning`` (the delimiters as the template writes them): where the template does not render this turn's
+    reasoning (in ``reasoning_field``), not even as the last turn, the model emits it anyway; the sampled text then
+    carries it, in the template's delimiters, where the template would write it (``emit``).
     ``prefixes``: the renders ``_first_render_error`` made of ``history``'s prefixes with ``tools`` (the k-th of the
     first k+1 messages), which are this turn's prompt and full text where their generation prompts agree.
 
@@ -131,12 +134,13 @@ def derive_turn(
         start = turn_start(prompt, full, history_text)
         completion = full[start:]
     shared = common_prefix_len(prompt, full)  # where the generation prompt and the history part (generation_prompt)
-    thought = reasoning_of(message, emit_reasoning) if emit_reasoning else ""
-    if emit_reasoning and thought and thought not in completion:
-        opened = prompt.rstrip().endswith(emit_reasoning[0])  # a generation prompt that opens the block itself
-        said = ("" if opened else f"{emit_reasoning[0]}\n") + f"{thought}\n{emit_reasoning[1]}\n\n"
-        full = full[:start] + said + full[start:]
-        completion = full[start:]
+    if emit_reasoning:
+        tags = (emit_reasoning[0].strip(), emit_reasoning[1].strip())
+        thought = reasoning_of(message, tags, reasoning_field)
+        # a generation prompt that closes a reasoning block itself (thinking off) leaves the model nothing to emit
+        if thought and thought not in completion and not prompt.rstrip().endswith(tags[1]):
+            completion = emit(thought, completion, prompt, emit_reasoning)
+            full = full[:start] + completion
     stops = _stop_strings(renderer, stop_ids)
     hits = [(completion.find(s), s) for s in stops if s and s in completion]
     deferred = False
@@ -222,6 +226,23 @@ def _deferred_stop(
     return rest[: len(rest) - len(body) + len(hit)] if hit else ""
 
 
+def emit(thought: str, completion: str, prompt: str, written: tuple[str, str]) -> str:
+    """``completion`` with ``thought`` in it as the model writes it: inside the empty block the template writes there
+    (a generation prompt that opens it, an empty block on the turn), else in a block of its own first."""
+    opener, closer = written
+    tags = (opener.strip(), closer.strip())
+    head = completion[: len(completion) - len(completion.lstrip())]
+    if prompt.rstrip().endswith(tags[0]):  # the prompt opened the block
+        if completion.lstrip().startswith(tags[1]):
+            return head + thought + completion.lstrip()
+        return f"{thought}{closer}{completion}"
+    empty = completion.find(tags[0])
+    if empty != -1 and completion[empty + len(tags[0]) :].lstrip().startswith(tags[1]):
+        cut = empty + len(tags[0])
+        return completion[:cut] + thought + completion[cut:].lstrip()
+    return (opener.lstrip("\n") if prompt.endswith("\n") else opener) + thought + closer + completion
+
+
 def _first_render_error(
     renderer: Renderer, messages: list[Message], tools: Any, texts: list[str] | None = None
 ) -> RenderError | None:
@@ -282,7 +303,8 @@ def simulate(
 ) -> Simulation:
     renderer = renderer.with_kwargs(**scenario.kwargs) if scenario.kwargs else renderer
     messages, adapters, err, prefixes = _adapted(renderer, scenario, shapes)
-    emit = shapes.think_tags if shapes is not None and shapes.reasoning == "emitted" else None
+    emit = shapes.reasoning.emits if shapes is not None else None
+    field = shapes.reasoning.field if shapes is not None else "reasoning_content"
     sim = Simulation(scenario, messages, adapters)
     if err is not None:
         sim.error = detached(err)
@@ -293,7 +315,7 @@ def simulate(
     try:
         traj.start(messages[: assistants[0]])
         for n, idx in enumerate(assistants):
-            turn = derive_turn(renderer, messages, idx, tools, stop_ids, emit, prefixes)
+            turn = derive_turn(renderer, messages, idx, tools, stop_ids, emit, prefixes, field)
             sim.turns.append(turn)
             traj.append_sampled(turn.sampled_ids, message=messages[idx])
             nxt = assistants[n + 1] if n + 1 < len(assistants) else len(messages)

@@ -10,12 +10,16 @@
    never rests on a check that did not decide.
 3. ``tito-required``: a finding (suppressed or not: a suppression accepts a finding, it does not make the
    template stop rewriting) of a ``tito-required``-role check, or a suppressed finding of an ``unsafe``-role
-   check (the rollout loop handles it, so a token buffer is still needed).
+   check (the rollout loop handles it, so a token buffer is still needed). A reason whose findings are all
+   suppressed reads ``tito-required:suppressed:WHAT``: the reasons, as the verdict, are read after suppressions.
 4. ``safe`` otherwise.
 
 Reasons beside the verdict never change it: ``avoid:*`` (a ``caveat``-role finding: tool traffic dropped only
 in a form the rollout code can avoid), ``adapt:*`` (a conversation shape the template needs and the rollout
-code must produce too) and ``low_coverage:PLAYED/CATALOGUE`` (fewer than ``MIN_COVERAGE`` scenarios played).
+code must produce too), ``not_probed:*`` (what no scenario exercises, so the verdict does not cover it: a message
+field no probe render shows, reasoning it never shows, ``not_probed:thinking_modes`` for a renderer whose reasoning
+switches or their values could not be enumerated) and
+``low_coverage:PLAYED/CATALOGUE`` (fewer than ``MIN_COVERAGE`` scenarios played).
 """
 
 from __future__ import annotations
@@ -32,7 +36,10 @@ Verdict = Literal["unsafe", "tito-required", "safe", "error"]
 VERDICTS: dict[str, str] = {
     "unsafe": "the template drops tool traffic or breaks buffer + delta for tool appends: it must be patched",
     "tito-required": "buffer + delta is exact, naive re-tokenization is not: keep a token buffer",
-    "safe": "buffer + delta and naive re-tokenization are both exact for canonical tokens",
+    "safe": (
+        "buffer + delta and naive re-tokenization are both exact for canonical tokens in the template's own formats "
+        "(non-canonical samples and other JSON forms are reported as rates)"
+    ),
     "error": "the model could not be audited, or a check the verdict needs did not decide",
 }
 
@@ -50,6 +57,7 @@ _WORDS = {
     "tool_calls_with_empty_content": 'tool calls next to content "" (send content None)',
     "tool_calls_with_content": "tool calls next to text content (the template drops them)",
     "parallel_calls": "parallel tool calls (the template drops all but the first)",
+    "continue_final_message": "continuing a cut turn by re-rendering it (continue it from the buffer)",
     "tool_as_user": "tool results sent as user turns",
     "system_into_user": "the system prompt merged into the first user turn",
     "arguments_string": "tool-call arguments as a JSON string",
@@ -58,7 +66,7 @@ _WORDS = {
     "content_empty": 'content "" next to tool calls',
     "system_prompt": "a system message first (the template reads messages[0] as one)",
     "content_parts": "content as a list of text parts",
-    "reasoning_inline": "reasoning inline as <think>...</think> in content",
+    "reasoning_inline": "reasoning inline in content, between the template's delimiters",
     "reasoning_emitted": "reasoning the template never renders, kept in the sampled text",
     "named_call_ids": "tool-call ids that carry the function name (functions.NAME:INDEX: the template writes the "
     "id where the name goes)",
@@ -105,7 +113,8 @@ def decide(
         if c.status == "error" and bearing:
             _add(undecided, f"error:{c.id}:check_error")
         elif c.status == "not_applicable" and bearing:
-            _add(undecided, f"error:{c.id}:compared_nothing")
+            _add(undecided, f"error:{c.id}:{'undecided' if c.comparisons else 'compared_nothing'}")
+        active = {f.reason or c.id for f in c.findings if not f.suppressed}
         for f in c.findings:
             what = f.reason or c.id
             if c.verdict_role == "unsafe":
@@ -114,11 +123,14 @@ def decide(
                 else:
                     _add(unsafe, f"unsafe:{what}")
             elif c.verdict_role == "tito-required":
-                _add(buffer, f"tito-required:{what}")
+                # a suppressed finding keeps the verdict (the template still rewrites), said as suppressed
+                _add(buffer, f"tito-required:{what}" if what in active else f"tito-required:suppressed:{what}")
             elif c.verdict_role == "caveat" and not f.suppressed:
                 _add(notes, f"avoid:{what}")
     for name in (coverage or {}).get("adaptations", []) or []:
         _add(notes, f"adapt:{name}")
+    for what in (coverage or {}).get("not_probed", []) or []:
+        _add(notes, f"not_probed:{what}")
     if coverage and coverage.get("catalogue"):
         played, total = int(coverage.get("played", 0)), int(coverage["catalogue"])
         if played < MIN_COVERAGE:
@@ -149,7 +161,8 @@ def describe_reason(reason: str) -> str:
         return f"{cid} {why.replace('_', ' ')}"
     if kind == "tito-required":
         if rest.startswith("suppressed:"):
-            return f"{_WORDS.get(rest[11:], rest[11:])} (suppressed: needs the token buffer)"
+            what = rest[11:]
+            return f"{_WORDS.get(what, what + ' diverges')} (suppressed: needs the token buffer)"
         return f"{rest} diverges"
     if kind == "avoid":
         return f"avoid {_WORDS.get(rest, rest)}"
@@ -157,4 +170,16 @@ def describe_reason(reason: str) -> str:
         return f"needs {_WORDS.get(rest, rest)}"
     if kind == "low_coverage":
         return f"only {rest} scenarios played (fewer than {MIN_COVERAGE})"
+    if kind == "not_probed" and rest == "thinking_modes":
+        return "thinking modes not probed (the renderer's reasoning switches could not all be enumerated)"
+    if kind == "not_probed":
+        what, _, name = rest.partition(":")
+        if what == "field":
+            return f"message field {name!r} not probed (no probe render shows it)"
+        if what == "replaces":
+            return f"message field {name!r} not probed (it takes the place of what the turn says)"
+        if name in ("answers", "tool_calls"):
+            where = "answers" if name == "answers" else "tool-call turns"
+            return f"reasoning not probed on {where} (never shown there, and no delimiters to emit it in)"
+        return f"reasoning not probed ({name}: the probe does not render)"
     return reason

@@ -146,7 +146,8 @@ def _result(spec: CheckSpec, status: Status, summary: str, outcome: Outcome | No
 
 
 def run_check(spec: CheckSpec, ctx: AuditContext) -> CheckResult:
-    """One check's result; an exception becomes status ``error``, a check that compared nothing ``not_applicable``.
+    """One check's result; an exception becomes status ``error``, a check that compared nothing, or fewer things
+    than renders failed in it, ``not_applicable``.
 
     On a synthesized tokenizer a merge-dependent check is ``not_applicable`` (not run, with the reason), and every
     other check says in its ``data`` how far its result follows the real tokenizer's.
@@ -169,12 +170,16 @@ def run_check(spec: CheckSpec, ctx: AuditContext) -> CheckResult:
 
 
 def _run(spec: CheckSpec, ctx: AuditContext) -> CheckResult:
-    from tito_audit.errors import RenderError
+    from tito_audit.errors import InternalError, RenderError
 
     try:
         outcome = spec.run(ctx)
     except RenderError as exc:
         return _result(spec, "error", f"render failed: {exc.message}")
+    except InternalError as exc:  # our code or a library's, not the template: the check could not run
+        if ctx.options.debug:
+            raise
+        return _result(spec, "error", f"internal error (not the template's): {exc.message}")
     except Exception as exc:  # a check bug must not lose the other checks' results
         if ctx.options.debug:
             raise
@@ -182,6 +187,13 @@ def _run(spec: CheckSpec, ctx: AuditContext) -> CheckResult:
     if outcome.not_applicable is None and not outcome.findings and outcome.comparisons == 0:
         failed = f" ({outcome.render_failures} render(s) failed)" if outcome.render_failures else ""
         outcome.not_applicable = f"compared nothing{failed}"
+    if outcome.not_applicable is None and not outcome.findings and outcome.render_failures > outcome.comparisons:
+        # more renders failed than were compared: what did compare cannot speak for the check
+        first = outcome.data.get("first_render_failure")
+        outcome.not_applicable = (
+            f"undecided: {outcome.render_failures} render(s) failed, only {outcome.comparisons} compared"
+            + (f" (first {first})" if first else "")
+        )
     if outcome.not_applicable is not None:
         return _result(spec, "not_applicable", outcome.not_applicable, outcome)
     status = status_for(spec, outcome.findings)

@@ -16,7 +16,9 @@ from tito_audit.findings import Collector, Outcome
     explanation="""
 A tool result or user message that contains the literal text of a control token (`<|im_end|>`, `</s>`) becomes
 that control token when the rendered text is encoded plainly: the environment can end turns, forge roles or
-inject stop tokens into the context, and naive re-encoding disagrees with a sanitized buffer.""",
+inject stop tokens into the context, and naive re-encoding disagrees with a sanitized buffer. Under `--renderer`
+the plain side is what the engine feeds the model (a library's ids, or its text encoded plainly), compared with
+the same ids where content's control-token text is kept as text.""",
     fix_hint="""
 Encode environment messages with control-token text sanitized (transformers'
 `apply_chat_template(..., sanitize_control_tokens=True)`, which tito_audit's bridge uses) or escape it.""",
@@ -37,7 +39,10 @@ def special_token_injection(ctx: AuditContext) -> Outcome:
             sim.scenario.id,
             safe,
             plain,
-            "control-token text in tool/user content encodes to control tokens when the render is encoded plainly",
+            "control-token text in tool/user content encodes to control tokens when the render is encoded plainly"
+            if ctx.engine.is_template
+            else f"control-token text in tool/user content becomes control tokens in what {ctx.engine.name} feeds the "
+            "model",
             cls="special_token",
         )
         if f:

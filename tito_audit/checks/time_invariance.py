@@ -6,6 +6,7 @@ import datetime as dt
 
 from tito_audit.checks.base import check
 from tito_audit.context import AuditContext
+from tito_audit.engines import wall_clock
 from tito_audit.errors import RenderError
 from tito_audit.findings import Collector, Outcome
 
@@ -20,7 +21,9 @@ _OTHER_DATE_OFFSET = dt.timedelta(days=400, hours=13)
     explanation="""
 Templates that call `strftime_now` inject today's date. A prompt rendered at rollout time and re-rendered at
 training time (or on another day, or in another time zone) differs, so cached prompt ids, bridges and
-re-rendered histories disagree across days.""",
+re-rendered histories disagree across days. A renderer other than a template (`--renderer`) is given each date
+and renders with Python's wall clock stopped at it, so one that reads the clock itself is caught too; where the
+clock cannot be stopped (time-machine not installed), a renderer that agrees at both dates is not checked.""",
     fix_hint="""
 Pass the date explicitly (`date_string` or the template's own variable) from the rollout, and keep prompt
 ids from the buffer instead of re-rendering.""",
@@ -45,6 +48,13 @@ def time_invariance(ctx: AuditContext) -> Outcome:
         )
         if f:
             break
+    if not found.findings and not ctx.engine.is_template and not wall_clock.available():
+        return Outcome(
+            not_applicable=f"renderer {ctx.engine.name} renders alike at both dates, but the wall clock its code may "
+            "read could not be stopped (pip install 'tito-audit[encoders]', time-machine): not checked",
+            comparisons=found.comparisons,
+            render_failures=found.render_failures,
+        )
     summary = (
         f"independent of the date ({found.comparisons} episodes)" if not found.findings else found.findings[0].message
     )

@@ -7,6 +7,7 @@ on stderr (``error: ...``) and exit code 2.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
 from collections.abc import Sequence
@@ -21,7 +22,7 @@ except ImportError:  # pragma: no cover - older typer on the real click
     from click import exceptions as click_errors  # type: ignore[no-redef]
 
 from tito_audit._version import __version__
-from tito_audit.errors import EXIT_OPERATIONAL
+from tito_audit.errors import EXIT_INTERRUPTED, EXIT_OPERATIONAL
 
 
 class OneLineErrors(TyperGroup):
@@ -43,9 +44,13 @@ class OneLineErrors(TyperGroup):
         except click_errors.ClickException as exc:
             typer.echo(f"error: {usage_line(exc)}", err=True)
             rv = exc.exit_code
-        except typer.Abort:
-            typer.echo("Aborted!", err=True)
-            rv = 1
+        except typer.Abort as exc:
+            if isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):
+                typer.echo("interrupted", err=True)  # Ctrl-C: no traceback, the shell's code for SIGINT
+                rv = EXIT_INTERRUPTED
+            else:
+                typer.echo("Aborted!", err=True)
+                rv = 1
         code = rv if isinstance(rv, int) else 0
         if standalone_mode:
             sys.exit(code)
@@ -106,15 +111,42 @@ _register_all()
 
 
 def _with_default_command(argv: list[str]) -> list[str]:
-    """``tito-audit MODEL ...`` -> ``tito-audit audit MODEL ...``."""
+    """``tito-audit MODEL ...`` -> ``tito-audit audit MODEL ...``. A first word that is close to a command and
+    names no model (``audti``) is a typo of the command, refused with the suggestion: audited as a model, it would
+    audit the rest and fail on a model named ``audti``."""
     if not argv:
         return argv
-    known = {c.name or "" for c in app.registered_commands} | {"--help", "-h", "--version"}
+    commands = [c.name or "" for c in app.registered_commands]
     first = argv[0]
-    if first in known:
+    if first in {*commands, "--help", "-h", "--version"}:
         return argv
+    close = difflib.get_close_matches(first, commands, n=1, cutoff=0.6)
+    if close and not first.startswith("-") and "/" not in first and not _names_a_model(first):
+        raise CommandTypo(first, close[0])
     return ["audit", *argv]
 
 
+class CommandTypo(Exception):
+    def __init__(self, given: str, command: str) -> None:
+        super().__init__(
+            f"no command {given!r}: did you mean `tito-audit {command}`? (a model named {given!r}: "
+            f"`tito-audit audit {given}`)"
+        )
+
+
+def _names_a_model(word: str) -> bool:
+    """A local folder or a bundled name: ``tito-audit WORD`` audits it, however close WORD is to a command."""
+    from pathlib import Path
+
+    from tito_audit.sources.bundled import bundled_names
+
+    return Path(word).exists() or word in bundled_names()
+
+
 def main() -> None:
-    app(args=_with_default_command(sys.argv[1:]), prog_name="tito-audit")
+    try:
+        argv = _with_default_command(sys.argv[1:])
+    except CommandTypo as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_OPERATIONAL)
+    app(args=argv, prog_name="tito-audit")

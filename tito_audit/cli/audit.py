@@ -15,10 +15,18 @@ from tito_audit.cli.options import (
     offline_option,
     template_kwarg_option,
     template_name_option,
+    thinking_option,
 )
-from tito_audit.cli.output import echo_model_errors, emit, output_console
+from tito_audit.cli.output import check_output, check_verbosity, echo_model_errors, emit, output_console, report_format
 from tito_audit.cli.params import FORMAT_NAMES, check_date, one_of, parse_date, parse_kwargs
-from tito_audit.errors import EXIT_FINDINGS, EXIT_INCOMPLETE, EXIT_OK, EXIT_OPERATIONAL, AuditError
+from tito_audit.errors import (
+    EXIT_FINDINGS,
+    EXIT_INCOMPLETE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_OPERATIONAL,
+    AuditError,
+)
 from tito_audit.rendering.clock import DEFAULT_DATE
 
 if TYPE_CHECKING:  # the library is imported when a command runs, not for --help
@@ -26,7 +34,6 @@ if TYPE_CHECKING:  # the library is imported when a command runs, not for --help
     from tito_audit.context import AuditOptions
 
 FAIL_ON = ("warn", "error")
-THINKING = ("on", "off", "both", "unset")
 
 
 def audit(*args: Any, **kwargs: Any) -> AuditReport:
@@ -39,10 +46,21 @@ def audit(*args: Any, **kwargs: Any) -> AuditReport:
     return audit_models(*args, **kwargs)
 
 
+def unreachable_coverage(report: AuditReport, min_coverage: int) -> list[str]:
+    """One line per model whose whole catalogue is smaller than ``--min-coverage``: no template could pass it, so
+    it is a usage error (exit 2), not an incomplete audit."""
+    return [
+        f"error: {m.model}: --min-coverage {min_coverage} is unreachable: its catalogue has "
+        f"{m.scenarios['catalogue']} scenarios"
+        for m in report.models
+        if not m.error and int(m.scenarios.get("catalogue", min_coverage)) < min_coverage
+    ]
+
+
 def incomplete(report: AuditReport, allow_check_errors: bool = False, min_coverage: int = 0) -> list[str]:
     """One line per thing the audit could not check: a check in ``error`` status (unless allowed), a verdict that
     is ``error`` (a check the verdict needs did not decide: never a pass, ``--allow-check-errors`` included), a
-    model that played fewer than ``min_coverage`` scenarios."""
+    model that played fewer than ``min_coverage`` scenarios (of a catalogue that has that many)."""
     from tito_audit.verdict import describe_reason
 
     lines = []
@@ -55,7 +73,7 @@ def incomplete(report: AuditReport, allow_check_errors: bool = False, min_covera
             undecided = [describe_reason(r) for r in m.verdict_reasons if r.startswith("error:")]
             lines.append(f"{m.model}: verdict undecided ({'; '.join(undecided) or 'no reason recorded'})")
         played = int(m.scenarios.get("played", 0))
-        if played < min_coverage:
+        if played < min_coverage <= int(m.scenarios.get("catalogue", min_coverage)):
             lines.append(
                 f"{m.model}: {played} of {m.scenarios.get('catalogue', '?')} scenarios played, "
                 f"fewer than --min-coverage {min_coverage}"
@@ -69,7 +87,7 @@ def exit_code(report: AuditReport, fail_on: str, allow_check_errors: bool = Fals
     ``fail_on``; else 0."""
     from tito_audit.gate import gating_findings
 
-    if any(m.error for m in report.models):
+    if any(m.error for m in report.models) or unreachable_coverage(report, min_coverage):
         return EXIT_OPERATIONAL
     if incomplete(report, allow_check_errors, min_coverage):
         return EXIT_INCOMPLETE
@@ -126,11 +144,19 @@ def register(app: typer.Typer) -> None:
     def audit_command(
         models: list[str] = models_argument(),
         bundled: bool = typer.Option(False, "--bundled", help="Audit every model in templates_cache/."),
-        fmt: str = typer.Option(
-            "terminal", "--format", "-f", help=" | ".join(FORMAT_NAMES), callback=one_of(FORMAT_NAMES)
+        fmt: str | None = typer.Option(
+            None,
+            "--format",
+            "-f",
+            help=" | ".join(FORMAT_NAMES) + " (default: the one --output's suffix names, else terminal)",
+            callback=one_of(FORMAT_NAMES),
         ),
         output: Path | None = typer.Option(
-            None, "--output", "-o", help="Write the report here instead of stdout (says 'wrote FILE' on stderr)."
+            None,
+            "--output",
+            "-o",
+            help="Write the report here instead of stdout (says 'wrote FILE' on stderr; checked before any work, "
+            "written atomically; .json .md .html .sarif choose the format).",
         ),
         rl_dir: Path | None = typer.Option(
             None, "--rl-dir", help="With --format html: embed the plots and metrics of `tito-audit rl --out DIR`."
@@ -160,13 +186,7 @@ def register(app: typer.Typer) -> None:
             DEFAULT_DATE.date().isoformat(), "--date", help="Date templates see (YYYY-MM-DD).", callback=check_date
         ),
         template_kwarg: list[str] = template_kwarg_option(),
-        thinking: str = typer.Option(
-            "both",
-            "--thinking",
-            help="Reasoning modes to play: both (the template's default mode, then each reasoning switch such as "
-            "enable_thinking on and off) | on | off (each switch so) | unset (the default mode only, no switch).",
-            callback=one_of(THINKING),
-        ),
+        thinking: str = thinking_option(),
         verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every finding with its token strip."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the verdict lines."),
         debug: bool = debug_option(),
@@ -187,10 +207,14 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Audit chat templates for Token-In, Token-Out safety."""
+        from tito_audit.audit import AuditInterrupted
         from tito_audit.context import AuditOptions
         from tito_audit.gate import Gate
         from tito_audit.sources.bundled import bundled_names
 
+        check_verbosity(verbose, quiet)
+        fmt = report_format(fmt, output)
+        check_output(output)
         specs = list(models or []) + (bundled_names() if bundled else [])
         if not specs:
             typer.echo("error: give at least one MODEL or --bundled", err=True)
@@ -227,12 +251,19 @@ def register(app: typer.Typer) -> None:
         except AuditError as exc:
             typer.echo(f"error: {exc.one_line()}", err=True)
             raise typer.Exit(EXIT_OPERATIONAL) from None
-        report = run_audit(specs, options, offline, template_name, chat_template, show_progress=not quiet, jobs=jobs)
+        try:
+            report = run_audit(
+                specs, options, offline, template_name, chat_template, show_progress=not quiet, jobs=jobs
+            )
+        except AuditInterrupted as stop:  # what finished is reported (marked incomplete), then exit 130
+            report = stop.report
         if rl is not None and rl_dir is not None:  # another model's RL run is refused
             from tito_audit.rl_artifacts import check_same_template
 
             try:
-                check_same_template(rl, rl_dir, [m.provenance.template_sha256 for m in report.models if m.provenance])
+                # a model rendered by --renderer has no template hash: an RL run of its template is not of it
+                shas = [m.provenance.template_sha256 for m in report.models if m.provenance]
+                check_same_template(rl, rl_dir, [sha for sha in shas if sha])
             except ValueError as exc:
                 typer.echo(f"error: {exc}", err=True)
                 raise typer.Exit(EXIT_OPERATIONAL) from None
@@ -253,4 +284,9 @@ def register(app: typer.Typer) -> None:
             echo_model_errors(report.models, debug)
         for line in gate_lines + incomplete(report, allow_check_errors, min_coverage):
             typer.echo(line, err=True)
+        for line in unreachable_coverage(report, min_coverage):
+            typer.echo(line, err=True)
+        if not report.complete:
+            typer.echo(f"interrupted after {len(report.models)} of {report.requested} models", err=True)
+            raise typer.Exit(EXIT_INTERRUPTED)
         raise typer.Exit(exit_code(report, fail_on, allow_check_errors, min_coverage))

@@ -13,11 +13,13 @@ from rich.console import Console
 from rich.text import Text
 
 from tito_audit.cli.options import debug_option, offline_option, template_kwarg_option, template_name_option
+from tito_audit.cli.output import check_output, write_atomically
 from tito_audit.cli.params import one_of
 from tito_audit.errors import EXIT_OPERATIONAL, AuditError
 
 _STATUS_LINE = {
     "proven": ("bold green", "patch proven"),
+    "changes_inference": ("bold yellow", "patch changes deployed prompts"),
     "nothing_to_fix": ("bold green", "nothing to fix"),
     "no_safe_patch": ("bold red", "no safe patch"),
 }
@@ -78,6 +80,14 @@ def _print_proof(console: Console, proof: Any) -> None:
     )
     for d in (same.differences + same.later_differences)[:5]:
         console.print(Text(f"    differs: {d.conversation}: {d.expected!r} -> {d.actual!r}", style="yellow"))
+    console.print(
+        f"  deployed prompts before later assistant turns (earlier turns present): {same.prompts_identical} of "
+        f"{same.prompts_compared} render identical token ids"
+    )
+    for change in proof.changes:
+        console.print(Text(f"  CHANGES: {change}", style="bold yellow"))
+    for d in same.prompt_differences[:3]:
+        console.print(Text(f"    differs: {d.conversation}: {d.expected!r} -> {d.actual!r}", style="yellow"))
     if proof.masks is not None:
         masks = proof.masks
         modes = ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in masks.by_mode.items())
@@ -108,6 +118,8 @@ def _print_terminal(console: Console, result: object, output: Path | None) -> No
         line.append(after.upper(), VERDICT_STYLE.get(after, ""))
     line.append("  ")
     line.append(label, style)
+    if result.status == "changes_inference" and result.proof is not None:
+        line.append(f" ({'; '.join(result.proof.changes)})", style)
     console.print(line)
     console.print(Text(result.message, style="dim"))
     _print_patches(console, result)
@@ -156,6 +168,7 @@ def register(app: typer.Typer) -> None:
         from tito_audit.fix import propose_fix
         from tito_audit.sources.load import load
 
+        check_output(output)
         err = Console(stderr=True)
         show = fmt == "terminal" and err.is_terminal
         try:
@@ -181,8 +194,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(EXIT_OPERATIONAL) from None
         if output is not None and result.patched is not None:
             try:
-                output.parent.mkdir(parents=True, exist_ok=True)
-                output.write_text(result.patched, encoding="utf-8")
+                write_atomically(output, result.patched)
             except OSError as exc:
                 typer.echo(f"error: {model}: cannot write --output {output}: {exc}", err=True)
                 raise typer.Exit(EXIT_OPERATIONAL) from None

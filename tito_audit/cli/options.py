@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from tito_audit.cli.params import check_kwargs
+from tito_audit.cli.params import check_kwargs, one_of
 
 
 def models_argument() -> Any:
@@ -28,6 +28,23 @@ def template_name_option() -> Any:
 
 def template_kwarg_option() -> Any:
     return typer.Option([], "--template-kwarg", "-k", help="KEY=VALUE passed to the template.", callback=check_kwargs)
+
+
+def _thinking_values() -> tuple[str, ...]:
+    from tito_audit.context import THINKING  # asked when the option is parsed, not for --help
+
+    return THINKING
+
+
+def thinking_option() -> Any:
+    """``--thinking`` of ``audit`` and ``rl``: the reasoning modes played (``AuditOptions.thinking``)."""
+    return typer.Option(
+        "both",
+        "--thinking",
+        help="Reasoning modes to play: both (the template's default mode, then each reasoning switch such as "
+        "enable_thinking on and off) | on | off (each switch so) | unset (the default mode only, no switch).",
+        callback=one_of(_thinking_values),
+    )
 
 
 def debug_option() -> Any:

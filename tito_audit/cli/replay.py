@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -77,9 +78,17 @@ def replay(
         float | None, typer.Option("--ray-memory", help="Memory (MB) to reserve per Ray actor (docs/replay.md).")
     ] = None,
     fmt: Annotated[
-        str, typer.Option("--format", "-f", help=" | ".join(FORMAT_NAMES), callback=one_of(FORMAT_NAMES))
-    ] = "terminal",
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here.")] = None,
+        str | None,
+        typer.Option(
+            "--format",
+            "-f",
+            help=" | ".join(FORMAT_NAMES) + " (default: the one --output's suffix names, else terminal)",
+            callback=one_of(FORMAT_NAMES),
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the report here (checked before any work).")
+    ] = None,
     fail_on: Annotated[
         str, typer.Option("--fail-on", help="Exit 1 on findings at or above: warn | error.", callback=one_of(FAIL_ON))
     ] = "error",
@@ -96,7 +105,7 @@ def replay(
 
     from rich.console import Console
 
-    from tito_audit.cli.output import emit, output_console
+    from tito_audit.cli.output import check_output, check_verbosity, emit, output_console, report_format
     from tito_audit.formats import render_report
     from tito_audit.gate import Gate, gating_findings
     from tito_audit.rendering.clock import DEFAULT_DATE
@@ -110,6 +119,11 @@ def replay(
         typer.echo(f"error: {message}", err=True)
         raise typer.Exit(EXIT_OPERATIONAL)
 
+    if not math.isfinite(max_record_mb):  # typer's range lets nan and inf through
+        fail(f"--max-record-mb must be a finite number of MB, not {max_record_mb}")
+    check_verbosity(verbose, quiet)
+    fmt = report_format(fmt, output)
+    check_output(output)
     try:
         fmap = FieldMap.parse(field_map or [])
     except MapError as exc:
@@ -194,8 +208,8 @@ def replay(
     if totals.reference_errors:
         shown = ", ".join(f.scenario for f in incomplete[:3])
         typer.echo(
-            f"error: {name}: {totals.reference_errors} of {totals.episodes} episode(s) not checked, their reference "
-            f"could not be rebuilt ({shown}; see replay_incomplete)",
+            f"error: {name}: {totals.reference_errors} of {totals.episodes} episode(s) not checked ({shown}; see "
+            "replay_incomplete for why)",
             err=True,
         )
     if malformed or incomplete:

@@ -1,8 +1,8 @@
 """``tito-audit rl MODEL``: a short GRPO-style loop comparing the buffered and the re-tokenized gradient.
 
 Exit codes: 0 identical, 1 corrupted, 2 operational error (bad option, model not found, the rl extra missing),
-3 undetermined or not applicable to tool turns (``rl/verdict.py``). Options are checked before torch or the model
-is loaded.
+3 undetermined, not applicable to tool turns, or a ``--control`` run (``rl/verdict.py``). Options are checked before
+torch or the model is loaded.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any
 
 import typer
 
-from tito_audit.cli.params import one_of
+from tito_audit.cli.options import template_kwarg_option, thinking_option
+from tito_audit.cli.params import one_of, parse_kwargs
 from tito_audit.errors import EXIT_OPERATIONAL, AuditError
 
 # What ``pip install -e ".[rl]"`` adds; torch first from the CPU index so that nothing pulls CUDA packages.
@@ -48,33 +49,75 @@ def _print_summary(result: Any) -> None:
         con.print(f"wrote {f}")
 
 
+def _facts_scope(setup: dict[str, Any]) -> str:
+    """Which scenarios the facts line covers: all the template renders (whatever --scenario plays), or the sampled."""
+    from tito_audit.rl.verdict import kwargs_line
+
+    if "sampled_token_facts" in setup:
+        return "the sampled episodes"
+    cov = setup.get("coverage") or {}
+    modes = cov.get("thinking_modes") or ["default"]
+    scope = f"all {cov.get('scenarios', '?')} scenarios the template renders, thinking modes {', '.join(modes)}"
+    if cov.get("template_kwargs"):
+        scope += ", " + kwargs_line(cov["template_kwargs"])
+    if cov.get("filtered"):
+        scope += f" ({cov['filtered']} played)"
+    return scope + "; template as the model"
+
+
 def _print_token_facts(con: Any, setup: dict[str, Any]) -> None:
     """The model-free facts first, then the scenarios they come from, worst first."""
     facts = setup.get("sampled_token_facts") or setup["token_facts"]
-    where = "sampled episodes" if "sampled_token_facts" in setup else "every scenario, template as the model"
     rate = setup.get("template_parse_rate")
     con.print(
-        f"token facts ({where}; model-free, exact): {facts['scenarios_affected']}/{facts['scenarios']} scenarios, "
-        f"{facts['sequences_affected']}/{facts['sequences']} sequences, {facts['turns_affected']}/{facts['turns']} "
-        f"turns affected; {facts['mismatched_trained']} of {facts['b_trained']} trained tokens without partner; "
-        f"flips: sampled dropped {facts['flip_sampled_dropped']}, template trained {facts['flip_template_trained']}; "
-        f"shape mismatches {facts['shape_mismatch_sequences']}; R tool-call parse rate over every scenario "
+        f"token facts ({_facts_scope(setup)}; model-free, exact): {facts['scenarios_affected']}/{facts['scenarios']} "
+        f"scenarios, {facts['sequences_affected']}/{facts['sequences']} sequences, {facts['turns_affected']}/"
+        f"{facts['turns']} turns affected"
+        + (f" (+{facts['turns_context_only']} whose context alone changes)" if facts["turns_context_only"] else "")
+        + f"; {facts['mismatched_trained']} of {facts['b_trained']} trained tokens "
+        f"without partner; {facts['context_changed_trained']} trained tokens whose context R changes; flips: sampled "
+        f"dropped {facts['flip_sampled_dropped']}, template trained {facts['flip_template_trained']}; shape "
+        f"mismatches {facts['shape_mismatch_sequences']}; R tool-call parse rate over every scenario "
         + ("n/a (no call the template can show)" if rate is None else f"{rate:.0%}"),
         highlight=False,
+        markup=False,
     )
+    if facts.get("sequences_after_training_only"):
+        con.print(
+            f"    {facts['sequences_after_training_only']} of the affected sequences differ only after their last "
+            "trained token (no loss reads those ids)",
+            highlight=False,
+            markup=False,
+        )
+    modes = facts.get("by_mode") or {}
+    if len(modes) > 1:
+        for mode, row in modes.items():
+            con.print(
+                f"    mode {mode}: {row['sequences_affected']}/{row['sequences']} sequences affected, "
+                f"{row['mismatched_trained']} trained tokens without partner, {row['context_changed_trained']} "
+                "with a changed context",
+                highlight=False,
+                markup=False,
+            )
     affected = sorted(
         ((n, r) for n, r in facts["by_scenario"].items() if r["sequences_affected"]),
-        key=lambda nr: -nr[1]["mismatched_trained"] - nr[1]["flip_sampled_dropped"] - nr[1]["flip_template_trained"],
+        key=lambda nr: (
+            -nr[1]["mismatched_trained"]
+            - nr[1]["flip_sampled_dropped"]
+            - nr[1]["flip_template_trained"]
+            - nr[1]["context_changed_trained"]
+        ),
     )
     for name, row in affected[:6]:
         con.print(
             f"    {name}: {row['mismatched_trained']} tokens without partner, dropped "
-            f"{row['flip_sampled_dropped']}, template-trained {row['flip_template_trained']} "
-            f"({row['turns_affected']}/{row['turns']} turns)",
+            f"{row['flip_sampled_dropped']}, template-trained {row['flip_template_trained']}, context changed "
+            f"{row['context_changed_trained']} ({row['turns_affected']}/{row['turns']} turns)",
             highlight=False,
+            markup=False,
         )
     if len(affected) > 6:
-        con.print(f"    ... and {len(affected) - 6} more affected scenarios (metrics.json: token_facts)")
+        con.print(f"    ... and {len(affected) - 6} more affected scenarios (metrics.json: token_facts)", markup=False)
 
 
 def _print_gates(con: Any, gates: dict[str, Any]) -> None:
@@ -191,6 +234,8 @@ def _print_verdict(con: Any, summary: dict[str, Any]) -> None:
     )
     for reason in summary["reasons"]:
         con.print(f"  because {reason}", highlight=False, markup=False)
+    if summary.get("filtered"):
+        con.print(summary["filtered"] + " (--scenario)", highlight=False, markup=False)
     con.print(f"holds for: {summary['holds_for']}", highlight=False, markup=False)
     steps = summary["parse_rate_batches_steps"]
     which = f"batch {steps[0]}" if len(steps) == 1 else f"batches {steps[0]}-{steps[-1]}"
@@ -244,17 +289,25 @@ def rl(
     include_injection: bool = typer.Option(
         False, "--include-injection", help="Also use scenarios with control-token text in content."
     ),
-    scenario: list[str] = typer.Option([], "--scenario", help="Scenario id prefix (repeatable)."),
+    scenario: list[str] = typer.Option(
+        [],
+        "--scenario",
+        help="Scenario id prefix the batches play (repeatable); the token facts still cover every scenario.",
+    ),
+    thinking: str = thinking_option(),
+    template_kwarg: list[str] = template_kwarg_option(),
     rollouts: str = typer.Option(
         "auto", "--rollouts", help="auto, sample (the policy samples) or template (the template's own turns)."
     ),
-    control: bool = typer.Option(False, "--control", help="R := B (must be identical within the noise floor)."),
+    control: bool = typer.Option(
+        False, "--control", help="R := B: checks the comparison (exit 3, verdict control), not the template."
+    ),
     out: Path | None = typer.Option(None, "--out", help="Folder for metrics.json and PNG plots."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Run a short GRPO-style loop and compare the buffered (B) and re-tokenized (R) gradients.
 
-    Exit 0 identical, 1 corrupted, 2 operational error, 3 undetermined or not applicable to tool turns.
+    Exit 0 identical, 1 corrupted, 2 operational error, 3 undetermined, not applicable to tool turns, or --control.
     """
     from tito_audit.rl.config import RLConfig
 
@@ -281,6 +334,8 @@ def rl(
         layers=layers,
         include_injection=include_injection,
         scenarios=tuple(scenario),
+        thinking=thinking,
+        template_kwargs=parse_kwargs(template_kwarg),
         control=control,
         rollouts=rollouts,
         out_dir=str(out) if out else None,

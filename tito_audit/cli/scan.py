@@ -88,10 +88,15 @@ def scan(
         ),
     ] = "",
 ) -> None:
-    from tito_audit.cli.output import output_console
-    from tito_audit.rendering import RenderLimits
+    from dataclasses import replace
+
+    from tito_audit.cli.output import check_output, output_console, write_atomically
+    from tito_audit.rendering.guard import AUDIT_LIMITS
     from tito_audit.scan import PoolLimits
 
+    check_output(json_out, "--json")
+    check_output(markdown_out, "--markdown")
+    check_output(html_out, "--html")
     try:
         if workers < 0 or render_timeout <= 0 or deadline <= 0 or memory_mb < 0 or (limit is not None and limit < 1):
             raise UsageError("scan", "--workers, --render-timeout, --deadline, --memory-mb, --limit must be positive")
@@ -99,19 +104,19 @@ def scan(
             workers=workers,
             deadline_s=deadline,
             memory_bytes=memory_mb << 20,
-            render=RenderLimits(seconds=render_timeout),
+            render=replace(AUDIT_LIMITS, seconds=render_timeout),
             scenarios=scenarios,
             synthesize=synthesize,
         )
         summary = _run(folders, tokenizer, candidate or [], limits, offline, limit, progress and sys.stderr.isatty())
         if json_out is not None:
-            json_out.write_text(summary.to_json(), encoding="utf-8")
+            write_atomically(json_out, summary.to_json())
         if markdown_out is not None:
-            markdown_out.write_text(summary.to_markdown(), encoding="utf-8")
+            write_atomically(markdown_out, summary.to_markdown())
         if html_out is not None:
             from tito_audit.formats.scan_page import to_html
 
-            html_out.write_text(to_html(summary), encoding="utf-8")
+            write_atomically(html_out, to_html(summary))
     except AuditError as exc:
         sys.stderr.write(f"error: {exc.one_line()}\n")
         raise typer.Exit(EXIT_OPERATIONAL) from None

@@ -8,8 +8,8 @@ from pathlib import Path
 import typer
 
 from tito_audit.cli.options import models_argument, offline_option
-from tito_audit.cli.output import echo_model_errors, emit
-from tito_audit.errors import EXIT_OK, EXIT_OPERATIONAL
+from tito_audit.cli.output import check_output, echo_model_errors, emit
+from tito_audit.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_OPERATIONAL
 
 
 def cached_models(cache_dir: str | Path | None = None) -> list[str]:
@@ -33,16 +33,22 @@ def register(app: typer.Typer) -> None:
         offline: bool = offline_option(),
     ) -> None:
         """Audit models and write a Markdown compatibility table with a note for every failure."""
+        from tito_audit.audit import AuditInterrupted
         from tito_audit.cli.audit import run_audit
         from tito_audit.context import AuditOptions
         from tito_audit.formats.compatibility import compatibility_table
         from tito_audit.sources.bundled import bundled_names
 
+        check_output(output)
         specs = list(models or []) + (bundled_names() if bundled else []) + (cached_models() if cached else [])
         if not specs:
             typer.echo("error: give at least one MODEL, --bundled or --cached", err=True)
             raise typer.Exit(EXIT_OPERATIONAL)
-        report = run_audit(specs, AuditOptions(), offline, None, None, show_progress=True)
+        try:
+            report = run_audit(specs, AuditOptions(), offline, None, None, show_progress=True)
+        except AuditInterrupted as stop:  # a table of some models would pass for the whole table: none is written
+            typer.echo(f"{stop}: no table written", err=True)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         emit(compatibility_table(report.models), output)
         echo_model_errors(report.models)
         raise typer.Exit(EXIT_OPERATIONAL if any(m.error for m in report.models) else EXIT_OK)

@@ -147,20 +147,39 @@ def load_encoding(model_name: str, tokenizer: Any) -> tuple[Any, str]:
 
 class Harmony(Engine):
     def __init__(self, model_name: str, tokenizer: Any) -> None:
+        from openai_harmony import HarmonyEncodingName
+
         self._encoding, note = load_encoding(model_name, tokenizer)
         self._tokenizer = tokenizer
-        self.info = EngineInfo(NAME, f"openai-harmony {metadata.version('openai-harmony')}", "ids", offline=note)
+        self.info = EngineInfo(
+            NAME,
+            f"openai-harmony {metadata.version('openai-harmony')}",
+            "ids",
+            offline=note,
+            detail={"encoding": str(HarmonyEncodingName.HARMONY_GPT_OSS.value)},
+        )
         probe = self._render_ids([{"role": "user", "content": "Hi"}], None, True, {}, dt.datetime(2024, 1, 1))
-        mine = self._encoding.decode_utf8(probe)
-        theirs = tokenizer.decode(probe, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        if mine != theirs:
+        if self._decodes_differently(probe):
             raise RendererUnavailable(
                 model_name, f"renderer {NAME}: the model's tokenizer decodes harmony's ids differently (not o200k)"
             )
 
+    def _decodes_differently(self, ids: list[int]) -> bool:
+        """Whether the model's tokenizer decodes ``ids`` to another text than harmony does (checked on every render:
+        the checks read a render as the text its ids decode to with the model's tokenizer)."""
+        mine = self._encoding.decode_utf8(ids)
+        theirs = self._tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        return bool(mine != theirs)
+
     @property
     def option_names(self) -> frozenset[str]:
         return frozenset({_EFFORT})
+
+    def option_values(self, name: str) -> tuple[Any, ...] | None:
+        """``reasoning_effort``: the members of harmony's own ``ReasoningEffort``."""
+        from openai_harmony import ReasoningEffort
+
+        return tuple(member.lower() for member in ReasoningEffort.__members__) if name == _EFFORT else None
 
     def stop_ids(self) -> tuple[int, ...]:
         """What vLLM stops gpt-oss on: harmony's stop tokens for assistant actions (``<|call|>``, ``<|return|>``), in
@@ -177,11 +196,14 @@ class Harmony(Engine):
     ) -> Rendered:
         self.refuse_unknown(options)
         try:
-            return Rendered(ids=self._render_ids(messages, tools, add_generation_prompt, options, date))
+            ids = self._render_ids(messages, tools, add_generation_prompt, options, date)
         except RendererRefused:
             raise
         except Exception as exc:
             raise refused(NAME, exc) from exc
+        if self._decodes_differently(ids):
+            raise RendererRefused(f"{NAME}: its ids decode differently with the model's tokenizer")
+        return Rendered(ids=ids)
 
     def _render_ids(
         self,

@@ -26,6 +26,11 @@ class JinjaTemplate(Engine):
     def is_template(self) -> bool:
         return True
 
+    def takes_option(self, name: str, value: Any) -> bool:
+        """Every template kwarg is given to the template (as ``apply_chat_template`` does); one it does not read
+        changes nothing."""
+        return True
+
     def renderer(
         self, tokenizer: Any, template_kwargs: dict[str, Any], date: dt.datetime, limits: RenderLimits
     ) -> Renderer:

@@ -9,7 +9,8 @@ start with the engine's context (text the trainer writes after the stop is never
 disagrees is the scenario's finding, at the first divergent token; it says whether the engine's own re-render
 parts there the same way (then the engine rewrites its own history or generation prompt: not the pair's doing).
 A scenario the engine could not play, or the trainer could not render, is listed with the reason and never
-counted as agreeing.
+counted as agreeing: every scenario is either compared or listed (control-token text in content included: an
+engine and a trainer that encode it differently, one as text and one as control tokens, part there).
 
 The result is one check (``renderer_pair``) added to the report when ``--train-renderer`` is given: it is not in
 the registry (it has nothing to compare without a trainer), and a divergence makes the verdict at least
@@ -41,8 +42,6 @@ def _compare(ctx: AuditContext) -> Outcome:
     turns = 0
     for sim in ctx.simulations:
         sid = sim.scenario.id
-        if "special_text" in sim.scenario.tags:
-            continue  # control-token text in content: the simulated "sampled" ids would hold control tokens
         if not sim.ok:
             not_compared[sid] = f"{engine_name} could not play it: {sim.error.message if sim.error else '?'}"
             continue

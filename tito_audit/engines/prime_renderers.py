@@ -3,8 +3,8 @@ token ids out, from the model's own tokenizer.
 
 ``renderers`` picks the family from the model's Hub id (its ``MODEL_RENDERER_MAP``); ``renderers@FAMILY`` names
 one. The family's typed config is always given explicitly, so the library never probes the Hub for an unknown
-model. Options are its chat-template fields (``enable_thinking``...), validated by the library; a family whose
-config takes a ``conversation_start_date`` is given the audit's date.
+model. Options are its chat-template fields (``enable_thinking``...), validated by the library, their values read
+from the config's field types; a family whose config takes a ``conversation_start_date`` is given the audit's date.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from tito_audit.engines.base import (
     Rendered,
     RendererRefused,
     RendererUnavailable,
+    candidate_values,
     refused,
 )
 
@@ -84,6 +85,11 @@ class PrimeRenderers(Engine):
     @property
     def option_names(self) -> frozenset[str]:
         return self._fields
+
+    def option_values(self, name: str) -> tuple[Any, ...] | None:
+        """From the family's typed config: a ``bool`` field, a ``Literal`` one (``reasoning_effort``)."""
+        field = getattr(type(self._config), "model_fields", {}).get(name) if name in self._fields else None
+        return None if field is None else candidate_values(field.annotation, field.default)
 
     def _made_for(self, options: dict[str, Any], date: dt.datetime | None) -> Any:
         kwargs = {k: v for k, v in options.items() if k in self._fields}

@@ -4,32 +4,102 @@ A library that renders token ids (mistral-common, openai-harmony, ``renderers``)
 text its ids decode to, with the model's tokenizer; every encode of that exact text gives back the library's ids
 (with offsets from the decoded pieces), so a check that encodes a render compares the engine's own tokens, never
 a re-encoding of them. A library that renders text (a Python encoder) is encoded with the model's tokenizer, as
-the engine does. Caching, the time and size bounds and the classification of failures are ``Renderer``'s.
+the engine does. Either way ``render_ids`` is what the engine feeds the model, control-token text in content
+included; ``sanitized_ids`` is the safe encoding it is compared with (``special_token_injection``).
+
+Every render (``render_once``) gives the engine deep copies of the conversation, the tools and the options (an
+engine that edits its inputs in place cannot change the audit's scenarios, or what another render sees), with
+Python's wall clock stopped at the render's date (``wall_clock``). An option the engine does not take
+(``Engine.takes_option``) is not given to it and is listed in ``not_given``. Caching, the time and size bounds
+and the classification of failures are ``Renderer``'s.
 """
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
+import difflib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tito_audit.engines import wall_clock
 from tito_audit.errors import RendererRefused, RenderError
 from tito_audit.rendering.analysis import transformers_compiles
+from tito_audit.rendering.clock import DEFAULT_DATE
 from tito_audit.rendering.guard import RenderLimits
 from tito_audit.rendering.renderer import Message, Renderer, _Shared
 
 if TYPE_CHECKING:
-    from tito_audit.engines.base import Engine
+    from tito_audit.engines.base import Engine, Rendered
+
+# Conversations an option is probed on (a reasoning switch, an option of a **kwargs encoder): a first prompt, a
+# prompt after an answer that carried reasoning, and a prompt after a tool call and its result.
+PROBES: tuple[tuple[tuple[Message, ...], bool], ...] = (
+    (({"role": "user", "content": "Hi"},), True),
+    (
+        (
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello.", "reasoning_content": "Greet back."},
+            {"role": "user", "content": "Again"},
+        ),
+        True,
+    ),
+    (
+        (
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {"id": "call00001", "type": "function", "function": {"name": "get_weather", "arguments": {}}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call00001", "name": "get_weather", "content": "Sunny."},
+        ),
+        True,
+    ),
+)
+
+
+def render_once(
+    engine: Engine,
+    messages: Sequence[Message],
+    tools: Any,
+    add_generation_prompt: bool,
+    options: dict[str, Any],
+    date: dt.datetime,
+) -> Rendered:
+    """One render by ``engine``, of copies of its inputs, under Python's wall clock stopped at ``date``."""
+    given = copy.deepcopy((list(messages), list(tools) if tools else None, dict(options)))
+    with wall_clock.stopped_at(date):
+        return engine.render(given[0], given[1], add_generation_prompt, given[2], date)
+
+
+def changes_a_probe(engine: Engine, options: dict[str, Any]) -> bool:
+    """Whether ``options`` change a render of one of ``PROBES`` (a refused render counts as a change)."""
+    for messages, agp in PROBES:
+        try:
+            plain = render_once(engine, messages, None, agp, {}, DEFAULT_DATE)
+        except RendererRefused:
+            continue
+        try:
+            given = render_once(engine, messages, None, agp, options, DEFAULT_DATE)
+        except RendererRefused:
+            return True
+        if (given.text, given.ids) != (plain.text, plain.ids):
+            return True
+    return False
 
 
 class _EngineShared(_Shared):
     """``Renderer``'s shared caches, plus the engine's ids of each text it rendered. No template to prepare or
     analyse: the engine is given the tools on every render."""
 
-    def __init__(self, tokenizer: Any) -> None:
-        super().__init__(tokenizer, "")
+    def __init__(self, tokenizer: Any, limits: RenderLimits | None = None) -> None:
+        super().__init__(tokenizer, "", limits)  # the limits' per-template budget bounds the engine's renders too
         self.engine_ids: dict[str, tuple[int, ...]] = {}
         self.offsets: dict[str, list[tuple[int, int]]] = {}
+        self.not_given: dict[str, str] = {}  # option -> why the engine was not given it
 
     @property
     def compiles_seen(self) -> int:
@@ -59,7 +129,7 @@ class EngineRenderer(Renderer):
     ) -> None:
         from tito_audit.rendering.clock import DEFAULT_DATE
 
-        shared = _shared or _EngineShared(tokenizer)
+        shared = _shared or _EngineShared(tokenizer, limits)
         super().__init__(tokenizer, "", template_kwargs, date or DEFAULT_DATE, limits, shared)
         self.engine = engine
         self._engine_shared = shared
@@ -89,8 +159,19 @@ class EngineRenderer(Renderer):
                 raise RenderError("raised", err.__cause__.message) from None
             raise
 
+    @property
+    def not_given(self) -> dict[str, str]:
+        """Options of the audit this engine was not given, because it does not take them, each with why."""
+        return dict(self._engine_shared.not_given)
+
     def _text(self, messages: Sequence[Message], tools: Any, agp: bool, kwargs: dict[str, Any]) -> str:
-        out = self.engine.render(list(messages), list(tools) if tools else None, agp, dict(kwargs), self.date)
+        options = {}
+        for name, value in kwargs.items():
+            if self.engine.takes_option(name, value):
+                options[name] = value
+            else:
+                self._engine_shared.not_given.setdefault(name, f"{self.engine.name} takes no option {name}")
+        out = render_once(self.engine, messages, tools, agp, options, self.date)
         if out.ids is not None:
             ids = tuple(int(i) for i in out.ids)
             text = self._decoded(ids)
@@ -101,8 +182,52 @@ class EngineRenderer(Renderer):
         return text
 
     def _sanitized(self, key: bytes | str, messages: Sequence[Message], tools: Any, agp: bool) -> list[int]:
-        """The engine's own ids: how it encodes control-token text in content is its behaviour, not ours to fix."""
+        """``render_ids``: the engine's own ids, what it feeds the model. How it encodes control-token text in content
+        is its behaviour, which ``sanitized_ids`` holds to the safe encoding."""
         return list(self._engine_shared.engine_ids[self._render(key, messages, tools, agp)])
+
+    def sanitized_ids(
+        self, messages: Sequence[Message], tools: Any = None, add_generation_prompt: bool = False
+    ) -> list[int]:
+        """The safe encoding of what the engine feeds the model: its ids (a library's own, or a text render encoded
+        plainly) with every control token that control-token text in the conversation produced written as that
+        text's plain encoding. Which tokens those are: the engine renders the conversation once more with each
+        control-token text in its strings replaced by a placeholder; a control token of the render that lies where
+        the two renders differ came from the conversation, one where they agree is the engine's own."""
+        cache = self._shared.cache
+        controls = cache.special_texts
+        text = self.render(messages, tools, add_generation_prompt)
+        ids, offsets = self.encode_with_offsets(text)
+        placeholder = next((c for c in "#~@x" if not any(c in t for t in controls)), "\u2591")
+        given = [list(messages), list(tools) if tools else None]
+        defanged = _defanged(given, controls, placeholder)
+        if defanged == given:
+            return ids  # no control-token text in the conversation: nothing to forge
+        other = self.render(defanged[0], defanged[1], add_generation_prompt)
+        changed = [
+            (i1, i2)
+            for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, text, other, autojunk=False).get_opcodes()
+            if tag != "equal" and i2 > i1
+        ]
+        out: list[int] = []
+        for tid, (a, b) in zip(ids, offsets, strict=True):
+            piece = text[a:b]
+            if piece in controls and any(i1 < b and a < i2 for i1, i2 in changed):
+                plain = self._as_text(piece)
+                if tid in plain:
+                    raise RenderError("raised", f"the tokenizer encodes {piece!r} as that token even as plain text")
+                out += plain
+            else:
+                out.append(tid)
+        return out
+
+    def _as_text(self, piece: str) -> list[int]:
+        """``piece`` encoded as plain text (no added token matched), after a newline as transformers' sanitizer does
+        (so a SentencePiece tokenizer adds no word-start space)."""
+        cache = self._shared.cache
+        newline = cache.encode_without_added_tokens("\n")
+        ids = cache.encode_without_added_tokens("\n" + piece)
+        return ids[len(newline) :] if ids[: len(newline)] == newline else ids
 
     def render_with_mask(self, messages: Sequence[Message], tools: Any = None) -> tuple[list[int], list[int]]:
         raise RenderError("raised", f"renderer {self.engine.name} gives no assistant mask")
@@ -149,3 +274,17 @@ class EngineRenderer(Renderer):
 
     def _decoded(self, ids: Sequence[int]) -> str:
         return self._shared.cache.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def _defanged(value: Any, controls: Sequence[str], placeholder: str) -> Any:
+    """``value`` with each control-token text in its strings (not dict keys) replaced by ``placeholder`` as long."""
+    if isinstance(value, str):
+        for text in controls:  # longest first: a token is replaced before the shorter ones it holds
+            if text in value:
+                value = value.replace(text, placeholder * len(text))
+        return value
+    if isinstance(value, dict):
+        return {key: _defanged(item, controls, placeholder) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_defanged(item, controls, placeholder) for item in value]
+    return value

@@ -4,8 +4,10 @@ Each patch class (one module each) reads the audit of the original template and 
 (``source.Source``: Jinja's lexer with exact spans), never a model name, so forks and fine-tunes of a family are
 patched the same way. Patches are applied in a fixed order and proven together (``proof``): the audit again
 with the patched template, no check worse than before, every targeted check better, inference renders
-unchanged, and assistant masks equal to the sampled spans when markers were placed. When the combination does
-not hold, each patch is proven alone and only the proven ones are combined.
+unchanged, and assistant masks equal to the sampled spans in every thinking mode when markers were placed. When
+the combination does not hold, each patch is proven alone and only the proven ones are combined. A patch that
+holds but changes a deployed prompt (the prompt before a later assistant turn) is offered as
+``changes_inference``, never as proven, with what it changes.
 
     from tito_audit import load
     from tito_audit.fix import propose_fix
@@ -59,7 +61,9 @@ class Rejected:
 @dataclass
 class FixResult:
     model: str
-    status: str  # "proven" | "nothing_to_fix" | "no_safe_patch"
+    # "proven" | "changes_inference" (offered, not proven: it changes deployed prompts) | "nothing_to_fix" |
+    # "no_safe_patch"
+    status: str
     message: str
     original: str
     before: ModelReport
@@ -77,7 +81,8 @@ class FixResult:
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.status == "no_safe_patch" and self.failing else 0
+        """1 when the model needs a patch and none is proven (a patch that changes deployed prompts is not)."""
+        return 1 if self.status in ("no_safe_patch", "changes_inference") and self.failing else 0
 
     def diff(self, name: str = "chat_template.jinja") -> str:
         if self.patched is None:
@@ -162,12 +167,12 @@ def _prove_best(
     stage(f"proving {', '.join(p.id for p in candidates)} together")
     text, applied = _chain(audited, {p.id for p in candidates})
     proof, after = _prove(audited, applied, text)
-    if not proof.ok and len(candidates) > 1:
+    if not proof.offerable and len(candidates) > 1:
         good: list[Patch] = []
         for p in candidates:
             stage(f"proving {p.id} alone")
             alone, _ = _prove(audited, [p], p.template)
-            if alone.ok:
+            if alone.offerable:
                 good.append(p)
             else:
                 result.rejected.append(Rejected(p, alone.reasons))
@@ -176,7 +181,7 @@ def _prove_best(
             proof, after = _prove(audited, applied, text)
         else:
             applied = []
-    elif not proof.ok:
+    elif not proof.offerable:
         result.rejected.append(Rejected(candidates[0], proof.reasons))
         applied = []
     return text, applied, proof, after
@@ -220,7 +225,7 @@ def propose_fix(
     text, applied, proof, after = _prove_best(audited, candidates, result, stage)
     cause = next(iter(report.check("tool_append_prefix").active_findings), None)
     no_required = result.failing and not any(p.required for p in candidates)
-    if not applied or not proof.ok:
+    if not applied or not proof.offerable:
         if applied:
             result.rejected.extend(Rejected(p, proof.reasons) for p in applied)
         result.status = "no_safe_patch"
@@ -236,6 +241,13 @@ def propose_fix(
         result.status = "no_safe_patch"
         result.message = "only optional patches are proven; the verdict stays unsafe" + (
             f" ({cause.message})" if no_required and cause else ""
+        )
+    elif proof.changes:
+        result.status = "changes_inference"
+        result.message = (
+            f"verdict {report.verdict} -> {after.verdict}; the patch changes deployed prompts: "
+            + "; ".join(proof.changes)
+            + " (serve with the patched template too, or train and serve will differ)"
         )
     else:
         result.status = "proven"

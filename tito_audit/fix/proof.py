@@ -5,9 +5,13 @@
 2. Inference equivalence: for what a model sees when serving (each scenario's prompt up to the generation
    prompt with no earlier assistant turn, with and without tools, in every thinking mode; and the first
    assistant turn as the model generates it) the patched template renders exactly the same token ids. Later
-   turns' completions (the text after each generation prompt) are compared as text.
+   turns' completions (the text after each generation prompt) are compared as text. The prompt before every
+   later assistant turn, earlier assistant turns present (what a server renders for turn 2, 3...), is compared
+   as token ids too: a patch that changes one is not proven, and the proof says what it changes (``changes``:
+   "turn >= 2 prompts keep earlier reasoning"), so the patched template is served as it is trained.
 3. For generation markers: ``return_assistant_tokens_mask`` equals the token buffer's loss mask (1 exactly on
-   the sampled ids, stop token included) in every episode whose ids a re-render reproduces.
+   the sampled ids, stop token included) in every episode whose ids a re-render reproduces, in every thinking
+   mode: markers placed for one mode's generation prompt and wrong in another are not proven.
 """
 
 from __future__ import annotations
@@ -77,6 +81,8 @@ class Difference:
     expected: str  # original template, around the divergence
     actual: str  # patched template
     tool_call_turn: bool = False  # the conversation ends with an assistant turn that calls tools
+    turn: int = 0  # later prompts: the assistant turn (1-based) the prompt is for
+    what: str = ""  # later prompts: what the patch changes in it ("keep earlier reasoning")
 
 
 @dataclass
@@ -89,16 +95,33 @@ class Equivalence:
     later_compared: int = 0
     later_identical: int = 0
     later_differences: list[Difference] = field(default_factory=list)
+    prompts_compared: int = 0  # prompts before a later assistant turn, earlier assistant turns present
+    prompts_identical: int = 0
+    prompt_differences: list[Difference] = field(default_factory=list)
 
     @property
     def holds(self) -> bool:
-        return not self.differences
+        return not self.differences and not self.prompt_differences
+
+    @property
+    def changes(self) -> list[str]:
+        """What the patch changes in deployed prompts, one line per kind of change, from its earliest turn."""
+        first: dict[str, int] = {}
+        for d in self.prompt_differences:
+            first[d.what] = min(first.get(d.what, d.turn), d.turn)
+        counts = {what: sum(1 for d in self.prompt_differences if d.what == what) for what in first}
+        return [
+            f"turn ≥ {turn} prompts {what} ({counts[what]} of {self.prompts_compared} later prompts)"
+            for what, turn in sorted(first.items(), key=lambda kv: (kv[1], kv[0]))
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["differences"] = d["differences"][:20]
         d["later_differences"] = d["later_differences"][:20]
+        d["prompt_differences"] = d["prompt_differences"][:20]
         d["holds"] = self.holds
+        d["changes"] = self.changes
         return d
 
 
@@ -112,9 +135,9 @@ class MaskProof:
 
     @property
     def holds(self) -> bool:
-        """Exact in every comparable episode of the template's default mode."""
+        """Exact in every comparable episode of every thinking mode (and at least one of the default mode)."""
         default = self.by_mode.get("default", [0, 0])
-        return default[1] > 0 and default[0] == default[1]
+        return default[1] > 0 and all(exact == total for exact, total in self.by_mode.values())
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "mismatches": self.mismatches[:20], "holds": self.holds}
@@ -127,17 +150,28 @@ class Proof:
     checks: list[CheckChange]
     equivalence: Equivalence
     masks: MaskProof | None
-    reasons: list[str]  # why it is not proven (empty when proven)
+    reasons: list[str]  # why it cannot be offered (empty when it can)
     flagged: list[str]  # inference renders that change, declared by the patches that change them
     notes: list[str] = field(default_factory=list)  # limits of a proven patch (masks in other modes)
 
     @property
-    def ok(self) -> bool:
+    def changes(self) -> list[str]:
+        """Deployed prompts the patch changes: it can be offered, never as proven (serve what you train)."""
+        return self.equivalence.changes
+
+    @property
+    def offerable(self) -> bool:
         return not self.reasons
+
+    @property
+    def ok(self) -> bool:
+        """Proven: it can be offered and it changes no deployed prompt."""
+        return not self.reasons and not self.changes
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
+            "changes": self.changes,
             "verdict_before": self.verdict_before,
             "verdict_after": self.verdict_after,
             "checks": [asdict(c) | {"regressed": c.regressed, "improved": c.improved} for c in self.checks],
@@ -188,11 +222,12 @@ def inference_equivalence(audited: AuditedTemplate, original: str, patched: str)
                 continue
             seen.add(key)
             _compare(audited, eq, name, ro, rp, msgs, tls, agp, bool(not agp and msgs[-1].get("tool_calls")))
-        for i in assistants[1:]:
+        for n, i in enumerate(assistants[1:], start=2):
             key = json.dumps([messages[: i + 1], mode], sort_keys=True, default=repr)
             if key in later_seen:
                 continue
             later_seen.add(key)
+            _compare_prompt(audited, eq, f"{scenario.id}: prompt for assistant turn {n}", ro, rp, messages, i, tools, n)
             try:
                 co, cp = _completion(ro, messages, i, tools), _completion(rp, messages, i, tools)
             except RenderError:
@@ -212,6 +247,63 @@ def inference_equivalence(audited: AuditedTemplate, original: str, patched: str)
                     )
                 )
     return eq
+
+
+def _compare_prompt(
+    audited: AuditedTemplate,
+    eq: Equivalence,
+    name: str,
+    ro: Any,
+    rp: Any,
+    messages: list[dict[str, Any]],
+    i: int,
+    tools: Any,
+    turn: int,
+) -> None:
+    """The prompt before assistant message ``i`` (earlier assistant turns present) under both templates, as ids."""
+    try:
+        ids_o = ro.render_ids(messages[:i], tools=tools, add_generation_prompt=True)
+        ids_p = rp.render_ids(messages[:i], tools=tools, add_generation_prompt=True)
+    except RenderError:
+        return
+    eq.prompts_compared += 1
+    if ids_o == ids_p:
+        eq.prompts_identical += 1
+        return
+    at = common_prefix_len(ids_o, ids_p)
+    what = _what_changes(audited, ro, rp, messages[:i], tools)
+    eq.prompt_differences.append(
+        Difference(name, at, _window(audited, ids_o, at), _window(audited, ids_p, at), False, turn, what)
+    )
+
+
+def _what_changes(audited: AuditedTemplate, ro: Any, rp: Any, history: list[dict[str, Any]], tools: Any) -> str:
+    """What the patched template writes otherwise in a prompt: the message whose text holds the first difference
+    (located with the patched template's renders of the history's prefixes), and whether what it adds there is
+    that message's reasoning, or a reasoning block in the template's own delimiters."""
+    from tito_audit.scenarios.adapt import reasoning_of
+    from tito_audit.scenarios.reasoning import reasoning_marks
+
+    try:
+        text_o = ro.render(history, tools=tools, add_generation_prompt=True)
+        text_p = rp.render(history, tools=tools, add_generation_prompt=True)
+        ends = [len(rp.render(history[: k + 1], tools=tools)) for k in range(len(history))]
+    except RenderError:
+        return "render differently"
+    at = common_prefix_len(text_o, text_p)
+    k = next((n for n, end in enumerate(ends) if at < end), len(history) - 1)
+    m = history[k]
+    if m.get("role") != "assistant":
+        return f"render earlier {m.get('role')} messages differently"
+    added = text_p[at : ends[k]]
+    thought = reasoning_of(m)
+    if thought and thought in added and thought not in text_o:
+        return "keep earlier reasoning"
+    if any(d in added for d in reasoning_marks(audited.model.chat_template).delimiters):
+        return "keep earlier (empty) reasoning blocks"
+    if m.get("tool_calls"):
+        return "render earlier tool calls differently"
+    return "render earlier assistant turns differently"
 
 
 def _completion(renderer: Any, messages: list[dict[str, Any]], i: int, tools: Any) -> str:
@@ -381,14 +473,13 @@ def prove(
     masks = mask_proof(audited, patched) if with_masks else None
     notes: list[str] = []
     if masks is not None and not masks.holds:
-        detail = masks.mismatches[0] if masks.mismatches else "no comparable episode"
-        reasons.append(f"assistant mask differs from the sampled span: {detail}")
-    elif masks is not None:
-        for mode, (exact, total) in masks.by_mode.items():
-            if exact < total:
-                example = next((m for m in masks.mismatches if mode in m), "")
-                notes.append(
-                    f"mode {mode}: the mask is exact in {exact} of {total} episodes; the markers sit where the "
-                    f"default mode's generation prompt ends ({example})"
-                )
+        wrong = [(mode, exact, total) for mode, (exact, total) in masks.by_mode.items() if exact < total]
+        if not wrong:
+            reasons.append("assistant mask: no comparable episode in the default mode")
+        for mode, exact, total in wrong:
+            example = next((m for m in masks.mismatches if mode == "default" or mode in m), "")
+            reasons.append(
+                f"assistant mask differs from the sampled span in mode {mode}: exact in {exact} of {total} "
+                f"episodes ({example})"
+            )
     return Proof(before.verdict, after.verdict, checks, eq, masks, reasons, flagged, notes)

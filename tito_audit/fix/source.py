@@ -99,9 +99,9 @@ Node = Data | Leaf | Block
 
 def environment() -> Any:
     """The Jinja environment transformers renders with (same lexer settings and extensions)."""
-    from transformers.utils.chat_template_utils import _compile_jinja_template
+    from tito_audit import compat
 
-    return _compile_jinja_template("{{ '' }}").environment
+    return compat.compile_cache().compile("{{ '' }}").environment
 
 
 def decode_literal(raw: str) -> str:

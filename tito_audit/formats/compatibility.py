@@ -17,7 +17,14 @@ from tito_audit.audit import ModelReport
 from tito_audit.checks import ordered_checks
 from tito_audit.checks.base import CheckResult
 from tito_audit.formats.divergence import divergence, first_active
-from tito_audit.formats.labels import approximate_note, model_label, short_revision, verdict_reasons
+from tito_audit.formats.labels import (
+    approximate_note,
+    model_label,
+    models_libraries,
+    short_revision,
+    verdict_reasons,
+    versions_text,
+)
 from tito_audit.formats.markdown import md_code, md_text, table_markdown
 from tito_audit.quote import clipped
 from tito_audit.verdict import VERDICTS
@@ -90,7 +97,9 @@ def _row(m: ModelReport, aliases: list[str], columns: list[str], note: Callable[
         name += " (bundled: " + ", ".join(md_code(a, True) for a in aliases) + ")"
     row = {
         "model": name,
-        "template": md_code(m.provenance.template_sha256[:8], True) if m.provenance else NOT_RUN,
+        "template": md_code(m.provenance.template_sha256[:8], True)
+        if m.provenance and m.provenance.template_sha256
+        else NOT_RUN,
         "verdict": VERDICT_CELL[m.verdict],
         "scenarios": f"{m.scenarios['played']}/{m.scenarios['catalogue']}" if "catalogue" in m.scenarios else NOT_RUN,
         "why": "; ".join(md_text(clipped(r, REASON_LIMIT)) for r in verdict_reasons(m)[:2]),
@@ -147,6 +156,8 @@ def compatibility_table(reports: Sequence[ModelReport], check_ids: Sequence[str]
         "audited template's sha256; `scenarios` is scenarios played / catalogue; `why` is the verdict's reason "
         "(adaptations the rollout code must make too are named there). A bundled copy whose audit equals its Hub "
         "model's shares that row.",
+        "",
+        f"Audited with {versions_text(models_libraries(reports))}.",
         "",
         table_markdown(df),
         "",

@@ -13,7 +13,6 @@ import re
 from html import escape
 from typing import Any
 
-from tito_audit._version import __version__
 from tito_audit.audit import AuditReport, ModelReport
 from tito_audit.checks.base import CheckResult
 from tito_audit.findings import Finding
@@ -23,8 +22,10 @@ from tito_audit.formats.labels import (
     approximate_note,
     coverage_text,
     model_label,
+    run_status,
     template_origin,
     verdict_reasons_text,
+    versions_text,
 )
 from tito_audit.formats.visible import visible
 from tito_audit.rl_artifacts import RLArtifacts
@@ -227,7 +228,7 @@ def _provenance(m: ModelReport) -> str:
         ("source", p.source),
         ("repository", f"{p.repo_id} @ {p.revision or '-'}" if p.repo_id else "-"),
         ("template", template_origin(m) + (f" (named {p.template_name})" if p.template_name else "")),
-        ("template sha256", p.template_sha256),
+        ("template sha256", p.template_sha256 or "- (no template renders)"),
         (
             "tokenizer",
             f"{p.tokenizer_class}, vocab {p.vocab_size:,}"
@@ -283,6 +284,7 @@ _RL_GRID = (
     ("mismatched_trained", "trained tokens without partner", "{}"),
     ("flip_sampled_dropped", "sampled tokens R drops from the loss", "{}"),
     ("flip_template_trained", "template tokens R trains", "{}"),
+    ("context_changed_trained", "trained tokens whose context R changes", "{}"),
     ("parse_rate_every_scenario", "R parse rate, every scenario", "{:.0%}"),
     ("parse_rate_batches", "R parse rate, batches played", "{:.0%}"),
     ("rel_error_max", "largest relative gradient error", "{:.3g}"),
@@ -297,6 +299,7 @@ _RL_BADGES = {
     "identical": ("safe", "R GRADIENT = B"),
     "not_applicable": ("error", "NOT APPLICABLE TO TOOL TURNS"),
     "undetermined": ("error", "UNDETERMINED"),
+    "control": ("error", "CONTROL (R := B), NOT THE TEMPLATE"),
 }
 
 
@@ -371,7 +374,9 @@ def to_html(
     )
     body = [
         "<h1>tito-audit report</h1>",
-        f'<p class="sub">tito-audit {esc(__version__)} · templates see the date {esc(", ".join(dates) or "-")}</p>',
+        f'<p class="sub">{esc(versions_text(report.libraries))} · templates see the date '
+        f"{esc(', '.join(dates) or '-')}</p>",
+        f'<p class="verdict v-error">{esc(run_status(report))}</p>' if run_status(report) else "",
         f'<table class="summary">{overview}</table>' if len(report.models) > 1 else "",
         legend,
         *(_model(m, verbose) for m in report.models),

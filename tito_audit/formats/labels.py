@@ -3,14 +3,46 @@ cuts, the verdict's reasons and the coverage line, kept in one place so that eve
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import PurePath
+from typing import Any
 
-from tito_audit.audit import ModelReport
+from tito_audit.audit import AuditReport, ModelReport
 from tito_audit.verdict import MIN_COVERAGE, describe_reason
 
 STATUS_ICON = {"pass": "✅", "warn": "⚠️", "fail": "❌", "not_applicable": "n/a", "error": "💥"}
 STATUS_WORD = {"pass": "pass", "warn": "warn", "fail": "fail", "not_applicable": "n/a", "error": "error"}
 VERDICT_ICON = {"safe": "✅", "tito-required": "⚠️", "unsafe": "❌", "error": "💥"}
+
+
+LIBRARY_ORDER = ("tito-audit", "transformers", "tokenizers", "jinja2")
+
+
+def versions_text(libraries: Mapping[str, Any]) -> str:
+    """``tito-audit 0.5.0 · transformers 5.24.0 · tokenizers 0.23.3 · jinja2 3.1.6``, and the compat fallbacks that
+    ran, if any: a verdict can change with a transformers release, so every format says what produced it."""
+    text = " · ".join(f"{name} {libraries[name]}" for name in LIBRARY_ORDER if name in libraries)
+    fallbacks = libraries.get("compat_fallbacks") or []
+    if fallbacks:
+        text += f" · compat fallbacks: {', '.join(fallbacks)}"
+    return text
+
+
+def models_libraries(models: Sequence[ModelReport]) -> dict[str, Any]:
+    """The libraries named in the models' provenance (the first that has them), else this process's."""
+    for m in models:
+        if m.provenance is not None and m.provenance.libraries:
+            return dict(m.provenance.libraries)
+    from tito_audit.compat import library_versions
+
+    return dict(library_versions())
+
+
+def run_status(report: AuditReport) -> str:
+    """ "" for a complete run; for one stopped early, what it holds (``interrupted after 2 of 7 models``)."""
+    if report.complete:
+        return ""
+    return f"INCOMPLETE: interrupted after {len(report.models)} of {report.requested} models"
 
 
 def model_label(m: ModelReport) -> str:
@@ -74,13 +106,16 @@ def verdict_reasons(m: ModelReport) -> list[str]:
 
 
 def renderer_lines(m: ModelReport) -> list[str]:
-    """One line per renderer that is not the model's template alone (``--renderer``/``--train-renderer``), and the
-    line saying what it could not do offline (never left out)."""
+    """One line per renderer that is not the model's template alone (``--renderer``/``--train-renderer``), the line
+    saying what it could not do offline and its notes (options it was not given, switches not probed): never left
+    out."""
     lines = []
     for role, info in (m.renderers or {}).items():
         if info is None:
             continue
-        lines.append(f"{role} renderer {info['name']} ({info['library']}, renders {info['native']})")
+        native = info["native"] or "nothing (it never rendered)"
+        lines.append(f"{role} renderer {info['name']} ({info['library']}, renders {native})")
         if info.get("offline"):
             lines.append(f"{role} renderer offline: {info['offline']}")
+        lines += [f"{role} renderer note: {note}" for note in info.get("notes", [])]
     return lines

@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from tito_audit._version import __version__
 from tito_audit.audit import AuditReport, ModelReport
 from tito_audit.checks.base import CheckResult
 from tito_audit.findings import Finding
@@ -23,8 +22,10 @@ from tito_audit.formats.labels import (
     coverage_text,
     model_label,
     renderer_lines,
+    run_status,
     template_origin,
     verdict_reasons_text,
+    versions_text,
 )
 from tito_audit.formats.visible import visible
 
@@ -82,7 +83,7 @@ def _provenance_rows(m: ModelReport) -> list[tuple[str, str]]:
         ("source", md_text(p.source)),
         ("repository", repo),
         ("template", template),
-        ("template sha256", md_code(p.template_sha256, True)),
+        ("template sha256", md_code(p.template_sha256, True) if p.template_sha256 else "- (no template renders)"),
         ("tokenizer", f"{md_text(p.tokenizer_class)}, vocab {p.vocab_size}" + _synthesized_md(p)),
         ("bos / eos", f"{md_code(repr(p.bos_token), True)} / {md_code(repr(p.eos_token), True)}"),
         ("license", md_text(p.license or "-")),
@@ -177,6 +178,9 @@ def model_markdown(m: ModelReport, verbose: bool = False, quiet: bool = False) -
 
 def to_markdown(report: AuditReport, verbose: bool = False, quiet: bool = False, **_: Any) -> str:
     dates = sorted({_date(m) for m in report.models if _date(m)})
-    head = ["# tito-audit report", "", f"tito-audit {__version__}; templates see the date {', '.join(dates) or '-'}."]
+    made = f"{versions_text(report.libraries)}; templates see the date {', '.join(dates) or '-'}."
+    head = ["# tito-audit report", "", made]
+    if run_status(report):
+        head += ["", f"**{run_status(report)}.**"]
     body = [model_markdown(m, verbose=verbose, quiet=quiet) for m in report.models]
     return "\n".join([*head, "", *body]).rstrip() + "\n"

@@ -89,7 +89,8 @@ def root_causes(c: CheckResult) -> list[list[Finding]]:
 def _fingerprint(m: ModelReport, c: CheckResult, cls: str, suppressed: bool) -> str:
     """Stable across runs of the same template: which root cause it is, not where the run happened nor how many
     scenarios showed it."""
-    sha = m.provenance.template_sha256 if m.provenance else ""
+    # where a renderer renders instead of a template, its identity (``template_file``) stands for the template
+    sha = (m.provenance.template_sha256 or m.provenance.template_file) if m.provenance else ""
     key = "\x1f".join([sha, c.id, cls, "suppressed" if suppressed else ""])
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
 
@@ -190,11 +191,12 @@ def to_sarif_dict(report: AuditReport) -> dict[str, Any]:
                         "version": __version__,
                         "semanticVersion": __version__,
                         "rules": rules,
+                        "properties": {"libraries": report.libraries},
                     }
                 },
                 "invocations": [
                     {
-                        "executionSuccessful": not any(m.error for m in report.models),
+                        "executionSuccessful": report.complete and not any(m.error for m in report.models),
                         "toolExecutionNotifications": notifications,
                     }
                 ],

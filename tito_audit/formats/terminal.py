@@ -11,7 +11,14 @@ from rich.text import Text
 
 from tito_audit.audit import AuditReport, ModelReport
 from tito_audit.findings import Finding
-from tito_audit.formats.labels import approximate_note, coverage_text, renderer_lines, verdict_reasons_text
+from tito_audit.formats.labels import (
+    approximate_note,
+    coverage_text,
+    renderer_lines,
+    run_status,
+    verdict_reasons_text,
+    versions_text,
+)
 from tito_audit.quote import clipped
 
 VERDICT_STYLE = {
@@ -38,7 +45,7 @@ def provenance_fields(m: ModelReport) -> list[str]:
     return [
         where,
         f"template {p.template_file}{named}",
-        f"sha256:{p.template_sha256[:12]}",
+        *([f"sha256:{p.template_sha256[:12]}"] if p.template_sha256 else []),  # None: a renderer, named instead
         f"{p.tokenizer_class} vocab {p.vocab_size}",
         f"date {str(m.options.get('date', ''))[:10]}",
     ]
@@ -135,6 +142,10 @@ def to_terminal(
 ) -> str:
     buffer = io.StringIO()
     target = console or Console(file=buffer, width=140, force_terminal=False, color_system=None)
+    if not quiet:
+        target.print(Text(versions_text(report.libraries), style="dim"), soft_wrap=True)
+    if run_status(report):
+        target.print(Text(run_status(report), style="bold magenta"), soft_wrap=True)
     for m in report.models:
         model_section(target, m, verbose=verbose, quiet=quiet)
         if not quiet:

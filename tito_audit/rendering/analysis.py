@@ -1,7 +1,7 @@
 """Template analysis: each template compiled once by transformers, under limits, with a pinned clock, and its
 code read once.
 
-A template is compiled by transformers (``_compile_jinja_template``, cached per template text) under
+A template is compiled by transformers (``_compile_jinja_template``, cached per template text: ``compat``) under
 ``COMPILE_LIMITS`` (``compiled_template``), and its code is read for hazards (``hazards``), for the literal text
 it can write and for the variable names it loads. Those readings need the tree as parsed: jinja's optimizer folds
 constant expressions in the tree it compiles, in place. So the parse jinja does for that compile is read as it
@@ -28,17 +28,19 @@ import threading
 from collections import ChainMap
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, NoReturn
 
 from jinja2 import TemplateError, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from tito_audit import compat
 from tito_audit.rendering.bounded_cache import BoundedCache
 from tito_audit.rendering.clock import pinned_strftime
 from tito_audit.rendering.guard import RenderLimits, RenderTimeout, harden_environment, render_limits
 from tito_audit.rendering.hazards import Hazard, find_hazards
+from tito_audit.rendering.message_reads import MessageReads, read_messages
 from tito_audit.rendering.sandbox_decisions import memoize_decisions
 
 # Every node type some reading of a template's code looks at (one walk of the tree finds them all, in order).
@@ -54,6 +56,7 @@ class TemplateFacts:
     literals: tuple[str, ...]  # its literal output text, then its string constants, in tree order
     loaded_names: frozenset[str]  # every variable name it reads anywhere
     walked: bool = True
+    reads: MessageReads = field(default_factory=MessageReads)  # the message keys it reads, the literals it tests
 
     @property
     def literal_text(self) -> str:
@@ -74,7 +77,7 @@ def read_tree(tree: nodes.Template) -> TemplateFacts:
     parts = [n.data for n in found if isinstance(n, nodes.TemplateData)]
     parts += [n.value for n in found if isinstance(n, nodes.Const) and isinstance(n.value, str)]
     names = frozenset(n.name for n in found if isinstance(n, nodes.Name) and n.ctx == "load")
-    return TemplateFacts(hazards, tuple(parts), names)
+    return TemplateFacts(hazards, tuple(parts), names, reads=read_messages(tree))
 
 
 class _Compile:
@@ -121,18 +124,20 @@ def _compiling(into: dict[str, TemplateFacts], limits: RenderLimits) -> Iterator
     transformers builds each template's environment from the class its module names; the module's name points at
     the subclass for the duration of one ``compiled_template`` call. No class of jinja's is changed: in a library
     caller's process, another thread that compiles a template of its own meanwhile gets jinja's environment as it
-    is, not this compile's limits and reading."""
-    from transformers.utils import chat_template_utils
-
-    original = getattr(chat_template_utils, "ImmutableSandboxedEnvironment", None)
-    if original is not ImmutableSandboxedEnvironment:  # a transformers that builds its environment another way
-        raise RuntimeError("transformers' chat_template_utils no longer compiles with jinja's sandboxed environment")
-    chat_template_utils.ImmutableSandboxedEnvironment = _ReadingEnvironment  # type: ignore[misc]
+    is, not this compile's limits and reading. Where transformers builds its environment another way
+    (``compat``'s ``compile_hook``), the whole compile runs under ``limits`` instead, with jinja's optimizer, and
+    ``template_facts`` parses the template once more."""
+    hook = compat.pieces("compile_hook")
+    if hook is None:
+        with render_limits(limits):
+            yield
+        return
+    hook.module.ImmutableSandboxedEnvironment = _ReadingEnvironment
     _Compile.into, _Compile.limits = into, limits
     try:
         yield
     finally:
-        chat_template_utils.ImmutableSandboxedEnvironment = original  # type: ignore[misc]
+        hook.module.ImmutableSandboxedEnvironment = hook.environment
         _Compile.into = _Compile.limits = None
 
 
@@ -162,15 +167,14 @@ def compiled_template(template: str, memory_bytes: int | None = None) -> Any:
     memory budget; 0 for none) when it is not in the cache; raises a ``TemplateError`` where it does not parse or
     its compile hits a limit. Where jinja's constant folding runs out of memory it leaves the expression to the
     render, which its own limits bound."""
-    from transformers.utils.chat_template_utils import _compile_jinja_template
-
+    compile_ = compat.compile_cache().compile
     failed = _FAILED.get(template)
     if failed is not None:
         raise failed
     limits = COMPILE_LIMITS if memory_bytes is None else replace(COMPILE_LIMITS, memory_bytes=memory_bytes)
     try:
         with _COMPILING, _compiling(_PARSED, limits):
-            return _compile_jinja_template(template)
+            return compile_(template)
     except RenderTimeout:
         error = CompileLimitError(f"compiling took more than {COMPILE_LIMITS.seconds:g}s of CPU time")
     except MemoryError:
@@ -229,9 +233,7 @@ def transformers_compiles() -> int:
 
 @lru_cache(maxsize=1)
 def _compile_cache_info() -> Any:
-    from transformers.utils.chat_template_utils import _compile_jinja_template
-
-    return _compile_jinja_template.cache_info
+    return compat.compile_cache().cache_info
 
 
 def _memoized_tojson(tojson: Any) -> Any:
@@ -278,6 +280,23 @@ def literal_text(source: str) -> str:
     except Exception:
         return source
     return facts.checked().literal_text
+
+
+def template_literals(source: str) -> tuple[str, ...]:
+    """The template's literal output text and string constants, in tree order (nothing where it does not parse)."""
+    try:
+        return template_facts(source).checked().literals
+    except Exception:
+        return ()
+
+
+def message_reads(template: str) -> MessageReads:
+    """The message keys a template reads and the literals it tests text with (``message_reads``); nothing where it
+    does not parse or its tree cannot be walked."""
+    try:
+        return template_facts(template).checked().reads
+    except Exception:
+        return MessageReads()
 
 
 def loaded_names(template: str) -> frozenset[str]:

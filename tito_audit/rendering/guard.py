@@ -42,6 +42,19 @@ class RenderLimits:
     seconds: float = 2.0
     max_chars: int = 2_000_000
     memory_bytes: int = 1 << 30  # extra address space one render may take (0: no per-render budget)
+    # Per template, over all its renders (``budget``): CPU seconds, and renders past their time or memory limit
+    # (0: none, the default for a library caller's renderer, whose renders never end; ``AUDIT_LIMITS`` for audits)
+    template_cpu_seconds: float = 0.0
+    template_limit_hits: int = 0
+
+
+# What an audit renders under (``audit``, ``fix``, ``table``, ``scan``): the per-render limits, and a per-template
+# budget of 3 s of render CPU in all and two renders past a limit. A real template's renders take a tenth of a
+# second of CPU in a whole audit (``rendering.budget``).
+AUDIT_LIMITS = RenderLimits(template_cpu_seconds=3.0, template_limit_hits=2)
+# ``replay`` renders as many times as its log has turns: no CPU total, but a template that hits its limits twice
+# is stopped all the same.
+REPLAY_LIMITS = RenderLimits(memory_bytes=0, template_limit_hits=2)
 
 
 class RenderTimeout(BaseException):

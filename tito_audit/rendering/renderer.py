@@ -16,17 +16,22 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import weakref
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
+from dataclasses import replace
+from pathlib import Path
+from time import thread_time
 from typing import Any
 
 from jinja2 import TemplateError
 from jinja2.exceptions import SecurityError
 
-from tito_audit.errors import RenderError, detached, first_line
+from tito_audit.errors import InternalError, RendererRefused, RenderError, detached, first_line
 from tito_audit.rendering.analysis import loaded_names, prepare_for_renders, transformers_compiles
 from tito_audit.rendering.bounded_cache import content_key
+from tito_audit.rendering.budget import TemplateBudget
 from tito_audit.rendering.clock import DEFAULT_DATE, pinned_date
 from tito_audit.rendering.guard import RenderLimits, RenderTimeout, render_limits
 from tito_audit.rendering.sanitizer import Sanitizer, sanitizer_for
@@ -49,6 +54,39 @@ def _key(messages: Sequence[Message], tools: Any, agp: bool, kwargs: dict[str, A
     return content_key(value) or repr(value)
 
 
+_TEMPLATE_CODE = "<template>"  # the file name jinja compiles a template's code under (``from_string``)
+_OURS = os.path.realpath(Path(__file__).parents[1]) + os.sep  # this package's files
+
+
+def _template_or_internal(exc: BaseException, template_code: bool = True) -> None:
+    """Raise ``InternalError`` for an exception that is not the template's: none of its frames runs template code,
+    and it is not a library's deliberate refusal of what a render gave it (a ``ValueError`` raised outside this
+    package while rendering, as transformers refuses a final message the template deletes; never while encoding
+    text a render already produced, ``template_code=False``). A ``TypeError`` inside transformers, or any exception
+    from this package's code, is ours: reported as a check error, never as a template fault."""
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    if _TEMPLATE_CODE in frames or isinstance(exc, RendererRefused):  # a renderer library refusing a conversation
+        return
+    if template_code and isinstance(exc, ValueError) and frames and not os.path.realpath(frames[-1]).startswith(_OURS):
+        return
+    raise InternalError(f"{type(exc).__name__}: {first_line(exc)} (in {_where(frames)}, not in the template)") from exc
+
+
+def _where(frames: list[str]) -> str:
+    """The module an exception was raised in, as a short path."""
+    if not frames:
+        return "an unknown place"
+    last = frames[-1]
+    for marker in ("site-packages/", "tito_audit/"):
+        if marker in last:
+            return ("tito_audit/" if marker == "tito_audit/" else "") + last.split(marker, 1)[1]
+    return last
+
+
 def _again(cached: RenderError) -> RenderError:
     """A cached failure raised once more, as a copy: raising the cached one would give it a traceback through
     this renderer's frames, a reference cycle through its caches (``errors.detached``)."""
@@ -58,7 +96,7 @@ def _again(cached: RenderError) -> RenderError:
 class _Shared:
     """What every renderer derived from one ``Renderer(...)`` shares: render caches, derived renderers, sanitizer."""
 
-    def __init__(self, tokenizer: Any, chat_template: str) -> None:
+    def __init__(self, tokenizer: Any, chat_template: str, limits: RenderLimits | None = None) -> None:
         self.cache = tokenizer_cache(tokenizer)
         self.texts: dict[bytes | str, str | RenderError] = {}
         self.ids: dict[bytes | str, tuple[int, ...] | RenderError] = {}
@@ -71,6 +109,8 @@ class _Shared:
         self.chat_template = chat_template
         self._reads_tools: bool | None = None
         self.compiles_seen = transformers_compiles()  # the constructor has just prepared the template
+        limits = limits or RenderLimits()
+        self.budget = TemplateBudget(limits.template_cpu_seconds, limits.template_limit_hits)
 
     @property
     def reads_tools(self) -> bool:
@@ -116,7 +156,7 @@ class Renderer:
         self.tools_as = tools_as
         if _shared is None:
             prepare_for_renders(chat_template, self.limits)
-            _shared = _Shared(tokenizer, chat_template)
+            _shared = _Shared(tokenizer, chat_template, self.limits)
         self._shared = _shared
 
     def _derive(self, template_kwargs: dict[str, Any], date: dt.datetime, tools_as: ToolsAs | None) -> Renderer:
@@ -143,11 +183,38 @@ class Renderer:
     def _tools(self, tools: Any) -> Any:
         return self.tools_as[1](tools) if self.tools_as is not None and tools else tools
 
+    @property
+    def budget(self) -> TemplateBudget:
+        """What this template has spent of its per-template budget (shared by every derived renderer)."""
+        return self._shared.budget
+
     def _guarded(self, run: Any, template_code: bool = True) -> Any:
         """``run()`` under the pinned date and the render limits; every failure becomes a classified RenderError.
+        A render of template code is charged to the template's budget (``budget``); once that is spent, the render
+        is refused without running.
 
         ``template_code=False`` is for encoding text a guarded render already produced: no template code runs,
         so the time and memory budgets (set per call, at a cost) are left out; the size bound still applies."""
+        if not template_code:
+            return self._run_guarded(run, False)
+        budget = self._shared.budget
+        if budget.stopped is not None:
+            raise budget.refusal()
+        started = thread_time()
+        try:
+            out = self._run_guarded(run, True)
+        except RenderError as err:
+            budget.charge(thread_time() - started, err.kind == "timeout" or err.memory)
+            raise
+        budget.charge(thread_time() - started, False)
+        return out
+
+    def _limits_now(self) -> RenderLimits:
+        """The render limits, the time limit cut to what is left of the template's budget."""
+        seconds = self._shared.budget.render_seconds(self.limits.seconds)
+        return self.limits if seconds >= self.limits.seconds else replace(self.limits, seconds=seconds)
+
+    def _run_guarded(self, run: Any, template_code: bool) -> Any:
         try:
             if template_code and transformers_compiles() != self._shared.compiles_seen:
                 # transformers may have dropped the prepared template from its cache and compiled it anew. Prepared
@@ -155,7 +222,7 @@ class Renderer:
                 # disarm the render's.
                 prepare_for_renders(self.chat_template, self.limits)
                 self._shared.compiles_seen = transformers_compiles()
-            with pinned_date(self.date), render_limits(self.limits) if template_code else nullcontext():
+            with pinned_date(self.date), render_limits(self._limits_now()) if template_code else nullcontext():
                 out = run()
         except RenderTimeout as exc:
             raise RenderError("timeout", str(exc)) from exc
@@ -164,14 +231,18 @@ class Renderer:
         except TemplateError as exc:
             raise RenderError("raised", first_line(exc)) from exc
         except (TypeError, ValueError, KeyError, IndexError, AttributeError, ZeroDivisionError) as exc:
+            _template_or_internal(exc, template_code)
             raise RenderError("type", f"{type(exc).__name__}: {first_line(exc)}") from exc
         except MemoryError as exc:
-            raise RenderError("too_large", "render exhausted its memory budget") from exc
+            error = RenderError("too_large", "render exhausted its memory budget")
+            error.memory = True
+            raise error from exc
         except OverflowError as exc:  # the sandbox's MAX_RANGE, or arithmetic past any sane size
             raise RenderError("too_large", f"OverflowError: {first_line(exc)}") from exc
         except RecursionError as exc:
             raise RenderError("too_large", "render recursed too deeply") from exc
         except Exception as exc:
+            _template_or_internal(exc, template_code)
             raise RenderError("crash", f"{type(exc).__name__}: {first_line(exc)}") from exc
         size = len(out) if isinstance(out, str | list) else len(out.get("input_ids", out)) if hasattr(out, "get") else 0
         if size > self.limits.max_chars:
@@ -227,7 +298,7 @@ class Renderer:
             try:
                 try:
                     out = self._sanitized(key, messages, tools, add_generation_prompt)
-                except RenderError as err:
+                except RenderError as err:  # the template's own code failed on the marked content
                     if err.kind not in ("type", "crash"):
                         raise
                     out = self.encode(self.render(messages, tools, add_generation_prompt))
@@ -277,6 +348,17 @@ class Renderer:
                     tokenize=True,
                     return_dict=False,
                     sanitize_control_tokens=True,
+                )
+            )
+        )
+
+    def render_continuation(self, messages: Sequence[Message], tools: Any = None) -> str:
+        """``apply_chat_template(continue_final_message=True)``: the render a loop gives an engine to continue the final
+        (unterminated) assistant message, cut where transformers cuts it, under the same limits."""
+        return str(
+            self._guarded(
+                lambda: self._apply(
+                    messages, tools, False, self.template_kwargs, continue_final_message=True, tokenize=False
                 )
             )
         )

@@ -5,9 +5,9 @@ message content (so that a tool result holding ``<|im_end|>`` is encoded as plai
 the marked render. It recomputes the template's control tokens and re-marks every string on each call; here
 control tokens are found once per (tokenizer, template) and each string is marked once. The pieces used
 (``mark_control_tokens``, ``encode_marked_chat``, ``_get_control_token_patterns``, the tokenizer's
-``_get_control_tokens`` and ``_encode_without_added_tokens``) are transformers' private APIs: where they are
-missing, ``sanitizer`` returns None and transformers does it all. ``tests/test_renderer_caches.py`` holds the
-result to transformers'.
+``_get_control_tokens`` and ``_encode_without_added_tokens``) are transformers' private APIs (``compat``'s
+``control_token_marking``): where they are missing, ``sanitizer_for`` returns None and transformers does it all.
+``tests/test_renderer_caches.py`` holds the result to transformers'.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tito_audit import compat
 from tito_audit.rendering.bounded_cache import BoundedCache
 from tito_audit.rendering.literal_pattern import any_of
 from tito_audit.rendering.tokenizer_cache import TokenizerCache
@@ -47,9 +48,10 @@ class Sanitizer:
     """
 
     def __init__(self, tokenizer: Any, chat_template: str, cache: TokenizerCache) -> None:
-        from transformers.utils import chat_template_utils as ctu
-
-        self._ctu = ctu
+        marking = compat.pieces("control_token_marking")
+        if marking is None:
+            raise AttributeError("transformers' control-token marking is not available")
+        self._marking = marking
         self._tokenizer, self._template, self._cache = tokenizer, chat_template, cache
         self._own: tuple[Any, dict[str, str]] | None = None
         self._marked_values = BoundedCache(4096)
@@ -62,7 +64,7 @@ class Sanitizer:
         ``encode_marked_chat`` asks for on each call: a scan would push that one out and compile it again and again."""
         if self._own is None:
             controls = control_tokens(self._tokenizer, self._template)
-            pattern = any_of(controls) if all(controls) else self._ctu._get_control_token_patterns(controls)[0]
+            pattern = any_of(controls) if all(controls) else self._marking.patterns(controls)[0]
             self._own = (pattern, self._cache.marked.setdefault(controls, {}))
         return self._own
 
@@ -74,7 +76,7 @@ class Sanitizer:
                 pattern, memo = self._own_pattern()
                 hit = memo.get(obj)
                 if hit is None:
-                    hit = memo[obj] = self._ctu.mark_control_tokens(obj, pattern)
+                    hit = memo[obj] = self._marking.mark(obj, pattern)
             return hit
         if isinstance(obj, dict):
             return {key: self.mark(value) for key, value in obj.items()}
@@ -89,7 +91,7 @@ class Sanitizer:
         return [self._marked_values.by_content(value, self.mark) for value in values]
 
     def encode(self, text: str) -> list[int]:
-        return list(self._ctu.encode_marked_chat(self.view, text))
+        return list(self._marking.encode(self.view, text))
 
 
 def control_tokens(tokenizer: Any, template: str) -> tuple[str, ...]:
@@ -99,12 +101,13 @@ def control_tokens(tokenizer: Any, template: str) -> tuple[str, ...]:
     ``analysis`` holds. A tokenizer that overrides the method, lists ``chat_control_tokens``, or has a token
     holding a NUL (whose match could depend on the order of the join) is asked itself.
     ``tests/test_template_analysis.py`` holds the two to the same tuple."""
-    from transformers.tokenization_utils_base import PreTrainedTokenizerBase
-
     from tito_audit.rendering.analysis import template_facts
 
+    marking = compat.pieces("control_token_marking")
+    if marking is None:
+        raise AttributeError("transformers' control-token marking is not available")
     if (
-        type(tokenizer)._get_control_tokens is not PreTrainedTokenizerBase._get_control_tokens
+        type(tokenizer)._get_control_tokens is not marking.base._get_control_tokens
         or getattr(tokenizer, "chat_control_tokens", None) is not None
     ):
         return tuple(tokenizer._get_control_tokens(template))
@@ -122,6 +125,8 @@ def control_tokens(tokenizer: Any, template: str) -> tuple[str, ...]:
 def sanitizer_for(tokenizer: Any, chat_template: str, cache: TokenizerCache) -> Sanitizer | None:
     """None where this transformers or tokenizer lacks the pieces (then apply_chat_template does it all)."""
     try:
+        if not compat.available("control_token_marking"):
+            return None
         if not hasattr(tokenizer, "_get_control_tokens") or not hasattr(tokenizer, "_encode_without_added_tokens"):
             return None
         return Sanitizer(tokenizer, chat_template, cache)

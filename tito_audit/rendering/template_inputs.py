@@ -17,7 +17,8 @@ tokenizer class, the arguments transformers itself passes to a probe template ar
 these (``_matches_transformers``). Whatever that check does not cover goes to ``apply_chat_template`` itself: a
 tokenizer class with an ``apply_chat_template`` of its own, a template kwarg that transformers would read as one of
 its own arguments, a message or tool that is not a dict, an empty conversation, or a transformers without these
-pieces. ``tests/test_template_inputs.py`` holds the renders of a fourth of the corpus to apply_chat_template's.
+pieces (``compat``'s ``fast_inputs``). ``tests/test_template_inputs.py`` holds the renders of a fourth of the
+corpus to apply_chat_template's.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
+from tito_audit import compat
 from tito_audit.rendering.bounded_cache import BoundedCache
 
 Message = dict[str, Any]
@@ -73,17 +75,14 @@ def render_text(
             tokenize=False,
             **kwargs,
         )
-    compiled = _utils()._compile_jinja_template(tokenizer.get_chat_template(chat_template, tools))
+    compiled = compat.compile_cache().compile(tokenizer.get_chat_template(chat_template, tools))
     return compiled.render(**_arguments(tokenizer, messages, tools, add_generation_prompt, kwargs, memo=True))
 
 
-@lru_cache(maxsize=1)
 def _utils() -> Any:
-    """transformers' ``chat_template_utils``, imported on first use (importing this module imports no transformers;
-    an import statement on every render would cost more than a prepared message)."""
-    from transformers.utils import chat_template_utils
-
-    return chat_template_utils
+    """transformers' input preparation (``compat``'s ``fast_inputs``: probed once, on first use; importing this
+    module imports no transformers)."""
+    return compat.pieces("fast_inputs")
 
 
 def _arguments(
@@ -93,17 +92,17 @@ def _arguments(
     prepare = _memoized if memo else _prepared
     chat = [prepare(i, m) for i, m in enumerate(messages)]
     tool_schemas = None if tools is None else prepare(-1, tools)
-    extra = _utils()._plain_template_data({**tokenizer.special_tokens_map, **kwargs})
+    extra = _utils().plain({**tokenizer.special_tokens_map, **kwargs})
     return dict(messages=chat, tools=tool_schemas, documents=None, add_generation_prompt=agp, **extra)
 
 
 def _prepared(position: int, value: Any) -> Any:
     """One message as transformers prepares it inside a conversation (position -1: the tool list)."""
-    ctu = _utils()
+    prepare = _utils()
     if position < 0:
-        return ctu._plain_template_data(value)
-    normalized = ctu._normalize_chat_messages([value])
-    return ctu._alias_reasoning_fields(ctu._plain_template_data(normalized))[0]
+        return prepare.plain(value)
+    normalized = prepare.normalize([value])
+    return prepare.alias(prepare.plain(normalized))[0]
 
 
 def _memoized(position: int, value: Any) -> Any:
@@ -123,6 +122,8 @@ def _covered(tokenizer: Any, messages: Sequence[Message], tools: Any, kwargs: di
     if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
         return False
     if kwargs and not _reserved().isdisjoint(kwargs):
+        return False
+    if _utils() is None:
         return False
     verified = _VERIFIED.get(type(tokenizer))
     if verified is None:
@@ -154,7 +155,7 @@ def _matches_transformers(tokenizer: Any) -> bool:
 
         if type(tokenizer).apply_chat_template is not PreTrainedTokenizerBase.apply_chat_template:
             return False
-        compiled = _utils()._compile_jinja_template(_PROBE_TEMPLATE)
+        compiled = compat.compile_cache().compile(_PROBE_TEMPLATE)
         seen: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
 
         def capture(*args: Any, **kw: Any) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
+from tito_audit import compat
 from tito_audit.rendering.bounded_cache import BoundedCache
 from tito_audit.rendering.literal_pattern import any_of
 from tito_audit.rendering.segments import SegmentedEncoder
@@ -28,13 +29,10 @@ _DECODE_CACHED = 256  # longer id sequences are decoded every time
 @lru_cache(maxsize=1)
 def control_markers() -> tuple[str, ...]:
     """The private-use characters ``sanitize_control_tokens`` wraps user control-token text in (none: no support).
-    Asked for on first use, not at import: importing transformers costs most of a cold start."""
-    try:
-        from transformers.utils import chat_template_utils as ctu
-
-        return (ctu._CONTROL_TOKEN_START, ctu._CONTROL_TOKEN_END)
-    except (ImportError, AttributeError):
-        return ()
+    Asked for on first use, not at import: importing transformers costs most of a cold start. None where
+    ``compat``'s ``control_token_marking`` is missing: then transformers marks and encodes every sanitized render."""
+    marking = compat.pieces("control_token_marking")
+    return () if marking is None else tuple(marking.markers)
 
 
 class TokenizerCache:
@@ -46,7 +44,7 @@ class TokenizerCache:
         self._encodes = BoundedCache()
         self._offsets = BoundedCache(512)
         self._decodes = BoundedCache()
-        self._fast_decode = bool(getattr(tokenizer, "is_fast", False)) and hasattr(tokenizer, "_decode")
+        self._fast_decode = _plain_fast_decoding(tokenizer)
         self._direct = _plain_fast_encoding(tokenizer)
         self._batch_decode = self._direct and _plain_fast_decoding(tokenizer)
         self._segments: SegmentedEncoder | None = None
@@ -74,12 +72,9 @@ class TokenizerCache:
         building its own."""
         _ = self.added_re, self.special_texts
         self._segmented(self._backend(None))
-        try:  # the patterns transformers' encode_marked_chat compiles for this tokenizer (kept in its lru_cache)
-            from transformers.utils.chat_template_utils import _get_control_token_patterns
-
-            _get_control_token_patterns(tuple(self.added_tokens_encoder))
-        except (ImportError, AttributeError):  # a transformers without them: the sanitizer is not used either
-            pass
+        marking = compat.pieces("control_token_marking")
+        if marking is not None:  # the patterns transformers' encode_marked_chat compiles (kept in its lru_cache)
+            marking.patterns(tuple(self.added_tokens_encoder))
 
     def share_backend_parts(self, other: TokenizerCache) -> None:
         """Take ``other``'s parts that only the Rust backend decides (the added-token table and pattern, which
@@ -87,8 +82,8 @@ class TokenizerCache:
         for a tokenizer that shares ``other``'s backend and differs only in Python-side attributes (a clone with
         another bos or eos: every synthesized template gets one). Without it each clone rebuilds them. Nothing
         else is shared: encodes with special tokens and special ids depend on the Python side."""
-        mine = getattr(self.tokenizer, "_tokenizer", None)
-        if mine is None or mine is not getattr(other.tokenizer, "_tokenizer", None) or self.size != other.size:
+        mine = getattr(self.tokenizer, "backend_tokenizer", None)
+        if mine is None or mine is not getattr(other.tokenizer, "backend_tokenizer", None) or self.size != other.size:
             return
         try:
             other.prepare()
@@ -257,8 +252,7 @@ class TokenizerCache:
         each position the longest added token that matches is special, hence also the longest control token."""
         hit = self._special_marks.get(text, False)
         if hit is False:
-            from transformers.utils.chat_template_utils import mark_control_tokens
-
+            mark_control_tokens = compat.pieces("control_token_marking").mark
             if self._specials is None:
                 decoder = self.tokenizer.added_tokens_decoder
                 self._specials = frozenset(t.content for t in decoder.values() if t.special)
@@ -325,29 +319,26 @@ class _Vocab(Mapping[str, int]):
 
 
 def _plain_fast_encoding(tokenizer: Any) -> bool:
-    """A fast tokenizer whose encode and __call__ are transformers' own (no model-specific override)."""
-    try:
-        from transformers.tokenization_utils_base import PreTrainedTokenizerBase
-        from transformers.tokenization_utils_tokenizers import TokenizersBackend
-    except ImportError:
+    """A fast tokenizer whose encode and __call__ are transformers' own (no model-specific override); False where
+    ``compat``'s ``direct_tokenizer`` is missing (then transformers encodes)."""
+    direct = compat.pieces("direct_tokenizer")
+    if direct is None:
         return False
     cls = type(tokenizer)
     return (
-        isinstance(tokenizer, TokenizersBackend)
-        and cls._encode_plus is TokenizersBackend._encode_plus
-        and cls.encode is PreTrainedTokenizerBase.encode
-        and cls.__call__ is PreTrainedTokenizerBase.__call__
+        isinstance(tokenizer, direct.backend_class)
+        and getattr(cls, "_encode_plus", None) is direct.encode_plus
+        and cls.encode is direct.base.encode
+        and cls.__call__ is direct.base.__call__
         and hasattr(tokenizer, "_tokenizer")
     )
 
 
 def _plain_fast_decoding(tokenizer: Any) -> bool:
-    """transformers' own ``_decode``: the backend's decode, then only the optional space cleanup."""
-    try:
-        from transformers.tokenization_utils_tokenizers import TokenizersBackend
-    except ImportError:
-        return False
-    return type(tokenizer)._decode is TokenizersBackend._decode
+    """transformers' own ``_decode``: the backend's decode, then only the optional space cleanup (False where
+    ``compat``'s ``direct_tokenizer`` is missing: then the tokenizer's public ``decode``)."""
+    direct = compat.pieces("direct_tokenizer")
+    return direct is not None and getattr(type(tokenizer), "_decode", None) is direct.decode
 
 
 _TOKENIZER_CACHES: weakref.WeakKeyDictionary[Any, TokenizerCache] = weakref.WeakKeyDictionary()

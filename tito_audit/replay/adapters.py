@@ -12,8 +12,9 @@
   ``prompt_token_ids``, ``response_ids``, ``loss_masks``, ``rollout_logprobs``), either the batch (lists of
   lists, one episode per row) or one trajectory per record (``TrajectoryOutput`` in
   ``skyrl_gym_generator.py``: ``prompt_ids``, ``response_ids``, ``loss_mask``, ``rollout_logprobs``). SkyRL keeps
-  no per-turn sampled ids, so the turns are the runs of ``loss_mask`` = 1: shapes, stop tokens, the
-  non-canonical rate and log-prob mass are checked, "trained but never sampled" cannot be.
+  no per-turn sampled ids, so the turns are the runs of ``loss_mask`` = 1 (``Episode.turns_from_mask``): shapes,
+  stop tokens and the non-canonical rate of the trained runs are measured, but the trained ids cannot be compared
+  with what was sampled, so such an episode is not checked (``replay_incomplete``), never exact.
 """
 
 from __future__ import annotations
@@ -160,12 +161,16 @@ def _skyrl_one(prompt: Any, response: Any, mask: Any, logprobs: Any, line: int, 
         line=line,
         source="skyrl",
         shape_notes=notes,
+        turns_from_mask=True,
     )
 
 
 def _skyrl(record: Any, line: int) -> list[Episode]:
     if not isinstance(record, Mapping):
         raise RecordError("skyrl: a record must be a JSON object")
+    if "response_ids" not in record:
+        keys = ", ".join(sorted(map(str, record))[:8])
+        raise RecordError(f"skyrl: no response_ids in this record (keys: {keys})")
     prompt = record.get("prompt_token_ids", record.get("prompt_ids"))
     response = record["response_ids"]
     masks = record.get("loss_masks", record.get("loss_mask"))

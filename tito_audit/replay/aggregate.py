@@ -31,7 +31,7 @@ REPLAY_VERDICTS = {
     "unsafe": "the loop trains on tokens it never sampled, or drops sampled ones: fix the loop",
     "tito-required": "the loop is exact on these episodes; naive re-tokenization would not be: keep the token buffer",
     "safe": "the loop is exact on these episodes, and naive re-tokenization would be too",
-    "error": "the log could not be replayed",
+    "error": "nothing in the log could be checked",
 }
 
 
@@ -60,6 +60,14 @@ class Malformed(NamedTuple):
 
 
 _COUNTERS = ("by_source", "by_class", "whatif_by_class", "drift_by_class")
+_FINDING_FIELDS = ("kept", "omitted", "first_omitted")  # findings, not counts: merged and reported on their own
+
+
+def _cls(check: str, item: Divergence | str) -> str:
+    """The finding class an item is reported with (``_finding``)."""
+    if isinstance(item, str):
+        return "serialization" if check == "replay_records" else "template"
+    return item.cls
 
 
 @dataclass
@@ -83,7 +91,8 @@ class ReplayTotals:
     logprob_tokens: int = 0
     reference_engine: int = 0
     reference_buffer: int = 0
-    reference_errors: int = 0  # episodes not checked: the reference could not be rebuilt (incomplete)
+    reference_errors: int = 0  # episodes not checked (incomplete): no reference could be rebuilt, nothing sampled
+    unmasked_episodes: int = 0  # checked episodes without a loss_mask: which ids were trained was not checked
     template_refusals: int = 0
     whatif_episodes: int = 0
     whatif_failed: int = 0
@@ -103,11 +112,17 @@ class ReplayTotals:
     mark_episodes: int = 0  # episodes whose ids hold a control token of the template
     stop_turns: int = 0  # sampled turns ending with one of the model's stop tokens
     kept: dict[str, list[Kept]] = field(default_factory=dict)
+    # findings past the first MAX_FINDINGS of a check: counted per class, the first of them kept for its place
+    omitted: dict[str, Counter[str]] = field(default_factory=dict)
+    first_omitted: dict[str, Kept] = field(default_factory=dict)
 
     def _keep(self, check: str, entry: Kept) -> None:
         kept = self.kept.setdefault(check, [])
         if len(kept) < MAX_FINDINGS:
             kept.append(entry)
+        else:
+            self.omitted.setdefault(check, Counter())[_cls(check, entry.item)] += 1
+            self.first_omitted.setdefault(check, entry)
 
     @property
     def findings(self) -> dict[str, list[tuple[str, Divergence | str]]]:
@@ -148,8 +163,9 @@ class ReplayTotals:
         self.mask_flips += res.mask_flips
         self.logprob_mass += res.logprob_mass
         self.logprob_tokens += res.logprob_tokens
-        self.reference_engine += res.reference == "engine"
-        self.reference_buffer += res.reference == "buffer"
+        self.unmasked_episodes += res.unmasked and res.error is None
+        self.reference_engine += res.reference == "engine" and res.error is None
+        self.reference_buffer += res.reference == "buffer" and res.error is None
         if res.error is not None:
             self.reference_errors += 1
             self._keep("replay_incomplete", kept(None, res.error))
@@ -181,16 +197,23 @@ class ReplayTotals:
         """Add the totals of the next part of the log (its lines shifted by ``line_offset``, its findings named
         after ``file`` when given)."""
         for name, value in other.__dict__.items():
-            if name == "kept":
+            if name in _FINDING_FIELDS:
                 continue
             mine = getattr(self, name)
             if isinstance(mine, Counter):
                 mine.update(value)
             else:
                 setattr(self, name, mine + value)
+
+        def moved(e: Kept) -> Kept:
+            return e._replace(line=e.line + line_offset, file=e.file if file is None else file)
+
         for check, entries in other.kept.items():
             for e in entries:
-                self._keep(check, e._replace(line=e.line + line_offset, file=e.file if file is None else file))
+                self._keep(check, moved(e))
+        for check, counts in other.omitted.items():  # after the other part's kept ones: log order
+            self.omitted.setdefault(check, Counter()).update(counts)
+            self.first_omitted.setdefault(check, moved(other.first_omitted[check]))
 
     @property
     def checked_episodes(self) -> int:
@@ -201,7 +224,7 @@ class ReplayTotals:
         return self.noncanonical_turns / self.turns if self.turns else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "kept"}
+        out = {k: v for k, v in self.__dict__.items() if k not in _FINDING_FIELDS}
         for k in _COUNTERS:
             out[k] = dict(sorted(out[k].items()))
         out["logprob_mass"] = round(self.logprob_mass, 6)
@@ -217,16 +240,33 @@ class ReplayModelReport(ModelReport):
     @property
     def verdict_explanation(self) -> str:
         base = REPLAY_VERDICTS[self.verdict]
-        if self.verdict == "tito-required" and not any(
-            r in self.verdict_reasons
-            for r in ("tito-required:replay_naive_what_if", "tito-required:replay_noncanonical")
-        ):
-            base = (
-                "the loop is exact on the episodes checked; naive re-tokenization was not checked: "
-                "keep the token buffer"
-            )
-        unchecked = [_UNCHECKED[r] for r in self.verdict_reasons if r in _UNCHECKED]
+        reasons = self.verdict_reasons
+        if self.verdict == "tito-required":
+            if any(r.startswith("tito-required:suppressed:") for r in reasons):
+                loop = "the loop diverges where findings are suppressed (accepted, not fixed)"
+            elif NO_LOSS_MASK in reasons or TURNS_ONLY in reasons:
+                loop = "every sampled turn sits in the trained sequence as sampled"
+            elif "error:replay_divergence:incomplete" in reasons:
+                loop = "the loop is exact on the episodes checked"
+            else:
+                loop = "the loop is exact on these episodes"
+            if any(r in reasons for r in _NAIVE_PROVEN):
+                naive = "naive re-tokenization would not be: keep the token buffer"
+            elif any(r.startswith("error:replay_naive_what_if:") for r in reasons):
+                naive = "naive re-tokenization was not checked: keep the token buffer"
+            else:
+                naive = "naive re-tokenization would be exact too"
+            base = f"{loop}; {naive}"
+        unchecked = [self._unchecked(r) for r in reasons if r in _UNCHECKED]
         return base + (f" ({'; '.join(unchecked)})" if unchecked else "")
+
+    def _unchecked(self, reason: str) -> str:
+        """What a ``error:CHECK:WHY`` reason left unchecked, in words; a what-if that ran on nothing says why."""
+        if reason == "error:replay_naive_what_if:compared_nothing":
+            naive = next((c for c in self.checks if c.id == "replay_naive_what_if"), None)
+            if naive is not None and naive.status == "not_applicable":
+                return f"no naive what-if ran: {naive.summary}"
+        return _UNCHECKED[reason]
 
     def decide(self) -> None:
         """A replay has its own rule (about the loop, not the template); the gate's recompute calls this."""
@@ -238,9 +278,16 @@ class ReplayModelReport(ModelReport):
         return out
 
 
+NO_LOSS_MASK = "error:replay_divergence:no_loss_mask"
+TURNS_ONLY = "error:replay_divergence:turns_only"
+_NAIVE_PROVEN = ("tito-required:replay_naive_what_if", "tito-required:replay_noncanonical")
 _UNCHECKED = {
     "error:replay_divergence:incomplete": "some episodes could not be checked: see replay_incomplete",
-    "error:replay_naive_what_if:compared_nothing": "no naive what-if ran: no messages in the log, or --no-what-if",
+    NO_LOSS_MASK: "some episodes have no loss_mask (as a vLLM dump without trainer fields): which ids were trained "
+    "was not checked",
+    TURNS_ONLY: "some episodes have neither prompt_ids nor messages: only their sampled turns were looked for, the "
+    "context the engine saw was not checked",
+    "error:replay_naive_what_if:compared_nothing": "no naive what-if ran",
     "error:replay_naive_what_if:not_run": "the naive what-if did not run on every episode",
 }
 
@@ -251,12 +298,23 @@ def replay_verdict(checks: list[CheckResult]) -> tuple[Verdict, list[str]]:
     (``error:CHECK:WHY`` reasons beside the verdict) and keeps it from ``safe``."""
     by_id = {c.id: c for c in checks}
     reasons = [f"unsafe:{i}" for i in ("replay_divergence", "replay_shape") if i in by_id and by_id[i].status == "fail"]
+    # as in the audit: a suppression accepts a divergence, it does not make the loop exact
+    reasons += [
+        f"tito-required:suppressed:{i}"
+        for i in ("replay_divergence", "replay_shape")
+        if i in by_id and by_id[i].status != "fail" and any(f.suppressed for f in by_id[i].findings)
+    ]
     div = by_id.get("replay_divergence")
-    if div is None or div.status == "not_applicable":
-        return "error", [*reasons, "error:replay_divergence:compared_nothing"]
     incomplete = by_id.get("replay_incomplete")
     if incomplete is not None and incomplete.findings:
         reasons.append("error:replay_divergence:incomplete")
+    if div is None or div.status == "not_applicable":  # a shape finding still proves unsafe
+        proven = any(r.startswith("unsafe:") for r in reasons)
+        return ("unsafe" if proven else "error"), [*reasons, "error:replay_divergence:compared_nothing"]
+    if div.data.get("unmasked_episodes"):
+        reasons.append(NO_LOSS_MASK)
+    if div.data.get("reference_sampled"):
+        reasons.append(TURNS_ONLY)
     naive = by_id.get("replay_naive_what_if")
     noncanonical = by_id.get("replay_noncanonical")
     if naive is not None and naive.findings:
@@ -278,7 +336,7 @@ def _finding(check: str, label: str, item: Divergence | str, texts: Any) -> Find
     if isinstance(item, str):
         # an episode not checked names itself in the message too: formats without a location column show it
         message = f"{label}: {item}" if check == "replay_incomplete" else item
-        return Finding(check, label, "serialization" if check == "replay_records" else "template", message)
+        return Finding(check, label, _cls(check, item), message)
     return Finding(
         check=check,
         scenario=label,
@@ -292,12 +350,45 @@ def _finding(check: str, label: str, item: Divergence | str, texts: Any) -> Find
     )
 
 
+def _not_kept(t: ReplayTotals, check: str) -> list[Finding]:
+    """One finding per class for the findings counted past the first ``MAX_FINDINGS``: the check's status, the gate,
+    suppressions and baselines see them. The scenario names no episode, so a suppression of some episodes (a
+    scenario pattern) never covers them; its count is in it, so a baseline with another count does not either."""
+    first = t.first_omitted.get(check)
+    return [
+        Finding(
+            check,
+            f"{n} more past the first {MAX_FINDINGS}",
+            cls,
+            f"{n} more {cls} finding(s) past the first {MAX_FINDINGS} kept (counted, strips not kept); the first "
+            f"finding not kept is at {first.label() if first else '?'}",
+        )
+        for cls, n in sorted(t.omitted.get(check, Counter()).items())
+    ]
+
+
 def _pct(a: int, b: int) -> str:
     return f"{a}/{b} ({100 * a / b:.1f}%)" if b else f"{a}/0"
 
 
 def _classes(counter: Counter[str]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(counter.items())) or "none"
+
+
+def _nothing_checked(t: ReplayTotals) -> str:
+    if not t.episodes:
+        return "no episode in the log"
+    return f"none of {t.episodes} episode(s) could be checked (see replay_incomplete)"
+
+
+def _whatif_not_run(t: ReplayTotals) -> str:
+    """Why no what-if ran, from what the log held: it needs messages, a template that renders them, the switch on."""
+    if t.whatif_failed:
+        return (
+            f"the template did not render the messages of {t.whatif_failed} of {t.episodes} episode(s), and no "
+            "other episode ran it (see replay_incomplete and the notes)"
+        )
+    return "needs messages in the log (and not --no-what-if or --only-tito)"
 
 
 def build_checks(t: ReplayTotals, texts: Any) -> list[CheckResult]:
@@ -308,6 +399,7 @@ def build_checks(t: ReplayTotals, texts: Any) -> list[CheckResult]:
     ) -> CheckResult:
         spec = BY_ID[cid]
         findings = [_finding(cid, k.label(), k.item, texts) for k in t.kept.get(cid, [])]
+        findings += _not_kept(t, cid)
         status: Status
         if applicable is not None:
             status = "not_applicable"
@@ -328,7 +420,7 @@ def build_checks(t: ReplayTotals, texts: Any) -> list[CheckResult]:
         ),
         result(
             "replay_incomplete",
-            f"{t.reference_errors} of {t.episodes} episode(s) not checked: their reference could not be rebuilt"
+            f"{t.reference_errors} of {t.episodes} episode(s) not checked (each named with why)"
             if t.reference_errors
             else f"every one of {t.episodes} episode(s) checked against a reference",
             {"not_checked": t.reference_errors, "of": t.episodes},
@@ -349,12 +441,15 @@ def build_checks(t: ReplayTotals, texts: Any) -> list[CheckResult]:
         else ""
     )
     ctx = f", {t.context_divergences} in the engine's prompts" if t.context_divergences else ""
+    sampled_only = t.checked_episodes - t.reference_engine - t.reference_buffer
     kinds = (
         ("engine prompts", t.reference_engine),
         ("rebuilt buffers", t.reference_buffer),
-        ("sampled turns only", t.checked_episodes - t.reference_engine - t.reference_buffer),
+        ("sampled turns only", sampled_only),
     )
     against = ", ".join(f"{name} {n}" for name, n in kinds if n) or "nothing"
+    if t.unmasked_episodes:
+        against += f"; {t.unmasked_episodes} episode(s) without loss_mask: which ids were trained was not checked"
     out.append(
         result(
             "replay_divergence",
@@ -369,9 +464,11 @@ def build_checks(t: ReplayTotals, texts: Any) -> list[CheckResult]:
                 "context_divergences": t.context_divergences,
                 "reference_engine": t.reference_engine,
                 "reference_buffer": t.reference_buffer,
+                "reference_sampled": sampled_only,
+                "unmasked_episodes": t.unmasked_episodes,
             },
             t.checked_episodes,
-            None if t.episodes else "no episode in the log",
+            None if t.checked_episodes or t.diverged_episodes else _nothing_checked(t),
         )
     )
     out.append(
@@ -403,7 +500,7 @@ def build_checks(t: ReplayTotals, texts: Any) -> list[CheckResult]:
                 "failed": t.whatif_failed,
             },
             t.whatif_episodes,
-            None if t.whatif_episodes else "needs messages in the log (and not --no-what-if)",
+            None if t.whatif_episodes else _whatif_not_run(t),
         )
     )
     nc = result(

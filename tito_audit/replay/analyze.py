@@ -12,7 +12,12 @@ The reference, in order of trust:
   the reference holds what appending anyway gives, and the episode notes it. When the buffer cannot be rebuilt
   (a render fails), the episode is not checked against a reference (``EpisodeResult.error``): it is counted and
   named as incomplete, never passed.
-- ``sampled``: neither: only the sampled turns are the reference (``compare.against_sampled``).
+- ``sampled``: neither: only the sampled turns are the reference (``compare.against_sampled``); what the engine
+  saw between them is not checked, and the verdict says so.
+
+When only some turns carry ``prompt_ids``, each of them is also checked against the trained sequence
+(``engine.prompt_departures``). An episode that proves nothing (no sampled id, or SkyRL turns taken from the
+trained mask) is not checked, and named as such.
 
 The "what if" re-renders the parsed conversation and re-encodes it, as naive rollout code does, and compares
 that with the template's buffer: what re-tokenization would have done to these real samples. Each turn's sampled
@@ -27,16 +32,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tito_audit.errors import RenderError
+from tito_audit.rendering.guard import REPLAY_LIMITS
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.replay.compare import Comparison, against_reference, against_sampled, mask_runs
 from tito_audit.replay.divergence import Divergence
 from tito_audit.replay.drift import date_positions, drift
-from tito_audit.replay.engine import engine_buffer, exact, has_engine_prompts
+from tito_audit.replay.engine import engine_buffer, exact, has_engine_prompts, prompt_departures
 from tito_audit.replay.id_diff import align
 from tito_audit.replay.schema import Episode, RecordError
 from tito_audit.rollout.bridge import AppendRefused, BridgeError
-from tito_audit.rollout.buffer import LIBRARY_LIMITS, Trajectory
+from tito_audit.rollout.buffer import Trajectory
 from tito_audit.rollout.stop import stop_token_ids
+from tito_audit.scenarios.reasoning import reasoning_marks
 
 _MARK_PROBES: tuple[list[dict[str, Any]], ...] = (
     [{"role": "user", "content": "Hi"}],
@@ -71,7 +78,8 @@ class EpisodeResult:
     noncanonical_tokens: int = 0
     noncanonical_checked: bool = False
     notes: list[str] = field(default_factory=list)
-    error: str | None = None  # the reference could not be rebuilt: the episode is not checked (incomplete)
+    error: str | None = None  # why the episode is not checked (incomplete): no reference, or nothing sampled
+    unmasked: bool = False  # no loss_mask: the sampled turns were looked for, which ids were trained was not checked
     marks: bool = True  # the ids open with a control token of this template (a log of this tokenizer does)
     stop_turns: int = 0  # sampled turns that end with one of this model's stop tokens
     file: str = ""  # the log file, when a replay reads several
@@ -112,7 +120,7 @@ class ReplayContext:
         noncanonical: bool = True,
         date: dt.datetime | None = None,
     ) -> ReplayContext:
-        renderer = Renderer(model.tokenizer, model.chat_template, limits=LIBRARY_LIMITS)
+        renderer = Renderer(model.tokenizer, model.chat_template, limits=REPLAY_LIMITS)
         if date is not None:
             renderer = renderer.with_date(date)
         stops = list(stop_token_ids(model.tokenizer, renderer, getattr(model, "generation_eos_ids", None) or ()))
@@ -318,14 +326,32 @@ def _against_engine(ep: Episode, ctx: ReplayContext) -> tuple[Comparison, list[i
         ops = align(buf.ids, got)
         tail = list(got[ops[-1][3] : ops[-1][4]]) if ops and ops[-1][0] == "insert" else []
     buf.push(tail, False)
-    cmp = against_reference(buf.ids, buf.mask, buf.logprobs, buf.spans, got, ep.loss_mask, **kw)
+    marks = reasoning_marks(ctx.renderer.chat_template, ep.messages)  # tells reasoning from content
+    cmp = against_reference(buf.ids, buf.mask, buf.logprobs, buf.spans, got, ep.loss_mask, **kw, reasoning=marks)
+    _earliest(cmp, buf.context)  # the engine was not given its samples back: per turn, the earlier place wins
+    return cmp, loop
+
+
+def _earliest(cmp: Comparison, found: Sequence[Divergence]) -> None:
+    """Add ``found`` to the comparison's divergences, keeping per turn the one placed first."""
     first = {d.turn: d for d in cmp.divergences}
-    for d in buf.context:  # the engine was not given its samples back: per turn, the earlier place wins
+    for d in found:
         cur = first.get(d.turn)
         if cur is None or (d.index is not None and cur.index is not None and d.index < cur.index):
             first[d.turn] = d
     cmp.divergences = [first[k] for k in sorted(first)]
-    return cmp, loop
+
+
+def _unchecked(ep: Episode, res: EpisodeResult) -> str | None:
+    """Why an episode whose comparison ran still proves nothing about the loop, or None."""
+    if ep.turns_from_mask:
+        return (
+            "not checked: the log keeps no sampled ids (SkyRL), its turns are the runs of the trained loss_mask, so "
+            "the trained ids could only be compared with themselves; log the engine's ids per turn (--map turns=...)"
+        )
+    if not any(t.ids for t in ep.turns) and not res.divergences:
+        return "not checked: the record holds no sampled id (turns empty): nothing to compare the trained ids with"
+    return None
 
 
 def _drift(ep: Episode, ctx: ReplayContext, traj: Trajectory, loop: list[int], res: EpisodeResult) -> None:
@@ -352,10 +378,11 @@ def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
     res.stop_turns = sum(1 for t in ep.turns if t.ids and t.ids[-1] in stops)
     res.marks = not ctx.marks or not ctx.marks.isdisjoint(ep.input_ids[:MARK_WINDOW])
     kw = ctx.compare_kwargs()
+    marks = reasoning_marks(ctx.renderer.chat_template, ep.messages)  # tells reasoning from content
     engine = has_engine_prompts(ep)
     traj: Trajectory | None = None
     template_error: str | None = None
-    if ep.messages is not None and (not engine or ctx.whatif or ctx.drift):
+    if ep.messages is not None and ep.turns and (not engine or ctx.whatif or ctx.drift):
         try:
             traj, res.notes = rebuild_buffer(ep, ctx)
         except (RenderError, AppendRefused, ValueError) as exc:
@@ -367,15 +394,34 @@ def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
     elif traj is not None:
         res.reference = "buffer"
         cmp = against_reference(
-            traj.input_ids, traj.loss_mask, traj.logprobs, traj.sampled_spans(), ep.input_ids, ep.loss_mask, **kw
+            traj.input_ids,
+            traj.loss_mask,
+            traj.logprobs,
+            traj.sampled_spans(),
+            ep.input_ids,
+            ep.loss_mask,
+            **kw,
+            reasoning=marks,
         )
     else:
         if template_error is not None:  # no reference to check the context against: not checked, and said so
             res.error = f"reference buffer not rebuilt: {template_error}"
         cmp = against_sampled(
-            [t.ids for t in ep.turns], [t.logprobs for t in ep.turns], ep.input_ids, ep.loss_mask, **kw
+            [t.ids for t in ep.turns],
+            [t.logprobs for t in ep.turns],
+            ep.input_ids,
+            ep.loss_mask,
+            **kw,
+            reasoning=marks,
         )
+    if not engine and any(t.prompt_ids is not None for t in ep.turns):
+        # some turns carry the engine's prompt: each is checked against the trained sequence (the context the turn
+        # is trained in), the earlier place per turn wins
+        _earliest(cmp, prompt_departures(ep, **kw))
     _merge(res, cmp)
+    res.unmasked = ep.loss_mask is None
+    if res.error is None:
+        res.error = _unchecked(ep, res)
     if template_error is not None and res.error is None:
         res.notes.append(f"context drift and what-if not measured: {template_error}")
     if engine and traj is not None and ctx.drift and loop is not None:
@@ -388,7 +434,7 @@ def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
             before = [ref[a - 1] if a > 0 else None for a, _ in spans]
         res.noncanonical_turns, res.noncanonical_tokens = noncanonical(ep, ctx, before)
         res.noncanonical_checked = True
-    if ctx.whatif and ep.messages is not None:
+    if ctx.whatif and ep.messages is not None and ep.turns:
         if traj is None:
             res.whatif_failed = True
         else:
@@ -401,7 +447,14 @@ def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
                 )
             else:
                 what = against_reference(
-                    traj.input_ids, traj.loss_mask, traj.logprobs, traj.sampled_spans(), naive, None, **kw
+                    traj.input_ids,
+                    traj.loss_mask,
+                    traj.logprobs,
+                    traj.sampled_spans(),
+                    naive,
+                    None,
+                    **kw,
+                    reasoning=marks,
                 )
                 res.whatif = what.divergences
                 res.whatif_tokens = what.sampled_not_trained

@@ -64,7 +64,7 @@ def _turns(item: Mapping[str, Any]) -> list[SampledTurn]:
     if not given:
         raise BatchItemError("no 'sampled' (per-turn sampled ids, as the engine returned them)")
     raw = item[given[0]]
-    if len(given) > 1 and raw is not item[given[1]] and _plain(raw) != _plain(item[given[1]]):
+    if len(given) > 1 and raw is not item[given[1]] and _turn_ids(raw) != _turn_ids(item[given[1]]):
         raise BatchItemError("'sampled' and 'turns' are both given and differ")
     if hasattr(raw, "tolist"):
         raw = raw.tolist()
@@ -97,6 +97,11 @@ def _turns(item: Mapping[str, Any]) -> list[SampledTurn]:
 
 def _plain(x: Any) -> Any:
     return x.tolist() if hasattr(x, "tolist") else x
+
+
+def _turn_ids(raw: Any) -> list[Any]:
+    """The sampled ids per turn, whether given as id lists (``sampled``) or as native turns (``turns``)."""
+    return [_plain(t.get("ids")) if isinstance(t, Mapping) else _plain(t) for t in _plain(raw)]
 
 
 def _masks(item: Mapping[str, Any], ids: list[int]) -> tuple[dict[str, list[int]], list[tuple[int | None, str]]]:

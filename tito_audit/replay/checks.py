@@ -33,12 +33,14 @@ CHECKS: tuple[ReplayCheck, ...] = (
         "replay_incomplete",
         "Episodes not checked",
         "error",
-        "Episodes whose reference could not be rebuilt (a render of their messages failed, e.g. a message over the "
-        "render limits) and whose log has no engine prompt_ids to check them against instead. Their sampled turns "
-        "were still looked for in the trained sequence, but the context around them was not checked: the log is "
-        "never called safe, and the replay exits 3 (incomplete).",
-        "Log the engine's prompt_ids per turn (then no render is needed for the TITO check), or fix what the "
-        "template cannot render; each episode is named with its line.",
+        "Episodes that could not be checked, each named with why: their reference could not be rebuilt (a render "
+        "of their messages failed, e.g. a message over the render limits, and the log has no engine prompt_ids to "
+        "check them against instead), their record holds no sampled id, or the log keeps no sampled ids at all "
+        "(SkyRL: its turns are the trained mask's runs). Their sampled turns were still looked for in the trained "
+        "sequence, so a divergence there is still found, but nothing else proves them right: the log is never "
+        "called safe, and the replay exits 3 (incomplete).",
+        "Log the engine's sampled ids and prompt_ids per turn (then no render is needed for the TITO check), or fix "
+        "what the template cannot render; each episode is named with its line.",
     ),
     ReplayCheck(
         "replay_shape",

@@ -106,10 +106,14 @@ def exact_rows(batch: Any, stop_ids: Any, marks: Any, window: int) -> ExactRows 
         | np.asarray(fields["ids"].is_null(), dtype=bool)
         | np.asarray(fields["prompt_ids"].is_null(), dtype=bool)
     )
-    if "logprobs" in fields:  # a length mismatch is a shape finding: analyze reports it
+    if "logprobs" in fields:  # a length mismatch is a shape finding, a null or a string a malformed record: analyze
         lp = fields["logprobs"]
-        lp_len = np.asarray(pc.list_value_length(lp).fill_null(-1), dtype=np.int64)
-        bad_turn |= (lp_len >= 0) & (lp_len != np.diff(id_off))
+        null_inside = _null_inside(lp)
+        if null_inside is None:  # not lists of numbers
+            bad_turn |= ~np.asarray(lp.is_null(), dtype=bool)
+        else:
+            lp_len = np.asarray(pc.list_value_length(lp).fill_null(-1), dtype=np.int64)
+            bad_turn |= ((lp_len >= 0) & (lp_len != np.diff(id_off))) | null_inside
     undecidable = (
         np.asarray(turns_col.is_null(), dtype=bool)
         | np.asarray(batch.column("input_ids").is_null(), dtype=bool)
@@ -117,8 +121,14 @@ def exact_rows(batch: Any, stop_ids: Any, marks: Any, window: int) -> ExactRows 
         | (_per_row(bad_turn.astype(np.int64), t_off, np.add, 0) > 0)
         | (t_off[1:] == t_off[:-1])
         | (not binary)
+        # a negative id is refused by the record's reader (schema._ids): such a row is left to analyze. Only
+        # input_ids need looking at: in an exact row every prompt and every sampled id is a slice of them
+        | _negative(v_in, in_off)
     )
     turn_len = np.diff(id_off)
+    sampled = _per_row(turn_len, t_off, np.add, 0)
+    undecidable |= sampled == 0  # nothing sampled: analyze names the episode as not checked
+    undecidable |= ~_context_valid(batch, np.diff(t_off), undecidable)
     last_id = np.where(turn_len > 0, v_ids[np.maximum(id_off[1:] - 1, 0)] if len(v_ids) else -1, -1)
     stops = np.isin(last_id, np.asarray(list(stop_ids), dtype=np.int64)) & (turn_len > 0)
     max_turn = _per_row(np.where(turn_len > 0, _per_row(v_ids, id_off, np.maximum, -1), -1), t_off, np.maximum, -1)
@@ -127,7 +137,7 @@ def exact_rows(batch: Any, stop_ids: Any, marks: Any, window: int) -> ExactRows 
     out = ExactRows(
         exact=np.zeros(n, dtype=bool),
         turns=np.diff(t_off),
-        sampled=_per_row(turn_len, t_off, np.add, 0),
+        sampled=sampled,
         stop_turns=_per_row(stops.astype(np.int64), t_off, np.add, 0),
         marks=has_mark if has_mark is not None else np.ones(n, dtype=bool),
         max_id=np.maximum(_per_row(v_in, in_off, np.maximum, -1), max_turn),
@@ -136,6 +146,56 @@ def exact_rows(batch: Any, stop_ids: Any, marks: Any, window: int) -> ExactRows 
         if not undecidable[r]:
             out.exact[r] = _exact_row(r, t_off, pr_off, id_off, in_off, m_off, b_pr, b_ids, b_in, b_mask)
     return out
+
+
+def _null_inside(lp: Any) -> Any:
+    """Per turn, whether its log-prob list holds a null (numpy bool); None when the lists do not hold numbers."""
+    import pyarrow as pa
+
+    if not (pa.types.is_list(lp.type) or pa.types.is_large_list(lp.type)):
+        return None
+    values = lp.values
+    if not (pa.types.is_floating(values.type) or pa.types.is_integer(values.type)):
+        return None
+    offsets = np.asarray(lp.offsets, dtype=np.int64)
+    if not values.null_count:
+        return np.zeros(len(offsets) - 1, dtype=bool)
+    nulls = np.asarray(values.is_null(), dtype=np.int64)
+    return _per_row(nulls, offsets, np.add, 0) > 0
+
+
+def _negative(values: Any, offsets: Any) -> Any:
+    """Per list, whether it holds a negative value (one pass over the values when none does)."""
+    if not len(values) or values.min() >= 0:
+        return np.zeros(len(offsets) - 1, dtype=bool)
+    return _per_row((values < 0).astype(np.int64), offsets, np.add, 0) > 0
+
+
+_CONTEXT = ("messages", "tools", "chat_template_kwargs", "date")
+
+
+def _context_valid(batch: Any, turns: Any, skip: Any) -> Any:
+    """Per row, whether its ``messages``, ``tools``, ``chat_template_kwargs`` and ``date`` pass the record's own
+    validation (``schema.context_fields``): a row the JSONL reader would refuse is never counted exact here. Only
+    rows that hold one of them and are not ``skip`` (already left to analyze) are converted, one column at a time."""
+    from tito_audit.replay.schema import RecordError, context_fields
+
+    n = batch.num_rows
+    ok = np.ones(n, dtype=bool)
+    present = [name for name in _CONTEXT if name in batch.schema.names]
+    if not present:
+        return ok
+    columns = {name: batch.column(name) for name in present}
+    held = np.zeros(n, dtype=bool)
+    for col in columns.values():
+        held |= ~np.asarray(col.is_null(), dtype=bool)
+    for r in np.flatnonzero(held & ~skip).tolist():
+        record = {name: col[r].as_py() for name, col in columns.items()}
+        try:
+            context_fields(record, int(turns[r]))
+        except RecordError:
+            ok[r] = False
+    return ok
 
 
 def _exact_row(

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tito_audit.align import IdMatcher
+from tito_audit.finding_class import ReasoningMarks
 from tito_audit.replay.divergence import Divergence, classify, run_text, window
 from tito_audit.replay.id_diff import align
 
@@ -92,10 +93,11 @@ def against_reference(
     special_ids: Sequence[int] = (),
     bos_id: int | None = None,
     bos_ids: Collection[int] = (),
+    reasoning: ReasoningMarks | None = None,
 ) -> Comparison:
     """``got`` (and its mask) against a rebuilt buffer ``ref`` whose sampled runs are ``spans``. ``bos_ids``: every
     id that begins a sequence (the tokenizer's and the template's), so that a doubled one is named whatever
-    ``bos_id`` says."""
+    ``bos_id`` says. ``reasoning``: what reasoning looks like in this episode (its classes tell it from content)."""
     out = Comparison()
     turns = _Turns(spans)
     first: dict[int, Divergence] = {}
@@ -157,7 +159,9 @@ def against_reference(
         r_ids, g_ids = list(ref[i1:i2]), list(got[j1:j2])
         texts = (run_text(decode, ref, i1, i2), run_text(decode, got, j1, j2)) if decode else None
         bos = bos_of(r_ids, g_ids, bos_id, bos_ids)
-        cls = classify(r_ids, g_ids, texts=texts, stop_ids=stop_ids, special_ids=special_ids, bos_id=bos)
+        cls = classify(
+            r_ids, g_ids, texts=texts, stop_ids=stop_ids, special_ids=special_ids, bos_id=bos, reasoning=reasoning
+        )
         r_text = run_text(decode, ref, i1, min(i2, i1 + 24)) if decode else None
         g_text = run_text(decode, got, j1, min(j2, j1 + 24)) if decode else None
         _back, exp, act, start = window(ref, got, i1, j1)
@@ -179,6 +183,7 @@ def against_sampled(
     special_ids: Sequence[int] = (),
     bos_id: int | None = None,
     bos_ids: Collection[int] = (),
+    reasoning: ReasoningMarks | None = None,
 ) -> Comparison:
     """No renders: the sampled turns must appear verbatim in ``got``, trained exactly where they are.
 
@@ -187,6 +192,7 @@ def against_sampled(
     out = _against_sampled(
         turns, logprobs, got, got_mask,
         decode=decode, stop_ids=stop_ids, special_ids=special_ids, bos_id=bos_id, bos_ids=bos_ids,
+        reasoning=reasoning,
     )  # fmt: skip
     bos = {*bos_ids, *(() if bos_id is None else (bos_id,))}
     if len(got) >= 2 and got[0] in bos and got[1] in bos:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
-from tito_audit.replay.compare import bos_of
+from tito_audit.replay.compare import bos_of, mask_runs
 from tito_audit.replay.divergence import Divergence, classify, run_text, window
 from tito_audit.replay.id_diff import align
 from tito_audit.replay.schema import Episode
@@ -108,7 +108,7 @@ def engine_buffer(
         else:
             bos = {*bos_ids, *(() if bos_id is None else (bos_id,))}
             div, end = _context_divergence(
-                buf, p, k, decode=decode, stop_ids=stop_ids, special_ids=special_ids, bos=bos
+                buf.ids, buf.mask, buf.spans, p, k, decode=decode, stop_ids=stop_ids, special_ids=special_ids, bos=bos
             )
             buf.context.append(div)
             buf.push(p[end:], False)
@@ -117,8 +117,41 @@ def engine_buffer(
     return buf
 
 
+def prompt_departures(
+    ep: Episode,
+    *,
+    decode: Callable[[Sequence[int]], str] | None,
+    stop_ids: Sequence[int],
+    special_ids: Sequence[int] = (),
+    bos_id: int | None = None,
+    bos_ids: Collection[int] = (),
+) -> list[Divergence]:
+    """For a record whose turns carry ``prompt_ids`` only in part (the reference is then the template's buffer or
+    the sampled turns): each logged prompt checked against the trained sequence, which in a correct loop starts
+    with every prompt the engine was given. A prompt that departs from it is a divergence of kind ``context``: the
+    engine sampled that turn in another context than the one it is trained in."""
+    got, mask = ep.input_ids, ep.loss_mask
+    spans = mask_runs(mask) if mask is not None and len(mask) == len(got) else []
+    bos = {*bos_ids, *(() if bos_id is None else (bos_id,))}
+    out = []
+    for k, t in enumerate(ep.turns):
+        p = t.prompt_ids
+        if p is None or got[: len(p)] == p:
+            continue
+        head = list(got[: len(p)])
+        head_mask = list(mask[: len(p)]) if mask is not None and len(mask) == len(got) else [0] * len(head)
+        div, _end = _context_divergence(
+            head, head_mask, spans, p, k, decode=decode, stop_ids=stop_ids, special_ids=special_ids, bos=bos,
+            what="the trained sequence",
+        )  # fmt: skip
+        out.append(div)
+    return out
+
+
 def _context_divergence(
-    buf: EngineBuffer,
+    ids: Sequence[int],
+    mask: Sequence[int],
+    spans: Sequence[tuple[int, int]],
     prompt: Sequence[int],
     turn: int,
     *,
@@ -126,23 +159,25 @@ def _context_divergence(
     stop_ids: Sequence[int],
     special_ids: Sequence[int],
     bos: Collection[int],
+    what: str = "the buffer",
 ) -> tuple[Divergence, int]:
-    """Where ``prompt`` first departs from the buffer, and where the buffer's end falls in it (the delta starts
-    there). The divergence belongs to the turn whose sampled ids were changed (or the prompt's own turn)."""
-    ops = align(buf.ids, prompt)
+    """Where ``prompt`` first departs from ``ids`` (the buffer so far, with its ``mask`` and sampled ``spans``), and
+    where the end of ``ids`` falls in it (the delta starts there). The divergence belongs to the turn whose sampled
+    ids were changed (or the prompt's own turn)."""
+    ops = align(ids, prompt)
     first = next(op for op in ops if op[0] != "equal")
     _tag, i1, i2, j1, j2 = first
     end = len(prompt)
     for op in ops:  # the last position of the prompt that the buffer's ids reach
-        if op[1] <= len(buf.ids) <= op[2]:
-            end = op[3] + (len(buf.ids) - op[1]) if op[0] == "equal" else op[4]
-    owner = next((n for n, (_, b) in enumerate(buf.spans) if i1 < b), turn)
-    r_ids, g_ids = buf.ids[i1:i2], list(prompt[j1:j2])
-    texts = (run_text(decode, buf.ids, i1, i2), run_text(decode, prompt, j1, j2)) if decode else None
+        if op[1] <= len(ids) <= op[2]:
+            end = op[3] + (len(ids) - op[1]) if op[0] == "equal" else op[4]
+    owner = next((n for n, (_, b) in enumerate(spans) if i1 < b), turn)
+    r_ids, g_ids = list(ids[i1:i2]), list(prompt[j1:j2])
+    texts = (run_text(decode, ids, i1, i2), run_text(decode, prompt, j1, j2)) if decode else None
     bos_id = bos_of(r_ids, g_ids, None, bos)
     cls = classify(r_ids, g_ids, texts=texts, stop_ids=stop_ids, special_ids=special_ids, bos_id=bos_id)
-    _back, exp, act, start = window(buf.ids, prompt, i1, j1)
-    sampled = sum(buf.mask[i1:i2])
-    what = f"{texts[0][:40]!r} became {texts[1][:40]!r}" if texts else "other ids"
-    message = f"the engine's prompt for turn {turn} does not hold the buffer at position {j1}: {what}"
+    _back, exp, act, start = window(ids, prompt, i1, j1)
+    sampled = sum(mask[i1:i2])
+    change = f"{texts[0][:40]!r} became {texts[1][:40]!r}" if texts else "other ids"
+    message = f"the engine's prompt for turn {turn} does not hold {what} at position {j1}: {change}"
     return Divergence(owner, j1, cls, "context", message, i1, exp, act, start, tokens=sampled), min(end, len(prompt))

@@ -64,6 +64,7 @@ class Episode:
     shape_notes: list[str] = field(default_factory=list)  # length mismatches an adapter found in the raw record
     date: dt.datetime | None = None  # the date the engine's template saw, when the log says
     file: str = ""  # the log file, when a replay reads several
+    turns_from_mask: bool = False  # the turns are the trained mask's runs, not the engine's ids (SkyRL keeps none)
 
 
 def parse_date(value: Any) -> dt.datetime:
@@ -151,6 +152,35 @@ def _json_text(value: Any, where: str) -> Any:
         raise RecordError(f"{where} is text but not JSON ({exc.msg} at column {exc.colno})") from None
 
 
+def context_fields(
+    record: Mapping[str, Any], n_turns: int
+) -> tuple[list[Message] | None, list[dict[str, Any]] | None, dict[str, Any], dt.datetime | None]:
+    """``messages``, ``tools``, ``chat_template_kwargs`` and ``date`` of a record, validated (``RecordError``):
+    one function for every reader, so that a record refused on one path (JSONL) is refused on all (Arrow)."""
+    messages = _json_text(record.get("messages"), "messages")
+    if messages is not None:
+        if not isinstance(messages, Sequence) or not all(isinstance(m, Mapping) and "role" in m for m in messages):
+            raise RecordError("messages must be a list of {role, content, ...} objects")
+        messages = [dict(m) for m in messages]
+        assistants = sum(1 for m in messages if m.get("role") == "assistant")
+        if assistants != n_turns:
+            raise RecordError(f"{assistants} assistant message(s) but {n_turns} sampled turn(s)")
+    tools = _json_text(record.get("tools"), "tools")
+    listed = isinstance(tools, Sequence) and not isinstance(tools, (str, bytes))
+    if tools is not None and (not listed or not all(isinstance(t, Mapping) for t in tools)):
+        raise RecordError("tools must be a list of tool schemas (objects)")
+    kwargs = _json_text(record.get("chat_template_kwargs"), "chat_template_kwargs") or {}
+    if not isinstance(kwargs, Mapping):
+        raise RecordError("chat_template_kwargs must be an object")
+    date = record.get("date")
+    return (
+        messages,
+        [dict(t) for t in tools] if tools else None,
+        dict(kwargs),
+        parse_date(date) if date is not None else None,
+    )
+
+
 def episode_from_native(record: Mapping[str, Any], line: int = 0, source: str = "native") -> Episode:
     """Validate one native record; ``RecordError`` names the first problem."""
     if not isinstance(record, Mapping):
@@ -177,33 +207,19 @@ def episode_from_native(record: Mapping[str, Any], line: int = 0, source: str = 
     input_ids = _ids(record["input_ids"], "input_ids")
     mask_raw = record.get("loss_mask")
     loss_mask = _mask(mask_raw, "loss_mask") if mask_raw is not None else None
-    messages = _json_text(record.get("messages"), "messages")
-    if messages is not None:
-        if not isinstance(messages, Sequence) or not all(isinstance(m, Mapping) and "role" in m for m in messages):
-            raise RecordError("messages must be a list of {role, content, ...} objects")
-        messages = [dict(m) for m in messages]
-        assistants = sum(1 for m in messages if m.get("role") == "assistant")
-        if assistants != len(turns):
-            raise RecordError(f"{assistants} assistant message(s) but {len(turns)} sampled turn(s)")
-    tools = _json_text(record.get("tools"), "tools")
-    if tools is not None and (not isinstance(tools, Sequence) or isinstance(tools, (str, bytes))):
-        raise RecordError("tools must be a list of tool schemas")
-    kwargs = _json_text(record.get("chat_template_kwargs"), "chat_template_kwargs") or {}
-    if not isinstance(kwargs, Mapping):
-        raise RecordError("chat_template_kwargs must be an object")
+    messages, tools, kwargs, date = context_fields(record, len(turns))
     rid = record.get("id")
-    date = record.get("date")
     return Episode(
         turns=turns,
         input_ids=input_ids,
         loss_mask=loss_mask,
         messages=messages,
-        tools=[dict(t) for t in tools] if tools else None,
-        template_kwargs=dict(kwargs),
+        tools=tools,
+        template_kwargs=kwargs,
         id="" if rid is None else str(rid),
         line=line,
         source=source,
-        date=parse_date(date) if date is not None else None,
+        date=date,
     )
 
 

@@ -397,15 +397,16 @@ def played_episodes(
     scenarios: Sequence[Scenario] | None = None,
     date: dt.datetime | None = None,
 ) -> list[Played]:
-    """Every scenario of the audit that the template plays, each played once (rendered at ``date``, by default
-    the audit's pinned date)."""
+    """Every catalog scenario of the audit that the template plays, each played once (rendered at ``date``, by
+    default the audit's pinned date; the scenarios derived from the template are played in its own shapes, which
+    ``play`` does not apply)."""
     from tito_audit.context import AuditContext, AuditOptions
 
     ctx = AuditContext(model, AuditOptions() if date is None else AuditOptions(date=date))
     rng = random.Random(seed)
     split = Splitter(model.tokenizer)
     out = []
-    for sc in scenarios if scenarios is not None else ctx.scenarios:
+    for sc in scenarios if scenarios is not None else [s for s in ctx.scenarios if "derived" not in s.tags]:
         p = play(ctx.renderer, sc, ctx.stop_ids, rate, rng, split)
         if p is not None:
             out.append(p)

@@ -7,7 +7,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from tito_audit.errors import UsageError
 from tito_audit.rl.generation import GenerationSettings
@@ -40,7 +41,9 @@ class RLConfig:
     max_new_tokens: int = 96
     warmup_lr: float = 3e-3
     include_injection: bool = False  # scenarios with control-token text in content
-    scenarios: tuple[str, ...] = ()  # scenario id prefixes
+    scenarios: tuple[str, ...] = ()  # scenario id prefixes: the scenarios played (token facts cover them all)
+    thinking: str = "both"  # the reasoning modes played, as ``audit --thinking`` (AuditOptions.thinking)
+    template_kwargs: dict[str, Any] = field(default_factory=dict)  # ``-k KEY=VALUE``, passed to every render
     clip: float = 2.0  # truncated importance sampling C
     control: bool = False  # R := B (the exactness control)
     out_dir: str | None = None
@@ -64,6 +67,10 @@ class RLConfig:
             raise UsageError("rl", "--noncanonical-rate must be in [0, 1]")
         if self.groups < 1 or self.group_size < 2:
             raise UsageError("rl", "need --groups >= 1 and --group-size >= 2 (GRPO normalises within a group)")
+        from tito_audit.context import THINKING  # no torch, no model: the values AuditOptions.thinking takes
+
+        if self.thinking not in THINKING:
+            raise UsageError("rl", f"--thinking must be {', '.join(THINKING)} (got {self.thinking!r})")
         if self.vocab not in ("compact", "full"):
             raise UsageError("rl", "--vocab must be compact or full")
         if self.weights and self.warmup:

@@ -1,7 +1,9 @@
 """Where the two views disagree, and probability diagnostics of the policy.
 
 - alignment: B and R id sequences aligned turn by turn with difflib; mask flips are split into "sampled token dropped
-  from the loss" (B trains it, R does not) and "template or tool token trained on" (R trains what B does not);
+  from the loss" (B trains it, R does not) and "template or tool token trained on" (R trains what B does not); a
+  trained token both views train, but after different ids ("context changed"), has another log-prob in R: a loss
+  fact as much as a missing token;
 - log-prob mismatch: |delta logp| and the importance ratio rho = exp(logp_R - logp_B) on aligned
   trained tokens;
 - token facts per scenario (model-free, exact), the tool-call parse rate, sampler vs trainer log-probs, and
@@ -12,7 +14,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -60,6 +62,15 @@ def align(b: View, r: View) -> dict[int, int]:
     return out
 
 
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def _turn_of(view: View) -> list[int]:
     """Block index of every position."""
     turn = [0] * len(view.ids)
@@ -76,11 +87,20 @@ def alignment(b: View, r: View) -> dict[str, Any]:
     tb, tr = _turn_of(b), _turn_of(r)
     n_turns = max(len(_blocks(b)), len(_blocks(r)))
     turns = [
-        {"b_trained": 0, "r_trained": 0, "b_unmatched": 0, "r_unmatched": 0, "dropped": 0, "template_trained": 0}
+        {
+            "b_trained": 0,
+            "r_trained": 0,
+            "b_unmatched": 0,
+            "r_unmatched": 0,
+            "dropped": 0,
+            "template_trained": 0,
+            "context_changed": 0,
+        }
         for _ in range(n_turns)
     ]
     pairs: list[tuple[int, int]] = []
     b_mismatched: list[int] = []
+    same_prefix = _common_prefix(b.ids, r.ids)
     for t, m in enumerate(b.mask):
         if not m:
             continue
@@ -94,6 +114,9 @@ def alignment(b: View, r: View) -> dict[str, Any]:
             b_mismatched.append(t)
         else:
             pairs.append((t, amap[t]))
+            # The same token, trained in both views, but after other ids: its log-prob, hence the gradient, differs.
+            if amap[t] != t or t > same_prefix:
+                row["context_changed"] += 1
     for t, m in enumerate(r.mask):
         if not m:
             continue
@@ -116,11 +139,17 @@ def alignment(b: View, r: View) -> dict[str, Any]:
         "r_trained_unmatched": tot.get("r_unmatched", 0),
         "flip_sampled_dropped": tot.get("dropped", 0),
         "flip_template_trained": tot.get("template_trained", 0),
+        "context_changed_trained": tot.get("context_changed", 0),
         "shape_mismatch": len(b.ids) != len(r.ids) or b.n_trained != r.n_trained,
         "identical": b.ids == r.ids and b.mask == r.mask,
         "turns": turns,
         "turns_affected": sum(
             bool(row["mismatched_trained"] or row["dropped"] or row["template_trained"]) for row in turns
+        ),
+        "turns_context_only": sum(
+            bool(row["context_changed"])
+            and not (row["mismatched_trained"] or row["dropped"] or row["template_trained"])
+            for row in turns
         ),
         "pairs": pairs,
         "pair_turns": [tb[p] for p, _ in pairs],
@@ -194,43 +223,59 @@ def align_batch(
     return per_seq, dlogps
 
 
-def token_facts(episodes: Sequence[Any]) -> dict[str, Any]:
-    """Model-free, exact: per scenario, what the R view changes in the trained tokens (summed over episodes)."""
+LOSS_FACTS = ("mismatched_trained", "flip_sampled_dropped", "flip_template_trained", "context_changed_trained")
+
+
+def token_facts(episodes: Sequence[Any], mode_of: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Model-free, exact: per scenario (and per thinking mode, ``mode_of`` maps a scenario id to its mode), what the
+    R view changes in the trained tokens and in the context they condition on (summed over episodes).
+
+    A sequence whose ids differ only after its last trained token in both views changes no log-prob a loss reads:
+    it counts as ``sequences_after_training_only``, not as a loss fact."""
     rows: dict[str, dict[str, int]] = {}
     for e in episodes:
         a = alignment(e.buffer, e.naive)
-        row = rows.setdefault(
-            e.scenario_id,
-            {
-                "sequences": 0,
-                "sequences_affected": 0,
-                "turns": 0,
-                "turns_affected": 0,
-                "b_trained": 0,
-                "mismatched_trained": 0,
-                "flip_sampled_dropped": 0,
-                "flip_template_trained": 0,
-                "shape_mismatch_sequences": 0,
-                "naive_crashes": 0,
-            },
-        )
+        row = rows.setdefault(e.scenario_id, dict.fromkeys(_FACT_ROW, 0))
         row["sequences"] += 1
         row["sequences_affected"] += int(not a["identical"])
+        loss = any(a[k] for k in LOSS_FACTS) or a["shape_mismatch"] or e.naive_error is not None
+        row["sequences_after_training_only"] += int(not a["identical"] and not loss)
         row["turns"] += len(a["turns"])
-        row["turns_affected"] += a["turns_affected"]
-        row["b_trained"] += a["b_trained"]
-        row["mismatched_trained"] += a["mismatched_trained"]
-        row["flip_sampled_dropped"] += a["flip_sampled_dropped"]
-        row["flip_template_trained"] += a["flip_template_trained"]
+        for k in ("turns_affected", "turns_context_only", "b_trained", *LOSS_FACTS):
+            row[k] += a[k]
         row["shape_mismatch_sequences"] += int(a["shape_mismatch"])
         row["naive_crashes"] += int(e.naive_error is not None)
-    totals = {k: sum(r[k] for r in rows.values()) for k in next(iter(rows.values()), {})}
+    modes: dict[str, dict[str, int]] = {}
+    for name, row in rows.items():
+        mode = modes.setdefault((mode_of or {}).get(name, "default"), dict.fromkeys(["scenarios", *_FACT_ROW], 0))
+        mode["scenarios"] += 1
+        for k, v in row.items():
+            mode[k] += v
     return {
-        **totals,
+        **_totals(rows),
         "scenarios": len(rows),
         "scenarios_affected": sum(r["sequences_affected"] > 0 for r in rows.values()),
         "by_scenario": rows,
+        "by_mode": modes,
     }
+
+
+_FACT_ROW = (
+    "sequences",
+    "sequences_affected",
+    "sequences_after_training_only",
+    "turns",
+    "turns_affected",
+    "turns_context_only",
+    "b_trained",
+    *LOSS_FACTS,
+    "shape_mismatch_sequences",
+    "naive_crashes",
+)
+
+
+def _totals(rows: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+    return {k: sum(r[k] for r in rows.values()) for k in _FACT_ROW}
 
 
 def parse_rate(eps: Sequence[Any]) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -216,11 +216,9 @@ class _Trainer:
     def step(self, step: int) -> dict[str, Any]:
         ts = time.perf_counter()
         eps = self._batch()
-        if self.cfg.control:
-            for ep in eps:
-                ep.naive = View(list(ep.buffer.ids), list(ep.buffer.mask))
-                ep.naive_error = None
-        self.sampled_eps += eps if self.sampled else []
+        self.sampled_eps += eps if self.sampled else []  # their token facts: R as the template rebuilds it
+        if self.cfg.control:  # R := B for the comparison only, on copies
+            eps = [replace(ep, naive=View(list(ep.buffer.ids), list(ep.buffer.mask)), naive_error=None) for ep in eps]
         adv = group_advantages(eps)
         sample_s = time.perf_counter() - ts
 
@@ -365,6 +363,7 @@ def run_rl(
         "template_sha256": template.loaded.provenance.template_sha256,
         "device": str(device),
         "scenarios": len(template.episodes),
+        "coverage": template.coverage(),
         "skipped_scenarios": template.skipped,
         "stop_ids": list(template.stops),
         "tokenizer_vocab": len(tok),
@@ -375,12 +374,15 @@ def run_rl(
         torch.cuda.reset_peak_memory_stats(device)
 
     policy, vmap, trained_policy = _policy(cfg, template, device, setup)
-    if cfg.control:
-        for ep in template.episodes:
-            ep.naive, ep.naive_error = View(list(ep.buffer.ids), list(ep.buffer.mask)), None
-    # Model-free and exact: what re-tokenization does to every scenario the template renders.
-    setup["token_facts"] = diagnostics.token_facts(template.episodes)
-    setup["template_parse_rate"] = diagnostics.parse_rate(template.episodes)["rate"]
+    # Model-free and exact: what re-tokenization does to every scenario the template renders, in every thinking
+    # mode, whatever --scenario plays and before --control replaces R with B for the gradient comparison.
+    setup["token_facts"] = diagnostics.token_facts(template.all_episodes, template.mode_of)
+    setup["template_parse_rate"] = diagnostics.parse_rate(template.all_episodes)["rate"]
+    setup["noncanonical_splits"] = {
+        "rate": cfg.noncanonical_rate,
+        "tokens": sum(e.noncanonical_tokens for e in template.all_episodes),
+        "sampled_tokens": sum(e.sampled_tokens - e.noncanonical_tokens for e in template.all_episodes),  # unsplit
+    }
     setup["setup_seconds"] = time.perf_counter() - t0
 
     warm: dict[str, Any] | None = None
@@ -411,7 +413,7 @@ def run_rl(
             progress(step + 1, cfg.steps)
 
     if trainer.sampled_eps:
-        result.setup["sampled_token_facts"] = diagnostics.token_facts(trainer.sampled_eps)
+        result.setup["sampled_token_facts"] = diagnostics.token_facts(trainer.sampled_eps, template.mode_of)
         turns = [c for e in trainer.sampled_eps for c in e.canonical_turns]
         result.setup["canonical_turn_fraction"] = sum(turns) / len(turns) if turns else None
     if device.type == "cuda":

@@ -31,12 +31,14 @@ def summarise(result: RLResult) -> dict[str, Any]:
         "reasons": verdict["reasons"],
         "what_to_do": verdict["what_to_do"],
         "corrupted": verdict["verdict"] == "corrupted",
+        "filtered": verdict["filtered"],
         "scenarios_played": len({sc for s in steps for sc in s["scenarios"]}),
         "sequences_affected": facts["sequences_affected"],
         "sequences": facts["sequences"],
         "mismatched_trained": facts["mismatched_trained"],
         "flip_sampled_dropped": facts["flip_sampled_dropped"],
         "flip_template_trained": facts["flip_template_trained"],
+        "context_changed_trained": facts["context_changed_trained"],
         "shape_mismatch_sequences": facts["shape_mismatch_sequences"],
         # Two parse rates: every scenario's template turns (canonical ids), and the turns of the batches played.
         "parse_rate_every_scenario": result.setup.get("template_parse_rate"),
@@ -50,6 +52,8 @@ def summarise(result: RLResult) -> dict[str, Any]:
         "abs_dlogp_max": max((s["logp_mismatch"].get("abs_dlogp_max", 0.0) for s in steps), default=0.0),
         "step_seconds_mean": sum(s["seconds"] for s in steps) / len(steps) if steps else 0.0,
     }
+    if "control_passed" in verdict:
+        out["control_passed"] = verdict["control_passed"]
     if steps and all("kl" in s for s in steps):
         for k in ("k1", "k3", "exact"):
             out[f"kl_{k}_mean"] = [s["kl"][f"{k}_mean"] for s in steps]

@@ -36,13 +36,14 @@ def write_plots(result: RLResult, out: Path) -> list[Path]:
     names = list(rows)
     fig, ax = plt.subplots(figsize=(max(8, 0.28 * len(names) + 2), 4))
     xs = list(range(len(names)))
-    w = 0.28
+    w = 0.21
     for off, key, label in (
-        (-w, "mismatched_trained", "trained tokens without partner"),
-        (0.0, "flip_sampled_dropped", "sampled token dropped"),
-        (w, "flip_template_trained", "template token trained"),
+        (-1.5 * w, "mismatched_trained", "trained tokens without partner"),
+        (-0.5 * w, "flip_sampled_dropped", "sampled token dropped"),
+        (0.5 * w, "flip_template_trained", "template token trained"),
+        (1.5 * w, "context_changed_trained", "trained token, context changed"),
     ):
-        ax.bar([x + off for x in xs], [rows[n][key] for n in names], w, label=label)
+        ax.bar([x + off for x in xs], [rows[n].get(key, 0) for n in names], w, label=label)
     ax.set_xticks(xs, names, rotation=90, fontsize=7)
     ax.set_ylabel("tokens (summed over episodes)")
     ax.set_title(f"{title}: what R changes, per scenario (model-free)")

@@ -49,7 +49,7 @@ DESCRIPTIONS = {
 }
 
 # RenderError.kind -> class, for errors that stop a template outright.
-_RENDER_KIND = {"timeout": LIMIT, "too_large": LIMIT, "security": SECURITY}
+_RENDER_KIND = {"timeout": LIMIT, "too_large": LIMIT, "budget": LIMIT, "security": SECURITY}
 # AuditError.kind / ModelReport.error_kind -> class.
 _ERROR_KIND = {
     "template_compile": DOES_NOT_COMPILE,
@@ -57,6 +57,7 @@ _ERROR_KIND = {
     "template_security": SECURITY,
     "template_timeout": LIMIT,
     "template_too_large": LIMIT,
+    "template_budget": LIMIT,
     "limit_exceeded": LIMIT,
     "missing_tokens": MISSING_TOKENS,
     "security": SECURITY,

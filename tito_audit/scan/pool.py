@@ -19,12 +19,12 @@ import os
 import signal
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from tito_audit.rendering import RenderLimits
-from tito_audit.rendering.guard import address_space_bytes, keep_timer_handler, limit_process_memory
+from tito_audit.rendering.guard import AUDIT_LIMITS, address_space_bytes, keep_timer_handler, limit_process_memory
 from tito_audit.scan import classify
 from tito_audit.scan.discover import TemplateFile
 from tito_audit.scan.pick import Picker
@@ -49,7 +49,7 @@ class PoolLimits:
     workers: int = 2
     deadline_s: float = 60.0  # per template, the worker's CPU seconds, enforced by SIGKILL
     memory_bytes: int = 3 << 30  # address space a worker may add to what it inherited
-    render: RenderLimits = field(default_factory=RenderLimits)
+    render: RenderLimits = AUDIT_LIMITS  # per render, and each template's budget (``rendering.budget``)
     scenarios: str = "quick"  # AuditOptions.scenarios: "quick" (the scan's default) or "full" (what `audit` plays)
     synthesize: bool = True  # with auto: a template no candidate matches gets a synthesized tokenizer (approximate)
 

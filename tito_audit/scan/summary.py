@@ -84,6 +84,7 @@ class ScanSummary:
             "coverage": self.coverage,
             "tokenizers": self.tokenizer_counts,
             "crashes": self.crashes,
+            "libraries": _libraries(),
             **self.meta,
             "results": [r.to_dict() for r in self.results],
         }
@@ -96,13 +97,14 @@ class ScanSummary:
         return sorted(r.name for r in self.results if r.cls == cls)
 
     def to_markdown(self, show: int = 20) -> str:
+        from tito_audit.formats.labels import versions_text
         from tito_audit.formats.markdown import md_code, md_text
 
         lines = [
             f"# Template scan: {md_code(self.root)}",
             "",
             f"{len(self.results)} templates, tokenizer {md_code(self.tokenizer)}, {self.seconds:.1f}s "
-            f"with {self.workers} worker(s).",
+            f"with {self.workers} worker(s); {versions_text(_libraries())}.",
             "",
             "| class | templates | meaning |",
             "|---|---:|---|",
@@ -137,7 +139,12 @@ class ScanSummary:
         from rich.markup import escape
         from rich.table import Table
 
-        table = Table(title=f"{len(self.results)} templates · {self.seconds:.1f}s · {self.workers} worker(s)")
+        from tito_audit.formats.labels import versions_text
+
+        table = Table(
+            title=f"{len(self.results)} templates · {self.seconds:.1f}s · {self.workers} worker(s)",
+            caption=versions_text(_libraries()),
+        )
         table.add_column("class")
         table.add_column("templates", justify="right")
         table.add_column("meaning")
@@ -151,3 +158,10 @@ class ScanSummary:
         for k, n in self.coverage.items():
             table.add_row(f"[dim]coverage: {k.replace('_', ' ')}[/dim]", str(n), "", "")
         return table
+
+
+def _libraries() -> dict[str, Any]:
+    """The versions and compat fallbacks of the process that wrote the summary (its workers are forked from it)."""
+    from tito_audit.compat import library_versions
+
+    return dict(library_versions())

@@ -121,12 +121,14 @@ def with_arguments(call: Message, arguments: Any) -> Message:
     return out
 
 
-def reasoning_of(message: Message, tags: tuple[str, str] = ("<think>", "</think>")) -> str:
-    """The reasoning an assistant message carries (``reasoning_content`` or inline think text)."""
+def reasoning_of(
+    message: Message, tags: tuple[str, str] = ("<think>", "</think>"), field: str = "reasoning_content"
+) -> str:
+    """The reasoning an assistant message carries (in ``field``, or inline between ``tags``)."""
     if message.get("role") != "assistant":
         return ""
-    if message.get("reasoning_content"):
-        return str(message["reasoning_content"])
+    if message.get(field):
+        return str(message[field])
     content = content_text(message) or ""
     if tags[0] in content and tags[1] in content:
         return content.split(tags[0], 1)[1].split(tags[1], 1)[0].strip()
@@ -186,10 +188,11 @@ def call_content(messages: list[Message], old: Any, new: Any) -> list[Message]:
 
 
 def reasoning_inline(messages: list[Message], tags: tuple[str, str]) -> list[Message]:
+    """``reasoning_content`` moved into the content, between the template's delimiters (an empty one included)."""
     out = []
     for m in messages:
-        if m.get("role") == "assistant" and m.get("reasoning_content"):
-            thought = reasoning_of(m, tags)
+        if m.get("role") == "assistant" and isinstance(m.get("reasoning_content"), str):
+            thought = m["reasoning_content"]
             m = {k: v for k, v in m.items() if k != "reasoning_content"}
             m["content"] = f"{tags[0]}\n{thought}\n{tags[1]}\n\n{m.get('content') or ''}"
         out.append(m)
@@ -283,3 +286,22 @@ def tools_as_read(renderer: Renderer, tools: list[Any]) -> Renderer:
             continue
         return candidate
     return renderer
+
+
+def reasoning_field(messages: list[Message], field: str) -> list[Message]:
+    """``reasoning_content`` under the key the template reads reasoning from."""
+    return [
+        {(field if k == "reasoning_content" else k): v for k, v in m.items()} if "reasoning_content" in m else m
+        for m in messages
+    ]
+
+
+def retag_inline(messages: list[Message], tags: tuple[str, str]) -> list[Message]:
+    """Inline ``<think>`` blocks in assistant content written with the template's own delimiters."""
+    out = []
+    for m in messages:
+        content = m.get("content")
+        if m.get("role") == "assistant" and isinstance(content, str) and "</think>" in content:
+            m = {**m, "content": content.replace("<think>", tags[0]).replace("</think>", tags[1])}
+        out.append(m)
+    return out

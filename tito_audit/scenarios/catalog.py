@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Any
 
 from tito_audit.probes import TOOLS
+from tito_audit.scenarios.reasoning import Reasoning
 from tito_audit.scenarios.spec import Message, Scenario, ScenarioSpec
 
 # Text per variant: (user, tool output, final answer, call arguments)
@@ -79,6 +80,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "special_text": {},  # filled per tokenizer: control-token text inside user and tool content
 }
 
+# The reasoning scenarios send (on a tool-call turn, on an answer; inline in content): a divergence whose differing
+# text holds a part of one is reasoning that was dropped or moved (``tito_audit.finding_class``).
+CALL_REASONING = "The user wants the weather, so I call the tool."
+ANSWER_REASONING = "The tool answered; summarise."
+INLINE_CALL_REASONING = "I should call the tool."
+INLINE_ANSWER_REASONING = "Summarise the result."
+REASONING_TEXTS = (CALL_REASONING, ANSWER_REASONING, INLINE_CALL_REASONING, INLINE_ANSWER_REASONING)
+
 # Shapes: step names understood by _build. Thinking steps carry reasoning.
 SHAPES: dict[str, tuple[str, ...]] = {
     "single_call": ("user", "call", "tool", "final"),
@@ -141,6 +150,13 @@ CATALOG: tuple[ScenarioSpec, ...] = (
     ),
     ScenarioSpec("inline_think/cjk", SHAPES["inline_think"], "cjk", "inline <think> blocks, CJK"),
     ScenarioSpec("system_notice/whitespace", SHAPES["system_notice"], "whitespace", "system notice mid-episode"),
+    # Three tool results: a renderer that trims or drops older results from the third on (context management)
+    # rewrites the history only here. Not in SHAPES, so not in the quick set (``--renderer`` audits play the full
+    # catalogue; the corpus scan's cost stays as it was).
+    ScenarioSpec(
+        "three_calls/plain", ("user", "call", "tool", "call", "tool", "call", "tool", "final"), "plain", "three calls"
+    ),
+    ScenarioSpec("parallel3_calls/plain", ("user", "call3", "tool", "tool", "tool", "final"), "plain", "3 parallel"),
 )
 
 
@@ -188,9 +204,9 @@ def _build(spec: ScenarioSpec, special_texts: Sequence[str]) -> list[Message]:
             if step == "null_call":
                 m["content"] = None
             if step == "think_call":
-                m["reasoning_content"] = "The user wants the weather, so I call the tool."
+                m["reasoning_content"] = CALL_REASONING
             if step == "inline_think_call":
-                m["content"] = "<think>\nI should call the tool.\n</think>\n\n"
+                m["content"] = f"<think>\n{INLINE_CALL_REASONING}\n</think>\n\n"
             msgs.append(m)
         elif step == "call2":
             other = dict(v["args"]) if isinstance(v["args"], dict) else v["args"]
@@ -201,6 +217,9 @@ def _build(spec: ScenarioSpec, special_texts: Sequence[str]) -> list[Message]:
                     "tool_calls": [call(v["args"]), call(other, "search_docs")],
                 }
             )
+        elif step == "call3":  # three parallel calls
+            calls = [call(v["args"]), call(v["args"], "search_docs"), call(v["args"])]
+            msgs.append({"role": "assistant", "content": "", "tool_calls": calls})
         elif step == "tool":
             cid = pending.pop(0) if pending else _call_id(0)
             msgs.append({"role": "tool", "tool_call_id": cid, "name": tool_name, "content": v["tool"]})
@@ -211,11 +230,13 @@ def _build(spec: ScenarioSpec, special_texts: Sequence[str]) -> list[Message]:
                 {
                     "role": "assistant",
                     "content": v["final"],
-                    "reasoning_content": "The tool answered; summarise.",
+                    "reasoning_content": ANSWER_REASONING,
                 }
             )
         elif step == "inline_think_final":
-            msgs.append({"role": "assistant", "content": f"<think>\nSummarise the result.\n</think>\n\n{v['final']}"})
+            msgs.append(
+                {"role": "assistant", "content": f"<think>\n{INLINE_ANSWER_REASONING}\n</think>\n\n{v['final']}"}
+            )
         else:
             raise ValueError(f"unknown step {step!r} in scenario {spec.id}")
     return msgs
@@ -269,21 +290,64 @@ def _build_all(
     for spec in CATALOG:
         if only and not any(spec.id.startswith(o) for o in only):
             continue
-        messages = _build(spec, special_texts)
-        tags = _tags(spec, messages)
-        modes = thinking_modes if "thinking" in tags else ({},)
-        for mode in modes:
-            suffix = "".join(f"[{k}={json.dumps(val)}]" for k, val in sorted(mode.items()))
-            out.append(
-                Scenario(
-                    id=spec.id + suffix,
-                    description=spec.description,
-                    messages=tuple(messages),
-                    tools=TOOLS,
-                    tags=tags,
-                    template_kwargs=tuple(sorted(mode.items())),
-                )
+        out += _in_modes(spec, _build(spec, special_texts), thinking_modes)
+    return out
+
+
+def _in_modes(spec: ScenarioSpec, messages: list[Message], thinking_modes: Sequence[dict[str, Any]]) -> list[Scenario]:
+    """The scenario of ``spec`` with ``messages``, once per thinking mode when it carries reasoning."""
+    tags = _tags(spec, messages)
+    modes = thinking_modes if "thinking" in tags else ({},)
+    out = []
+    for mode in modes:
+        suffix = "".join(f"[{k}={json.dumps(val)}]" for k, val in sorted(mode.items()))
+        out.append(
+            Scenario(
+                id=spec.id + suffix,
+                description=spec.description,
+                messages=tuple(messages),
+                tools=TOOLS,
+                tags=tags,
+                template_kwargs=tuple(sorted(mode.items())),
             )
+        )
+    return out
+
+
+def derived_scenarios(
+    reasoning: Reasoning, special_texts: Sequence[str] = (), thinking_modes: Sequence[dict[str, Any]] = ({},)
+) -> list[Scenario]:
+    """Scenarios derived from what this template reads (``scenarios.reasoning``), played beside the catalog's:
+
+    - ``reasoning_empty/plain``: a tool call and an answer, each with empty reasoning (``reasoning_content: ""``),
+      where reasoning reaches the render (some templates keep or drop an empty block differently from a full one);
+    - ``field/KEY``: a user follow-up episode with the message key ``KEY`` set on the messages of every role the
+      template renders it for (a marker written at a turn's end and dropped once a user turn follows).
+    """
+    out: list[Scenario] = []
+    if reasoning.mode in ("field", "inline"):
+        spec = ScenarioSpec(
+            "reasoning_empty/plain",
+            SHAPES["reasoning"],
+            "plain",
+            'empty reasoning (reasoning_content "") on every assistant turn',
+            frozenset({"thinking", "derived"}),
+        )
+        messages = [
+            {**m, "reasoning_content": ""} if "reasoning_content" in m else m for m in _build(spec, special_texts)
+        ]
+        out += _in_modes(spec, messages, thinking_modes)
+    for key, roles in reasoning.fields:
+        spec = ScenarioSpec(
+            f"field/{key}",
+            SHAPES["followup_user"],
+            "plain",
+            f"the message key {key!r} set on {', '.join(roles)} messages",
+            frozenset({"derived"}),
+        )
+        built = _build(spec, special_texts)
+        messages = [{**m, key: f"{key}{i}"} if m["role"] in roles else m for i, m in enumerate(built)]
+        out += _in_modes(spec, messages, ({},))
     return out
 
 

@@ -8,14 +8,15 @@ rewrites every scenario into that shape with the rewrites of ``scenarios.adapt``
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tito_audit.errors import RenderError, detached
-from tito_audit.probes import SHAPE_PROBE_ARGS, SHAPE_PROBE_REASONING, SHAPE_PROBE_RESULT, SHAPE_PROBE_TOOL
+from tito_audit.probes import SHAPE_PROBE_ARGS, SHAPE_PROBE_RESULT, SHAPE_PROBE_TOOL
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.rollout.tokens import common_prefix_len
 from tito_audit.scenarios.adapt import (
@@ -24,10 +25,13 @@ from tito_audit.scenarios.adapt import (
     call_content,
     flat_calls,
     named_call_ids,
+    reasoning_field,
     reasoning_inline,
     reasoning_of,
+    retag_inline,
     tool_as_user,
 )
+from tito_audit.scenarios.reasoning import SCENARIO_FIELD, Reasoning, derive_reasoning
 from tito_audit.scenarios.spec import Message
 
 CANONICAL = ("nested", "dict", "none", "tool")  # call shape, arguments, content next to calls, tool-result role
@@ -55,10 +59,9 @@ class Shapes:
     ``calls``/``arguments``/``content``/``tool_role`` are the shape the scenarios are played in; a choice other
     than ``CANONICAL``'s is an adaptation the user's rollout code must make too. ``drops``: what the template
     does not render in that shape (``tool_calls``, ``arguments``, ``tool_results``). ``empty_content_drops``:
-    the calls vanish when content is ``""`` (scenarios then send None). ``reasoning``: ``field``
-    (``reasoning_content`` renders), ``inline`` (only ``<think>`` in content renders), ``emitted`` (the template
-    handles think text but shows none, even on the last turn: the sampled text must carry it anyway), or
-    ``""`` (the template's source handles no reasoning text).
+    the calls vanish when content is ``""`` (scenarios then send None). ``reasoning``: how reasoning reaches the
+    render, derived from the template (``scenarios.reasoning``): the field or the delimiters it reads, and what
+    no scenario exercises.
     """
 
     calls: str = "nested"
@@ -68,8 +71,7 @@ class Shapes:
     drops: tuple[str, ...] = ()
     rejects_tools: str | None = None  # why no shape renders a tool conversation
     empty_content_drops: bool = False
-    reasoning: str = ""
-    think_tags: tuple[str, str] = ("<think>", "</think>")
+    reasoning: Reasoning = field(default_factory=Reasoning)
     framing: tuple[str, ...] = ()  # FRAMINGS: what every message needed before anything rendered
     named_ids: bool = False  # call ids carry the function name (the template writes the id in the name's place)
 
@@ -93,9 +95,9 @@ class Shapes:
             out.append("tool_as_user")
         if self.named_ids:
             out.append("named_call_ids")
-        if self.reasoning == "inline":
+        if self.reasoning.mode == "inline":
             out.append("reasoning_inline")
-        if self.reasoning == "emitted":
+        if self.reasoning.emits is not None:
             out.append("reasoning_emitted")
         return tuple(out)
 
@@ -112,8 +114,13 @@ class Shapes:
             steps.append(("content_empty", lambda ms: call_content(ms, None, "")))
         elif self.empty_content_drops:
             steps.append(("content_none", lambda ms: call_content(ms, "", None)))
-        if self.reasoning == "inline":
-            steps.append(("reasoning_inline", lambda ms: reasoning_inline(ms, self.think_tags)))
+        reasoning = self.reasoning
+        if reasoning.mode == "field" and reasoning.field != SCENARIO_FIELD:
+            steps.append(("reasoning_field", lambda ms: reasoning_field(ms, reasoning.field)))
+        if reasoning.mode == "inline":
+            steps.append(("reasoning_inline", lambda ms: reasoning_inline(ms, reasoning.tags)))
+        if reasoning.mode in ("inline", "emitted") and reasoning.tags != ("<think>", "</think>"):
+            steps.append(("reasoning_tags", lambda ms: retag_inline(ms, reasoning.tags)))
         if self.named_ids:
             steps.append(("named_call_ids", named_call_ids))
         if self.tool_role == "user":
@@ -122,11 +129,21 @@ class Shapes:
         for name, step in steps:
             adapted = step(out)
             if adapted != out:
-                used.append(name)
+                if name not in ("reasoning_field", "reasoning_tags"):  # the template's own spelling: no adaptation
+                    used.append(name)
                 out = adapted
-        if self.reasoning == "emitted" and any(reasoning_of(m, self.think_tags) for m in out):
+        if reasoning.emits is not None and any(self._emitted(m) for m in out):
             used.append("reasoning_emitted")
         return out, tuple(used)
+
+    def _emitted(self, message: Message) -> bool:
+        """The model writes this message's reasoning where the template does not show it."""
+        r = self.reasoning
+        if not reasoning_of(message, r.tags, r.field):
+            return False
+        if r.mode == "emitted":
+            return True
+        return not (r.on_calls if message.get("tool_calls") else r.on_answers)
 
 
 Shape = tuple[str, str, str, str]  # call shape, arguments, content next to calls, tool-result role
@@ -189,14 +206,15 @@ def _shapes_in_order() -> list[Shape]:
     return sorted(shapes, key=lambda s: sum(a != b for a, b in zip(s, CANONICAL, strict=True)))
 
 
-def probe_shapes(renderer: Renderer, tools: Any) -> Shapes:
+def probe_shapes(renderer: Renderer, tools: Any, modes: Sequence[dict[str, Any]] = ()) -> Shapes:
     """What the template accepts, found by rendering one tool episode in each shape until one shows everything.
 
     Call shape and argument type are conventions a template reads: a shape that shows the call where the
     canonical one does not is adopted. The tool role and content None are the canonical form itself: when the
     canonical role and content render without error, whatever they drop stands (the model cannot see its own
     tool traffic); they are adapted only when the template rejects them. When no shape renders at all, the same
-    search runs again with each framing (a system prompt first, content as a list of text parts).
+    search runs again with each framing (a system prompt first, content as a list of text parts). ``modes``: the
+    thinking modes scenarios are played in, under which reasoning is looked for too (``derive_reasoning``).
     """
     first_error: RenderError | None = None
     for framing in FRAMINGS:
@@ -218,7 +236,7 @@ def probe_shapes(renderer: Renderer, tools: Any) -> Shapes:
             chosen = chosen or next((s for s in rest if get(s).error is None), None)
         first_error = first_error or get(CANONICAL).error
         if chosen is not None:
-            shapes = _shapes(renderer, chosen, get, framing)
+            shapes = _shapes(renderer, tools, chosen, get, framing, modes)
             if "tool_calls" in shapes.drops and get(chosen).shows_id:  # the id where the name would go
                 named = _probe(renderer, tools, chosen, framing, named_ids=True)
                 if named.shows_call:
@@ -230,7 +248,14 @@ def probe_shapes(renderer: Renderer, tools: Any) -> Shapes:
     return Shapes(rejects_tools=first_error.message if first_error is not None else "no shape renders")
 
 
-def _shapes(renderer: Renderer, chosen: Shape, get: Callable[[Shape], Probe], framing: tuple[str, ...]) -> Shapes:
+def _shapes(
+    renderer: Renderer,
+    tools: Any,
+    chosen: Shape,
+    get: Callable[[Shape], Probe],
+    framing: tuple[str, ...],
+    modes: Sequence[dict[str, Any]],
+) -> Shapes:
     p = get(chosen)
     shown = (("tool_calls", p.shows_call), ("arguments", p.shows_arguments), ("tool_results", p.shows_result))
     drops = tuple(name for name, ok in shown if not ok)
@@ -241,29 +266,6 @@ def _shapes(renderer: Renderer, chosen: Shape, get: Callable[[Shape], Probe], fr
     if content == "none" and not drops:
         empty = get((calls, arguments, "empty", tool_role))
         empty_drops = empty.error is None and not empty.shows_call
-    reasoning, tags = _reasoning(renderer)
-    return Shapes(calls, arguments, content, tool_role, drops, None, empty_drops, reasoning, tags, framing)
-
-
-def _reasoning(renderer: Renderer) -> tuple[str, tuple[str, str]]:
-    """How reasoning reaches the render, for templates whose source handles think or reasoning text."""
-    source = renderer.chat_template.lower()
-    tags = ("<think>", "</think>")
-    if "think" not in source and "reasoning" not in source:
-        return "", tags
-    user: Message = {"role": "user", "content": "Hi"}
-    field = {"role": "assistant", "content": "Hello.", "reasoning_content": SHAPE_PROBE_REASONING}
-    try:
-        if SHAPE_PROBE_REASONING in renderer.render([user, field]):
-            return "field", tags
-    except RenderError:
-        pass
-    if tags[1] not in source:
-        return "", tags  # no think tags: nothing inline to try, the reasoning field is just not read
-    inline = {"role": "assistant", "content": f"{tags[0]}\n{SHAPE_PROBE_REASONING}\n{tags[1]}\n\nHello."}
-    try:
-        if SHAPE_PROBE_REASONING in renderer.render([user, inline]):
-            return "inline", tags
-    except RenderError:
-        return "", tags
-    return "emitted", tags
+    shapes = Shapes(calls, arguments, content, tool_role, drops, None, empty_drops, framing=framing)
+    reasoning = derive_reasoning(renderer, tools, lambda ms: shapes.apply(ms)[0], modes)
+    return dataclasses.replace(shapes, reasoning=reasoning)

@@ -1,4 +1,4 @@
-"""The offline set shipped in ``templates_cache/``: audit without a network or a Hub cache.
+"""The offline set shipped in ``tito_audit/templates_cache/``: audit without a network or a Hub cache.
 
 Each bundled model is a folder with its tokenizer-side files and ``PROVENANCE.json``; ``tokenizer.json`` is
 stored gzip-compressed to keep the repository small (xz saves 30% of the bytes but takes four times the CPU
@@ -30,11 +30,13 @@ _PACKED_GLOBS = tuple(f"*{suffix}" for suffix in _UNPACK)
 
 
 def cache_root() -> Path:
-    """``templates_cache/`` at the repository root (overridable for packaged installs)."""
+    """``tito_audit/templates_cache/``, shipped inside the package (package data: a wheel or ``pip install .`` has
+    it too; ``templates_cache/`` at the repository root links to it); ``TITO_AUDIT_TEMPLATES_CACHE`` names
+    another."""
     env = os.environ.get("TITO_AUDIT_TEMPLATES_CACHE")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2] / "templates_cache"
+    return Path(__file__).resolve().parents[1] / "templates_cache"
 
 
 @cache

@@ -23,6 +23,7 @@ from tito_audit.errors import (
     CorruptTokenizer,
     NoChatTemplate,
     TemplateCompileError,
+    UnsupportedLibrary,
     UsageError,
 )
 from tito_audit.sources.base import ModelFiles
@@ -42,6 +43,12 @@ _TOOLS_PROBE = [{"type": "function", "function": {"name": "probe", "parameters":
 SYNTHESIZED = "synthesized"  # ``Provenance.tokenizer`` of a tokenizer built by ``sources.synthesized``
 
 
+def _library_versions() -> dict[str, Any]:
+    from tito_audit.compat import library_versions
+
+    return dict(library_versions())
+
+
 @dataclass(frozen=True)
 class Provenance:
     """Where every byte the audit looked at came from; copied into every report."""
@@ -52,7 +59,7 @@ class Provenance:
     revision: str | None
     template_file: str
     template_name: str | None
-    template_sha256: str
+    template_sha256: str | None  # None where no template renders (``--renderer``: ``template_file`` names what does)
     tokenizer_class: str
     bos_token: str | None
     eos_token: str | None
@@ -63,6 +70,9 @@ class Provenance:
     tokenizer: str = "real"
     tokenizer_base: str | None = None
     synthesized_tokens: tuple[str, ...] = ()
+    # tito-audit, transformers, tokenizers and jinja2 versions, and the compat fallbacks, of the process that
+    # loaded it (``compat.library_versions``): a verdict can change with a transformers release
+    libraries: dict[str, Any] = field(default_factory=_library_versions)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,6 +100,13 @@ class LoadedModel:
             }
         )
         return LoadedModel(self.name, self.tokenizer, template, prov, self.generation_eos_ids, self.hidden_specials)
+
+    def with_renderer(self, identity: str) -> LoadedModel:
+        """The same tokenizer rendered by another renderer than a template (``--renderer``): no template source to
+        read or hash; the provenance names the renderer (``EngineInfo.identity``: library, version, family...)."""
+        model = self.with_template("", f"(none: renderer {identity})")
+        model.provenance = Provenance(**{**model.provenance.to_dict(), "template_sha256": None})
+        return model
 
 
 def sha256_text(text: str) -> str:
@@ -187,10 +204,13 @@ def compile_template(spec: str, template: str) -> Any:
     syntax errors and a compile past its limits become one-line audit errors."""
     from jinja2 import TemplateError
 
+    from tito_audit import compat
     from tito_audit.rendering.analysis import compiled_template
 
     try:
         return compiled_template(template)
+    except compat.UnsupportedLibrary as exc:
+        raise UnsupportedLibrary(spec, str(exc)) from exc
     except TemplateError as exc:
         line = getattr(exc, "lineno", None)
         where = f" (line {line})" if line else ""

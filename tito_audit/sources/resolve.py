@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from tito_audit.errors import ModelNotFound
+from tito_audit.errors import ModelNotFound, NetworkUnavailable
 from tito_audit.sources.base import ModelFiles, ModelSource
 from tito_audit.sources.bundled import BundledSource
 from tito_audit.sources.hub import HubSource
 from tito_audit.sources.local import LocalSource
+from tito_audit.sources.suggest import did_you_mean
 
 
 def sources(offline: bool = False) -> list[ModelSource]:
@@ -14,7 +15,14 @@ def sources(offline: bool = False) -> list[ModelSource]:
 
 
 def fetch_model_files(spec: str, offline: bool = False) -> ModelFiles:
-    for source in sources(offline):
-        if source.claims(spec):
-            return source.fetch(spec)
-    raise ModelNotFound(spec, "not a local folder, a bundled name or a Hub repo id (org/name[@revision])")
+    """The files of ``spec``; a spec that names nothing says which known names are close to it."""
+    try:
+        for source in sources(offline):
+            if source.claims(spec):
+                return source.fetch(spec)
+        raise ModelNotFound(spec, "not a local folder, a bundled name or a Hub repo id (org/name[@revision])")
+    except (ModelNotFound, NetworkUnavailable) as exc:
+        hint = did_you_mean(spec)
+        if not hint:
+            raise
+        raise type(exc)(spec, exc.cause + hint) from exc

@@ -9,8 +9,9 @@ class), and every branch of its choice that reads the config falls through: the 
 byte-level ``LlamaTokenizer`` folders, for ``PythonBackend`` and for unknown names) and ``load_tokenizer`` calls
 that class's ``from_pretrained`` with the arguments ``AutoTokenizer`` passes it. Everything else (a
 ``config.json``, remote code, no declared class, a process that has already imported ``AutoTokenizer``) goes
-through ``AutoTokenizer`` itself. ``tests/test_tokenizer_load.py`` holds both paths to the same tokenizer and the
-same renders.
+through ``AutoTokenizer`` itself, as does every folder where transformers lacks the private pieces this takes
+(``compat``'s ``declared_tokenizer_class``). ``tests/test_tokenizer_load.py`` holds both paths to the same
+tokenizer and the same renders.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from tito_audit import compat
 
 _AUTO_MODULE = "transformers.models.auto.tokenization_auto"
 
@@ -33,9 +36,12 @@ def declared_class(folder: Path, tokenizer_config: dict[str, Any]) -> type | Non
     name = tokenizer_config.get("tokenizer_class")
     if not isinstance(name, str) or not name:
         return None
+    declared = compat.pieces("declared_tokenizer_class")
+    if declared is None:
+        return None
     from transformers.tokenization_utils_tokenizers import TokenizersBackend
 
-    if name.removesuffix("Fast") == "LlamaTokenizer" and TokenizersBackend._tokenizer_json_has_byte_level(str(folder)):
+    if name.removesuffix("Fast") == "LlamaTokenizer" and declared.byte_level(str(folder)):
         return TokenizersBackend
     return class_for_name(name)
 
@@ -111,31 +117,28 @@ def models_package_reusing_its_scan() -> Iterator[None]:
     prefix="models")``), but under a path its caches do not match. While this is open, that one call is answered
     by transformers' own function on the folder itself (a file stands for its folder there), which its cache
     answers from the scan already done. ``tests/test_tokenizer_load.py`` holds the structure to a fresh scan."""
-    from transformers.utils import import_utils
-
-    original = import_utils.define_import_structure
-    models_init = Path(import_utils.__file__).parents[1] / "models" / "__init__.py"
+    declared = compat.pieces("declared_tokenizer_class")
+    if declared is None:
+        yield
+        return
+    original = declared.scan_import_structure
+    models_init = Path(declared.import_utils.__file__).parents[1] / "models" / "__init__.py"
     if "transformers.models" in sys.modules or not models_init.is_file():
         yield
         return
 
-    def define_import_structure(module_path: Any, prefix: str | None = None) -> Any:
+    def reusing_the_scan(module_path: Any, prefix: str | None = None) -> Any:
         if prefix is None and Path(module_path) == models_init:
             return original(models_init.parent)
         return original(module_path, prefix)
 
-    import_utils.define_import_structure = define_import_structure  # type: ignore[assignment]
-    try:
+    with declared.scanning_with(reusing_the_scan):
         yield
-    finally:
-        import_utils.define_import_structure = original
 
 
 def load_declared(folder: Path, cls: type) -> Any:
     """``cls.from_pretrained`` with the arguments ``AutoTokenizer.from_pretrained(str(folder))`` passes it."""
-    from transformers.utils.hub import resolve_revision
-
-    revision = resolve_revision(str(folder), None)
+    revision = compat.pieces("declared_tokenizer_class").revision_of(str(folder), None)
     return cls.from_pretrained(str(folder), _from_auto=True, revision=revision, _commit_hash=None)  # type: ignore[attr-defined]
 
 

@@ -1,0 +1,31 @@
+"""Continuing an unterminated assistant turn (issue 32): a cut answer, or a prefill, continued by re-rendering it
+with continue_final_message must give back the turn's prompt and the ids sampled so far."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import SHARED_MODELS
+
+from tito_audit import audit_model, load
+from tito_audit.context import AuditOptions
+
+DATA = Path(__file__).parent / "data" / "continuation"
+ONLY = AuditOptions(only_checks=("continuation",))
+
+
+def test_a_prefill_the_finished_turn_does_not_write_is_lost_when_continuing() -> None:
+    report = audit_model(load("qwen2.5-7b-instruct", chat_template_file=str(DATA / "prefill_think.jinja")))
+    c = report.check("continuation")
+    assert c.status == "warn" and c.comparisons >= 1
+    first = c.findings[0]
+    assert first.cls == "generation_prompt" and first.reason == "continue_final_message"
+    assert "<think>" in "".join(first.expected.tokens) and "<think>" not in "".join(first.actual.tokens)
+    assert "avoid:continue_final_message" in report.verdict_reasons
+
+
+@pytest.mark.parametrize("spec", SHARED_MODELS)
+def test_the_shared_models_continue_a_cut_answer_from_the_buffer(loaded, spec: str) -> None:
+    c = audit_model(loaded(spec), ONLY).check("continuation")
+    assert c.status == "pass" and c.comparisons >= 1, c.summary

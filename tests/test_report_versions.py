@@ -1,0 +1,69 @@
+"""Every report names tito-audit, transformers, tokenizers and jinja2 versions: a transformers release can change a
+verdict, and the report must say which one produced it."""
+
+from __future__ import annotations
+
+import json
+from importlib import metadata
+
+import pytest
+
+from tito_audit import __version__
+from tito_audit.audit import AuditReport
+from tito_audit.formats import render_report
+from tito_audit.formats.compatibility import compatibility_table
+
+EXPECTED = {
+    "tito-audit": __version__,
+    "transformers": metadata.version("transformers"),
+    "tokenizers": metadata.version("tokenizers"),
+    "jinja2": metadata.version("jinja2"),
+}
+WORDS = [f"{name} {version}" for name, version in EXPECTED.items()]
+
+
+@pytest.fixture(scope="module")
+def audit_report(report) -> AuditReport:
+    return AuditReport([report("qwen3-0.6b")])
+
+
+@pytest.mark.parametrize("fmt", ["terminal", "markdown", "html"])
+def test_human_formats_name_the_versions(audit_report, fmt: str) -> None:
+    text = render_report(audit_report, fmt)
+    assert all(w in text for w in WORDS), fmt
+
+
+def test_json_names_them_at_the_top_and_in_provenance(audit_report) -> None:
+    doc = json.loads(render_report(audit_report, "json"))
+    for where in (doc["libraries"], doc["models"][0]["provenance"]["libraries"]):
+        assert {k: where[k] for k in EXPECTED} == EXPECTED
+        assert where["compat_fallbacks"] == []
+
+
+def test_sarif_tool_driver_names_them(audit_report) -> None:
+    driver = json.loads(render_report(audit_report, "sarif"))["runs"][0]["tool"]["driver"]
+    assert driver["version"] == __version__
+    assert {k: driver["properties"]["libraries"][k] for k in EXPECTED} == EXPECTED
+
+
+def test_compatibility_table_names_them(audit_report) -> None:
+    text = compatibility_table(audit_report.models)
+    assert all(w in text for w in WORDS)
+
+
+def test_scan_reports_name_them(tmp_path) -> None:
+    from pathlib import Path
+
+    from tito_audit.scan import scan_directory
+
+    hostile = Path(__file__).parent / "data" / "hostile" / "benign_chatml.jinja"
+    (tmp_path / "t.jinja").write_text(hostile.read_text())
+    summary = scan_directory(str(tmp_path), "qwen3-0.6b")
+    assert {k: summary.to_dict()["libraries"][k] for k in EXPECTED} == EXPECTED
+    assert all(w in summary.to_markdown() for w in WORDS)
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    console.print(summary.to_table())
+    text = console.export_text()
+    assert all(w in text for w in WORDS), text

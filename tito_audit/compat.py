@@ -1,0 +1,287 @@
+"""Every private transformers or jinja2 name tito-audit uses, behind one capability probe each, detected once.
+
+tito-audit renders templates exactly as ``apply_chat_template`` does, and to do it fast it reaches into the
+libraries' private pieces (transformers' compile cache, its input preparation, its control-token marking, its
+Rust backend calls; jinja's parse hook). A private name can change in any release, so no module of tito-audit
+imports one: each asks here, by capability. A capability is probed once per process, on first use (importing
+this module imports neither library), and where its pieces are missing, or their shape changed, its fallback
+runs instead: a public path that gives the same reports, only slower (each fallback says which).
+``compile_cache`` has no such fallback: without transformers' compile cache a template's clock cannot be pinned
+in the renders transformers does itself, so its absence is an error that names the capability and the range
+tito-audit supports, for every model, never a silently different verdict.
+
+Reports name the capabilities that ran on their fallback (``library_versions``), beside the library versions.
+``TITO_AUDIT_COMPAT_FALLBACK=all`` (or a comma-separated list of capability names) forces fallbacks:
+``tests/test_compat.py`` audits with every fallback forced and compares the reports with the fast paths'.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cache
+from importlib import metadata
+from types import SimpleNamespace
+from typing import Any
+
+from tito_audit._version import __version__
+
+FALLBACK_ENV = "TITO_AUDIT_COMPAT_FALLBACK"
+SUPPORTED = "transformers>=5.23 (see pyproject.toml)"
+LIBRARIES = ("transformers", "tokenizers", "jinja2")
+
+
+@dataclass(frozen=True)
+class Capability:
+    """A group of private names used together, and what runs without them ("" where nothing can)."""
+
+    name: str
+    uses: str
+    fallback: str
+
+
+CAPABILITIES = {
+    c.name: c
+    for c in (
+        Capability(
+            "compile_cache",
+            "transformers chat_template_utils._compile_jinja_template (its lru_cache: the compiled template "
+            "apply_chat_template renders, prepared once with the pinned clock)",
+            "",
+        ),
+        Capability(
+            "compile_hook",
+            "transformers chat_template_utils.ImmutableSandboxedEnvironment (swapped for one compile), "
+            "jinja2 Environment._parse",
+            "the compile runs as one bounded call with jinja's optimizer on, and the template is parsed once more "
+            "to read its code",
+        ),
+        Capability(
+            "fast_inputs",
+            "transformers chat_template_utils._plain_template_data, _alias_reasoning_fields, "
+            "_normalize_chat_messages (5.24; the 5.23 inline equivalent otherwise)",
+            "apply_chat_template(tokenize=False) prepares every input on every render",
+        ),
+        Capability(
+            "control_token_marking",
+            "transformers chat_template_utils._get_control_token_patterns, mark_control_tokens, "
+            "encode_marked_chat(tokenizer, chat), _CONTROL_TOKEN_START/_END; the tokenizer's _get_control_tokens "
+            "and _encode_without_added_tokens",
+            "apply_chat_template(tokenize=True, sanitize_control_tokens=True) marks and encodes every render",
+        ),
+        Capability(
+            "direct_tokenizer",
+            "transformers TokenizersBackend._encode_plus and _decode (compared with the tokenizer's own, to call "
+            "the Rust backend directly)",
+            "the tokenizer's public encode and decode",
+        ),
+        Capability(
+            "declared_tokenizer_class",
+            "transformers TokenizersBackend._tokenizer_json_has_byte_level, utils.hub.resolve_revision, "
+            "import_utils.define_import_structure, from_pretrained(_from_auto=, _commit_hash=)",
+            "AutoTokenizer.from_pretrained loads every tokenizer (a slower cold start)",
+        ),
+    )
+}
+
+
+class UnsupportedLibrary(RuntimeError):
+    """A capability without a fallback is missing from the installed transformers or jinja2."""
+
+
+def forced_fallbacks() -> frozenset[str]:
+    """Capabilities whose fallback ``TITO_AUDIT_COMPAT_FALLBACK`` forces (read at each probe; probes are cached):
+    ``all`` is every capability that has a fallback; one without (``compile_cache``) is forced by its name only."""
+    raw = os.environ.get(FALLBACK_ENV, "")
+    names = {n.strip() for n in raw.split(",") if n.strip()}
+    if "all" in names:
+        names |= {name for name, c in CAPABILITIES.items() if c.fallback}
+    return frozenset(names & set(CAPABILITIES))
+
+
+_PROBES: dict[str, Callable[[], Any]] = {}
+
+
+def _probe(name: str) -> Callable[[Callable[[], Any]], Callable[[], Any]]:
+    def register(function: Callable[[], Any]) -> Callable[[], Any]:
+        _PROBES[name] = function
+        return function
+
+    return register
+
+
+@cache
+def pieces(name: str) -> Any:
+    """The private pieces of capability ``name`` (a namespace), or None where they are missing or forced off.
+    Probed once per process."""
+    if name in forced_fallbacks():
+        return None
+    try:
+        return _PROBES[name]()
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return None
+
+
+def available(name: str) -> bool:
+    return pieces(name) is not None
+
+
+def reset() -> None:
+    """Probe again on next use (tests that force a fallback)."""
+    pieces.cache_clear()
+
+
+def fallbacks() -> list[str]:
+    """The capabilities running on their fallback in this process (a probe of each)."""
+    return [name for name in CAPABILITIES if not available(name)]
+
+
+def _ctu() -> Any:
+    from transformers.utils import chat_template_utils
+
+    return chat_template_utils
+
+
+@_probe("compile_cache")
+def _compile_cache() -> Any:
+    compile_ = _ctu()._compile_jinja_template
+    if not callable(getattr(compile_, "cache_info", None)) or not callable(getattr(compile_, "cache_clear", None)):
+        return None
+    return SimpleNamespace(compile=compile_, cache_info=compile_.cache_info)
+
+
+@_probe("compile_hook")
+def _compile_hook() -> Any:
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    ctu = _ctu()
+    if getattr(ctu, "ImmutableSandboxedEnvironment", None) is not ImmutableSandboxedEnvironment:
+        return None  # transformers builds its environment another way
+    if list(inspect.signature(ImmutableSandboxedEnvironment._parse).parameters) != [
+        "self",
+        "source",
+        "name",
+        "filename",
+    ]:
+        return None
+    return SimpleNamespace(module=ctu, environment=ImmutableSandboxedEnvironment)
+
+
+def _drop_none_keys(conversation: Any) -> list[dict[str, Any]]:
+    """transformers 5.23's normalization, inline in its ``apply_chat_template``: each message without its keys whose
+    value is None. Used only where a tokenizer class's renders are checked to match (``template_inputs``)."""
+    return [{k: v for k, v in message.items() if v is not None} for message in conversation]
+
+
+@_probe("fast_inputs")
+def _fast_inputs() -> Any:
+    ctu = _ctu()
+    normalize = getattr(ctu, "_normalize_chat_messages", None) or _drop_none_keys
+    return SimpleNamespace(plain=ctu._plain_template_data, alias=ctu._alias_reasoning_fields, normalize=normalize)
+
+
+@_probe("control_token_marking")
+def _control_token_marking() -> Any:
+    from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+    ctu = _ctu()
+    encode = ctu.encode_marked_chat
+    if list(inspect.signature(encode).parameters) != ["tokenizer", "chat"]:
+        return None  # 5.22 took the markers pattern as a third argument
+    if not callable(PreTrainedTokenizerBase._get_control_tokens):
+        return None
+    if not hasattr(PreTrainedTokenizerBase, "_encode_without_added_tokens"):
+        return None
+    return SimpleNamespace(
+        patterns=ctu._get_control_token_patterns,
+        mark=ctu.mark_control_tokens,
+        encode=encode,
+        markers=(ctu._CONTROL_TOKEN_START, ctu._CONTROL_TOKEN_END),
+        base=PreTrainedTokenizerBase,
+    )
+
+
+@_probe("direct_tokenizer")
+def _direct_tokenizer() -> Any:
+    from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+    from transformers.tokenization_utils_tokenizers import TokenizersBackend
+
+    return SimpleNamespace(
+        backend_class=TokenizersBackend,
+        encode_plus=TokenizersBackend._encode_plus,
+        decode=TokenizersBackend._decode,
+        base=PreTrainedTokenizerBase,
+    )
+
+
+@_probe("declared_tokenizer_class")
+def _declared_tokenizer_class() -> Any:
+    from transformers.tokenization_utils_tokenizers import TokenizersBackend
+    from transformers.utils import import_utils
+    from transformers.utils.hub import resolve_revision
+
+    scan = import_utils.define_import_structure
+
+    @contextmanager
+    def scanning_with(replacement: Callable[..., Any]) -> Iterator[None]:
+        """transformers' import-structure scan replaced by ``replacement`` for the block."""
+        import_utils.define_import_structure = replacement  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            import_utils.define_import_structure = scan
+
+    return SimpleNamespace(
+        byte_level=TokenizersBackend._tokenizer_json_has_byte_level,
+        revision_of=resolve_revision,
+        import_utils=import_utils,
+        scan_import_structure=scan,
+        scanning_with=scanning_with,
+    )
+
+
+def compile_cache() -> Any:
+    """transformers' cached compile (``compile``, ``cache_info``); raises ``UnsupportedLibrary`` without it."""
+    found = pieces("compile_cache")
+    if found is None:
+        why = f"{FALLBACK_ENV} turns it off" if "compile_cache" in forced_fallbacks() else "it is missing"
+        raise UnsupportedLibrary(
+            f"tito-audit needs transformers' chat_template_utils._compile_jinja_template (its compile cache) to pin "
+            f"a template's clock, and in transformers {_version('transformers')} {why}; install {SUPPORTED}"
+        )
+    return found
+
+
+def library_versions() -> dict[str, Any]:
+    """What produced a report: tito-audit's version, the installed transformers, tokenizers and jinja2, and the
+    capabilities that ran on their fallback (named, so that a slower or different path is never silent). In a
+    process that has not imported transformers, nothing has rendered: no fallback ran, and none is probed (the
+    probe would import transformers, a second of a Ctrl-C or of a run whose every model failed to load)."""
+    out: dict[str, Any] = dict(_versions())
+    out["compat_fallbacks"] = fallbacks() if "transformers" in sys.modules else []
+    return out
+
+
+@cache
+def _versions() -> dict[str, str]:
+    return {"tito-audit": __version__, **{name: _version(name) for name in LIBRARIES}}
+
+
+def versions_line() -> str:
+    """``tito-audit 0.x, transformers 5.24.0, tokenizers 0.23.3, jinja2 3.1.6`` (and the fallbacks, if any)."""
+    found = library_versions()
+    line = ", ".join(f"{name} {found[name]}" for name in ("tito-audit", *LIBRARIES))
+    if found["compat_fallbacks"]:
+        line += f"; fallbacks: {', '.join(found['compat_fallbacks'])}"
+    return line
+
+
+def _version(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "not installed"

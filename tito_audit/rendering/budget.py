@@ -1,0 +1,58 @@
+"""A template's budget for one audit: the CPU its renders may spend, and how many may hit a limit, in all.
+
+Each render is bounded (``guard.render_limits``: 2 s of CPU, a memory budget), but an audit renders a template a
+few hundred times: a template that spends its whole limit on every render (two nested ``range(100000)`` loops),
+or just under it, would hold an audit for minutes, as it held the audit for 329 s before this budget. ``scan``
+stops such a template through its per-template deadline; ``audit``, ``fix``, ``table`` and ``replay`` through
+this budget, which every renderer derived from one ``Renderer(...)`` shares. Once spent, every further render of
+the template is refused at once (``RenderError`` of kind ``budget``) and the audit classifies the template
+``limit_exceeded``: one line, exit 2 for that model, and the other models go on.
+
+CPU time, as the per-render limit: a busy machine stretches wall time, not the CPU a render takes, so a loaded
+machine does not change which templates are stopped. The total bounds the renders' CPU: each render's time limit
+is what is left of it when that is less than the per-render limit. No real template comes near the defaults
+(``guard.AUDIT_LIMITS``: 3 s of CPU, two renders past a limit): the renders of a whole audit of each bundled and
+shared model take 0.01 to 0.11 s of CPU, and no corpus template hits a limit.
+"""
+
+from __future__ import annotations
+
+from tito_audit.errors import RenderError
+
+BUDGET_KIND = "budget"  # RenderError.kind of a render refused because its template's budget is spent
+_LEAST_S = 0.01  # the shortest render limit worth arming: a budget with less left is spent
+
+
+class TemplateBudget:
+    """What one template has spent; ``stopped`` says why it may render no more (None while it may)."""
+
+    __slots__ = ("cpu_seconds", "hits", "limit_hits", "spent", "stopped")
+
+    def __init__(self, cpu_seconds: float, limit_hits: int) -> None:
+        self.cpu_seconds = cpu_seconds  # 0: no total
+        self.limit_hits = limit_hits  # 0: no count
+        self.spent = 0.0
+        self.hits = 0
+        self.stopped: str | None = None
+
+    def render_seconds(self, per_render: float) -> float:
+        """The CPU time limit of the next render: the per-render limit, or what is left of the total when that is
+        less (so the total is a bound, not a threshold that the render crossing it may overshoot by its whole
+        limit)."""
+        if not self.cpu_seconds:
+            return per_render
+        return min(per_render, max(self.cpu_seconds - self.spent, _LEAST_S))
+
+    def charge(self, seconds: float, hit_limit: bool) -> None:
+        """Count one render: its CPU seconds, and whether it ran past its time or memory limit."""
+        self.spent += seconds
+        self.hits += hit_limit
+        if self.stopped is not None:
+            return
+        if self.limit_hits and self.hits >= self.limit_hits:
+            self.stopped = f"{self.hits} renders ran past their time or memory limit"
+        elif self.cpu_seconds and self.spent >= self.cpu_seconds - _LEAST_S:
+            self.stopped = f"its renders spent {self.cpu_seconds:g}s of CPU time"
+
+    def refusal(self) -> RenderError:
+        return RenderError(BUDGET_KIND, f"template stopped: {self.stopped} (per-template budget)")

@@ -1,0 +1,209 @@
+"""What a template's code reads from messages and looks for in text, read from its syntax tree.
+
+Two readings, made once per template with its other facts (``analysis.template_facts``), that the scenarios are
+derived from (``scenarios.reasoning``), so that a template is played with what it reads instead of a fixed list:
+
+- ``message_keys``: every key the template reads from a message (``message.k``, ``message['k']``,
+  ``message.get('k')``, ``'k' in message``). A message is followed through the code: a loop over ``messages``
+  (or over a list built from it: ``set loop_messages = messages[1:]``, ``ns.messages``), an item of such a list,
+  a variable set from a message, a macro parameter given one, ``loop.previtem``/``nextitem`` of such a loop.
+- ``tested_literals``: the string constants the template splits, strips, replaces or tests text with
+  (``content.split('</think>')``, ``'</think>' in content``, ``|replace('<think>', '')``), a variable set to a
+  constant counting as that constant (``set think_end = '</seed:think>'``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from jinja2 import nodes
+
+# String methods and filters whose constant arguments are text the template looks for.
+_TEXT_METHODS = frozenset(
+    {
+        "split",
+        "rsplit",
+        "partition",
+        "rpartition",
+        "strip",
+        "lstrip",
+        "rstrip",
+        "replace",
+        "startswith",
+        "endswith",
+        "find",
+        "rfind",
+        "index",
+        "rindex",
+        "count",
+        "removeprefix",
+        "removesuffix",
+    }
+)
+_TEXT_FILTERS = frozenset({"replace", "trim"})
+# Filters of a list of messages that give a list of messages, and those that give one message.
+_LIST_FILTERS = frozenset({"list", "reverse", "select", "reject", "selectattr", "rejectattr", "unique", "sort"})
+_ONE_FILTERS = frozenset({"first", "last", "random"})
+_LIST, _ONE = "list", "one"
+_READ = (
+    nodes.Getattr,
+    nodes.Getitem,
+    nodes.Call,
+    nodes.Compare,
+    nodes.Filter,
+    nodes.Assign,
+    nodes.For,
+    nodes.Macro,
+)  # what an expression is: a list of messages, or one message
+
+
+@dataclass(frozen=True)
+class MessageReads:
+    message_keys: frozenset[str] = frozenset()
+    tested_literals: tuple[str, ...] = ()
+
+
+def read_messages(tree: nodes.Template) -> MessageReads:
+    """The message keys the template reads and the literals it tests text with (see the module docstring)."""
+    return _Reader(tree).result()
+
+
+class _Reader:
+    def __init__(self, tree: nodes.Template) -> None:
+        self.nodes = list(tree.find_all(_READ))  # one walk of the tree; every reading below goes over this list
+        self.kinds: dict[str, str] = {"messages": _LIST}  # variable (or ``ns.attr``) -> what it holds
+        self.constants: dict[str, str | None] = {}  # variable -> its one constant string (None: set otherwise)
+        self.macros = {m.name: m for m in self.nodes if isinstance(m, nodes.Macro)}
+        self.loops_over_messages = False
+
+    def result(self) -> MessageReads:
+        self._bind()
+        keys: set[str] = set()
+        calls_of = {id(n.node) for n in self.nodes if isinstance(n, nodes.Call)}
+        for node in self.nodes:
+            if isinstance(node, nodes.Getattr) and id(node) not in calls_of:
+                if self.kind(node.node) == _ONE:
+                    keys.add(node.attr)
+            elif isinstance(node, nodes.Getitem) and self.kind(node.node) == _ONE:
+                key = self.constant(node.arg)
+                if key is not None:
+                    keys.add(key)
+            elif isinstance(node, nodes.Call):
+                fn = node.node
+                if isinstance(fn, nodes.Getattr) and fn.attr == "get" and node.args and self.kind(fn.node) == _ONE:
+                    key = self.constant(node.args[0])
+                    if key is not None:
+                        keys.add(key)
+            elif (
+                isinstance(node, nodes.Compare)
+                and len(node.ops) == 1
+                and node.ops[0].op in ("in", "notin")
+                and self.kind(node.ops[0].expr) == _ONE
+            ):
+                key = self.constant(node.expr)
+                if key is not None:
+                    keys.add(key)
+        return MessageReads(frozenset(keys), tuple(dict.fromkeys(self._tested())))
+
+    # -- what each variable holds, to a fixed point
+    def _bind(self) -> None:
+        binders = [
+            n
+            for n in self.nodes
+            if isinstance(n, nodes.Assign | nodes.For)
+            or (isinstance(n, nodes.Call) and isinstance(n.node, nodes.Name) and n.node.name in self.macros)
+        ]
+        for node in binders:
+            if not isinstance(node, nodes.Assign):
+                continue
+            name = _target(node.target)
+            value = node.node
+            if name is not None and isinstance(value, nodes.Const) and isinstance(value.value, str):
+                self.constants[name] = value.value if self.constants.get(name, value.value) == value.value else None
+            elif name is not None:
+                self.constants[name] = None
+        for _ in range(8):
+            before = dict(self.kinds)
+            for node in binders:
+                if isinstance(node, nodes.Assign):
+                    self._set(_target(node.target), self.kind(node.node))
+                elif isinstance(node, nodes.For):
+                    if self.kind(node.iter) == _LIST:
+                        self.loops_over_messages = True
+                        for name in _targets(node.target):
+                            self._set(name, _ONE)
+                elif isinstance(node, nodes.Call) and isinstance(node.node, nodes.Name):  # one of its macros
+                    macro = self.macros[node.node.name]
+                    for param, arg in zip(macro.args, node.args, strict=False):
+                        self._set(param.name, self.kind(arg))
+            if self.kinds == before:
+                break
+
+    def _set(self, name: str | None, kind: str | None) -> None:
+        if name is not None and kind is not None and name not in self.kinds:
+            self.kinds[name] = kind
+
+    def kind(self, node: nodes.Node) -> str | None:
+        """A list of messages, one message, or neither (None)."""
+        if isinstance(node, nodes.Name):
+            return self.kinds.get(node.name)
+        if isinstance(node, nodes.Getattr):
+            if isinstance(node.node, nodes.Name):
+                if node.node.name == "loop" and node.attr in ("previtem", "nextitem"):
+                    return _ONE if self.loops_over_messages else None
+                return self.kinds.get(f"{node.node.name}.{node.attr}")
+            return None
+        if isinstance(node, nodes.Getitem):
+            if self.kind(node.node) == _LIST:
+                return _LIST if isinstance(node.arg, nodes.Slice) else _ONE
+            return None
+        if isinstance(node, nodes.Filter) and node.node is not None and self.kind(node.node) == _LIST:
+            return _LIST if node.name in _LIST_FILTERS else _ONE if node.name in _ONE_FILTERS else None
+        if isinstance(node, nodes.Add | nodes.Concat):
+            parts = [node.left, node.right] if isinstance(node, nodes.Add) else node.nodes
+            return _LIST if any(self.kind(p) == _LIST for p in parts) else None
+        if isinstance(node, nodes.CondExpr):
+            return self.kind(node.expr1) or (self.kind(node.expr2) if node.expr2 is not None else None)
+        if isinstance(node, nodes.List):
+            return _LIST if any(self.kind(i) == _ONE for i in node.items) else None
+        return None
+
+    def constant(self, node: nodes.Node) -> str | None:
+        if isinstance(node, nodes.Const) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, nodes.Name):
+            return self.constants.get(node.name)
+        return None
+
+    def _tested(self) -> Iterable[str]:
+        for node in self.nodes:
+            if isinstance(node, nodes.Call):
+                if isinstance(node.node, nodes.Getattr) and node.node.attr in _TEXT_METHODS:
+                    yield from self._constants(node.args)
+            elif isinstance(node, nodes.Filter):
+                if node.name in _TEXT_FILTERS:
+                    yield from self._constants(node.args)
+            elif isinstance(node, nodes.Compare) and any(op.op in ("in", "notin") for op in node.ops):
+                yield from self._constants([node.expr])
+
+    def _constants(self, args: Iterable[nodes.Node]) -> Iterable[str]:
+        for arg in args:
+            value = self.constant(arg)
+            if value and value.strip():
+                yield value
+
+
+def _target(node: nodes.Node) -> str | None:
+    if isinstance(node, nodes.Name):
+        return node.name
+    if isinstance(node, nodes.NSRef):
+        return f"{node.name}.{node.attr}"
+    return None
+
+
+def _targets(node: nodes.Node) -> list[str]:
+    if isinstance(node, nodes.Tuple):
+        return [n.name for n in node.items if isinstance(n, nodes.Name)]
+    name = _target(node)
+    return [name] if name is not None else []
