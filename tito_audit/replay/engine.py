@@ -149,9 +149,11 @@ def prompt_departures(
             continue
         found, _end, _spans = _departures(
             list(got[: len(p)]), spans, p, k, decode=decode, stop_ids=stop_ids, special_ids=special_ids, bos=bos,
-            what="the trained sequence",
+            what="the trained sequence", tail_is_delta=False,
         )  # fmt: skip
-        out.extend(found)
+        # the first departure only: the trained sequence is cut at the prompt's length, so past a departure that
+        # changes the length the cut itself would differ
+        out.extend(found[:1])
     return out
 
 
@@ -166,20 +168,22 @@ def _departures(
     special_ids: Sequence[int],
     bos: Collection[int],
     what: str = "its prompt for the turn before and the ids sampled there",
+    tail_is_delta: bool = True,
 ) -> tuple[list[Divergence], int, list[tuple[int, int]]]:
     """Where ``prompt`` departs from ``ids`` (the context it should extend, each earlier turn's sampled ids at
     ``spans``): the first departure per turn whose sampled ids it changes (or that they precede), in turn order;
     where the end of ``ids`` falls in the prompt (the delta starts there: ids the prompt adds right after it are
-    the delta, not a change of the turn before); and ``spans`` carried into the prompt."""
+    the delta, not a change of the turn before; with ``tail_is_delta`` False they are a departure too); and
+    ``spans`` carried into the prompt."""
     ops = align(ids, prompt)
     n = len(ids)
     end = min(_end_in(ops, n, ids, prompt, decode), len(prompt))
     ends = [b for _, b in spans]
     first: dict[int, Divergence] = {}
     for tag, i1, i2, j1, j2 in ops:
-        if tag == "equal" or i1 >= n:  # ids the prompt adds after ``ids``: the delta
+        if tag == "equal" or (tail_is_delta and i1 >= n):  # ids the prompt adds after ``ids``: the delta
             continue
-        if i2 == n:  # a change at the end of ``ids``: what follows its end in the prompt is the delta
+        if tail_is_delta and i2 == n:  # a change at the end of ``ids``: what follows its end in the prompt is the delta
             j2 = max(j1, min(j2, end))
         owner = next((m for m, b in enumerate(ends) if i1 < b), turn)
         if owner in first:
