@@ -1,4 +1,4 @@
-"""Rewrite the benchmark table in README.md (between the ``benchmarks:start``/``end`` markers) from
+"""Rewrite the benchmark table in docs/performance.md (between the ``benchmarks:start``/``end`` markers) from
 benchmarks/results/audit.json and scan.json: ``python benchmarks/readme_table.py [--print]``."""
 
 from __future__ import annotations
@@ -68,17 +68,17 @@ def table() -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--print", action="store_true", help="print the table instead of editing README.md")
+    ap.add_argument("--print", action="store_true", help="print the table instead of editing docs/performance.md")
     args = ap.parse_args()
     text = table()
     if args.print:
         print(text)
         return
-    readme = ROOT / "README.md"
+    readme = ROOT / "docs" / "performance.md"
     source = readme.read_text()
     pattern = re.compile(re.escape(START) + r".*?" + re.escape(END), re.S)
     if not pattern.search(source):
-        raise SystemExit(f"README.md has no {START} ... {END} block")
+        raise SystemExit(f"{readme} has no {START} ... {END} block")
     readme.write_text(pattern.sub(lambda _: f"{START}\n{text}{END}", source))
 
 

@@ -1,9 +1,9 @@
-"""Every benchmark, then the README table: ``python benchmarks/run_all.py [--smoke]``.
+"""Every benchmark, then the table in docs/performance.md: ``python benchmarks/run_all.py [--smoke]``.
 
 Runs bench_audit.py and bench_scan.py (each measurement in a fresh process, JSON into benchmarks/results/) and
-rewrites the table between the benchmark markers in README.md from those files. ``--smoke`` scans only the first
-40 corpus templates, to check the scripts quickly; its numbers are not the corpus numbers and the README is not
-touched.
+rewrites the table between the benchmark markers in docs/performance.md from those files. ``--smoke`` scans only
+the first 40 corpus templates, to check the scripts quickly; its numbers are not the corpus numbers and
+docs/performance.md is not touched.
 """
 
 from __future__ import annotations

@@ -269,8 +269,10 @@ def scan_models(candidates) -> dict[str, tuple[Any, Any, list[str]]]:
 @needs_corpus
 def test_every_corpus_template_that_closes_turns_stops_on_what_it_writes(scan_models) -> None:
     """Corpus-wide: where a template writes a turn closer, the primary stop of the tokenizer the scan audits it
-    on is written by the template right after an assistant answer, or as the next message's first control token."""
-    from tito_audit.rollout.turn_roles import turn_roles
+    on is written by the template right after an assistant answer, or as the next message's first control token.
+    A template whose answers have no end of their own (what it writes after one also ends a message inside a turn,
+    the unsloth gpt-oss ``<|end|>``) stops answers on eos: nothing it writes is their stop."""
+    from tito_audit.rollout.turn_roles import ANSWER, turn_roles
 
     user, answer = {"role": "user", "content": "Zq9user"}, {"role": "assistant", "content": "Zq9answer"}
     system = {"role": "system", "content": "Be brief."}
@@ -280,7 +282,7 @@ def test_every_corpus_template_that_closes_turns_stops_on_what_it_writes(scan_mo
 
     checked = 0
     for name, (model, renderer, _) in scan_models.items():
-        if not turn_roles(renderer).turn_ends:
+        if not turn_roles(renderer).end_of(ANSWER):
             continue
         stop = model.tokenizer.convert_ids_to_tokens(stop_token_ids(model.tokenizer, renderer)[0])
         written = []  # after the answer, as the last message, then as one followed by a user turn

@@ -124,6 +124,8 @@ def test_pair_harmony_engine_against_the_hf_template():
         ("prompt", " {\n", " object")
     }
     assert "tito-required:renderer_pair" in report.verdict_reasons
+    # harmony writes each parallel call as a message closed by <|call|>: one call per turn, a form to avoid
+    assert report.verdict == "tito-required" and "avoid:parallel_calls_per_turn" in report.verdict_reasons
     assert report.renderers["trainer"]["name"] == "jinja"
 
 

@@ -100,3 +100,20 @@ def test_thinking_values(value: str, modes: list[dict]) -> None:
     r = CliRunner().invoke(app, ["audit", "qwen3-0.6b", "--thinking", value, "--format", "json"])
     assert r.exit_code in (0, 1), r.output
     assert json.loads(r.stdout)["models"][0]["scenarios"]["thinking_modes"] == modes
+
+
+def section_of(block: str) -> str:
+    """The README's ``## `` section that holds ``block``, without the block itself."""
+    at = README.index(block)
+    start = README.rfind("\n## ", 0, at)
+    end = README.find("\n## ", at)
+    return README[start : end if end != -1 else len(README)].replace(block, "")
+
+
+@pytest.mark.parametrize("name", ["scan", "rl"])
+def test_every_option_is_described_in_its_section(name: str) -> None:
+    """Issue 31: `scan --help` and `rl --help` had options the README only listed in the usage line, or not at
+    all; each option is described in the command's own section, beside its usage block."""
+    prose = section_of(usage_blocks(name)[0])
+    undescribed = [sorted(o) for o in help_options(name) if not any(re.search(rf"`{s}[` =]", prose) for s in o)]
+    assert not undescribed, f"README section of `tito-audit {name}` does not describe {undescribed}"

@@ -19,8 +19,11 @@ from tito_audit.errors import InternalError, RenderError, detached
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.rollout.bridge import BridgeError
 from tito_audit.rollout.buffer import Trajectory
+from tito_audit.rollout.payloads import message_payloads, payload_in
+from tito_audit.rollout.stop import single_token
 from tito_audit.rollout.tokens import common_prefix_len
-from tito_audit.rollout.turn_roles import NEXT_OPENER, turn_roles
+from tito_audit.rollout.turn_roles import ANSWER, CALL, turn_roles
+from tito_audit.rollout.turn_start import turn_start
 from tito_audit.scenarios.adapt import ADAPTERS, call_function, reasoning_of
 from tito_audit.scenarios.shapes import Shapes
 from tito_audit.scenarios.spec import Scenario
@@ -42,9 +45,15 @@ class Turn:
     trailing_text: str  # text the template renders after the stop token
     gen_prompt_extra: str  # generation-prompt text that the history rendering does not have
     gen_prompt_missing: str  # history text at that place instead
+    # The message's own render before the turn: ``prompt_text`` where the template keeps it once the turn is history
+    # (up to ``gen_prompt_extra``), else its rewrite (an earlier turn's analysis dropped, a system prompt moved).
+    history_before: str
     seam_merged: bool  # a token straddles the prompt/completion boundary
     tool_calls_dropped: bool
     dropped_calls: list[int] = field(default_factory=list)  # which of the message's tool calls do not render
+    # The message's own text after the stop the engine meets first (its calls, its answer after its reasoning):
+    # the template writes a stop inside the turn, so an engine ends the turn before the message does.
+    cut_text: str = ""
 
 
 @dataclass
@@ -100,12 +109,21 @@ def derive_turn(
     carries it, in the template's delimiters, where the template would write it (``emit``).
     ``prefixes``: the renders ``_first_render_error`` made of ``history``'s prefixes with ``tools`` (the k-th of the
     first k+1 messages), which are this turn's prompt and full text where their generation prompts agree.
+
+    The turn starts where the generation prompt ends in the message's own render (``turn_start``: not inside an
+    earlier turn that the render with this message rewrites) and ends at the first stop token the engine meets.
+    Where the message's own content (its text, reasoning, calls) follows that stop, the stop is inside the turn
+    (``cut_text``): the engine ends the turn there, and nothing of the message is passed off as template text.
     """
     known = len(prefixes) > index and index > 0 and history[index - 1]["role"] != "assistant"
     prompt = prefixes[index - 1] if known else renderer.render(history[:index], tools=tools, add_generation_prompt=True)
     message = history[index]
     full = prefixes[index] if known else renderer.render(history[: index + 1], tools=tools)
-    start = common_prefix_len(prompt, full)
+
+    def history_text() -> str:
+        return renderer.render(history[:index], tools=tools)
+
+    start = turn_start(prompt, full, history_text)
     completion = full[start:]
     dropped_calls = _dropped_calls(message, completion)
     dropped = bool(dropped_calls)
@@ -113,8 +131,9 @@ def derive_turn(
         # The template cannot show the call; a model would still emit it, so emit it as text.
         as_text = ADAPTERS["calls_as_content"]([message])[0]
         full = renderer.render([*history[:index], as_text], tools=tools)
-        start = common_prefix_len(prompt, full)
+        start = turn_start(prompt, full, history_text)
         completion = full[start:]
+    shared = common_prefix_len(prompt, full)  # where the generation prompt and the history part (generation_prompt)
     if emit_reasoning:
         tags = (emit_reasoning[0].strip(), emit_reasoning[1].strip())
         thought = reasoning_of(message, tags, reasoning_field)
@@ -125,19 +144,23 @@ def derive_turn(
     stops = _stop_strings(renderer, stop_ids)
     hits = [(completion.find(s), s) for s in stops if s and s in completion]
     deferred = False
+    kind = CALL if message.get("tool_calls") else ANSWER
     if not hits:
         # A template that writes the turn's end only once another message follows (GLM's next-turn opener,
         # a closer written before the next message): the model samples it all the same.
-        said = _deferred_stop(renderer, history, index, tools, full, stops, prefixes)
+        said = _deferred_stop(renderer, history, index, tools, full, stops, prefixes, kind)
         if said:
             full, completion, deferred = full + said, completion + said, True
             hits = [(completion.rfind(said.strip()), said.strip())]
+    cut = ""
     if hits:
         pos, text = min(hits)
         stop_id, stop_rendered = stops[text], True
         body_end, trailing = start + pos, completion[pos + len(text) :]
+        if payload_in(trailing, message_payloads(message)):  # the message goes on after the stop: cut there
+            cut, trailing = trailing, ""
     else:
-        stop_id, stop_rendered = stop_ids[0], False
+        stop_id, stop_rendered = _turn_stop(renderer, stop_ids, kind), False
         body_end, trailing = len(full), ""
     ids, offsets = renderer.encode_window(full, start, body_end)  # the tokens around the completion suffice
     body = [t for t, (a, b) in zip(ids, offsets, strict=True) if a >= start and b <= body_end and b > a]
@@ -151,12 +174,23 @@ def derive_turn(
         stop_rendered=stop_rendered,
         stop_deferred=deferred,
         trailing_text=trailing,
-        gen_prompt_extra=prompt[start:],
-        gen_prompt_missing=full[start : start + max(0, len(prompt) - start)] if start < len(prompt) else "",
+        gen_prompt_extra=prompt[shared:],
+        gen_prompt_missing=full[shared : shared + max(0, len(prompt) - shared)] if shared < len(prompt) else "",
+        history_before=full[:start],
         seam_merged=seam,
         tool_calls_dropped=dropped,
         dropped_calls=dropped_calls,
+        cut_text=cut,
     )
+
+
+def _turn_stop(renderer: Renderer, stop_ids: Sequence[int], kind: str) -> int:
+    """The stop a model emits after a turn of ``kind`` whose end the template does not render: the template's end
+    for that kind of turn, else eos, else the engine's first stop."""
+    tok = renderer.tokenizer
+    word = turn_roles(renderer).end_of(kind)
+    candidates = [single_token(tok, word) if word else None, tok.eos_token_id]
+    return next((int(i) for i in candidates if i is not None and i in stop_ids), stop_ids[0])
 
 
 _NEXT_PROBE: Message = {"role": "user", "content": "Go on."}  # a message to follow a last turn with
@@ -170,6 +204,7 @@ def _deferred_stop(
     full: str,
     stops: dict[str, int],
     prefixes: Sequence[str],
+    kind: str = ANSWER,
 ) -> str:
     """The text up to and including the stop token the template writes right after assistant turn ``index`` once
     another message follows it (only whitespace before it), or ``""``. The next message of ``history``, or a user
@@ -183,8 +218,7 @@ def _deferred_stop(
         except RenderError:
             return ""
     if not after.startswith(full):  # the next message rewrites this turn: the template's own turn end, as probed
-        roles = turn_roles(renderer)
-        end = roles.deferred_end or (roles.next_openers[0] if roles.convention == NEXT_OPENER else None)
+        end = turn_roles(renderer).end_of(kind)
         return end if end in stops else ""
     rest = after[len(full) :]
     body = rest.lstrip()

@@ -52,6 +52,8 @@ _WORDS = {
     "drops_arguments": "drops tool-call arguments",
     "rejects_tool_traffic": "rejects every tool conversation",
     "rewrites_on_tool_append": "rewrites the history when tool results are appended",
+    "stop_inside_turn": "writes a stop token inside an assistant turn (an engine ends the turn before the rest)",
+    "parallel_calls_per_turn": "parallel tool calls in one message (the template writes a turn per call)",
     "tool_calls_with_empty_content": 'tool calls next to content "" (send content None)',
     "tool_calls_with_content": "tool calls next to text content (the template drops them)",
     "parallel_calls": "parallel tool calls (the template drops all but the first)",

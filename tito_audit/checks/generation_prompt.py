@@ -36,13 +36,14 @@ def generation_prompt(ctx: AuditContext) -> Outcome:
             seen.add(key)
             prompt_ids = ctx.renderer.encode(turn.prompt_text)
             start = len(turn.prompt_text) - len(turn.gen_prompt_extra)
-            history_ids = ctx.renderer.encode(turn.prompt_text[:start] + turn.completion_text)
+            history = turn.history_before + turn.completion_text
+            history_ids = ctx.renderer.encode(history)
             found.compare(
                 sim.scenario.id,
                 prompt_ids,
                 history_ids,
                 f"the generation prompt ends with {quoted(turn.gen_prompt_extra)}, which the same turn lacks once"
-                f" it is history (history continues with {quoted(turn.completion_text)} there)",
+                f" it is history (history continues with {quoted(history[start:])} there)",
                 cls="generation_prompt",
             )
     summary = "prompt and history agree" if not found.findings else found.findings[0].message

@@ -6,8 +6,9 @@ from tito_audit.checks.base import check
 from tito_audit.context import AuditContext
 from tito_audit.findings import Collector, Finding, Outcome
 from tito_audit.quote import quoted
-from tito_audit.rollout.stop import split_turn_ends, stop_convention, template_turn_end_tokens
-from tito_audit.rollout.turn_roles import NEXT_OPENER, turn_roles
+from tito_audit.rollout.payloads import only_later_calls
+from tito_audit.rollout.stop import single_token, split_turn_ends, stop_convention
+from tito_audit.rollout.turn_roles import ANSWER, CALL, MIXED, NEXT_OPENER, turn_roles
 
 
 @check(
@@ -31,25 +32,10 @@ def stop_boundary(ctx: AuditContext) -> Outcome:
     found = Collector(ctx, "stop_boundary")
     findings = found.findings
     tok = ctx.tokenizer
-    turn_ends = template_turn_end_tokens(ctx.renderer)
+    roles = turn_roles(ctx.renderer)
     convention = stop_convention(ctx.renderer, ctx.model.generation_eos_ids)
-    eos = tok.eos_token
     notes: list[str] = []
-    if turn_ends and eos and eos not in turn_ends and not ctx.model.generation_eos_ids:
-        ends = (
-            f"turns end at the next turn's opener {turn_ends[0]!r}"
-            if convention == NEXT_OPENER
-            else f"turns end with {turn_ends[0]!r}"
-        )
-        findings.append(
-            Finding(
-                "stop_boundary",
-                "probe/turn_end",
-                "stop_seam",
-                f"{ends} but the tokenizer's eos is {eos!r} and no "
-                "generation_config lists the turn end: an engine stopping on eos runs past the turn",
-            )
-        )
+    findings += _uncovered_turn_ends(ctx)
     for text in split_turn_ends(ctx.renderer):
         findings.append(
             Finding(
@@ -62,6 +48,7 @@ def stop_boundary(ctx: AuditContext) -> Outcome:
             )
         )
     deferred = False
+    per_call = ""
     trailing: dict[str, str] = {}
     compared = 0
     for sim in ctx.ok_simulations():
@@ -75,6 +62,22 @@ def stop_boundary(ctx: AuditContext) -> Outcome:
                         "stop_seam",
                         f"the template renders no stop token after assistant message {turn.index}; "
                         "the buffer holds a sampled stop the re-rendered history lacks",
+                    )
+                )
+            elif turn.cut_text and only_later_calls(sim.messages[turn.index], turn.cut_text):
+                per_call = per_call or (
+                    f"writes each parallel tool call as a turn of its own, closed by "
+                    f"{tok.convert_ids_to_tokens(turn.stop_id)!r}: an engine samples one call per turn (tool_forms)"
+                )
+            elif turn.cut_text:
+                findings.append(
+                    Finding(
+                        "stop_boundary",
+                        sim.scenario.id,
+                        "stop_seam",
+                        f"the template writes the stop {tok.convert_ids_to_tokens(turn.stop_id)!r} inside assistant "
+                        f"message {turn.index}, before {quoted(turn.cut_text)} of the same message: an engine ends "
+                        "the turn there and never samples the rest",
                     )
                 )
             elif turn.trailing_text:
@@ -111,12 +114,19 @@ def stop_boundary(ctx: AuditContext) -> Outcome:
                     "the buffer/delta seam is not atomic: encoding the joined text gives other ids",
                     cls="stop_seam",
                 )
+    notes += [per_call] if per_call else []
     for text in trailing:
         notes.append(f"renders {quoted(text)} after the stop token (never sampled; the delta starts with it)")
     if convention == NEXT_OPENER:
         notes.append(
             "no turn end of its own: the next turn's opener is the stop, and the next message's delta "
             "starts after the sampled one"
+        )
+    elif convention == MIXED:
+        notes.append(
+            "tool-call turns have no turn end of their own: the tool result's opener is their stop"
+            if roles.convention_of(CALL) == NEXT_OPENER
+            else "answers have no turn end of their own: the next user turn's opener is their stop"
         )
     elif deferred:
         notes.append(
@@ -137,9 +147,43 @@ def stop_boundary(ctx: AuditContext) -> Outcome:
         data={
             "stop_tokens": [tok.convert_ids_to_tokens(i) for i in ctx.stop_ids],
             "stop_convention": convention,
-            "turn_ends": list(turn_roles(ctx.renderer).turn_ends),
+            "turn_ends": list(roles.turn_ends),
+            "by_turn_kind": {k: {"convention": roles.convention_of(k), "end": roles.end_of(k)} for k in (ANSWER, CALL)},
             "trailing_after_stop": sorted(trailing),
             "notes": notes,
         },
         comparisons=compared,
     )
+
+
+def _uncovered_turn_ends(ctx: AuditContext) -> list[Finding]:
+    """Turn ends (per kind of turn: an answer's, a tool-call turn's, or the opener such a turn stops at) that the
+    model's shipped metadata does not list as a stop: neither the tokenizer's eos nor generation_config's
+    ``eos_token_id``. An engine configured from that metadata runs past such a turn."""
+    tok, roles = ctx.tokenizer, turn_roles(ctx.renderer)
+    shipped = {i for i in (tok.eos_token_id, *ctx.model.generation_eos_ids) if i is not None}
+    ends = {kind: roles.end_of(kind) for kind in (ANSWER, CALL)}
+    out: list[Finding] = []
+    for kind, word in ends.items():
+        tid = single_token(tok, word) if word else None
+        if tid is None or tid in shipped or (kind == CALL and word == ends[ANSWER]):
+            continue
+        whose = "turns" if ends[ANSWER] == ends[CALL] else ("answers" if kind == ANSWER else "tool-call turns")
+        what = (
+            f"{whose} end at the next turn's opener"
+            if roles.convention_of(kind) == NEXT_OPENER
+            else f"{whose} end with"
+        )
+        if ctx.model.generation_eos_ids:
+            listed = ", ".join(repr(t) for t in tok.convert_ids_to_tokens(list(ctx.model.generation_eos_ids)))
+            why = (
+                f"neither the tokenizer's eos {tok.eos_token!r} nor generation_config's eos_token_id ({listed}) "
+                "lists it: an engine stopping on those runs past the turn"
+            )
+        else:
+            why = (
+                f"the tokenizer's eos is {tok.eos_token!r} and no generation_config lists the turn end: an engine "
+                "stopping on eos runs past the turn"
+            )
+        out.append(Finding("stop_boundary", "probe/turn_end", "stop_seam", f"{what} {word!r} but {why}"))
+    return out

@@ -10,6 +10,7 @@ from tito_audit.errors import RenderError
 from tito_audit.findings import Collector, Finding, Outcome, divergence
 from tito_audit.probes import MINIMAL_TOOL_EPISODE, MINIMAL_TOOL_RESULT
 from tito_audit.rollout.bridge import BridgeError, compute_bridge
+from tito_audit.rollout.payloads import only_later_calls
 from tito_audit.rollout.stop import stop_token_ids
 
 
@@ -52,6 +53,15 @@ def tool_append_prefix(ctx: AuditContext) -> Outcome:
             error = _tool_only_error(ctx, sim, idx, block, bridge_error)
             if error is None:
                 continue  # the rewrite comes from a system/user message in the same block: append_matrix
+            if error.inside_turn is not None:  # no rewrite: the engine's stop cuts the turn before its calls
+                if only_later_calls(sim.messages[idx], error.inside_turn):
+                    continue  # one call per turn: tool_forms names the parallel form to avoid
+                cut = found.compare(
+                    sim.scenario.id, error.before, error.after, f"assistant message {idx}: {error.reason}", "stop_seam"
+                )
+                if cut is not None:
+                    cut.reason = "stop_inside_turn"
+                continue
             found.compare(
                 sim.scenario.id,
                 error.before,
@@ -61,7 +71,7 @@ def tool_append_prefix(ctx: AuditContext) -> Outcome:
             )
         found.compared(len(sim.trajectory.bridges) if sim.trajectory is not None else 0)
     for f in found.findings:
-        f.reason = "rewrites_on_tool_append"
+        f.reason = f.reason or "rewrites_on_tool_append"
     episodes = found.comparisons
     summary = (
         f"prefix preserved in {episodes} tool appends"

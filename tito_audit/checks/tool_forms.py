@@ -6,6 +6,7 @@ from tito_audit.checks.base import check
 from tito_audit.checks.tool_support import call_form, dropped_message
 from tito_audit.context import AuditContext
 from tito_audit.findings import Collector, Outcome
+from tito_audit.rollout.payloads import only_later_calls
 
 
 @check(
@@ -17,7 +18,9 @@ from tito_audit.findings import Collector, Outcome
     explanation="""
 Some templates render tool calls in their canonical form but drop them in another one: only when `content` is
 `""` (or text) next to the calls, or every call of a parallel pair but the first. The verdict stands, but rollouts that
-produce that form train on calls the model never sees: the verdict line names the form to avoid.""",
+produce that form train on calls the model never sees: the verdict line names the form to avoid. A template that
+writes each of parallel calls as a turn of its own, closed by the stop (harmony's `<|call|>`), has an engine
+sample them one per turn: a parallel message is a form its rollouts never produce.""",
     fix_hint="""
 Avoid the named form in rollouts (send `content` None next to tool calls; one call per assistant turn), or
 patch the template to render it.""",
@@ -44,6 +47,15 @@ def tool_forms(ctx: AuditContext) -> Outcome:
             form = call_form(message, turn.dropped_calls, shapes.canonical_content) if turn.tool_calls_dropped else None
             if form is not None:
                 found.add(sim.scenario.id, "template", dropped_message(sim.messages, turn), reason=form)
+            elif turn.cut_text and only_later_calls(message, turn.cut_text):
+                found.add(
+                    sim.scenario.id,
+                    "template",
+                    f"assistant message {turn.index} holds {len(message['tool_calls'])} parallel tool calls, which "
+                    "the template writes as a turn each: an engine stops after the first and samples the others in "
+                    "later turns",
+                    reason="parallel_calls_per_turn",
+                )
     unique = {f.reason: f for f in reversed(found.findings)}
     found.findings = [f for f in found.findings if unique[f.reason] is f]
     summary = "tool calls render in every form played" if not found.findings else found.findings[0].message

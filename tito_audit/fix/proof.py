@@ -372,12 +372,12 @@ def expected_mask(audited: AuditedTemplate, renderer: Any, messages: list[Messag
         if m["role"] != "assistant":
             continue
         turn = derive_turn(renderer, messages, i, tools, audited.stop_ids)
-        start = len(turn.prompt_text) - len(turn.gen_prompt_extra)
+        start = len(turn.history_before)
         if not turn.stop_rendered:
             return None
         stop = audited.model.tokenizer.decode([turn.stop_id], skip_special_tokens=False)
         end = start + turn.completion_text.index(stop) + len(stop)
-        text = (turn.prompt_text[:start] + turn.completion_text)[:end]
+        text = (turn.history_before + turn.completion_text)[:end]
         if not full.startswith(text):
             return None
         spans.append((start, end))

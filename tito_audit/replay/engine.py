@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from tito_audit.replay.compare import bos_of, mask_runs
 from tito_audit.replay.divergence import Divergence, classify, run_text, window
-from tito_audit.replay.id_diff import align
+from tito_audit.replay.id_diff import Opcode, align
 from tito_audit.replay.schema import Episode
 
 
@@ -74,7 +74,7 @@ class EngineBuffer:
     mask: list[int] = field(default_factory=list)
     logprobs: list[float | None] = field(default_factory=list)
     spans: list[tuple[int, int]] = field(default_factory=list)
-    context: list[Divergence] = field(default_factory=list)  # turns whose prompt does not hold the buffer so far
+    context: list[Divergence] = field(default_factory=list)  # where a prompt does not extend the one before it
 
     def push(self, ids: Sequence[int], sampled: bool, logprobs: Sequence[float] | None = None) -> None:
         self.ids.extend(ids)
@@ -95,25 +95,34 @@ def engine_buffer(
     bos_ids: Collection[int] = (),
 ) -> EngineBuffer:
     """The reference buffer: the first prompt, then per turn its sampled ids and the environment's delta taken from
-    the next prompt. A prompt that does not start with the buffer so far is a divergence of the engine's context
-    (kind ``context``, placed in that prompt), and its delta is what follows the buffer's end in it."""
+    the next prompt.
+
+    Each prompt is judged against the engine's own previous prompt plus the ids it sampled there, not against the
+    buffer so far: a change the loop made to turn k (a sampled turn re-encoded) is reported once, in the prompt
+    that first carries it, and the later prompts that carry it forward are judged only on what they add, so each
+    turn is judged on its own and a later change is still found. Every departure is a divergence of kind
+    ``context`` (the first per turn whose ids it changes, placed in that prompt), and the delta is what follows, in
+    the prompt, the end of the previous turn's sampled ids."""
     buf = EngineBuffer()
+    bos = {*bos_ids, *(() if bos_id is None else (bos_id,))}
+    prev: list[int] = []  # the engine's previous prompt plus the ids it sampled there
+    prev_spans: list[tuple[int, int]] = []  # each earlier turn's sampled ids in ``prev``
     for k, t in enumerate(ep.turns):
         p = t.prompt_ids
         assert p is not None
-        if k == 0:
-            buf.push(p, False)
-        elif p[: len(buf.ids)] == buf.ids:
-            buf.push(p[len(buf.ids) :], False)
+        if k == 0 or p[: len(prev)] == prev:
+            delta, spans = p[len(prev) :], prev_spans
         else:
-            bos = {*bos_ids, *(() if bos_id is None else (bos_id,))}
-            div, end = _context_divergence(
-                buf.ids, buf.mask, buf.spans, p, k, decode=decode, stop_ids=stop_ids, special_ids=special_ids, bos=bos
+            found, end, spans = _departures(
+                prev, prev_spans, p, k, decode=decode, stop_ids=stop_ids, special_ids=special_ids, bos=bos
             )
-            buf.context.append(div)
-            buf.push(p[end:], False)
+            buf.context.extend(found)
+            delta = p[end:]
+        buf.push(delta, False)
         buf.spans.append((len(buf.ids), len(buf.ids) + len(t.ids)))
         buf.push(t.ids, True, t.logprobs)
+        prev = [*p, *t.ids]
+        prev_spans = [*spans, (len(p), len(prev))]
     return buf
 
 
@@ -138,19 +147,18 @@ def prompt_departures(
         p = t.prompt_ids
         if p is None or got[: len(p)] == p:
             continue
-        head = list(got[: len(p)])
-        head_mask = list(mask[: len(p)]) if mask is not None and len(mask) == len(got) else [0] * len(head)
-        div, _end = _context_divergence(
-            head, head_mask, spans, p, k, decode=decode, stop_ids=stop_ids, special_ids=special_ids, bos=bos,
-            what="the trained sequence",
+        found, _end, _spans = _departures(
+            list(got[: len(p)]), spans, p, k, decode=decode, stop_ids=stop_ids, special_ids=special_ids, bos=bos,
+            what="the trained sequence", tail_is_delta=False,
         )  # fmt: skip
-        out.append(div)
+        # the first departure only: the trained sequence is cut at the prompt's length, so past a departure that
+        # changes the length the cut itself would differ
+        out.extend(found[:1])
     return out
 
 
-def _context_divergence(
+def _departures(
     ids: Sequence[int],
-    mask: Sequence[int],
     spans: Sequence[tuple[int, int]],
     prompt: Sequence[int],
     turn: int,
@@ -159,25 +167,80 @@ def _context_divergence(
     stop_ids: Sequence[int],
     special_ids: Sequence[int],
     bos: Collection[int],
-    what: str = "the buffer",
-) -> tuple[Divergence, int]:
-    """Where ``prompt`` first departs from ``ids`` (the buffer so far, with its ``mask`` and sampled ``spans``), and
-    where the end of ``ids`` falls in it (the delta starts there). The divergence belongs to the turn whose sampled
-    ids were changed (or the prompt's own turn)."""
+    what: str = "its prompt for the turn before and the ids sampled there",
+    tail_is_delta: bool = True,
+) -> tuple[list[Divergence], int, list[tuple[int, int]]]:
+    """Where ``prompt`` departs from ``ids`` (the context it should extend, each earlier turn's sampled ids at
+    ``spans``): the first departure per turn whose sampled ids it changes (or that they precede), in turn order;
+    where the end of ``ids`` falls in the prompt (the delta starts there: ids the prompt adds right after it are
+    the delta, not a change of the turn before; with ``tail_is_delta`` False they are a departure too); and
+    ``spans`` carried into the prompt."""
     ops = align(ids, prompt)
-    first = next(op for op in ops if op[0] != "equal")
-    _tag, i1, i2, j1, j2 = first
-    end = len(prompt)
-    for op in ops:  # the last position of the prompt that the buffer's ids reach
-        if op[1] <= len(ids) <= op[2]:
-            end = op[3] + (len(ids) - op[1]) if op[0] == "equal" else op[4]
-    owner = next((n for n, (_, b) in enumerate(spans) if i1 < b), turn)
-    r_ids, g_ids = list(ids[i1:i2]), list(prompt[j1:j2])
-    texts = (run_text(decode, ids, i1, i2), run_text(decode, prompt, j1, j2)) if decode else None
-    bos_id = bos_of(r_ids, g_ids, None, bos)
-    cls = classify(r_ids, g_ids, texts=texts, stop_ids=stop_ids, special_ids=special_ids, bos_id=bos_id)
-    _back, exp, act, start = window(ids, prompt, i1, j1)
-    sampled = sum(mask[i1:i2])
-    change = f"{texts[0][:40]!r} became {texts[1][:40]!r}" if texts else "other ids"
-    message = f"the engine's prompt for turn {turn} does not hold {what} at position {j1}: {change}"
-    return Divergence(owner, j1, cls, "context", message, i1, exp, act, start, tokens=sampled), min(end, len(prompt))
+    n = len(ids)
+    end = min(_end_in(ops, n, ids, prompt, decode), len(prompt))
+    ends = [b for _, b in spans]
+    first: dict[int, Divergence] = {}
+    for tag, i1, i2, j1, j2 in ops:
+        if tag == "equal" or (tail_is_delta and i1 >= n):  # ids the prompt adds after ``ids``: the delta
+            continue
+        if tail_is_delta and i2 == n:  # a change at the end of ``ids``: what follows its end in the prompt is the delta
+            j2 = max(j1, min(j2, end))
+        owner = next((m for m, b in enumerate(ends) if i1 < b), turn)
+        if owner in first:
+            continue
+        r_ids, g_ids = list(ids[i1:i2]), list(prompt[j1:j2])
+        texts = (run_text(decode, ids, i1, i2), run_text(decode, prompt, j1, j2)) if decode else None
+        bos_id = bos_of(r_ids, g_ids, None, bos)
+        cls = classify(r_ids, g_ids, texts=texts, stop_ids=stop_ids, special_ids=special_ids, bos_id=bos_id)
+        _back, exp, act, start = window(ids, prompt, i1, j1)
+        sampled = sum(max(0, min(b, i2) - max(a, i1)) for a, b in spans)
+        change = f"{texts[0][:40]!r} became {texts[1][:40]!r}" if texts else "other ids"
+        message = f"the engine's prompt for turn {turn} does not hold {what} at position {j1}: {change}"
+        first[owner] = Divergence(owner, j1, cls, "context", message, i1, exp, act, start, tokens=sampled)
+    moved = [(_start_in(ops, a, ids, prompt, decode), _end_in(ops, b, ids, prompt, decode)) for a, b in spans]
+    return [first[m] for m in sorted(first)], end, moved
+
+
+def _start_in(
+    ops: Sequence[Opcode], i: int, ids: Sequence[int], prompt: Sequence[int], decode: Callable[..., str] | None
+) -> int:
+    """Where position ``i`` of the aligned ``ids`` (a run's start) falls in ``prompt``."""
+    for tag, i1, i2, j1, _j2 in ops:
+        if i1 <= i < i2:
+            return j1 + (i - i1) if tag == "equal" else j1
+    return _end_in(ops, i, ids, prompt, decode)
+
+
+def _end_in(
+    ops: Sequence[Opcode], e: int, ids: Sequence[int], prompt: Sequence[int], decode: Callable[..., str] | None
+) -> int:
+    """Where the end ``e`` of a run of the aligned ``ids`` falls in ``prompt``: ids the prompt inserts right after
+    it are not the run's. Inside a changed stretch, the run ends where the prompt's text covers its text (a
+    re-encoded turn holds the same text in other ids; without a decoder, at the stretch's end)."""
+    if e <= 0:
+        return 0
+    for tag, i1, i2, j1, j2 in ops:
+        if i1 < e <= i2:
+            if tag == "equal":
+                return j1 + (e - i1)
+            return j1 + _covering(decode, ids, i1, e, prompt, j1, j2)
+    return len(prompt)
+
+
+def _covering(
+    decode: Callable[..., str] | None, ids: Sequence[int], i1: int, e: int, prompt: Sequence[int], j1: int, j2: int
+) -> int:
+    """The fewest ids of ``prompt[j1:j2]`` whose text is as long as that of ``ids[i1:e]`` (all, when none is)."""
+    if decode is None or j2 <= j1:
+        return max(0, j2 - j1)
+    want = len(run_text(decode, ids, i1, e))
+    if len(run_text(decode, prompt, j1, j2)) <= want:
+        return j2 - j1
+    lo, hi = 0, j2 - j1  # the text of prompt[j1:j1+hi] is longer than ``want``
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(run_text(decode, prompt, j1, j1 + mid)) >= want:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tito_audit.rendering.renderer import Renderer
+from tito_audit.rollout.payloads import message_payloads, payload_in
 from tito_audit.rollout.tokens import common_prefix_len
+from tito_audit.rollout.turn_start import turn_start
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class BridgeError(AppendRefused):
         forced_ids: list[int],
         removed: list[int] | None = None,
         inserted: list[int] | None = None,
+        inside_turn: str | None = None,
     ) -> None:
         super().__init__(reason)
         self.index = index  # first divergent token of the history render
@@ -56,20 +59,45 @@ class BridgeError(AppendRefused):
         self.forced_ids = forced_ids
         self.removed = removed or []  # history ids the re-render drops or replaces at ``index``
         self.inserted = inserted or []  # ids the re-render puts there instead
+        # The render after the stop where the turn's own content is in it (the template stops inside the turn).
+        self.inside_turn = inside_turn
 
 
 def assistant_stop_position(
     renderer: Renderer, history: Sequence[dict[str, Any]], tools: Any, stop_ids: Sequence[int]
 ) -> tuple[list[int], int | None]:
     """Ids of ``history`` (ending with an assistant turn) and the index of that turn's stop token."""
+    ids, stop_at, _ = _turn_stop(renderer, history, tools, stop_ids)
+    return ids, stop_at
+
+
+def _turn_stop(
+    renderer: Renderer, history: Sequence[dict[str, Any]], tools: Any, stop_ids: Sequence[int]
+) -> tuple[list[int], int | None, str | None]:
+    """``assistant_stop_position``, and what the render writes after that stop where the turn's own content (text,
+    reasoning, a call) is in it (None: only template text follows the stop).
+
+    The first stop within the turn (``rollout.turn_start``: a template that rewrites the history once this turn is
+    in it parts from the prompt inside an earlier turn, whose stops are no stops of this one)."""
     ids = renderer.render_ids(history, tools=tools, add_generation_prompt=False)
     prompt = renderer.render_ids(history[:-1], tools=tools, add_generation_prompt=True) if len(history) > 1 else []
     start = common_prefix_len(prompt, ids)
+    turn_chars: int | None = None  # how long the turn's text is, where it starts past the shared prefix
+    if len(history) > 1:
+        full_text = renderer.render(history, tools=tools)
+        prompt_text = renderer.render(history[:-1], tools=tools, add_generation_prompt=True)
+        at = turn_start(prompt_text, full_text, lambda: renderer.render(history[:-1], tools=tools))
+        turn_chars = len(full_text) - at if at > common_prefix_len(prompt_text, full_text) else None
     stops = set(stop_ids)
+    own = message_payloads(history[-1])
     for i in range(start, len(ids)):
-        if ids[i] in stops:
-            return ids, i
-    return ids, None
+        if ids[i] not in stops:
+            continue
+        rest = renderer.decode(ids[i + 1 :], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        if turn_chars is not None and len(rest) >= turn_chars:
+            continue  # a stop of an earlier turn the render rewrote
+        return ids, i, rest if payload_in(rest, own) is not None else None
+    return ids, None, None
 
 
 def compute_bridge(
@@ -81,7 +109,7 @@ def compute_bridge(
     add_generation_prompt: bool = True,
 ) -> Bridge:
     """Delta ids for ``new_messages`` appended after ``history`` (whose last message is the assistant turn)."""
-    before, stop_at = assistant_stop_position(renderer, history, tools, stop_ids)
+    before, stop_at, inside = _turn_stop(renderer, history, tools, stop_ids)
     cut = len(before) if stop_at is None else stop_at + 1
     prefix = before[:cut]
     after = renderer.render_ids([*history, *new_messages], tools=tools, add_generation_prompt=add_generation_prompt)
@@ -99,6 +127,17 @@ def compute_bridge(
             _tail_after_kth_stop(prefix, after, stop_ids),
             removed,
             inserted,
+        )
+    if inside is not None:
+        raise BridgeError(
+            f"the template writes the stop token {_token(renderer, before, cut - 1)} inside the assistant turn, "
+            f"before token {cut} of {len(before)} ({_short(inside)} of the same message follows it): an engine ends "
+            "the turn there, and a delta after it would carry the rest of the turn as environment text",
+            cut,
+            prefix,
+            after,
+            after[cut:],
+            inside_turn=inside,
         )
     return Bridge(
         ids=after[cut:],

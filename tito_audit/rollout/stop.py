@@ -45,7 +45,8 @@ def split_turn_ends(renderer: Renderer) -> list[str]:
 def stop_convention(renderer: Renderer, generation_eos_ids: Sequence[int] = ()) -> str:
     """How an engine ends an assistant turn of this template: ``after_turn`` (on a token the template writes after
     the turn), ``next_opener`` (on the next turn's opener, which the template writes as that turn's first token;
-    ``generation_config.json`` listing an opener says the same), or ``""`` (the template says neither)."""
+    ``generation_config.json`` listing an opener says the same), ``mixed`` (answers one way, tool-call turns the
+    other: ``TurnRoles.convention_of``), or ``""`` (the template says neither)."""
     roles: TurnRoles = turn_roles(renderer)
     if roles.convention:
         return roles.convention

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +47,7 @@ from tito_audit.rollout.tokens import common_prefix_len
 # Payload markers: text no template writes by itself, alphanumeric so that no escaping or trimming changes it.
 _USER, _NEXT_USER, _ANSWER = "Zq7user1", "Zq7user2", "Zq7answer"
 _ARGUMENT, _RESULT, _THOUGHT = "Zq7argument", "Zq7result", "Zq7thought"
+_SECOND = "Zq7second"  # a parallel call's argument
 _TOOL = "get_weather"  # the probes' tool (``probes.TOOLS``)
 
 AFTER_TURN = "after_turn"  # the template closes an assistant turn with a token of its own: engines stop on it
@@ -55,8 +57,21 @@ NEXT_OPENER = "next_opener"  # it writes nothing after the turn: engines stop on
 # quotes or spaces, a run of brackets.
 _BRACKETED = re.compile(r"(?:<+|\[+|\]+)[^\s<>\[\]{}\"']{1,62}(?:>+|\[+|\]+)")
 _RUN = re.compile(r"\S+")
-_MIRRORED = {"<": ">", "[": "]", "{": "}", "〈": "〉", "«": "»", "⟨": "⟩", "【": "】"}
 _NOT_MARKUP = frozenset(".,:;!?-'\"()`*_=/\\")  # prose and markdown: ``User:``, ``(LLM)``, ``**Note**``
+
+
+_PAIRED = {("Ps", "Pe"), ("Pi", "Pf"), ("Sm", "Sm")}  # opening/closing punctuation, quotes, ``<``/``>``
+
+
+def _mirrored_pair(first: str, last: str) -> bool:
+    """``first`` opens and ``last`` closes a bracket pair of any script (``{``/``}``, ``⟪``/``⟫``, ``«``/``»``,
+    ``【``/``】``): two different bidi-mirrored characters, an opening and a closing one."""
+    return (
+        first != last
+        and bool(unicodedata.mirrored(first))
+        and bool(unicodedata.mirrored(last))
+        and (unicodedata.category(first), unicodedata.category(last)) in _PAIRED
+    )
 
 
 def _delimited(run: str) -> bool:
@@ -67,7 +82,7 @@ def _delimited(run: str) -> bool:
         3 <= len(run) <= 64
         and any(c.isalnum() for c in run)
         and not (first.isalnum() or first.isspace() or first in _NOT_MARKUP)
-        and (last == first or _MIRRORED.get(first) == last)
+        and (last == first or _mirrored_pair(first, last))
         and not any(c in "\"'" for c in run)
     )
 
@@ -80,10 +95,13 @@ def _spans(text: str, start: int = 0, end: int | None = None, runs: bool = False
     out: list[tuple[int, int, str]] = []
     for run in _RUN.finditer(text, start, end):
         inner = [m for m in _BRACKETED.finditer(text, run.start(), run.end()) if any(c.isalnum() for c in m.group())]
-        if inner:
-            out += [(m.start(), m.end(), m.group()) for m in inner]
-        elif runs and _delimited(run.group()):
-            out.append((run.start(), run.end(), run.group()))
+        found = [(m.start(), m.end(), m.group()) for m in inner]
+        if runs:  # the rest of the run around its bracketed words: ``</tool_call>⟪eot⟫``
+            cuts = [run.start(), *(i for m in inner for i in (m.start(), m.end())), run.end()]
+            found += [
+                (a, b, text[a:b]) for a, b in zip(cuts[::2], cuts[1::2], strict=True) if b > a and _delimited(text[a:b])
+            ]
+        out += sorted(found)
     return out
 
 
@@ -92,10 +110,16 @@ def control_words(text: str) -> list[str]:
     return [w for _, _, w in _spans(text)]
 
 
-def _first_word(text: str) -> str | None:
-    """The control word ``text`` starts with (after whitespace), or None."""
+def _first_word(text: str, after_text: bool = False) -> str | None:
+    """The control word ``text`` starts with (after whitespace), or None; with ``after_text`` its first control
+    word after any plain text (a closer the template writes after a signature of its own: ``-- sent by bot
+    <|im_end|>``)."""
     spans = _spans(text, runs=True)
-    return spans[0][2] if spans and not text[: spans[0][0]].strip() else None
+    return spans[0][2] if spans and (after_text or not text[: spans[0][0]].strip()) else None
+
+
+ANSWER, CALL = "answer", "call"  # the kinds of assistant turn: a final answer, a turn of tool calls
+MIXED = "mixed"  # answers end one way, tool-call turns the other
 
 
 @dataclass(frozen=True)
@@ -105,6 +129,7 @@ class TurnRoles:
     answer_end: str | None = None  # the control word an assistant answer ends with
     call_end: str | None = None  # the one a tool-call turn ends with
     deferred_end: str | None = None  # an answer's end that the template writes only once another message follows
+    call_deferred_end: str | None = None  # the same after a tool-call turn
     user_end: str | None = None  # the control word a user turn ends with (None: it runs into the next opener)
     openers: tuple[str, ...] = ()  # user, tool, assistant turn openers (first control word of each), in that order
     next_openers: tuple[str, ...] = ()  # the openers of the turns that follow an assistant turn (user, tool)
@@ -112,27 +137,58 @@ class TurnRoles:
     call_wrappers: tuple[str, ...] = ()  # before a call's name, and right before the call's turn end
     reasoning: tuple[str, ...] = ()  # around a reasoning payload
     start: tuple[str, ...] = ()  # before the first turn opener
+    user_opener: str | None = None  # the opener of a user turn that follows an answer
+    tool_opener: str | None = None  # the opener of a tool result that follows a call
+    # Control words the template writes inside one assistant message, between two of its payloads (after its
+    # reasoning, between parallel calls, between content and calls): ``</tool_call>``, gpt-oss's ``<|end|>``
+    # between channels. None of them ends the turn, whatever it ends elsewhere: an engine stopping on one cuts
+    # the message there.
+    inner: tuple[str, ...] = ()
+
+    def _ends(self, word: str | None) -> bool:
+        return word is not None and word not in self.inner
+
+    def convention_of(self, kind: str) -> str:
+        """How a turn of ``kind`` (``ANSWER``, ``CALL``) ends: ``after_turn`` (on a control word of its own that the
+        template writes nowhere inside an assistant message), ``next_opener`` (on the next turn's opener: a template
+        that closes no turn, or that closes the other kind of turn but not this one: call turns running into the
+        tool result's opener), or ``""`` (neither)."""
+        own, other = self._closer(kind), self._closer(CALL if kind == ANSWER else ANSWER)
+        if own:
+            return AFTER_TURN
+        opener = self.user_opener if kind == ANSWER else self.tool_opener
+        return NEXT_OPENER if self._ends(opener) and (self.user_end is None or other) else ""
+
+    def _closer(self, kind: str) -> str | None:
+        """The closer of a turn of ``kind`` (written after it, or only once another message follows), or None."""
+        ends = (self.answer_end, self.deferred_end) if kind == ANSWER else (self.call_end, self.call_deferred_end)
+        return next((w for w in ends if self._ends(w)), None)
+
+    def end_of(self, kind: str) -> str | None:
+        """The control word a turn of ``kind`` ends with (its closer, or the next turn's opener), or None."""
+        convention = self.convention_of(kind)
+        if convention == NEXT_OPENER:
+            return self.user_opener if kind == ANSWER else self.tool_opener
+        return self._closer(kind)
 
     @property
     def convention(self) -> str:
         """``after_turn``: the template ends assistant turns with a control word of its own; ``next_opener``: it
-        ends no turn of any role, the next turn's opener does; ``""``: neither (a template that ends user turns but
-        never assistant turns: nothing in it says what an engine stops on)."""
-        if self.answer_end or self.call_end or self.deferred_end:
-            return AFTER_TURN
-        return NEXT_OPENER if self.next_openers and self.user_end is None else ""
+        ends no turn of any role, the next turn's opener does; ``mixed``: answers end one way, tool-call turns the
+        other (``convention_of``); ``""``: neither (a template that ends user turns but never assistant turns:
+        nothing in it says what an engine stops on)."""
+        kinds = {self.convention_of(ANSWER), self.convention_of(CALL)} - {""}
+        return kinds.pop() if len(kinds) == 1 else (MIXED if kinds else "")
 
     @property
     def turn_ends(self) -> tuple[str, ...]:
         """The control words an engine stops on, the answer's first."""
-        if self.convention == NEXT_OPENER:
-            return self.next_openers
-        return tuple(dict.fromkeys(w for w in (self.answer_end or self.deferred_end, self.call_end) if w))
+        return tuple(dict.fromkeys(w for w in (self.end_of(ANSWER), self.end_of(CALL)) if w))
 
     @property
     def words(self) -> tuple[str, ...]:
         """Every control word the template writes in a role position, once each, in a stable order."""
-        ends = (self.answer_end, self.call_end, self.deferred_end, self.user_end)
+        ends = (self.answer_end, self.call_end, self.deferred_end, self.call_deferred_end, self.user_end)
         parts = (self.start, self.openers, tuple(w for w in ends if w), self.generation, self.call_wrappers)
         return tuple(dict.fromkeys(w for part in (*parts, self.reasoning) for w in part))
 
@@ -181,6 +237,7 @@ class _Probe:
     def __init__(self, renderer: Renderer) -> None:
         self.renderer = renderer
         self.tools = list(TOOLS)
+        self.renders: dict[tuple[Any, ...], str | None] = {}  # the same probe is read for several roles
         self.parts, self.system = False, False
         answer = [{"role": "user", "content": _USER}, {"role": "assistant", "content": _ANSWER}]
         for parts, system in self.FRAMINGS:
@@ -201,14 +258,19 @@ class _Probe:
         return out
 
     def render(self, messages: list[dict[str, Any]], agp: bool = False, tools: bool = True) -> str | None:
+        key = (json.dumps(messages, sort_keys=True), agp, tools, self.parts, self.system)
+        if key in self.renders:
+            return self.renders[key]
         try:
-            return self.renderer.render(
+            text: str | None = self.renderer.render(
                 self.framed(messages), tools=self.tools if tools else None, add_generation_prompt=agp
             )
         except RenderError as err:
             if err.kind in _STOPPING:
                 raise _Stopped from None  # a runaway or hostile template: no more probes (the audit classifies it)
-            return None
+            text = None
+        self.renders[key] = text
+        return text
 
     def first(self, marker: str, *conversations: list[dict[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
         """The first of ``conversations`` whose render shows ``marker``, and it."""
@@ -219,14 +281,20 @@ class _Probe:
         return None, list(conversations[0])
 
 
-def _call(content: Any, reasoning: str | None = None, string: bool = False) -> dict[str, Any]:
-    arguments: Any = {"city": _ARGUMENT}
+def _call(
+    content: Any,
+    reasoning: str | None = None,
+    string: bool = False,
+    argument: str = _ARGUMENT,
+    call_id: str = "call00001",
+) -> dict[str, Any]:
+    arguments: Any = {"city": argument}
     message: dict[str, Any] = {
         "role": "assistant",
         "content": content,
         "tool_calls": [
             {
-                "id": "call00001",
+                "id": call_id,
                 "type": "function",
                 "function": {"name": _TOOL, "arguments": json.dumps(arguments) if string else arguments},
             }
@@ -256,7 +324,7 @@ def _read(probe: _Probe) -> TurnRoles:
     # Turn ends: what follows the payload of an assistant turn that is the last message.
     answered = probe.render([user, answer])
     answer_tail = _after(answered, _ANSWER) if answered else None
-    answer_end = _first_word(answer_tail) if answer_tail else None
+    answer_end = _first_word(answer_tail, after_text=True) if answer_tail else None
     then_user = probe.render([user, answer, {"role": "user", "content": _NEXT_USER}])
     to_user = _between(then_user, _ANSWER, _NEXT_USER) if then_user else None
 
@@ -305,6 +373,7 @@ def _read(probe: _Probe) -> TurnRoles:
     user_opener = next((w for w in words_u if w not in closers), None)
     tool_opener = next((w for w in words_t if w not in closers), None)
     deferred_end = words_u[0] if words_u and words_u[0] in closers and not answer_end else None
+    call_deferred_end = words_t[0] if words_t and words_t[0] in closers and not call_end else None
     openers = tuple(dict.fromkeys(w for w in (user_opener, tool_opener, assistant_opener) if w))
     next_openers = tuple(dict.fromkeys(w for w in (user_opener, tool_opener) if w))
 
@@ -319,6 +388,7 @@ def _read(probe: _Probe) -> TurnRoles:
         answer_end=answer_end,
         call_end=call_end,
         deferred_end=deferred_end,
+        call_deferred_end=call_deferred_end,
         user_end=user_end,
         openers=openers,
         next_openers=next_openers,
@@ -326,6 +396,9 @@ def _read(probe: _Probe) -> TurnRoles:
         call_wrappers=tuple(dict.fromkeys(call_wrappers)),
         reasoning=reasoning,
         start=start,
+        user_opener=user_opener,
+        tool_opener=tool_opener,
+        inner=_inner_words(probe, user, prompt, call_messages[-1]),
     )
 
 
@@ -366,7 +439,7 @@ def _call_end(tail: str | None, to_tool: str | None, answer_end: str | None) -> 
     if tail is None:
         return None, ()
     own = tail[: _shared(to_tool, tail)] if to_tool is not None else tail
-    words = control_words(own)
+    words = [w for _, _, w in _spans(own, runs=True)]
     if not words:
         return None, ()
     if answer_end is not None and answer_end in words:
@@ -377,12 +450,44 @@ def _call_end(tail: str | None, to_tool: str | None, answer_end: str | None) -> 
     return words[-1], tuple(words[-2:-1])
 
 
+def _inner_words(probe: _Probe, user: dict[str, Any], prompt: str | None, call: dict[str, Any]) -> tuple[str, ...]:
+    """Control words the template writes inside one assistant message, between two of its payloads: between
+    parallel calls, after reasoning and before the answer or call (for a template whose source mentions reasoning
+    at all). These are the shapes a model samples as one turn in any tool loop. Content next to calls is not among
+    them: some templates write it as two turns when the message is the last (Nemotron Nano v2); their turn end stays
+    the turn end, and the simulation names the message an engine would cut there. ``call``: a tool-call message in
+    the shape the template renders."""
+    string = isinstance(call["tool_calls"][0]["function"]["arguments"], str)
+    parallel = _call(call["content"], string=string)
+    parallel["tool_calls"] += _call(None, string=string, argument=_SECOND, call_id="call00002")["tool_calls"]
+    messages: list[tuple[dict[str, Any], tuple[str, ...]]] = [(parallel, (_ARGUMENT, _SECOND))]
+    if _mentions_reasoning(probe):
+        messages += [
+            ({"role": "assistant", "content": _ANSWER, "reasoning_content": _THOUGHT}, (_THOUGHT, _ANSWER)),
+            (_call(call["content"], _THOUGHT, string), (_THOUGHT, _ARGUMENT)),
+        ]
+    words: list[str] = []
+    for message, markers in messages:
+        text = probe.render([user, message])
+        if text is None:
+            continue
+        completion = _rest(prompt, text) if prompt else text
+        at = sorted((completion.find(m), m) for m in markers if m in completion)
+        if len(at) == len(markers):
+            words += [w for _, _, w in _spans(completion, at[0][0] + len(at[0][1]), at[-1][0], runs=True)]
+    return tuple(dict.fromkeys(words))
+
+
+def _mentions_reasoning(probe: _Probe) -> bool:
+    source = probe.renderer.chat_template.lower()
+    return any(w in source for w in ("think", "reason", "thought", "analysis"))
+
+
 def _reasoning_words(probe: _Probe, user: dict[str, Any]) -> tuple[str, ...]:
     """Control words around a reasoning payload, on an answer and on a tool call (for a template whose source
     mentions reasoning at all: any other renders none)."""
     words: list[str] = []
-    source = probe.renderer.chat_template.lower()
-    if not any(w in source for w in ("think", "reason", "thought", "analysis")):
+    if not _mentions_reasoning(probe):
         return ()
     prompt = probe.render([user], agp=True) or ""
     for message in (

@@ -173,19 +173,20 @@ def template_eos(tokenizer: Any, template: str) -> str | None:
     template never writes eos has as eos: ``<|im_end|>``, ``<|eot_id|>``); None: keep the base's (also where the
     template ends turns only with the next turn's opener, which is a stop but no eos)."""
     from tito_audit.rendering.renderer import Renderer
-    from tito_audit.rollout.stop import template_turn_end_tokens
-    from tito_audit.rollout.turn_roles import AFTER_TURN, turn_roles
+    from tito_audit.rollout.stop import single_token
+    from tito_audit.rollout.turn_roles import AFTER_TURN, ANSWER, turn_roles
 
     if "eos_token" in read_special_variables(template):
         return None
     try:
         renderer = Renderer(tokenizer, template)
-        if turn_roles(renderer).convention != AFTER_TURN:
+        roles = turn_roles(renderer)
+        if roles.convention_of(ANSWER) != AFTER_TURN:
             return None
-        ends = template_turn_end_tokens(renderer)
+        end = roles.end_of(ANSWER)
     except Exception:  # a template that cannot render: the audit says so
         return None
-    return ends[0] if ends else None
+    return end if end is not None and single_token(tokenizer, end) is not None else None
 
 
 def copy_tokenizer(tokenizer: Any) -> Any:

@@ -1,0 +1,44 @@
+"""Where an assistant turn starts in the render that ends with it.
+
+Usually where that render parts from the generation prompt before it. A template that rewrites the history once the
+turn follows (gpt-oss drops an earlier call's analysis once a final answer follows, Mistral moves the system prompt
+out of the last user turn) parts them inside an earlier message: the turn then starts where the history it follows
+ends, found as the longest tail of that history (from the point of departure) that the render still writes, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tito_audit.rollout.tokens import common_prefix_len
+
+
+def _longest_tail(text: str, lo: int, within: str, start: int) -> int:
+    """The smallest ``p >= lo`` whose tail ``text[p:]`` occurs in ``within`` from ``start`` (every tail of a tail
+    that occurs occurs too: bisect)."""
+    hi = len(text)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if within.find(text[mid:], start) >= 0:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def turn_start(prompt: str, full: str, history: Callable[[], str]) -> int:
+    """Where the turn starts in ``full``; ``prompt``: the generation prompt before it; ``history``: the render of the
+    same messages without a generation prompt (called only where ``prompt`` and ``full`` part)."""
+    start = common_prefix_len(prompt, full)
+    if start >= len(prompt):
+        return start
+    before = history()
+    gen = common_prefix_len(before, prompt)  # where the generation prompt starts in ``prompt``
+    if start >= gen:
+        return start  # they part in the generation prompt itself (a prefill history lacks): the turn starts there
+    tail = before[_longest_tail(before[:gen], start, full, start) : gen]
+    at = full.find(tail, start)
+    if not tail.strip() or full.find(tail, at + 1) >= 0:
+        return start  # nothing of the history is left to anchor on, or no one place: keep the point of departure
+    end = at + len(tail)
+    return end + common_prefix_len(prompt[gen:], full[end:])
