@@ -210,6 +210,7 @@ def _around(text: str, bare: str | None, sentinel: str, literals: Sequence[str])
 _ANSWER = {"a1": "Hello there.", "a2": "Sure thing."}
 _CITY = {"c1": "Oslo", "c2": "Lima"}  # each call turn's argument: what the turn says
 _CALL_NAME = "get_weather"
+_SAID = "Checking the weather."  # what a tool-call turn of the inline probe says after its reasoning
 
 
 class _Probe:
@@ -343,7 +344,7 @@ class _Probe:
             return [{"id": f"call{n:05d}", "type": "function", "function": fn}]
 
         answers = [f"{block(1)}{_ANSWER['a1']}", f"{block(2)}{_ANSWER['a2']}"]
-        calls = [block(3), block(4)]
+        calls = [f"{block(3)}{_SAID}", f"{block(4)}{_SAID}"]  # text after the block: the turn's content still shows
         probes: tuple[tuple[list[str], list[Message]], ...] = (
             (
                 answers,
@@ -370,6 +371,8 @@ class _Probe:
             if text is None:
                 continue
             earlier, last = (s.split("\n")[1] for s in sent)
+            if sent is calls and text.count(_SAID) < 2:  # content on call turns not shown as sent: not reasoning's
+                continue
             if last not in text:
                 modes.append("emitted")
             elif earlier not in text or not all(s in text for s in sent):
