@@ -27,5 +27,13 @@ def test_a_prefill_the_finished_turn_does_not_write_is_lost_when_continuing() ->
 
 @pytest.mark.parametrize("spec", SHARED_MODELS)
 def test_the_shared_models_continue_a_cut_answer_from_the_buffer(loaded, spec: str) -> None:
+    """A cut inside an answer continues from the buffer on every shared model. A cut inside reasoning does not on
+    Qwen3 (its template closes the think block after the reasoning it is given, and writes an empty block before
+    raw content: checked by hand with apply_chat_template in the red team's verify.py t4q)."""
     c = audit_model(loaded(spec), ONLY).check("continuation")
-    assert c.status == "pass" and c.comparisons >= 1, c.summary
+    assert c.comparisons >= 1, c.summary
+    assert not [f for f in c.findings if "in its answers" in f.message], c.summary
+    if spec == "Qwen/Qwen3-0.6B":
+        assert c.status == "warn" and all("in its reasoning" in f.message for f in c.findings), c.summary
+    else:
+        assert c.status == "pass", c.summary

@@ -97,8 +97,9 @@ def test_compatibility_table_cells_and_footnotes(both):
     by_model = {r[0].split(" @")[0]: r for r in rows}
     assert by_model[UNSAFE][col] == "**FAIL**[^1]" and by_model[UNSAFE][2] == "**UNSAFE**"
     assert by_model[SAFE][col] == "pass" and by_model[SAFE][2] == "safe"
-    # scenarios played / catalogue: Qwen3 adds reasoning_empty/plain in its three thinking modes (derived scenarios)
-    assert by_model[UNSAFE][3] == "59/59" and by_model[SAFE][3] == "42/42"
+    # scenarios played / catalogue: Qwen3 adds reasoning_empty/plain in its three thinking modes (derived scenarios);
+    # both play code_args and long_answer (single call, follow-up) and long_episode/plain
+    assert by_model[UNSAFE][3] == "64/64" and by_model[SAFE][3] == "47/47"
     assert by_model[UNSAFE][0] == f"{UNSAFE} @9b9325d"  # name with short revision
     assert "rewrites the history when tool results are appended" in by_model[UNSAFE][4]  # the verdict's reason
     note = next(ln for ln in md.splitlines() if ln.startswith("[^1]:"))

@@ -17,7 +17,7 @@ from tito_audit.engines.seam import PROBES
 from tito_audit.errors import InternalError, RenderError, RendererUnavailable, detached
 from tito_audit.finding_class import ReasoningMarks
 from tito_audit.probes import TOOLS
-from tito_audit.rendering.analysis import loaded_names, template_variables
+from tito_audit.rendering.analysis import loaded_names, message_reads, template_literals, template_variables
 from tito_audit.rendering.clock import DEFAULT_DATE
 from tito_audit.rendering.guard import AUDIT_LIMITS, RenderLimits
 from tito_audit.rendering.renderer import Renderer
@@ -27,7 +27,8 @@ from tito_audit.rollout.tokens import special_token_strings
 from tito_audit.scenarios import Scenario, build_scenarios
 from tito_audit.scenarios.adapt import tools_as_read
 from tito_audit.scenarios.catalog import REASONING_TEXTS, SCENARIO_SETS, derived_scenarios
-from tito_audit.scenarios.reasoning import reasoning_marks
+from tito_audit.scenarios.reach import Reach, derive_reach
+from tito_audit.scenarios.reasoning import delimiter_pairs, reasoning_marks
 from tito_audit.scenarios.shapes import Shapes, probe_shapes
 from tito_audit.simulation import Simulation, simulate
 from tito_audit.sources.load import LoadedModel
@@ -203,11 +204,13 @@ class AuditContext:
     @cached_property
     def not_probed(self) -> list[str]:
         """What the verdict does not cover (``not_probed:WHAT`` reasons): ``thinking_modes`` where a reasoning switch
-        could not be enumerated or its values could not be found (``not_probed_thinking`` says which)."""
+        could not be enumerated or its values could not be found (``not_probed_thinking`` says which); what the
+        template tests past every derived scenario's reach (``reach``: ``count:N``, ``length:N``, ``literal:TEXT``)."""
+        reach = list(self.reach.not_probed)
         if self.options.thinking in ("unset", "default"):
-            return []
+            return reach
         _ = self.thinking_switches
-        return ["thinking_modes"] if self.not_probed_thinking else []
+        return ["thinking_modes", *reach] if self.not_probed_thinking else reach
 
     def renderer_report(self, engine: Engine, renderer: Renderer) -> dict[str, Any]:
         """What the report says about one side: the engine's identity and how it really rendered, and ``notes``:
@@ -276,7 +279,19 @@ class AuditContext:
     def scenarios(self) -> list[Scenario]:
         """The catalog's scenarios, then those derived from what this template reads (``derived_scenarios``)."""
         catalog = build_scenarios(self.special_texts, self.thinking_modes, only=SCENARIO_SETS[self.options.scenarios])
-        return [*catalog, *derived_scenarios(self.shapes.reasoning, self.special_texts, self.thinking_modes)]
+        derived = derived_scenarios(self.shapes.reasoning, self.special_texts, self.thinking_modes, self.reach)
+        return [*catalog, *derived]
+
+    @cached_property
+    def reach(self) -> Reach:
+        """How far this template's tests reach past the catalogue (``scenarios.reach``): the conversation and text
+        lengths it tests and the literals it rewrites text with, played in derived scenarios or named."""
+        template = self.model.chat_template
+        if not template:
+            return Reach()
+        reads = message_reads(template)
+        pairs = delimiter_pairs(reads.tested_literals, "\n".join(template_literals(template)))
+        return derive_reach(reads, [d for pair in pairs for d in pair], self.special_texts)
 
     def simulation(self, scenario: Scenario) -> Simulation:
         sim = self._simulations.get(scenario.id)

@@ -176,6 +176,12 @@ def describe_reason(reason: str) -> str:
         what, _, name = rest.partition(":")
         if what == "field":
             return f"message field {name!r} not probed (no probe render shows it)"
+        if what == "count":
+            return f"conversations longer than {name} messages or tool calls not probed (the template tests it)"
+        if what == "length":
+            return f"texts longer than {name} characters not probed (the template tests it)"
+        if what == "literal":
+            return f"text holding {name!r} not probed (the template rewrites it; a control token's text)"
         if what == "replaces":
             return f"message field {name!r} not probed (it takes the place of what the turn says)"
         if name in ("answers", "tool_calls"):

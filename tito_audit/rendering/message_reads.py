@@ -9,7 +9,14 @@ derived from (``scenarios.reasoning``), so that a template is played with what i
   a variable set from a message, a macro parameter given one, ``loop.previtem``/``nextitem`` of such a loop.
 - ``tested_literals``: the string constants the template splits, strips, replaces or tests text with
   (``content.split('</think>')``, ``'</think>' in content``, ``|replace('<think>', '')``), a variable set to a
-  constant counting as that constant (``set think_end = '</seed:think>'``).
+  constant counting as that constant (``set think_end = '</seed:think>'``); ``rewrite_literals`` those of them it
+  splits, strips or replaces (text it changes, not only looks for).
+- ``count_thresholds``: the numbers it compares the conversation's length with (``messages|length > 9``, a
+  ``loop.index``/``loop.revindex``/``loop.length`` test, a variable set from those or counting up
+  (``set ns.calls = ns.calls + 1``), a slice of the messages, ``messages[-10:]``): a branch a longer conversation
+  takes and a short one never does.
+- ``length_thresholds``: the numbers it compares or cuts text with (``content|length > 300``, ``content[:300]``,
+  ``|truncate(300)``): a branch only longer text takes.
 """
 
 from __future__ import annotations
@@ -58,10 +65,21 @@ _READ = (
 )  # what an expression is: a list of messages, or one message
 
 
+# Methods and filters that change the text they are given by their constant arguments (not only look for them).
+_REWRITE_METHODS = frozenset({"split", "rsplit", "partition", "rpartition", "strip", "lstrip", "rstrip", "replace"})
+# Attributes of a jinja loop that count iterations, and filters that count a list.
+_LOOP_COUNTERS = frozenset({"index", "index0", "revindex", "revindex0", "length"})
+_COUNT_FILTERS = frozenset({"length", "count"})
+_TRUNCATE_DEFAULT = 255  # jinja's ``truncate`` length when none is given
+
+
 @dataclass(frozen=True)
 class MessageReads:
     message_keys: frozenset[str] = frozenset()
     tested_literals: tuple[str, ...] = ()
+    rewrite_literals: tuple[str, ...] = ()
+    count_thresholds: tuple[int, ...] = ()
+    length_thresholds: tuple[int, ...] = ()
 
 
 def read_messages(tree: nodes.Template) -> MessageReads:
@@ -104,7 +122,14 @@ class _Reader:
                 key = self.constant(node.expr)
                 if key is not None:
                     keys.add(key)
-        return MessageReads(frozenset(keys), tuple(dict.fromkeys(self._tested())))
+        counts, lengths = self._thresholds()
+        return MessageReads(
+            frozenset(keys),
+            tuple(dict.fromkeys(self._tested())),
+            tuple(dict.fromkeys(self._tested(rewrites_only=True))),
+            tuple(sorted(counts)),
+            tuple(sorted(lengths)),
+        )
 
     # -- what each variable holds, to a fixed point
     def _bind(self) -> None:
@@ -176,22 +201,111 @@ class _Reader:
             return self.constants.get(node.name)
         return None
 
-    def _tested(self) -> Iterable[str]:
+    def _tested(self, rewrites_only: bool = False) -> Iterable[str]:
+        methods = _REWRITE_METHODS if rewrites_only else _TEXT_METHODS
         for node in self.nodes:
             if isinstance(node, nodes.Call):
-                if isinstance(node.node, nodes.Getattr) and node.node.attr in _TEXT_METHODS:
+                if isinstance(node.node, nodes.Getattr) and node.node.attr in methods:
                     yield from self._constants(node.args)
             elif isinstance(node, nodes.Filter):
                 if node.name in _TEXT_FILTERS:
                     yield from self._constants(node.args)
-            elif isinstance(node, nodes.Compare) and any(op.op in ("in", "notin") for op in node.ops):
+            elif (
+                isinstance(node, nodes.Compare)
+                and not rewrites_only
+                and any(op.op in ("in", "notin") for op in node.ops)
+            ):
                 yield from self._constants([node.expr])
+
+    # -- the numbers the conversation's length and its texts' lengths are tested against
+    def _thresholds(self) -> tuple[set[int], set[int]]:
+        counters = self._counters()
+        counts: set[int] = set()
+        lengths: set[int] = set()
+        for node in self.nodes:
+            if isinstance(node, nodes.Compare):
+                parts = [node.expr, *(op.expr for op in node.ops)]
+                numbers = {n for p in parts for n in _numbers(p)}
+                if any(self._counts(p, counters) for p in parts):
+                    counts |= numbers
+                elif any(self._measures(p) for p in parts):
+                    lengths |= numbers
+            elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice):
+                bounds = {abs(n) for b in (node.arg.start, node.arg.stop) if b is not None for n in _numbers(b)}
+                (counts if self.kind(node.node) == _LIST else lengths).update(bounds)
+            elif isinstance(node, nodes.Filter) and node.name == "truncate":
+                given = [*node.args[:1], *(kw.value for kw in node.kwargs if kw.key == "length")]
+                lengths |= {n for g in given for n in _numbers(g)} if given else {_TRUNCATE_DEFAULT}
+        return counts, lengths
+
+    def _counters(self) -> set[str]:
+        """Variables (``ns.attr`` too) that count messages or iterations: set from a loop counter or a messages
+        length, or counting up from themselves (``set n = n + 1``)."""
+        found: set[str] = set()
+        assigns = [(name, n.node) for n in self.nodes if isinstance(n, nodes.Assign) and (name := _target(n.target))]
+        for _ in range(4):
+            before = len(found)
+            for name, value in assigns:
+                if name not in found and (self._counts(value, found) or _counts_up(value, name)):
+                    found.add(name)
+            if len(found) == before:
+                break
+        return found
+
+    def _counts(self, node: nodes.Node, counters: set[str]) -> bool:
+        """``node`` reads the conversation's length: a messages list's length, a loop counter, a counter variable."""
+        for sub in [node, *node.find_all((nodes.Filter, nodes.Getattr, nodes.Name))]:
+            if isinstance(sub, nodes.Filter) and sub.name in _COUNT_FILTERS and sub.node is not None:
+                if self.kind(sub.node) == _LIST:
+                    return True
+            elif isinstance(sub, nodes.Getattr) and isinstance(sub.node, nodes.Name):
+                if (
+                    sub.node.name == "loop" and sub.attr in _LOOP_COUNTERS
+                ) or f"{sub.node.name}.{sub.attr}" in counters:
+                    return True
+            elif isinstance(sub, nodes.Name) and sub.name in counters:
+                return True
+        return False
+
+    def _measures(self, node: nodes.Node) -> bool:
+        """``node`` reads the length of something other than the messages list (a text, most often)."""
+        for sub in [node, *node.find_all(nodes.Filter)]:
+            if (
+                isinstance(sub, nodes.Filter)
+                and sub.name in _COUNT_FILTERS
+                and sub.node is not None
+                and self.kind(sub.node) != _LIST
+            ):
+                return True
+        return False
 
     def _constants(self, args: Iterable[nodes.Node]) -> Iterable[str]:
         for arg in args:
             value = self.constant(arg)
             if value and value.strip():
                 yield value
+
+
+def _numbers(node: nodes.Node) -> Iterable[int]:
+    """The integer constants in ``node`` (``-3`` as 3: a slice bound or a count from the end)."""
+    for sub in [node, *node.find_all(nodes.Const)]:
+        if isinstance(sub, nodes.Const) and isinstance(sub.value, int) and not isinstance(sub.value, bool):
+            yield abs(sub.value)
+
+
+def _counts_up(node: nodes.Node, name: str) -> bool:
+    """``node`` is ``name`` plus or minus a number (``ns.calls + 1``)."""
+    if not isinstance(node, nodes.Add | nodes.Sub):
+        return False
+    sides = (node.left, node.right)
+    number = any(isinstance(s, nodes.Const) and type(s.value) is int for s in sides)
+    return number and any(_target(s) == name or _attr_name(s) == name for s in sides)
+
+
+def _attr_name(node: nodes.Node) -> str | None:
+    if isinstance(node, nodes.Getattr) and isinstance(node.node, nodes.Name):
+        return f"{node.node.name}.{node.attr}"
+    return None
 
 
 def _target(node: nodes.Node) -> str | None:

@@ -7,11 +7,12 @@ every template. ``build_scenarios`` needs the tokenizer's own control-token text
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from typing import Any
 
 from tito_audit.probes import TOOLS
+from tito_audit.scenarios.reach import Reach, long_text, with_literals
 from tito_audit.scenarios.reasoning import Reasoning
 from tito_audit.scenarios.spec import Message, Scenario, ScenarioSpec
 
@@ -77,6 +78,26 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "final": "Here is the summary.",
         "args": {"city": "Lyon"},
     },
+    # code a coding agent writes: a multi-line string argument with quotes, a backslash, a tab and non-ASCII text
+    # (JSON escapes in the arguments a template may fold or unescape in earlier turns)
+    "code_args": {
+        "user": "Fix the parser in app.py.",
+        "tool": "ok: 2 lines written",
+        "final": 'Done: `parse` now splits on "\\t".',
+        "tool_name": "write_file",
+        "args": {"path": "src/app.py", "code": 'def parse(s):\n    return s.split("\\t")  # é 東京 "ok"\n'},
+    },
+    # an answer of several paragraphs (an earlier answer a template trims past some length)
+    "long_answer": {
+        "user": "Explain the forecast in detail.",
+        "tool": "Sunny, 21 C, wind 10 km/h W.",
+        "final": "\n\n".join(
+            f"Part {i}: the forecast for Paris says sunny skies, a light wind from the west and 21 C in the "
+            "afternoon; the evening stays dry and mild, and the night cools down to 12 C."
+            for i in range(8)
+        ),
+        "args": {"city": "Paris"},
+    },
     "special_text": {},  # filled per tokenizer: control-token text inside user and tool content
 }
 
@@ -132,7 +153,7 @@ CATALOG: tuple[ScenarioSpec, ...] = (
     ),
     *(
         ScenarioSpec(f"followup_user/{v}", SHAPES["followup_user"], v, f"user follow-up, {v.replace('_', ' ')}")
-        for v in ("cjk", "whitespace", "special_text")
+        for v in ("cjk", "whitespace", "special_text", "long_answer", "code_args")
     ),
     *(
         ScenarioSpec(f"reasoning/{v}", SHAPES["reasoning"], v, f"reasoning_content, {v.replace('_', ' ')}")
@@ -157,6 +178,15 @@ CATALOG: tuple[ScenarioSpec, ...] = (
         "three_calls/plain", ("user", "call", "tool", "call", "tool", "call", "tool", "final"), "plain", "three calls"
     ),
     ScenarioSpec("parallel3_calls/plain", ("user", "call3", "tool", "tool", "tool", "final"), "plain", "3 parallel"),
+    # A long agent episode (seven tool cycles, 16 messages): a template that rewrites history once the conversation
+    # grows past some length is seen here without reading its code (``derived_scenarios`` plays past the lengths a
+    # template tests). Full set only, like the two above.
+    ScenarioSpec(
+        "long_episode/plain",
+        ("user", *("call", "tool") * 7, "final"),
+        "plain",
+        "seven sequential tool calls",
+    ),
 )
 
 
@@ -315,14 +345,23 @@ def _in_modes(spec: ScenarioSpec, messages: list[Message], thinking_modes: Seque
 
 
 def derived_scenarios(
-    reasoning: Reasoning, special_texts: Sequence[str] = (), thinking_modes: Sequence[dict[str, Any]] = ({},)
+    reasoning: Reasoning,
+    special_texts: Sequence[str] = (),
+    thinking_modes: Sequence[dict[str, Any]] = ({},),
+    reach: Reach | None = None,
 ) -> list[Scenario]:
     """Scenarios derived from what this template reads (``scenarios.reasoning``), played beside the catalog's:
 
     - ``reasoning_empty/plain``: a tool call and an answer, each with empty reasoning (``reasoning_content: ""``),
       where reasoning reaches the render (some templates keep or drop an empty block differently from a full one);
     - ``field/KEY``: a user follow-up episode with the message key ``KEY`` set on the messages of every role the
-      template renders it for (a marker written at a turn's end and dropped once a user turn follows).
+      template renders it for (a marker written at a turn's end and dropped once a user turn follows);
+    - ``long/N`` (``reach.cycles``): an episode of N tool cycles and a follow-up, past the conversation lengths the
+      template tests (``messages|length > 9``, ``loop.index``, a counter);
+    - ``long_text/N`` (``reach.length``): a follow-up episode whose every text (user, arguments, tool output,
+      answer, reasoning) holds N characters, past the text lengths it tests or cuts (``|length > 300``, ``[:300]``);
+    - ``literals/plain`` (``reach.literals``): a follow-up episode with the literals it rewrites text with in every
+      text (``'\\n'`` in tool-call arguments).
     """
     out: list[Scenario] = []
     if reasoning.mode in ("field", "inline"):
@@ -348,6 +387,58 @@ def derived_scenarios(
         built = _build(spec, special_texts)
         messages = [{**m, key: f"{key}{i}"} if m["role"] in roles else m for i, m in enumerate(built)]
         out += _in_modes(spec, messages, ({},))
+    if reach is not None:
+        out += _reach_scenarios(reach, reasoning, special_texts, thinking_modes)
+    return out
+
+
+def _reach_scenarios(
+    reach: Reach, reasoning: Reasoning, special_texts: Sequence[str], thinking_modes: Sequence[dict[str, Any]]
+) -> list[Scenario]:
+    out: list[Scenario] = []
+    followup = SHAPES["reasoning_followup"] if reasoning.mode else SHAPES["followup_user"]
+    if reach.cycles:
+        steps = ("user", *("call", "tool") * reach.cycles, "final", "user", "final")
+        spec = ScenarioSpec(
+            f"long/{reach.cycles}",
+            steps,
+            "plain",
+            f"{reach.cycles} tool cycles, then a follow-up",
+            frozenset({"derived"}),
+        )
+        out += _in_modes(spec, _build(spec, special_texts), ({},))
+    for sid, desc, rewrite in (
+        (f"long_text/{reach.length}", f"every text {reach.length} characters long", reach.length > 0),
+        ("literals/plain", f"every text holds {', '.join(map(repr, reach.literals))}", bool(reach.literals)),
+    ):
+        if not rewrite:
+            continue
+        spec = ScenarioSpec(sid, followup, "plain", desc, frozenset({"derived"}))
+        if reach.length and sid.startswith("long_text"):
+            messages = [_rewritten(m, lambda t, k: long_text(reach.length, k)) for m in _build(spec, special_texts)]
+        else:
+            messages = [
+                _rewritten(m, lambda t, k: with_literals(t, reach.literals)) for m in _build(spec, special_texts)
+            ]
+        out += _in_modes(spec, messages, thinking_modes)
+    return out
+
+
+def _rewritten(message: Message, text: Callable[[str, str], str]) -> Message:
+    """``message`` with each of its texts (content, reasoning, every string argument of its calls) replaced by
+    ``text(old, what)``."""
+    out = dict(message)
+    for key in ("content", "reasoning_content"):
+        if isinstance(out.get(key), str) and out[key]:
+            out[key] = text(out[key], "Step" if key == "content" else "Thought")
+    if out.get("tool_calls"):
+        calls = []
+        for call in out["tool_calls"]:
+            fn = dict(call["function"])
+            if isinstance(fn["arguments"], dict):
+                fn["arguments"] = {k: text(v, "Arg") if isinstance(v, str) else v for k, v in fn["arguments"].items()}
+            calls.append({**call, "function": fn})
+        out["tool_calls"] = calls
     return out
 
 

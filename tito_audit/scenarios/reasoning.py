@@ -210,6 +210,7 @@ def _around(text: str, bare: str | None, sentinel: str, literals: Sequence[str])
 _ANSWER = {"a1": "Hello there.", "a2": "Sure thing."}
 _CITY = {"c1": "Oslo", "c2": "Lima"}  # each call turn's argument: what the turn says
 _CALL_NAME = "get_weather"
+_SAID = "Checking the weather."  # what a tool-call turn of the inline probe says after its reasoning
 
 
 class _Probe:
@@ -330,25 +331,57 @@ class _Probe:
         return None
 
     def inline(self, opener: str, closer: str) -> str:
-        """How the template treats reasoning inline between ``opener`` and ``closer``: ``emitted`` (stripped even on
-        the last turn), ``inline`` (kept on the last turn, dropped or rewritten on an earlier one), ``""`` (written
-        as it was sent: not treated) or ``failed`` (the probe does not render)."""
-        sent = [f"{opener}\nZqthought{n}\n{closer}\n\n{_ANSWER[s]}" for n, s in ((1, "a1"), (2, "a2"))]
-        text = self._render(
-            [
-                {"role": "user", "content": "Hi"},
-                {"role": "assistant", "content": sent[0]},
-                {"role": "user", "content": "More?"},
-                {"role": "assistant", "content": sent[1]},
-            ]
+        """How the template treats reasoning inline between ``opener`` and ``closer``, on answers and on tool-call
+        turns (a template may strip it from earlier call turns only): ``emitted`` (stripped even on the last turn),
+        ``inline`` (kept on the last turn, dropped or rewritten on an earlier one), ``""`` (written as it was sent
+        on both kinds of turn: not treated) or ``failed`` (neither probe renders)."""
+
+        def block(n: int) -> str:
+            return f"{opener}\nZqthought{n}\n{closer}\n\n"
+
+        def call(n: int) -> list[dict[str, Any]]:
+            fn = {"name": _CALL_NAME, "arguments": {"city": _CITY[f"c{n}"]}}
+            return [{"id": f"call{n:05d}", "type": "function", "function": fn}]
+
+        answers = [f"{block(1)}{_ANSWER['a1']}", f"{block(2)}{_ANSWER['a2']}"]
+        calls = [f"{block(3)}{_SAID}", f"{block(4)}{_SAID}"]  # text after the block: the turn's content still shows
+        probes: tuple[tuple[list[str], list[Message]], ...] = (
+            (
+                answers,
+                [
+                    {"role": "user", "content": "Hi"},
+                    {"role": "assistant", "content": answers[0]},
+                    {"role": "user", "content": "More?"},
+                    {"role": "assistant", "content": answers[1]},
+                ],
+            ),
+            (
+                calls,
+                [
+                    {"role": "user", "content": "Weather?"},
+                    {"role": "assistant", "content": calls[0], "tool_calls": call(1)},
+                    {"role": "tool", "tool_call_id": "call00001", "name": _CALL_NAME, "content": "cold"},
+                    {"role": "assistant", "content": calls[1], "tool_calls": call(2)},
+                ],
+            ),
         )
-        if text is None:
+        modes = []
+        for sent, messages in probes:
+            text = self._render(messages)
+            if text is None:
+                continue
+            earlier, last = (s.split("\n")[1] for s in sent)
+            if sent is calls and text.count(_SAID) < 2:  # content on call turns not shown as sent: not reasoning's
+                continue
+            if last not in text:
+                modes.append("emitted")
+            elif earlier not in text or not all(s in text for s in sent):
+                modes.append("inline")
+            else:
+                modes.append("")
+        if not modes:
             return "failed"
-        if "Zqthought2" not in text:
-            return "emitted"
-        if "Zqthought1" not in text or not all(s in text for s in sent):
-            return "inline"
-        return ""
+        return "inline" if "inline" in modes else "emitted" if "emitted" in modes else ""
 
 
 @lru_cache(maxsize=16)

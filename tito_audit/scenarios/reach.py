@@ -1,0 +1,96 @@
+"""How far a template's tests reach past the catalogue's conversations, derived from its code.
+
+The catalogue's conversations are short (at most a few tool cycles, nine messages, one-line answers), and its
+texts hold no character a template folds. A template that rewrites history only once ``messages|length > 9``, that
+trims an earlier answer past ``|length > 300``, or that replaces ``'\\n'`` in earlier arguments, looks TITO-safe
+on all of them. So the numbers a template compares the conversation's length and its texts' lengths with, and the
+literals it rewrites text with (``rendering.message_reads``), are read from its code, and a scenario is derived
+past each (``catalog.derived_scenarios``). What no derived scenario can reach is named (``not_probed``), never
+passed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tito_audit.rendering.message_reads import MessageReads
+
+# A conversation-length threshold up to this is reached by the quick set (two tool cycles, nine messages): a
+# ``loop.index0 % 2`` role alternation, a ``messages|length > 1``. Past it, a long episode is derived.
+COUNT_REACH = 2
+MAX_COUNT = 64  # tool cycles a derived long episode plays at most (a threshold past it is named, not played)
+# A text-length threshold up to this is passed by the catalogue's texts; past it, long texts are derived.
+LENGTH_REACH = 8
+MAX_LENGTH = 20_000  # characters a derived long text holds at most
+MAX_LITERALS = 8  # rewrite literals played in one derived scenario
+
+
+@dataclass(frozen=True)
+class Reach:
+    """``cycles``: tool cycles of a derived long episode (0: none needed); ``length``: characters each text of a
+    derived long-text episode holds (0: none needed); ``literals``: texts a template rewrites with that no delimiter
+    pair explains, played in every text of a derived episode; ``not_probed``: what none of them reaches
+    (``count:N``, ``length:N``, ``literal:TEXT``)."""
+
+    cycles: int = 0
+    length: int = 0
+    literals: tuple[str, ...] = ()
+    not_probed: tuple[str, ...] = ()
+
+
+def derive_reach(reads: MessageReads, delimiters: Sequence[str] = (), control_texts: Sequence[str] = ()) -> Reach:
+    """What to derive past the catalogue for a template that reads ``reads``. ``delimiters``: the literals its
+    reasoning probe plays already (its delimiter pairs); ``control_texts``: the tokenizer's control-token texts
+    (sampled text never holds them: ``special_token_injection`` judges them)."""
+    not_probed: list[str] = []
+    count = max(reads.count_thresholds, default=0)
+    cycles = 0
+    if count > COUNT_REACH:
+        if count < MAX_COUNT:
+            cycles = count + 1  # past it in messages, in tool calls and in tool results
+        else:
+            not_probed.append(f"count:{count}")
+    length = max(reads.length_thresholds, default=0)
+    chars = 0
+    if length > LENGTH_REACH:
+        if length < MAX_LENGTH:
+            chars = length + 64
+        else:
+            not_probed.append(f"length:{length}")
+    played = set(delimiters)
+    literals: list[str] = []
+    for lit in reads.rewrite_literals:
+        if lit in played or lit.strip() in played:
+            continue
+        if any(c in lit for c in control_texts if c) or len(literals) >= MAX_LITERALS:
+            not_probed.append(f"literal:{lit}")
+        else:
+            literals.append(lit)
+    return Reach(cycles, chars, tuple(literals), tuple(not_probed))
+
+
+def long_text(chars: int, what: str) -> str:
+    """Prose of at least ``chars`` characters (numbered sentences, as a long answer or log reads)."""
+    out: list[str] = []
+    n = 0
+    while sum(len(s) + 1 for s in out) < chars:
+        out.append(f"{what} {n}: the forecast for Paris says sunny with a light wind from the west.")
+        n += 1
+    return " ".join(out)
+
+
+def with_literals(text: str, literals: Sequence[str]) -> str:
+    """``text`` with every literal written into it, as it is and, for a JSON escape (``\\n``, ``\\"``), as the
+    character it stands for (a template may test the literal on the JSON it writes the value as)."""
+    forms: list[str] = []
+    for lit in literals:
+        forms.append(lit)
+        try:
+            decoded = json.loads(f'"{lit}"')
+        except ValueError:
+            continue
+        if isinstance(decoded, str) and decoded != lit:
+            forms.append(decoded)
+    return " ".join([text, *forms, "end"])
