@@ -239,7 +239,7 @@ def replay(
         totals, loaded, " ".join(logs), ctx.renderer.token_texts, seconds, ctx.renderer.date.date().isoformat()
     )
     if weights_options is not None:
-        _run_weights(report, logs, ctx, weights_options, log_format, fmap, bound, totals.episodes, err, quiet, fail)
+        _run_weights(report, logs, ctx, weights_options, log_format, fmap, bound, totals, err, quiet, fail)
     lines = gate.apply(report, fail_on)
     if fmt == "terminal" and output is None:
         render_report(report, "terminal", console=output_console(), verbose=verbose, quiet=quiet)
@@ -312,7 +312,7 @@ def _run_weights(
     log_format: str,
     fmap: Any,
     bound: int,
-    episodes: int,
+    log_totals: Any,
     err: Any,
     quiet: bool,
     fail: Any,
@@ -321,12 +321,13 @@ def _run_weights(
     from tito_audit.replay.weights.report import attach
     from tito_audit.replay.weights.session import run_weights
 
+    episodes = log_totals.episodes
     total = min(episodes, options.max_episodes) if options.max_episodes else episodes
 
     def run(on_episode: Any = None) -> Any:
         return run_weights(
             logs, ctx, options, fmt=log_format, field_map=fmap, max_record_bytes=bound, log_episodes=episodes,
-            on_episode=on_episode,
+            log_diverged=log_totals.diverged_episodes, on_episode=on_episode,
         )  # fmt: skip
 
     try:

@@ -23,6 +23,10 @@ class GenerationSettings:
     min_new_tokens: int = 0
     max_new_tokens: int = 96
     min_length: int = 0  # transformers' min_length counts the prompt too
+    # Token ids (the tokenizer's) the sampler may draw (None: all), and ids it never draws (single-token bad words):
+    # masks applied to the logits before temperature, top-k and top-p, as vLLM's and transformers' processors are.
+    allowed_token_ids: tuple[int, ...] | None = None
+    banned_token_ids: tuple[int, ...] = ()
 
     @property
     def pure(self) -> bool:
@@ -32,6 +36,8 @@ class GenerationSettings:
             and self.top_p >= 1.0
             and self.min_new_tokens == 0
             and self.min_length == 0
+            and self.allowed_token_ids is None
+            and not self.banned_token_ids
         )
 
     def min_new(self, prompt_len: int) -> int:
@@ -47,6 +53,8 @@ class GenerationSettings:
             f"top_p {self.top_p:g}" if self.top_p < 1.0 else "",
             f"min_new_tokens {self.min_new_tokens}" if self.min_new_tokens else "",
             f"min_length {self.min_length}" if self.min_length else "",
+            f"allowed_token_ids ({len(self.allowed_token_ids)} ids)" if self.allowed_token_ids is not None else "",
+            f"bad words ({len(self.banned_token_ids)} single-token ids)" if self.banned_token_ids else "",
         ]
         return ", ".join(p for p in parts if p)
 

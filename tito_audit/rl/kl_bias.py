@@ -34,6 +34,7 @@ def estimator_expectations(
     stop_ids: Sequence[int] = (),
     never: Sequence[int] = (),
     valid: int | None = None,
+    blocked: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """Per row (float64): the exact KL(pi || pi_ref), E_q[k1], E_q[k2], E_q[k3] and the mass of pi outside q's
     support, q being what ``settings`` make of pi (``sampler_distribution.process_logits``)."""
@@ -42,7 +43,7 @@ def estimator_expectations(
     lr = torch.log_softmax(mask_padding(logits_ref.double(), valid), -1)
     pi = lp.exp()
     kl = torch.where(pi > 0, pi * (lp - lr), 0.0).sum(-1)
-    q = process_logits(x, settings, suppress_stop, stop_ids, never).softmax(-1)
+    q = process_logits(x, settings, suppress_stop, stop_ids, never, blocked).softmax(-1)
     support = q > 0
     # The estimators of ``kl.estimators`` (same clamps), over q's support only: 0 elsewhere, where q is 0 too.
     # Written with scalar fills and in-place steps: at 150k columns in float64 each temporary is 1.2 MB a row.

@@ -22,10 +22,14 @@ def process_logits(
     suppress_stop: torch.Tensor | None = None,
     stop_ids: Sequence[int] = (),
     never: Sequence[int] = (),
+    blocked: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Processed logits [rows, vocab] (-inf where q is 0) of logits whose padding rows are already masked
     (``mask_padding``). ``suppress_stop`` [rows] bool: rows whose stop ids are still suppressed (min_new_tokens /
-    min_length); ``never``: model ids the sampler never emits."""
+    min_length); ``never``: model ids the sampler never emits; ``blocked`` [vocab] bool: model ids the settings
+    forbid (``allowed_token_ids``, bad words), masked first as the engines' logits processors do."""
+    if blocked is not None:
+        logits = logits.masked_fill(blocked.to(logits.device), float("-inf"))
     x = logits / settings.temperature
     if suppress_stop is not None and stop_ids and bool(suppress_stop.any()):
         x = x.clone()
@@ -35,11 +39,13 @@ def process_logits(
         kth = torch.topk(x, settings.top_k, dim=-1).values[:, -1:]
         x = x.masked_fill(x < kth, float("-inf"))
     if settings.top_p < 1.0:
-        sorted_x, order = torch.sort(x, dim=-1, descending=True)
-        probs = sorted_x.softmax(-1)
-        drop_sorted = probs.cumsum(-1) - probs > settings.top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        x = x.masked_fill(drop, float("-inf"))
+        # transformers' TopPLogitsWarper, step for step (vLLM's rule is the same): ascending order, a token is
+        # dropped when the mass up to and including it is <= 1 - top_p (so the token at which the mass reaches
+        # top_p exactly is dropped), the most likely token always kept.
+        sorted_x, order = torch.sort(x, descending=False)
+        drop_sorted = sorted_x.softmax(-1).cumsum(-1) <= (1 - settings.top_p)
+        drop_sorted[..., -1:] = False
+        x = x.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), float("-inf"))
     if never:
         x = x.clone()
         x[:, list(never)] = float("-inf")

@@ -16,7 +16,10 @@ Every trained position j (loss mask 1, j > 0) of the trained sequence t gets one
   compared as one unit, the same text scored both ways: Delta = sum log p_train(trained run) - sum
   logp_engine(sampled run). A run with nothing sampled opposite it (an inserted or duplicated span, a trained
   template token) has no Delta.
-- ``no_logprob``: a sampled id in its sampled context whose turn the log gives no log-probs for: counted only.
+- no log-prob: a trained position of one of the classes above whose engine log-prob the log does not give (its
+  turn has no ``logprobs``; for a never-sampled run, some sampled id opposite it has none). It is compared with
+  nothing, counted per class (``no_logprob``); the shares above are over the measured units only, so a mismatch
+  whose divergent positions lack log-probs cannot be called numeric (``report.numeric_drift``).
 
 Per class, with Delta = log p_train - log p_engine as log r for samples drawn by the engine: k1 = -log r and
 k3 = r - 1 - log r (the trainer's clamps, ``tito_audit.rl.kl``), per unit and per sequence (log r summed over the
@@ -53,7 +56,7 @@ class EpisodeAttribution:
     tito: dict[int, float] = field(default_factory=dict)
     never_sampled: dict[int, float] = field(default_factory=dict)  # position -> log p_train (no Delta)
     never_sampled_runs: list[tuple[float, int]] = field(default_factory=list)  # (Delta, trained ids) per run
-    no_logprob: list[int] = field(default_factory=list)
+    no_logprob: dict[str, list[int]] = field(default_factory=lambda: {c: [] for c in CLASSES})  # class -> positions
 
     def units(self, cls: str) -> list[tuple[float, int]]:
         """(Delta, tokens) of every unit of a class."""
@@ -74,7 +77,7 @@ def attribute(pair: Pair, logp: Mapping[int, float]) -> EpisodeAttribution:
                 claimed[j] = lps[j - start] if lps is not None else None
     for j, e in claimed.items():
         if e is None:
-            out.no_logprob.append(j)
+            out.no_logprob["numeric"].append(j)
         else:
             out.numeric[j] = logp[j] - e
     rest = [j for j in pair.trained_positions if j not in claimed]
@@ -91,7 +94,7 @@ def attribute(pair: Pair, logp: Mapping[int, float]) -> EpisodeAttribution:
                 if not bm[i]:
                     out.never_sampled[j] = logp[j]
                 elif be[i] is None:
-                    out.no_logprob.append(j)
+                    out.no_logprob["tito"].append(j)
                 else:
                     out.tito[j] = logp[j] - float(be[i])  # type: ignore[arg-type]
             continue
@@ -103,7 +106,10 @@ def attribute(pair: Pair, logp: Mapping[int, float]) -> EpisodeAttribution:
             engine = [float(x) for i in sampled if (x := be[i]) is not None]
             delta = sum(logp[j] for j in trained) - sum(engine)
             out.never_sampled_runs.append((delta, len(trained)))
-    out.no_logprob.sort()
+        elif trained and sampled:
+            out.no_logprob["never_sampled"].extend(trained)
+    for positions in out.no_logprob.values():
+        positions.sort()
     return out
 
 
@@ -166,7 +172,7 @@ class AttributionTotals:
     never_sampled_tokens: int = 0
     never_sampled_logp: float = 0.0  # sum of log p_train over them
     never_sampled_unpaired: int = 0  # never-sampled ids with no sampled run opposite them (no Delta)
-    no_logprob: int = 0
+    no_logprob: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CLASSES, 0))  # trained tokens per class
     correct_loop: ClassStats = field(default_factory=ClassStats)  # the policy on the buffer vs the engine
 
     def add(self, a: EpisodeAttribution, buffer_deltas: Sequence[float]) -> None:
@@ -177,7 +183,8 @@ class AttributionTotals:
         self.never_sampled_tokens += len(a.never_sampled)
         self.never_sampled_logp += sum(a.never_sampled.values())
         self.never_sampled_unpaired += len(a.never_sampled) - sum(n for _, n in a.never_sampled_runs)
-        self.no_logprob += len(a.no_logprob)
+        for c in CLASSES:
+            self.no_logprob[c] += len(a.no_logprob[c])
         self.correct_loop.add([(d, 1) for d in buffer_deltas])
 
     @property
@@ -200,7 +207,8 @@ class AttributionTotals:
             "episodes": self.episodes,
             "with_logprobs": self.with_logprobs,
             "classes": classes,
-            "no_logprob_tokens": self.no_logprob,
+            "no_logprob_tokens": sum(self.no_logprob.values()),
+            "no_logprob_by_class": dict(self.no_logprob),
             "total_abs_dlogp": total,
             "correct_loop": self.correct_loop.to_dict(0.0) | {"share": None},
         }

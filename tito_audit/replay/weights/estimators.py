@@ -46,16 +46,36 @@ def position_expectations(
     suppress = torch.tensor([s < settings.min_new(p) for s, p in zip(steps, prompts, strict=True)])
     stops = stop_model_ids(vmap, stop_ids)
     never = [vmap.unk] if vmap.unk is not None else []
+    blocked = blocked_ids(settings, vmap, logits.shape[-1], logits.device)
     rows = max(1, SOFTMAX_CHUNK_ELEMENTS // 4 // max(1, logits.shape[-1]))
     parts: dict[str, list[torch.Tensor]] = {k: [] for k in FIELDS}
     for i in range(0, logits.shape[0], rows):
         sl = slice(i, i + rows)
         lg = logits[sl]
         lr = logits_ref[sl].to(lg.device) if logits_ref is not None else lg
-        found = estimator_expectations(lg, lr, settings, suppress[sl].to(lg.device), stops, never, vmap.valid)
+        found = estimator_expectations(lg, lr, settings, suppress[sl].to(lg.device), stops, never, vmap.valid, blocked)
         for k in FIELDS:
             parts[k].append(found[k].cpu())
     return {k: torch.cat(v) if v else torch.zeros(0, dtype=torch.float64) for k, v in parts.items()}
+
+
+def blocked_ids(settings: GenerationSettings, vmap: VocabMap, width: int, device: torch.device) -> torch.Tensor | None:
+    """[width] bool, True at the model ids the settings forbid (outside ``allowed_token_ids``, single-token bad
+    words); None when they forbid nothing. A forbidden id the compacted vocabulary lacks was never drawable."""
+    if settings.allowed_token_ids is None and not settings.banned_token_ids:
+        return None
+    size = vmap.valid if vmap.valid is not None else width
+
+    def rows(ids: Sequence[int]) -> list[int]:
+        known = [i for i in ids if 0 <= i < size] if vmap.model_to_tok is None else list(ids)
+        return [m for m in vmap.to_model(known) if m != vmap.unk and 0 <= m < width]
+
+    blocked = torch.zeros(width, dtype=torch.bool, device=device)
+    if settings.allowed_token_ids is not None:
+        blocked[:] = True
+        blocked[rows(settings.allowed_token_ids)] = False
+    blocked[rows(settings.banned_token_ids)] = True
+    return blocked
 
 
 @dataclass
@@ -72,6 +92,8 @@ class BiasTotals:
     unknown: int = 0  # episodes whose sampler is unknown
     refused: int = 0  # episodes whose record's sampling object could not be used
     refused_example: str = ""
+    conflicts: Counter[tuple[str, str]] = field(default_factory=Counter)  # (--sampling, the log's) per episode
+    conflict_first: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def add(self, found: dict[str, torch.Tensor]) -> None:
         n = int(found["kl"].numel())
@@ -121,6 +143,10 @@ class BiasTotals:
             "reference": self.with_reference,
             "unknown_episodes": self.unknown,
             "refused_episodes": self.refused,
+            "conflicts": [
+                {"sampling_option": cli, "log": logged, "episodes": n, "first": self.conflict_first[(cli, logged)]}
+                for (cli, logged), n in sorted(self.conflicts.items())
+            ],
             "truncated_mass": self.mean("truncated_mass") if self.positions else None,
             "truncated_mass_max": self.truncated_max if self.positions else None,
             "recommended": best,

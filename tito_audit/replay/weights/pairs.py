@@ -53,6 +53,7 @@ class Pair:
     settings: GenerationSettings | None = None
     settings_source: str = ""  # "--sampling", "log", or "" (unknown)
     settings_error: str | None = None  # the record's sampling object could not be used
+    settings_conflict: tuple[str, str] | None = None  # (--sampling, the record's) when they differ
 
     @property
     def label(self) -> str:
@@ -135,14 +136,22 @@ def build_pair(ep: Episode, ctx: ReplayContext) -> Pair:
 
 
 def with_settings(pair: Pair, cli: GenerationSettings | None, record_sampling: Any) -> Pair:
-    """The sampler for this episode: ``--sampling`` when given, else the record's own ``sampling`` object."""
+    """The sampler for this episode. The record's own ``sampling`` object wins where it has one: it is what the
+    engine drew with, and ``--sampling`` is the user's belief about it. When both are given and differ, the record's
+    is used and the contradiction is kept (``settings_conflict``), reported by ``replay_kl_estimators``. A record
+    whose object cannot be modelled leaves the sampler unknown (``--sampling`` does not stand in for what the log
+    says the engine did). ``--sampling`` applies to records without one."""
     from tito_audit.replay.weights.sampler import SamplingError, parse_sampling
 
-    if cli is not None:
-        pair.settings, pair.settings_source = cli, "--sampling"
-    elif record_sampling is not None:
+    if record_sampling is not None:
         try:
-            pair.settings, pair.settings_source = parse_sampling(record_sampling), "log"
+            logged = parse_sampling(record_sampling)
         except SamplingError as exc:
             pair.settings_error = f"the record's sampling object: {exc}"
+            return pair
+        pair.settings, pair.settings_source = logged, "log"
+        if cli is not None and cli != logged:
+            pair.settings_conflict = (cli.describe(), logged.describe())
+    elif cli is not None:
+        pair.settings, pair.settings_source = cli, "--sampling"
     return pair

@@ -38,6 +38,7 @@ class Setup:
     max_episodes: int
     threshold: float = DEFAULT_THRESHOLD
     log_episodes: int = 0  # episodes the replay read (the sample is drawn from them)
+    log_diverged: int | None = None  # of them, those the replay found diverged (None: not known)
 
 
 def _result(
@@ -60,7 +61,21 @@ def _not_run(t: WeightsTotals) -> str:
     return "; not attributed: " + "; ".join(parts)
 
 
-def numeric_drift(t: WeightsTotals, threshold: float) -> CheckResult:
+def measured(t: WeightsTotals, setup: Setup | None) -> str:
+    """ "N of M episode(s) measured" and, for a sample, how it was drawn and how many diverged episodes it holds."""
+    if setup is None or not setup.log_episodes:
+        return f"{t.episodes} episode(s) measured (the log's size not given)"
+    of = setup.log_episodes
+    text = f"{t.episodes} of {of} episode(s) measured"
+    if t.episodes >= of:
+        return text
+    text += f" (a sample of --max-episodes {setup.max_episodes}: {of - t.episodes} episode(s) not measured"
+    if setup.log_diverged is not None:
+        text += f"; it holds {t.diverged} of the log's {setup.log_diverged} diverged episode(s), taken first"
+    return text + ")"
+
+
+def numeric_drift(t: WeightsTotals, threshold: float, setup: Setup | None = None) -> CheckResult:
     a = t.attribution
     d = a.to_dict()
     c = d["classes"]
@@ -91,11 +106,44 @@ def numeric_drift(t: WeightsTotals, threshold: float) -> CheckResult:
     )
     correct = d["correct_loop"]
     ideal = f"; a correct loop's mismatch here: mean |Δ| {_g(correct['mean_abs_dlogp'])}" if correct["units"] else ""
-    summary = f"trainer vs engine log p over {a.episodes} episode(s): " + ", ".join(parts) + never + ideal + _not_run(t)
+    summary = (
+        f"{measured(t, setup)}; trainer vs engine log p over {a.episodes} episode(s): "
+        + ", ".join(parts) + never + ideal + _not_run(t)
+    )  # fmt: skip
+    missing = a.no_logprob
+    divergent_missing = missing["tito"] + missing["never_sampled"]
+    if any(missing.values()):
+        summary += (
+            f"; {sum(missing.values())} trained token(s) with no engine log-prob, compared with nothing ("
+            + ", ".join(f"{cls.replace('_', ' ')} {n}" for cls, n in missing.items())
+            + ")"
+        )
     share = a.share("numeric") or 0.0
     mean = c["numeric"]["mean_abs_dlogp"] or 0.0
     findings: list[Finding] = []
-    if share > DOMINANT and mean >= threshold:
+    if divergent_missing:
+        findings.append(
+            Finding(
+                "replay_numeric_drift",
+                "all episodes",
+                "template",
+                f"{divergent_missing} trained token(s) at divergent positions (tito {missing['tito']}, never sampled "
+                f"{missing['never_sampled']}) have no engine log-prob: the mismatch there is not measured, so the "
+                "shares cannot say it is numeric",
+                affected_trainable=divergent_missing,
+            )
+        )
+    elif missing["numeric"]:
+        findings.append(
+            Finding(
+                "replay_numeric_drift",
+                "all episodes",
+                "numeric",
+                f"{missing['numeric']} trained token(s) in their sampled context have no engine log-prob: not compared",
+                affected_trainable=missing["numeric"],
+            )
+        )
+    if share > DOMINANT and mean >= threshold and not divergent_missing:
         findings.append(
             Finding(
                 "replay_numeric_drift",
@@ -112,7 +160,7 @@ def numeric_drift(t: WeightsTotals, threshold: float) -> CheckResult:
     return _result("replay_numeric_drift", status, summary, findings, data, a.episodes)
 
 
-def gradient(t: WeightsTotals) -> CheckResult:
+def gradient(t: WeightsTotals, setup: Setup | None = None) -> CheckResult:
     g = t.gradient
     d = g.to_dict()
     if not t.gradient_run:
@@ -131,8 +179,8 @@ def gradient(t: WeightsTotals) -> CheckResult:
         return _result("replay_gradient", "not_applicable", f"compared nothing: {reasons}", missing, d, 0)
     floor = "bitwise" if not g.tolerance else f"within {g.tolerance:.2g} (10 x the noise floor)"
     summary = (
-        f"gradient at A = 1, trained sequence vs rebuilt buffer: {g.identical} of {g.compared} episode(s) "
-        f"identical ({floor})"
+        f"{measured(t, setup)}; gradient at A = 1, trained sequence vs rebuilt buffer: {g.identical} of "
+        f"{g.compared} episode(s) identical ({floor})"
     )
     if g.differ:
         groups = sorted(d["groups"].items(), key=lambda kv: -(kv[1]["share"] or 0))[:3]
@@ -157,7 +205,7 @@ def gradient(t: WeightsTotals) -> CheckResult:
     return _result("replay_gradient", "warn" if findings else "pass", summary, findings, d, g.compared)
 
 
-def kl_estimators(t: WeightsTotals) -> CheckResult:
+def kl_estimators(t: WeightsTotals, setup: Setup | None = None) -> CheckResult:
     b = t.bias
     d = b.to_dict()
     unknown = f"; sampler unknown for {b.unknown} episode(s)" if b.unknown else ""
@@ -177,10 +225,23 @@ def kl_estimators(t: WeightsTotals) -> CheckResult:
     else:
         body = "no --ref: the bias of each estimator is not computed"
     summary = (
-        f"under {settings}, at {b.positions} sampled position(s): {body}; truncated mass {d['truncated_mass']:.3%} "
+        f"{measured(t, setup)}; under {settings}, at {b.positions} sampled position(s): {body}; "
+        f"truncated mass {d['truncated_mass']:.3%} "
         f"(max {d['truncated_mass_max']:.2%}); use {d['recommended'] or 'none of them'}: {d['why']}{unknown}{refused}"
     )
-    findings = []
+    findings = [
+        Finding(
+            "replay_kl_estimators",
+            b.conflict_first[key],
+            "sampler",
+            f"--sampling ({cli}) contradicts the log's own sampling object ({logged}) in {n} episode(s) (first: "
+            f"{b.conflict_first[key]}): the log's was used there",
+        )
+        for key, n in sorted(b.conflicts.items())
+        for cli, logged in [key]
+    ]
+    if b.conflicts:
+        summary += f"; --sampling contradicted the log's sampler in {sum(b.conflicts.values())} episode(s)"
     if not b.pure:
         findings.append(
             Finding(
@@ -210,6 +271,7 @@ def section(t: WeightsTotals, setup: Setup) -> dict[str, Any]:
             "of": setup.log_episodes,
             "max_episodes": setup.max_episodes,
             "sample": "all" if setup.max_episodes <= 0 or setup.log_episodes <= setup.max_episodes else "hash",
+            "log_diverged": setup.log_diverged,
             "by_reference": dict(sorted(t.by_reference.items())),
             "diverged": t.diverged,
             "not_attributed": dict(sorted(t.not_attributed.items())),
@@ -225,7 +287,7 @@ def section(t: WeightsTotals, setup: Setup) -> dict[str, Any]:
 def attach(report: AuditReport, t: WeightsTotals, setup: Setup) -> None:
     """Add the three checks and the JSON section to a replay report, and decide its verdict again."""
     m = report.models[0]
-    m.checks.extend([numeric_drift(t, setup.threshold), gradient(t), kl_estimators(t)])
+    m.checks.extend([numeric_drift(t, setup.threshold, setup), gradient(t, setup), kl_estimators(t, setup)])
     replay = getattr(m, "replay", None)
     if isinstance(replay, dict):
         replay["weights"] = section(t, setup)

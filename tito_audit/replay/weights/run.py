@@ -211,6 +211,9 @@ def analyze_pairs(
                 bias.settings[pair.settings.describe()] += 1
                 bias.sources[pair.settings_source] += 1
                 bias.pure = bias.pure and pair.settings.pure
+            if pair.settings_conflict is not None:
+                bias.conflicts[pair.settings_conflict] += 1
+                bias.conflict_first.setdefault(pair.settings_conflict, pair.label)
             why = _why_not(policy, pair)
             if why is not None:
                 totals.skip(pair, why)

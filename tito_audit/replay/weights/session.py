@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tito_audit.errors import UsageError
-from tito_audit.replay.analyze import ReplayContext
+from tito_audit.replay.analyze import ReplayContext, analyze
 from tito_audit.replay.mapping import FieldMap
 from tito_audit.replay.reader import MAX_RECORD_BYTES
 from tito_audit.replay.weights.pairs import build_pair, tito_only, with_settings
@@ -93,14 +93,17 @@ def run_weights(
     field_map: FieldMap | None = None,
     max_record_bytes: int = MAX_RECORD_BYTES,
     log_episodes: int = 0,
+    log_diverged: int | None = None,
     on_episode: Callable[[int], None] | None = None,
 ) -> tuple[WeightsTotals, Setup]:
-    """Load the weights, select the episodes (``opts.max_episodes``), run them."""
+    """Load the weights, select the episodes (``opts.max_episodes``: the diverged ones first), run them.
+    ``log_episodes`` / ``log_diverged``: the replay's counts over the whole log, for "N of M measured"."""
     policy, setup = load_policy(opts, ctx.vocab_size or 0, ctx.stop_ids)
-    setup.log_episodes = log_episodes
+    setup.log_episodes, setup.log_diverged = log_episodes, log_diverged
     check = tito_only(ctx)
     chosen = select_episodes(
-        logs, ctx, fmt=fmt, field_map=field_map, max_episodes=opts.max_episodes, max_record_bytes=max_record_bytes
-    )
+        logs, ctx, fmt=fmt, field_map=field_map, max_episodes=opts.max_episodes, max_record_bytes=max_record_bytes,
+        diverged=lambda ep: analyze(ep, check).diverged,
+    )  # fmt: skip
     pairs = (with_settings(build_pair(s.episode, check), opts.sampling, s.sampling) for s in chosen)
     return analyze_pairs(pairs, policy, on_episode=on_episode), setup
