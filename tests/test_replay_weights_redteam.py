@@ -88,13 +88,22 @@ def test_allowed_token_ids_and_bad_words_change_the_sampler(tmp_path, qwen3, pol
         ('{"allowed_token_ids": []}', "allowed_token_ids is empty"),
         ('{"allowed_token_ids": [true]}', "allowed_token_ids must be a list of token ids"),
         ('{"logit_bias": {"5": 2.0}}', "unsupported key(s) logit_bias"),
+        # RW-6: non-finite or mistyped values
+        ('{"temperature": NaN}', "temperature must be a finite number"),
+        ('{"temperature": Infinity}', "temperature must be a finite number"),
+        ('{"top_p": NaN}', "top_p must be a finite number"),
+        ('{"top_k": true}', "top_k must be a number, not true"),
+        ('{"top_k": 2.5}', "top_k must be an integer"),
+        ('{"temperature": "0.7"}', "temperature must be a number"),
+        ('{"min_p": NaN}', "min_p must be a finite number"),
     ],
 )
-def test_sampler_keys_that_are_not_modelled_are_refused_by_name(tmp_path, sampling, message):
+def test_sampler_keys_not_modelled_and_bad_values_are_refused_in_one_line(tmp_path, sampling, message):
     log = write_jsonl(tmp_path / "log.jsonl", [{"turns": [[1]], "input_ids": [1], "loss_mask": [1]}])
     res = CliRunner().invoke(app, ["replay", str(log), "-m", str(snapshot(QWEN3)), "-w", "1", "-q", "--weights", "x",
                                    "--sampling", sampling])  # fmt: skip
     assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output
+    assert len(res.output.strip().splitlines()) == 1
 
 
 def test_a_record_whose_sampler_is_not_modelled_leaves_the_estimators_unchecked(tmp_path, qwen3, policy):  # noqa: F811
@@ -142,7 +151,7 @@ def test_a_sampled_gradient_check_names_the_episodes_it_did_not_measure(tmp_path
     folder, model = policy
     _m, _ctx, played = qwen3
     rows, n_broken = _mixed(played, model)
-    res, doc = replay_json(tmp_path, rows, "--weights", folder, "--max-episodes", str(n_broken), "--only-tito")
+    _res, doc = replay_json(tmp_path, rows, "--weights", folder, "--max-episodes", str(n_broken), "--only-tito")
     w = doc["models"][0]["replay"]["weights"]
     assert w["episodes"]["run"] == n_broken and w["episodes"]["diverged"] == n_broken
     assert w["gradient"]["differ"] == n_broken  # every diverged episode measured: none passed as identical
@@ -215,27 +224,7 @@ def test_top_p_support_equals_transformers_top_p_warper(weights, top_p):
     assert torch.equal(ours, theirs)
 
 
-# -- RW-6: non-finite or mistyped --sampling values are refused; the JSON report never holds NaN ----------------
-
-
-@pytest.mark.parametrize(
-    ("sampling", "message"),
-    [
-        ('{"temperature": NaN}', "temperature must be a finite number"),
-        ('{"temperature": Infinity}', "temperature must be a finite number"),
-        ('{"top_p": NaN}', "top_p must be a finite number"),
-        ('{"top_k": true}', "top_k must be a number, not true"),
-        ('{"top_k": 2.5}', "top_k must be an integer"),
-        ('{"temperature": "0.7"}', "temperature must be a number"),
-        ('{"min_p": NaN}', "min_p must be a finite number"),
-    ],
-)
-def test_non_finite_or_mistyped_sampling_is_refused_in_one_line(tmp_path, sampling, message):
-    log = write_jsonl(tmp_path / "log.jsonl", [{"turns": [[1]], "input_ids": [1], "loss_mask": [1]}])
-    res = CliRunner().invoke(app, ["replay", str(log), "-m", str(snapshot(QWEN3)), "-w", "1", "-q", "--weights", "x",
-                                   "--sampling", sampling])  # fmt: skip
-    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output
-    assert len(res.output.strip().splitlines()) == 1
+# -- RW-6: (bad --sampling values: with RW-2's refusals above) the JSON report never holds NaN -----------------
 
 
 def test_the_json_report_writes_non_finite_numbers_as_null():
