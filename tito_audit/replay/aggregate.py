@@ -246,7 +246,7 @@ class ReplayModelReport(ModelReport):
                 loop = "the loop diverges where findings are suppressed (accepted, not fixed)"
             elif NO_LOSS_MASK in reasons or TURNS_ONLY in reasons:
                 loop = "every sampled turn sits in the trained sequence as sampled"
-            elif "error:replay_divergence:incomplete" in reasons:
+            elif "error:replay_divergence:incomplete" in reasons or MALFORMED in reasons:
                 loop = "the loop is exact on the episodes checked"
             else:
                 loop = "the loop is exact on these episodes"
@@ -280,9 +280,11 @@ class ReplayModelReport(ModelReport):
 
 NO_LOSS_MASK = "error:replay_divergence:no_loss_mask"
 TURNS_ONLY = "error:replay_divergence:turns_only"
+MALFORMED = "error:replay_records:malformed"
 _NAIVE_PROVEN = ("tito-required:replay_naive_what_if", "tito-required:replay_noncanonical")
 _UNCHECKED = {
     "error:replay_divergence:incomplete": "some episodes could not be checked: see replay_incomplete",
+    MALFORMED: "some records could not be read, their episodes were not checked: see replay_records",
     NO_LOSS_MASK: "some episodes have no loss_mask (as a vLLM dump without trainer fields): which ids were trained "
     "was not checked",
     TURNS_ONLY: "some episodes have neither prompt_ids nor messages: only their sampled turns were looked for, the "
@@ -308,6 +310,9 @@ def replay_verdict(checks: list[CheckResult]) -> tuple[Verdict, list[str]]:
     incomplete = by_id.get("replay_incomplete")
     if incomplete is not None and incomplete.findings:
         reasons.append("error:replay_divergence:incomplete")
+    records = by_id.get("replay_records")
+    if records is not None and records.findings:  # a record not read is an episode not checked: never safe
+        reasons.append(MALFORMED)
     if div is None or div.status == "not_applicable":  # a shape finding still proves unsafe
         proven = any(r.startswith("unsafe:") for r in reasons)
         return ("unsafe" if proven else "error"), [*reasons, "error:replay_divergence:compared_nothing"]
