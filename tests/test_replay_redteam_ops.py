@@ -55,3 +55,69 @@ def test_a_malformed_record_never_leaves_the_verdict_safe(qwen, tmp_path):
         res = replay(bad, "-f", fmt)
         assert res.exit_code == 3 and "TITO-REQUIRED" in res.stdout and "not checked" in res.stdout, fmt
         assert f"✅ {word}" not in res.stdout and f" {word}  " not in res.stdout.replace("TITO-REQUIRED", ""), fmt
+
+
+@pytest.mark.parametrize("tokens_only", [False, True])
+def test_episodes_of_another_tokenizer_are_refused_one_by_one(qwen, loaded, tmp_path, tokens_only):
+    """One Qwen2.5 episode, then Phi-3's (ids all inside Qwen's vocabulary): each Phi-3 episode is not checked and
+    named, never replayed as Qwen text, and the verdict says so (red team R2); Phi-3's alone is refused (exit 2)."""
+    _, _, records = qwen
+    phi = loaded("microsoft/Phi-3-mini-4k-instruct")
+    plays = [p for p in played_episodes(phi, 0.0, seed=1) if p.turns][:12]
+    foreign = [with_engine_prompts(log_episode(p, "correct", f"phi-{k}").record, p) for k, p in enumerate(plays)]
+    rows = [records[0], *foreign]
+    if tokens_only:  # what a Parquet or tokens-only dump keeps: no messages, no prompts
+        rows = [{k: r[k] for k in ("id", "input_ids", "loss_mask")} | {"turns": [{"ids": t["ids"]} for t in
+                r["turns"]]} for r in rows]  # fmt: skip
+    res = replay(write_jsonl(tmp_path / "mixed.jsonl", rows), "-f", "json")
+    m = verdict(res)
+    assert res.exit_code == 3 and m["verdict"] != "safe", res.output
+    assert "error:replay_divergence:incomplete" in m["verdict_reasons"]
+    assert m["replay"]["reference_errors"] == len(foreign) and m["replay"]["diverged_episodes"] == 0
+    incomplete = next(c for c in m["checks"] if c["id"] == "replay_incomplete")
+    assert len(incomplete["findings"]) == len(foreign)
+    assert all("does not read as" in f["message"] for f in incomplete["findings"])
+    res = replay(write_jsonl(tmp_path / "phi.jsonl", rows[1:]), "-f", "json")
+    assert res.exit_code == 2 and "does not read as" in res.stderr
+
+
+@pytest.mark.parametrize("bad", [5.0, float("nan"), float("inf"), float("-inf")])
+def test_an_impossible_log_prob_is_a_malformed_record(qwen, tmp_path, bad):
+    """A log-prob is finite and at most 0: +5, NaN or an infinity cannot be the engine's, so the record is
+    malformed and named by its line, in JSONL and on the Parquet fast path (red team R4)."""
+    _, _, records = qwen
+    broken = json.loads(json.dumps(records[1]))
+    broken["turns"][0]["logprobs"][1] = bad
+    rows = [records[0], broken, *records[2:]]
+    res = replay(write_jsonl(tmp_path / "lp.jsonl", rows), "-f", "json")
+    assert res.exit_code == 3 and verdict(res)["verdict"] != "safe", res.output
+    assert "line 2" in res.stderr and "turns[0].logprobs[1]" in res.stderr
+    pq = pytest.importorskip("pyarrow.parquet")
+    pa = pytest.importorskip("pyarrow")
+    tokens = [{k: r[k] for k in ("id", "turns", "input_ids", "loss_mask")} for r in rows]
+    pq.write_table(pa.Table.from_pylist(tokens), tmp_path / "lp.parquet")
+    res = replay(tmp_path / "lp.parquet", "--only-tito", "-f", "json")
+    assert res.exit_code == 3 and "line 2" in res.stderr and "turns[0].logprobs[1]" in res.stderr, res.output
+
+
+def test_a_gzip_member_that_fails_its_checksum_is_not_replayed(qwen, tmp_path):
+    """Three gzip members, the second with a wrong CRC32: its record is named (line 2) and not replayed, the
+    intact third is replayed (red team R5). A stream cut short keeps the lines before the cut (a crash)."""
+    import gzip
+
+    _, _, records = qwen
+    lines = [(json.dumps(r) + "\n").encode() for r in records[:3]]
+    second = bytearray(gzip.compress(lines[1]))
+    second[-8] ^= 0xFF  # the CRC32 in the trailer
+    path = tmp_path / "crc.jsonl.gz"
+    path.write_bytes(gzip.compress(lines[0]) + bytes(second) + gzip.compress(lines[2]))
+    res = replay(path, "-f", "json")
+    m = verdict(res)
+    assert res.exit_code == 3 and m["verdict"] != "safe", res.output
+    assert "line 2" in res.stderr and "checksum" in res.stderr and "line 3" not in res.stderr
+    assert m["replay"]["episodes"] == 2 and m["replay"]["malformed"] == 1
+    one = gzip.compress(b"".join(lines))  # one member, cut in its last line: the first two lines are replayed
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(one[: len(one) - 40])
+    res = replay(cut, "-f", "json")
+    assert res.exit_code == 3 and verdict(res)["replay"]["episodes"] == 2 and "line 3" in res.stderr, res.output

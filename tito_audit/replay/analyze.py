@@ -369,6 +369,15 @@ def _drift(ep: Episode, ctx: ReplayContext, traj: Trajectory, loop: list[int], r
     res.drift, res.drift_tokens = found.divergences, found.tokens
 
 
+def other_tokenizer(ctx: ReplayContext) -> str:
+    """Why an episode is refused: it reads as another tokenizer's (replayed, its ids would be another text)."""
+    return (
+        f"not checked: the episode does not read as {ctx.model or 'the model'}'s tokenizer: its ids open with none "
+        f"of the template's control tokens and none of its sampled turns ends with a stop token (written with "
+        "another model's tokenizer?)"
+    )
+
+
 def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
     """Replay one episode; never raises for what is in the log (problems become the result)."""
     res = EpisodeResult(ep.line, ep.id, ep.source, len(ep.turns), sum(len(t.ids) for t in ep.turns), file=ep.file)
@@ -377,6 +386,9 @@ def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
     stops = set(ctx.stop_ids)
     res.stop_turns = sum(1 for t in ep.turns if t.ids and t.ids[-1] in stops)
     res.marks = not ctx.marks or not ctx.marks.isdisjoint(ep.input_ids[:MARK_WINDOW])
+    if not res.marks and not res.stop_turns and any(t.ids for t in ep.turns):  # another tokenizer's episode
+        res.error = other_tokenizer(ctx)
+        return res
     kw = ctx.compare_kwargs()
     marks = reasoning_marks(ctx.renderer.chat_template, ep.messages)  # tells reasoning from content
     engine = has_engine_prompts(ep)
