@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_replay_io import write_jsonl
+from test_replay_io import vllm_record, write_jsonl
 from typer.testing import CliRunner
 
 from tito_audit.cli import app
@@ -121,3 +121,21 @@ def test_a_gzip_member_that_fails_its_checksum_is_not_replayed(qwen, tmp_path):
     cut.write_bytes(one[: len(one) - 40])
     res = replay(cut, "-f", "json")
     assert res.exit_code == 3 and verdict(res)["replay"]["episodes"] == 2 and "line 3" in res.stderr, res.output
+
+
+def test_a_log_without_a_trained_sequence_never_claims_the_trainer(loaded, tmp_path):
+    """A vLLM ``requests`` dump with no ``input_ids``: the trained sequence is the engine's own last prompt and
+    output, so the headline says the trainer side was not logged, and nothing says "every episode checked" without
+    saying so; never safe (red team R3). With the trainer's fields the same episodes carry no such reason."""
+    model = loaded(QWEN)
+    plays = [p for p in played_episodes(model, 0.0, seed=1) if len(p.turns) >= 2][:3]
+    res = replay(write_jsonl(tmp_path / "engine.jsonl", [vllm_record(p, False) for p in plays]), "-f", "json")
+    m = verdict(res)
+    assert m["verdict"] != "safe" and "error:replay_divergence:no_trainer" in m["verdict_reasons"], res.output
+    assert m["verdict_explanation"].startswith("the trainer side was not logged")
+    assert "sits in the trained sequence" not in m["verdict_explanation"]
+    assert m["replay"]["no_trainer_episodes"] == len(plays)
+    incomplete = next(c for c in m["checks"] if c["id"] == "replay_incomplete")
+    assert "trainer side was not checked" in incomplete["summary"]
+    res = replay(write_jsonl(tmp_path / "both.jsonl", [vllm_record(p, True) for p in plays]), "-f", "json")
+    assert "error:replay_divergence:no_trainer" not in verdict(res)["verdict_reasons"], res.output

@@ -80,6 +80,7 @@ class EpisodeResult:
     notes: list[str] = field(default_factory=list)
     error: str | None = None  # why the episode is not checked (incomplete): no reference, or nothing sampled
     unmasked: bool = False  # no loss_mask: the sampled turns were looked for, which ids were trained was not checked
+    no_trainer: bool = False  # no trained sequence logged: only the engine's side (its prompts, its output) was checked
     marks: bool = True  # the ids open with a control token of this template (a log of this tokenizer does)
     stop_turns: int = 0  # sampled turns that end with one of this model's stop tokens
     file: str = ""  # the log file, when a replay reads several
@@ -432,6 +433,7 @@ def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
         _earliest(cmp, prompt_departures(ep, **kw))
     _merge(res, cmp)
     res.unmasked = ep.loss_mask is None
+    res.no_trainer = not ep.trainer_logged
     if res.error is None:
         res.error = _unchecked(ep, res)
     if template_error is not None and res.error is None:

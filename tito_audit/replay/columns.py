@@ -168,9 +168,11 @@ def _impossible(lp: Any) -> Any:
     """Per turn, whether a log-prob is NaN, infinite or above 0 (``schema._floats`` refuses the record: analyze)."""
     from tito_audit.replay.schema import LOGPROB_ROUNDING
 
-    values = np.asarray(lp.values.fill_null(0), dtype=np.float64)
+    raw = lp.values
+    values = np.asarray(raw.fill_null(0) if raw.null_count else raw, dtype=np.float64)  # no copy for doubles
     offsets = np.asarray(lp.offsets, dtype=np.int64)
-    if not len(values) or (np.isfinite(values).all() and values.max() <= LOGPROB_ROUNDING):
+    # NaN and +inf fail the first comparison, -inf the second
+    if not len(values) or (bool((values <= LOGPROB_ROUNDING).all()) and values.min() > -np.inf):
         return np.zeros(len(offsets) - 1, dtype=bool)
     bad = ~np.isfinite(values) | (values > LOGPROB_ROUNDING)
     return _per_row(bad.astype(np.int64), offsets, np.add, 0) > 0

@@ -66,6 +66,7 @@ class Episode:
     date: dt.datetime | None = None  # the date the engine's template saw, when the log says
     file: str = ""  # the log file, when a replay reads several
     turns_from_mask: bool = False  # the turns are the trained mask's runs, not the engine's ids (SkyRL keeps none)
+    trainer_logged: bool = True  # False: no trained sequence in the log, the engine's last prompt + output stand in
 
 
 def parse_date(value: Any) -> dt.datetime:
