@@ -11,9 +11,9 @@ import json
 
 import pytest
 from test_replay_io import vllm_record, write_jsonl
-from typer.testing import CliRunner
+from test_replay_unchecked import cli as replay
+from test_replay_unchecked import report_of as verdict
 
-from tito_audit.cli import app
 from tito_audit.replay import ReplayContext
 from tito_audit.replay.synthetic import log_episode, played_episodes, with_engine_prompts
 
@@ -26,16 +26,6 @@ def qwen(loaded):
     plays = [p for p in played_episodes(model, 0.0, seed=1) if len(p.turns) >= 2][:6]  # canonical samples
     records = [with_engine_prompts(log_episode(p, "correct", f"ep-{k}").record, p) for k, p in enumerate(plays)]
     return model, ReplayContext.from_model(model), records
-
-
-def replay(*args):
-    res = CliRunner().invoke(app, ["replay", *map(str, args), "-m", QWEN, "-w", "1"])
-    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
-    return res
-
-
-def verdict(res):
-    return json.JSONDecoder().raw_decode(res.stdout[res.stdout.index("{") :])[0]["models"][0]
 
 
 def test_a_malformed_record_never_leaves_the_verdict_safe(qwen, tmp_path):
