@@ -32,6 +32,7 @@ def audit(template: Path) -> dict[str, Any]:
     return {
         "wall_seconds": out["wall_seconds"],
         "cpu_seconds": out["cpu_seconds"],
+        "max_rss_mb": out.get("max_rss_one_process_mb"),
         "rc": out["rc"],
         "ended_as": model.get("error_kind") or model.get("verdict"),
     }

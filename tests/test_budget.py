@@ -22,7 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = Path(__file__).parent / "data" / "hostile"
 MSGS = [{"role": "user", "content": "Hello"}]
 # Templates that spend CPU or memory on every render (or on every tool turn): each must end limit_exceeded.
-CPU_BURNERS = ("busy_loop", "cpuloop", "slow_render", "tool_turn_loop", "late_turn_memory", "exponential_growth")
+CPU_BURNERS = (
+    "busy_loop", "cpuloop", "slow_render", "tool_turn_loop", "late_turn_memory", "exponential_growth", "token_flood"
+)  # fmt: skip
 
 
 @cache
@@ -137,3 +139,25 @@ def test_cli_stops_the_burning_model_and_audits_the_others(tmp_path: Path) -> No
     errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "per-template budget" in errors[0] and "Traceback" not in done.stderr
     assert "qwen2.5-7b-instruct  SAFE" in done.stdout
+
+
+def test_the_budget_counts_the_output_the_renders_produce() -> None:
+    """A render's output is tokenized and compared after the render: a template that renders a megabyte in 20 ms
+    held an audit for 70-97 s and 3 GB before its render CPU was spent (red team B1). The output counts too."""
+    out = TemplateBudget(cpu_seconds=3.0, limit_hits=2, output_chars=1_000_000)
+    out.charge(0.02, False, 600_000)
+    assert out.stopped is None
+    out.charge(0.02, False, 600_000)
+    assert out.stopped is not None and "characters" in out.stopped
+    assert AUDIT_LIMITS.template_output_chars and not REPLAY_LIMITS.template_output_chars  # replay: none
+
+
+@pytest.mark.slow
+def test_a_template_that_floods_its_output_is_stopped_by_its_output() -> None:
+    """token_flood.jinja renders ~1.1 MB per render in ~0.02 s of CPU: the output total stops it, not the 3 s of
+    render CPU after minutes of tokenizing."""
+    from tito_audit.audit import audit_model
+
+    report = audit_model(_model().with_template((HOSTILE / "token_flood.jinja").read_text(), "token_flood"))
+    assert (report.verdict, report.error_kind) == ("error", "limit_exceeded"), report.error
+    assert report.error is not None and "characters" in report.error

@@ -465,3 +465,23 @@ def test_batch_names_are_written_as_the_native_ones_and_an_unknown_field_is_refu
     assert [e.id for e in written] == [*given, "ctx"]
     assert all(e.loss_mask == mask and [t.ids for t in e.turns] == turns for e in written)
     assert [t.prompt_ids for t in written[-1].turns] == [[1, 2], [1, 2, 5, 6, 3]]
+
+
+def test_padding_the_labels_train_is_written_and_replayed_as_trained(setup, tmp_path):
+    """A padded item whose labels train the pads (not -100 under ``attention_mask`` 0) keeps those positions in the
+    record, so replay finds them trained and never sampled instead of SAFE on a log that lost the evidence (red
+    team G2)."""
+    ctx, records = setup
+    correct = dict(records[0])
+    pad = 0
+    ids, mask = correct["input_ids"], correct["loss_mask"]
+    item = {k: v for k, v in correct.items() if k != "loss_mask"}
+    item["input_ids"] = ids + [pad] * 8
+    item["attention_mask"] = [1] * len(ids) + [0] * 8
+    item["labels"] = [t if m else -100 for t, m in zip(ids, mask, strict=True)] + [pad] * 8
+    with LogWriter(tmp_path / "padded.jsonl") as log:
+        log.write(item)
+    written = json.loads((tmp_path / "padded.jsonl").read_text())
+    assert written["input_ids"] == item["input_ids"] and written["loss_mask"] == mask + [1] * 8
+    before = replay_log(reference(tmp_path, [correct]), ctx).to_dict()["trained_not_sampled"]
+    assert replay_log(tmp_path / "padded.jsonl", ctx).to_dict()["trained_not_sampled"] == before + 8

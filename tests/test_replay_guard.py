@@ -235,3 +235,20 @@ def test_a_batch_from_which_nothing_can_be_checked_is_never_ok():
     assert not check_batch([], on_fail="return").ok
     with pytest.raises(ValueError, match="the batch has no episodes"):
         check_batch([])
+
+
+def test_padding_the_labels_train_is_trained_and_never_sampled(plays):
+    """Hugging Face's loss ignores only ``-100`` labels, never ``attention_mask``: ``labels = input_ids.clone()``
+    with -100 on the prompt alone trains every pad. Those positions are trained ids never sampled, not padding to
+    drop (red team G1); pads with -100 labels are still dropped."""
+    torch = pytest.importorskip("torch")
+    record = log_episode(plays[0], "correct", "").record
+    ids, mask, pad = record["input_ids"], record["loss_mask"], 0
+    labels = [t if m else -100 for t, m in zip(ids, mask, strict=True)]
+    base = {"sampled": [t["ids"] for t in record["turns"]], "input_ids": torch.tensor(ids + [pad] * 4)}
+    base["attention_mask"] = torch.tensor([1] * len(ids) + [0] * 4)
+    clean = check_batch([dict(base, labels=torch.tensor(labels + [-100] * 4))], on_fail="return")
+    assert clean.ok
+    trained_pads = check_batch([dict(base, labels=torch.tensor(labels + [pad] * 4))], on_fail="return")
+    assert not trained_pads.ok and trained_pads.first is not None
+    assert trained_pads.first.trained_not_sampled == 4 and trained_pads.first.divergence.index == len(ids)

@@ -67,3 +67,27 @@ def test_scan_reports_name_them(tmp_path) -> None:
     console.print(summary.to_table())
     text = console.export_text()
     assert all(w in text for w in WORDS), text
+
+
+def test_quiet_keeps_one_line_per_model_and_names_the_versions(audit_report) -> None:
+    """``-q``: the verdict line of each model, then one line of versions (red team C2)."""
+    lines = render_report(audit_report, "terminal", quiet=True).strip().splitlines()
+    assert len(lines) == len(audit_report.models) + 1
+    assert lines[0].startswith("qwen3-0.6b") and all(w in lines[-1] for w in WORDS)
+
+
+def test_fix_names_the_versions_in_json_and_terminal(loaded) -> None:
+    """``fix``'s verdicts before and after depend on the libraries as the audit's do (red team C1)."""
+    from rich.console import Console
+
+    from tito_audit.cli.fix import _print_terminal
+    from tito_audit.context import AuditOptions
+    from tito_audit.fix import propose_fix
+
+    result = propose_fix(loaded("qwen3-0.6b"), AuditOptions())
+    doc = json.loads(json.dumps(result.to_dict()))
+    assert {k: doc["libraries"][k] for k in EXPECTED} == EXPECTED and doc["tool_version"] == __version__
+    console = Console(record=True, width=140)
+    _print_terminal(console, result, None)
+    text = console.export_text()
+    assert all(w in text for w in WORDS), text[:400]

@@ -105,9 +105,11 @@ def _print_proof(console: Console, proof: Any) -> None:
 
 def _print_terminal(console: Console, result: object, output: Path | None) -> None:
     from tito_audit.fix import FixResult
+    from tito_audit.formats.labels import versions_text
     from tito_audit.formats.terminal import VERDICT_STYLE
 
     assert isinstance(result, FixResult)
+    console.print(Text(versions_text(result.libraries), style="dim"), soft_wrap=True)
     before = result.before.verdict
     after = result.after.verdict if result.after else None
     style, label = _STATUS_LINE[result.status]

@@ -96,8 +96,21 @@ class FixResult:
             )
         )
 
+    @property
+    def libraries(self) -> dict[str, Any]:
+        """The library versions the audits behind the fix ran with (its verdicts depend on them as the audit's)."""
+        from tito_audit.audit import AuditReport
+
+        return AuditReport([self.before]).libraries
+
     def to_dict(self) -> dict[str, Any]:
+        from tito_audit._version import __version__
+        from tito_audit.audit import SCHEMA_VERSION
+
         return {
+            "schema_version": SCHEMA_VERSION,
+            "tool_version": __version__,
+            "libraries": self.libraries,
             "model": self.model,
             "status": self.status,
             "message": self.message,

@@ -150,4 +150,6 @@ def to_terminal(
         model_section(target, m, verbose=verbose, quiet=quiet)
         if not quiet:
             target.print()
+    if quiet:  # one line per model, then what produced them: a verdict can change with a library release
+        target.print(Text(versions_text(report.libraries), style="dim"), soft_wrap=True)
     return buffer.getvalue()

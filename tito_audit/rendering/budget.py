@@ -8,6 +8,12 @@ this budget, which every renderer derived from one ``Renderer(...)`` shares. Onc
 the template is refused at once (``RenderError`` of kind ``budget``) and the audit classifies the template
 ``limit_exceeded``: one line, exit 2 for that model, and the other models go on.
 
+Render CPU is not all a render costs: its output is tokenized and compared afterwards, outside the render. A
+template that renders a megabyte in 20 ms (``range(10000, 99999)|join``) spent 37-43 s of CPU and 3 GB in an
+audit on that work before its 3 s of render CPU were spent; so the budget also counts the characters the renders
+produce (``AUDIT_LIMITS``: 16,000,000). The renders of a whole audit of each bundled and shared model produce
+0.12 to 0.42 MB (265 to 347 renders, 13.5 kB at most for one): the bound is about 40 such audits.
+
 CPU time, as the per-render limit: a busy machine stretches wall time, not the CPU a render takes, so a loaded
 machine does not change which templates are stopped. The total bounds the renders' CPU: each render's time limit
 is what is left of it when that is less than the per-render limit. No real template comes near the defaults
@@ -26,13 +32,15 @@ _LEAST_S = 0.01  # the shortest render limit worth arming: a budget with less le
 class TemplateBudget:
     """What one template has spent; ``stopped`` says why it may render no more (None while it may)."""
 
-    __slots__ = ("cpu_seconds", "hits", "limit_hits", "spent", "stopped")
+    __slots__ = ("cpu_seconds", "hits", "limit_hits", "output_chars", "produced", "spent", "stopped")
 
-    def __init__(self, cpu_seconds: float, limit_hits: int) -> None:
+    def __init__(self, cpu_seconds: float, limit_hits: int, output_chars: int = 0) -> None:
         self.cpu_seconds = cpu_seconds  # 0: no total
         self.limit_hits = limit_hits  # 0: no count
+        self.output_chars = output_chars  # 0: no total
         self.spent = 0.0
         self.hits = 0
+        self.produced = 0
         self.stopped: str | None = None
 
     def render_seconds(self, per_render: float) -> float:
@@ -43,16 +51,20 @@ class TemplateBudget:
             return per_render
         return min(per_render, max(self.cpu_seconds - self.spent, _LEAST_S))
 
-    def charge(self, seconds: float, hit_limit: bool) -> None:
-        """Count one render: its CPU seconds, and whether it ran past its time or memory limit."""
+    def charge(self, seconds: float, hit_limit: bool, chars: int = 0) -> None:
+        """Count one render: its CPU seconds, whether it ran past its time or memory limit, and the characters it
+        produced (the work its output causes after the render)."""
         self.spent += seconds
         self.hits += hit_limit
+        self.produced += chars
         if self.stopped is not None:
             return
         if self.limit_hits and self.hits >= self.limit_hits:
             self.stopped = f"{self.hits} renders ran past their time or memory limit"
         elif self.cpu_seconds and self.spent >= self.cpu_seconds - _LEAST_S:
             self.stopped = f"its renders spent {self.cpu_seconds:g}s of CPU time"
+        elif self.output_chars and self.produced > self.output_chars:
+            self.stopped = f"its renders produced {self.produced:,} characters (over {self.output_chars:,} in all)"
 
     def refusal(self) -> RenderError:
         return RenderError(BUDGET_KIND, f"template stopped: {self.stopped} (per-template budget)")

@@ -46,12 +46,15 @@ class RenderLimits:
     # (0: none, the default for a library caller's renderer, whose renders never end; ``AUDIT_LIMITS`` for audits)
     template_cpu_seconds: float = 0.0
     template_limit_hits: int = 0
+    # characters all its renders may produce: each render's output is tokenized and compared after the render (work
+    # the render's CPU does not count), so a template that renders megabytes in milliseconds is bounded here
+    template_output_chars: int = 0
 
 
 # What an audit renders under (``audit``, ``fix``, ``table``, ``scan``): the per-render limits, and a per-template
-# budget of 3 s of render CPU in all and two renders past a limit. A real template's renders take a tenth of a
-# second of CPU in a whole audit (``rendering.budget``).
-AUDIT_LIMITS = RenderLimits(template_cpu_seconds=3.0, template_limit_hits=2)
+# budget of 3 s of render CPU in all, two renders past a limit, and 16,000,000 characters of output. A real template's
+# renders take a tenth of a second of CPU and produce under 0.5 MB in a whole audit (``rendering.budget``).
+AUDIT_LIMITS = RenderLimits(template_cpu_seconds=3.0, template_limit_hits=2, template_output_chars=16_000_000)
 # ``replay`` renders as many times as its log has turns: no CPU total, but a template that hits its limits twice
 # is stopped all the same.
 REPLAY_LIMITS = RenderLimits(memory_bytes=0, template_limit_hits=2)

@@ -110,7 +110,9 @@ class _Shared:
         self._reads_tools: bool | None = None
         self.compiles_seen = transformers_compiles()  # the constructor has just prepared the template
         limits = limits or RenderLimits()
-        self.budget = TemplateBudget(limits.template_cpu_seconds, limits.template_limit_hits)
+        self.budget = TemplateBudget(
+            limits.template_cpu_seconds, limits.template_limit_hits, limits.template_output_chars
+        )
 
     @property
     def reads_tools(self) -> bool:
@@ -206,7 +208,7 @@ class Renderer:
         except RenderError as err:
             budget.charge(thread_time() - started, err.kind == "timeout" or err.memory)
             raise
-        budget.charge(thread_time() - started, False)
+        budget.charge(thread_time() - started, False, len(out) if isinstance(out, str | list) else 0)
         return out
 
     def _limits_now(self) -> RenderLimits:

@@ -117,6 +117,7 @@ def _vllm(record: Any, line: int) -> list[Episode]:
             raise RecordError("vllm: no trainer input_ids and no prompt_token_ids to rebuild the context from")
         native["input_ids"] = [*last.prompt_ids, *last.ids]
     ep = episode_from_native(native, line, source="vllm")
+    ep.trainer_logged = "input_ids" in extra
     for t, src in zip(ep.turns, turns, strict=True):
         t.prompt_ids = src.prompt_ids
     return [ep]

@@ -93,6 +93,7 @@ class ReplayTotals:
     reference_buffer: int = 0
     reference_errors: int = 0  # episodes not checked (incomplete): no reference could be rebuilt, nothing sampled
     unmasked_episodes: int = 0  # checked episodes without a loss_mask: which ids were trained was not checked
+    no_trainer_episodes: int = 0  # checked episodes with no trained sequence logged: the engine's side only
     template_refusals: int = 0
     whatif_episodes: int = 0
     whatif_failed: int = 0
@@ -164,6 +165,7 @@ class ReplayTotals:
         self.logprob_mass += res.logprob_mass
         self.logprob_tokens += res.logprob_tokens
         self.unmasked_episodes += res.unmasked and res.error is None
+        self.no_trainer_episodes += res.no_trainer and res.error is None
         self.reference_engine += res.reference == "engine" and res.error is None
         self.reference_buffer += res.reference == "buffer" and res.error is None
         if res.error is not None:
@@ -244,9 +246,14 @@ class ReplayModelReport(ModelReport):
         if self.verdict == "tito-required":
             if any(r.startswith("tito-required:suppressed:") for r in reasons):
                 loop = "the loop diverges where findings are suppressed (accepted, not fixed)"
+            elif NO_TRAINER in reasons:
+                loop = (
+                    "the trainer side was not logged: each engine prompt holds the earlier samples as sampled, what "
+                    "was trained was not checked"
+                )
             elif NO_LOSS_MASK in reasons or TURNS_ONLY in reasons:
                 loop = "every sampled turn sits in the trained sequence as sampled"
-            elif "error:replay_divergence:incomplete" in reasons:
+            elif "error:replay_divergence:incomplete" in reasons or MALFORMED in reasons:
                 loop = "the loop is exact on the episodes checked"
             else:
                 loop = "the loop is exact on these episodes"
@@ -280,9 +287,14 @@ class ReplayModelReport(ModelReport):
 
 NO_LOSS_MASK = "error:replay_divergence:no_loss_mask"
 TURNS_ONLY = "error:replay_divergence:turns_only"
+MALFORMED = "error:replay_records:malformed"
+NO_TRAINER = "error:replay_divergence:no_trainer"
 _NAIVE_PROVEN = ("tito-required:replay_naive_what_if", "tito-required:replay_noncanonical")
 _UNCHECKED = {
     "error:replay_divergence:incomplete": "some episodes could not be checked: see replay_incomplete",
+    MALFORMED: "some records could not be read, their episodes were not checked: see replay_records",
+    NO_TRAINER: "some episodes log no trained sequence (a vLLM dump): the trainer side was not checked, only the "
+    "engine's prompts against its own samples",
     NO_LOSS_MASK: "some episodes have no loss_mask (as a vLLM dump without trainer fields): which ids were trained "
     "was not checked",
     TURNS_ONLY: "some episodes have neither prompt_ids nor messages: only their sampled turns were looked for, the "
@@ -308,9 +320,14 @@ def replay_verdict(checks: list[CheckResult]) -> tuple[Verdict, list[str]]:
     incomplete = by_id.get("replay_incomplete")
     if incomplete is not None and incomplete.findings:
         reasons.append("error:replay_divergence:incomplete")
+    records = by_id.get("replay_records")
+    if records is not None and records.findings:  # a record not read is an episode not checked: never safe
+        reasons.append(MALFORMED)
     if div is None or div.status == "not_applicable":  # a shape finding still proves unsafe
         proven = any(r.startswith("unsafe:") for r in reasons)
         return ("unsafe" if proven else "error"), [*reasons, "error:replay_divergence:compared_nothing"]
+    if div.data.get("no_trainer_episodes"):
+        reasons.append(NO_TRAINER)
     if div.data.get("unmasked_episodes"):
         reasons.append(NO_LOSS_MASK)
     if div.data.get("reference_sampled"):
@@ -422,7 +439,12 @@ def build_checks(t: ReplayTotals, texts: Any) -> list[CheckResult]:
             "replay_incomplete",
             f"{t.reference_errors} of {t.episodes} episode(s) not checked (each named with why)"
             if t.reference_errors
-            else f"every one of {t.episodes} episode(s) checked against a reference",
+            else f"every one of {t.episodes} episode(s) checked against a reference"
+            + (
+                f"; {t.no_trainer_episodes} with no trained sequence logged: their trainer side was not checked"
+                if t.no_trainer_episodes
+                else ""
+            ),
             {"not_checked": t.reference_errors, "of": t.episodes},
             t.episodes,
             None if t.episodes else "no episode in the log",
@@ -448,6 +470,11 @@ def build_checks(t: ReplayTotals, texts: Any) -> list[CheckResult]:
         ("sampled turns only", sampled_only),
     )
     against = ", ".join(f"{name} {n}" for name, n in kinds if n) or "nothing"
+    if t.no_trainer_episodes:
+        against += (
+            f"; {t.no_trainer_episodes} episode(s) without a trained sequence: the trainer side was not logged, the "
+            "engine's last prompt and output stand in for it (its contexts were checked, not what was trained)"
+        )
     if t.unmasked_episodes:
         against += f"; {t.unmasked_episodes} episode(s) without loss_mask: which ids were trained was not checked"
     out.append(
@@ -466,6 +493,7 @@ def build_checks(t: ReplayTotals, texts: Any) -> list[CheckResult]:
                 "reference_buffer": t.reference_buffer,
                 "reference_sampled": sampled_only,
                 "unmasked_episodes": t.unmasked_episodes,
+                "no_trainer_episodes": t.no_trainer_episodes,
             },
             t.checked_episodes,
             None if t.checked_episodes or t.diverged_episodes else _nothing_checked(t),

@@ -80,6 +80,7 @@ class EpisodeResult:
     notes: list[str] = field(default_factory=list)
     error: str | None = None  # why the episode is not checked (incomplete): no reference, or nothing sampled
     unmasked: bool = False  # no loss_mask: the sampled turns were looked for, which ids were trained was not checked
+    no_trainer: bool = False  # no trained sequence logged: only the engine's side (its prompts, its output) was checked
     marks: bool = True  # the ids open with a control token of this template (a log of this tokenizer does)
     stop_turns: int = 0  # sampled turns that end with one of this model's stop tokens
     file: str = ""  # the log file, when a replay reads several
@@ -369,6 +370,15 @@ def _drift(ep: Episode, ctx: ReplayContext, traj: Trajectory, loop: list[int], r
     res.drift, res.drift_tokens = found.divergences, found.tokens
 
 
+def other_tokenizer(ctx: ReplayContext) -> str:
+    """Why an episode is refused: it reads as another tokenizer's (replayed, its ids would be another text)."""
+    return (
+        f"not checked: the episode does not read as {ctx.model or 'the model'}'s tokenizer: its ids open with none "
+        f"of the template's control tokens and none of its sampled turns ends with a stop token (written with "
+        "another model's tokenizer?)"
+    )
+
+
 def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
     """Replay one episode; never raises for what is in the log (problems become the result)."""
     res = EpisodeResult(ep.line, ep.id, ep.source, len(ep.turns), sum(len(t.ids) for t in ep.turns), file=ep.file)
@@ -377,6 +387,9 @@ def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
     stops = set(ctx.stop_ids)
     res.stop_turns = sum(1 for t in ep.turns if t.ids and t.ids[-1] in stops)
     res.marks = not ctx.marks or not ctx.marks.isdisjoint(ep.input_ids[:MARK_WINDOW])
+    if not res.marks and not res.stop_turns and any(t.ids for t in ep.turns):  # another tokenizer's episode
+        res.error = other_tokenizer(ctx)
+        return res
     kw = ctx.compare_kwargs()
     marks = reasoning_marks(ctx.renderer.chat_template, ep.messages)  # tells reasoning from content
     engine = has_engine_prompts(ep)
@@ -420,6 +433,7 @@ def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
         _earliest(cmp, prompt_departures(ep, **kw))
     _merge(res, cmp)
     res.unmasked = ep.loss_mask is None
+    res.no_trainer = not ep.trainer_logged
     if res.error is None:
         res.error = _unchecked(ep, res)
     if template_error is not None and res.error is None:

@@ -11,8 +11,9 @@ the loss mask under any of the names loops give it:
 - ``response_mask`` (verl): the mask over the response, the last ``len(response_mask)`` positions of ``input_ids``
   (the prompt before it is not trained).
 
-``attention_mask`` drops padding (positions where it is 0) from the ids and the mask. When several mask names
-are given they must agree.
+``attention_mask`` drops padding (positions where it is 0) from the ids and the mask, unless the mask trains
+them: a padded position with a loss (labels not ``-100``, mask 1) is kept, so that it is found as trained and never
+sampled (by the guard, and in the log ``LogWriter`` writes). When several mask names are given they must agree.
 """
 
 from __future__ import annotations
@@ -167,7 +168,9 @@ def read_item(item: Mapping[str, Any]) -> BatchItem:
         if len(keep_flags) != len(ids):
             problems.append((None, f"attention_mask has {len(keep_flags)} values for {len(ids)} input_ids"))
         else:
-            keep = [i for i, a in enumerate(keep_flags) if a]
+            # a padded position the loss still trains (HF labels not -100 there: the loss ignores only -100, never
+            # attention_mask) is kept, so that it is compared as trained and never sampled, and written to the log
+            keep = [i for i, a in enumerate(keep_flags) if a or (mask is not None and mask[i])]
             ids = [ids[i] for i in keep]
             mask = [mask[i] for i in keep] if mask is not None else None
     if mask is None and any(item.get(k) is not None for k in MASK_FIELDS):

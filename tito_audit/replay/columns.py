@@ -113,7 +113,7 @@ def exact_rows(batch: Any, stop_ids: Any, marks: Any, window: int) -> ExactRows 
             bad_turn |= ~np.asarray(lp.is_null(), dtype=bool)
         else:
             lp_len = np.asarray(pc.list_value_length(lp).fill_null(-1), dtype=np.int64)
-            bad_turn |= ((lp_len >= 0) & (lp_len != np.diff(id_off))) | null_inside
+            bad_turn |= ((lp_len >= 0) & (lp_len != np.diff(id_off))) | null_inside | _impossible(lp)
     undecidable = (
         np.asarray(turns_col.is_null(), dtype=bool)
         | np.asarray(batch.column("input_ids").is_null(), dtype=bool)
@@ -162,6 +162,20 @@ def _null_inside(lp: Any) -> Any:
         return np.zeros(len(offsets) - 1, dtype=bool)
     nulls = np.asarray(values.is_null(), dtype=np.int64)
     return _per_row(nulls, offsets, np.add, 0) > 0
+
+
+def _impossible(lp: Any) -> Any:
+    """Per turn, whether a log-prob is NaN, infinite or above 0 (``schema._floats`` refuses the record: analyze)."""
+    from tito_audit.replay.schema import LOGPROB_ROUNDING
+
+    raw = lp.values
+    values = np.asarray(raw.fill_null(0) if raw.null_count else raw, dtype=np.float64)  # no copy for doubles
+    offsets = np.asarray(lp.offsets, dtype=np.int64)
+    # NaN and +inf fail the first comparison, -inf the second
+    if not len(values) or (bool((values <= LOGPROB_ROUNDING).all()) and values.min() > -np.inf):
+        return np.zeros(len(offsets) - 1, dtype=bool)
+    bad = ~np.isfinite(values) | (values > LOGPROB_ROUNDING)
+    return _per_row(bad.astype(np.int64), offsets, np.add, 0) > 0
 
 
 def _negative(values: Any, offsets: Any) -> Any:

@@ -12,7 +12,6 @@ it and goes on. A log that cannot be opened at all raises ``LogError`` (one line
 from __future__ import annotations
 
 import glob
-import gzip
 import json
 import zlib
 from collections.abc import Iterator, Sequence
@@ -117,27 +116,203 @@ def parse_line(line: bytes | str) -> Any:
 
 def iter_lines(path: Path, max_record_bytes: int = MAX_RECORD_BYTES) -> Iterator[tuple[int, bytes | RecordError]]:
     """Each non-blank line of a JSONL log (gzip-compressed or not) with its number, at most ``max_record_bytes``
-    read at a time: a longer line is read past in pieces and comes back as a ``RecordError``."""
-    gz = log_kind(path) == "jsonl.gz"
-    stream: Any = gzip.open(path, "rb") if gz else path.open("rb")  # noqa: SIM115 (closed by the with below)
+    read at a time: a longer line is read past in pieces and comes back as a ``RecordError``. Gzip data is read
+    member by member and a member's lines come out only once its checksum holds (``_gzip_pieces``): the lines of
+    a member that fails it are each a ``RecordError``, never replayed."""
+    if log_kind(path) == "jsonl.gz":
+        yield from _gzip_lines(path, max_record_bytes)
+        return
     n = 0
-    with stream:
+    with path.open("rb") as stream:
         while True:
-            try:
-                line = stream.readline(max_record_bytes + 1)
-                if len(line) > max_record_bytes and not line.endswith(b"\n"):
-                    size = len(line) + _skip_line(stream)
-                    n += 1
-                    yield n, oversized(size, max_record_bytes) or RecordError("oversized record")
-                    continue
-            except (EOFError, OSError, zlib.error) as exc:  # truncated or corrupt gzip stream
-                yield n + 1, RecordError(f"the compressed stream ends early or is corrupt ({exc}); nothing after it")
-                return
+            line = stream.readline(max_record_bytes + 1)
+            if len(line) > max_record_bytes and not line.endswith(b"\n"):
+                size = len(line) + _skip_line(stream)
+                n += 1
+                yield n, oversized(size, max_record_bytes) or RecordError("oversized record")
+                continue
             if not line:
                 return
             n += 1
             if line.strip():
                 yield n, line
+
+
+GZIP_HOLD = 16 << 20  # decompressed bytes of one gzip member held back until its checksum is checked
+_READ = 1 << 16
+
+
+class _Member:
+    """Where one gzip member ends and what is wrong with it (``error`` None: its CRC32 and length hold)."""
+
+    def __init__(self) -> None:
+        self.end = 0
+        self.error: str | None = None
+        self.fatal = False  # the stream cannot be followed past it (truncated, not gzip, corrupt deflate data)
+        self.trusted = False  # with an error: its data is still good (a stream cut short, as by a crash)
+
+    def fail(self, error: str, fatal: bool = True, trusted: bool = False) -> None:
+        self.error, self.fatal, self.trusted = error, fatal, trusted
+
+
+def _header_len(head: bytes) -> int | None:
+    """Bytes of the gzip member header at the start of ``head`` (RFC 1952); None when more bytes are needed;
+    ``ValueError`` when it is not one."""
+    if len(head) < 10:
+        if head and not GZIP_MAGIC.startswith(head[:2]):
+            raise ValueError("not gzip data")
+        return None
+    if head[:2] != GZIP_MAGIC or head[2] != 8:
+        raise ValueError("not gzip data")
+    flags, pos = head[3], 10
+    if flags & 4:  # FEXTRA
+        if len(head) < pos + 2:
+            return None
+        pos += 2 + int.from_bytes(head[pos : pos + 2], "little")
+    for bit in (8, 16):  # FNAME, FCOMMENT: zero-terminated
+        if flags & bit:
+            end = head.find(b"\0", pos)
+            if end == -1:
+                return None
+            pos = end + 1
+    pos += 2 if flags & 2 else 0  # FHCRC
+    return pos if len(head) >= pos else None
+
+
+def _inflate(fh: Any, start: int, member: _Member) -> Iterator[bytes]:
+    """The decompressed data of the member at ``start``, checked against its CRC32 and length as it ends; what is
+    wrong goes into ``member`` (the data already given is then not to be trusted)."""
+    fh.seek(start)
+    head = b""
+    while True:
+        more = fh.read(_READ)
+        head += more
+        try:
+            at = _header_len(head)
+        except ValueError as exc:
+            member.fail(str(exc))
+            return
+        if at is not None:
+            break
+        if not more:
+            member.fail("the compressed stream ends early (in a gzip header)", trusted=True)
+            return
+    d = zlib.decompressobj(-zlib.MAX_WBITS)
+    crc, size, pos, data = 0, 0, start + len(head), head[at:]
+    while True:
+        try:
+            out = d.decompress(data)
+        except zlib.error as exc:
+            member.fail(f"the compressed data is corrupt ({exc})")
+            return
+        if out:
+            crc, size = zlib.crc32(out, crc), size + len(out)
+            yield out
+        if d.eof:
+            break
+        data = fh.read(_READ)
+        if not data:
+            member.fail("the compressed stream ends early", trusted=True)
+            return
+        pos += len(data)
+    tail = d.unused_data
+    while len(tail) < 8:
+        more = fh.read(8 - len(tail))
+        if not more:
+            member.fail("the compressed stream ends early (in a gzip trailer)", trusted=True)
+            return
+        tail += more
+        pos += len(more)
+    member.end = pos - len(tail) + 8
+    if int.from_bytes(tail[:4], "little") != crc or int.from_bytes(tail[4:8], "little") != size & 0xFFFFFFFF:
+        member.fail("its gzip member fails its checksum (CRC32 or length): the data is corrupt", fatal=False)
+
+
+def _gzip_pieces(path: Path) -> Iterator[tuple[bytes | None, _Member | None]]:
+    """``(data, None)`` for good data, in order; ``(data, member)`` for the data of a member that failed its check
+    (to count its lines, never to read them); ``(None, member)`` after a member with an error. A member's data is
+    held back until its checksum is checked; one over ``GZIP_HOLD`` is checked to its end, then read again."""
+    size = path.stat().st_size
+    with path.open("rb") as fh:
+        start = 0
+        while start < size:
+            member, held, total = _Member(), [], 0
+            for out in _inflate(fh, start, member):
+                total += len(out)
+                if total <= GZIP_HOLD:
+                    held.append(out)
+                elif held:
+                    held = []
+            tag = None if member.error is None or member.trusted else member
+            if total > GZIP_HOLD:
+                for out in _inflate(fh, start, _Member()):
+                    yield out, tag
+            else:
+                for out in held:
+                    yield out, tag
+            if member.error is not None:
+                yield None, member
+                if member.fatal:
+                    return
+            start = member.end
+
+
+def _gzip_lines(path: Path, max_record_bytes: int) -> Iterator[tuple[int, bytes | RecordError]]:
+    """``iter_lines`` of gzip data: the lines of a member that fails its checksum are each named, never given."""
+    n = 0
+    line = bytearray()
+    skipped = -1  # >= 0: bytes of an oversized line being read past
+    tainted = False  # the line in progress has bytes from a member that failed its check
+    bad_lines, open_tail = 0, False  # in the failed member: newlines seen, and whether its data ends mid-line
+    for data, member in _gzip_pieces(path):
+        if data is not None and member is not None:
+            bad_lines += data.count(b"\n")
+            open_tail = data[-1:] != b"\n"
+            continue
+        if member is not None:  # a member ends with an error
+            why = f"{member.error}; not replayed" + ("; nothing after it" if member.fatal else "")
+            for _ in range(bad_lines):  # from the line in progress to its last newline: none is trusted
+                n += 1
+                yield n, RecordError(why)
+                line.clear()
+                skipped, tainted = -1, False
+            tainted = tainted or (bad_lines == 0 and not member.trusted and bool(line or skipped >= 0)) or open_tail
+            bad_lines, open_tail = 0, False
+            if member.fatal:
+                yield n + 1, RecordError(why)
+                return
+            continue
+        assert data is not None
+        start = 0
+        while start < len(data):
+            cut = data.find(b"\n", start)
+            end = len(data) if cut == -1 else cut + 1
+            if skipped >= 0:
+                skipped += end - start
+            else:
+                line += data[start:end]
+                if len(line) - line.endswith(b"\n") > max_record_bytes:
+                    skipped = len(line)
+                    line.clear()
+            start = end
+            if cut == -1:
+                break
+            n += 1
+            if tainted:
+                yield n, RecordError("its gzip member fails its checksum (CRC32 or length): the data is corrupt; "
+                                     "not replayed")  # fmt: skip
+            elif skipped >= 0:
+                yield n, oversized(skipped, max_record_bytes) or RecordError("oversized record")
+            elif line.strip():
+                yield n, bytes(line)
+            line.clear()
+            skipped, tainted = -1, False
+    if skipped >= 0:
+        yield n + 1, oversized(skipped, max_record_bytes) or RecordError("oversized record")
+    elif tainted:
+        yield n + 1, RecordError("its gzip member fails its checksum (CRC32 or length): the data is corrupt")
+    elif line.strip():
+        yield n + 1, bytes(line)
 
 
 def _skip_line(stream: Any) -> int:

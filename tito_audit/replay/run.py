@@ -7,7 +7,9 @@ and get chunks of lines or Parquet row groups; at most ``2 * workers`` are in fl
 however long the log is. ``tito_audit.replay.distributed`` maps ``replay_batch`` over Parquet shards with Ray.
 
 A log written with another tokenizer is refused early (``TokenizerMismatch``): its records hold ids outside this
-tokenizer, or neither the template's control tokens nor its stop tokens where a log of this model has them.
+tokenizer, or neither the template's control tokens nor its stop tokens where a log of this model has them. In a
+log that fits, each episode is held to the same test (``analyze``): one that does not read as this tokenizer is
+not checked, named in ``replay_incomplete``, never replayed as mojibake.
 """
 
 from __future__ import annotations
@@ -116,7 +118,10 @@ def replay_batch(
     if fmt in ("auto", "native") and not field_map and not needs_more:
         fast = exact_rows(batch, ctx.stop_ids, ctx.marks, MARK_WINDOW)
     vocab = ctx.vocab_size if ctx.vocab_size is not None else 1 << 62
-    exact = small & fast.exact & (fast.max_id < vocab) if fast is not None else np.zeros(batch.num_rows, dtype=bool)
+    if fast is not None:  # a row of another tokenizer is not exact: ``analyze`` refuses it
+        exact = small & fast.exact & (fast.max_id < vocab) & (fast.marks | (fast.stop_turns > 0))
+    else:
+        exact = np.zeros(batch.num_rows, dtype=bool)
     outcomes: list[Outcome] = []
     for k in np.flatnonzero(~exact).tolist():
         line = first_line + k

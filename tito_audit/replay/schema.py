@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -65,6 +66,7 @@ class Episode:
     date: dt.datetime | None = None  # the date the engine's template saw, when the log says
     file: str = ""  # the log file, when a replay reads several
     turns_from_mask: bool = False  # the turns are the trained mask's runs, not the engine's ids (SkyRL keeps none)
+    trainer_logged: bool = True  # False: no trained sequence in the log, the engine's last prompt + output stand in
 
 
 def parse_date(value: Any) -> dt.datetime:
@@ -112,19 +114,32 @@ def _ids(value: Any, where: str, compared: bool = False) -> list[int]:
     return out
 
 
+LOGPROB_ROUNDING = 1e-4  # a log-prob above 0 by less than this is the engine's float rounding of log(1)
+
+
 def _floats(value: Any, where: str) -> list[float]:
+    """Log-probs: numbers, each finite and <= 0 (a probability is at most 1). One above 0, NaN or infinite is not
+    an engine's: the log-prob mass of a divergence would read NaN or positive, so the record is malformed."""
+    out: list[float] | None = None
     if type(value) is list:
         packed = _packed(value, "d")
         if packed is not None:
-            return packed.tolist()
-    if hasattr(value, "tolist"):
-        value = value.tolist()
-    if not isinstance(value, Sequence) or isinstance(value, (str, bytes)):
-        raise RecordError(f"{where} must be a list of numbers")
-    try:
-        return [float(v) for v in value]
-    except (TypeError, ValueError):
-        raise RecordError(f"{where} must hold numbers") from None
+            out = packed.tolist()
+    if out is None:
+        if hasattr(value, "tolist"):
+            value = value.tolist()
+        if not isinstance(value, Sequence) or isinstance(value, (str, bytes)):
+            raise RecordError(f"{where} must be a list of numbers")
+        try:
+            out = [float(v) for v in value]
+        except (TypeError, ValueError):
+            raise RecordError(f"{where} must hold numbers") from None
+    # two C-level passes: the sum is NaN or infinite when a value is, the max above 0 when one is
+    if out and (not math.isfinite(sum(out)) or max(out) > LOGPROB_ROUNDING):
+        found = next(((k, v) for k, v in enumerate(out) if not (math.isfinite(v) and v <= LOGPROB_ROUNDING)), None)
+        if found is not None:  # (None: finite values whose sum overflowed)
+            raise RecordError(f"{where}[{found[0]}] is {found[1]!r}: a log-prob is finite and at most 0")
+    return out
 
 
 def _mask(value: Any, where: str) -> list[int]:
