@@ -162,3 +162,31 @@ def test_answers_closed_and_call_turns_ended_by_the_next_opener(loaded) -> None:
         sim = played(renderer, scenario)
         assert all(t.stop_rendered for t in sim.turns), scenario
         assert not sim.bridge_errors, (scenario, sim.bridge_errors)
+
+
+def test_a_turn_after_a_rewritten_tool_result_starts_after_the_generation_prompt() -> None:
+    """A tool result written one way when last and another once a turn follows (Hermes-2-Pro's tool_use template
+    adds a newline before its end): the history's tail is a turn end the new turn writes too, so the turn starts
+    where the generation prompt follows that end once, not at the point of departure (which read the tool result's
+    end as a stop inside the assistant turn)."""
+    from tito_audit.rollout.turn_start import turn_start
+
+    history = "<u>hi<e><t>result</t><e>"
+    full = "<u>hi<e><t>result</t>\n<e><a>call one<e>"
+    assert turn_start(history + "<a>", full, lambda: history) == full.index("call one")
+
+
+@needs_corpus
+def test_hermes_tool_use_template_has_no_stop_inside_its_turns(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from tito_audit.cli import app
+
+    out = tmp_path / "report.json"
+    template = CORPUS / "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja"
+    args = ["audit", "qwen3-0.6b", "--chat-template", str(template), "-f", "json", "-o", str(out), "-q"]
+    CliRunner().invoke(app, args)
+    [model] = json.loads(out.read_text())["models"]
+    tool_append = next(c for c in model["checks"] if c["id"] == "tool_append_prefix")
+    assert model["verdict"] == "tito-required" and "unsafe:stop_inside_turn" not in model["verdict_reasons"]
+    assert tool_append["status"] == "pass", tool_append["summary"]

@@ -38,7 +38,14 @@ def turn_start(prompt: str, full: str, history: Callable[[], str]) -> int:
         return start  # they part in the generation prompt itself (a prefill history lacks): the turn starts there
     tail = before[_longest_tail(before[:gen], start, full, start) : gen]
     at = full.find(tail, start)
-    if not tail.strip() or full.find(tail, at + 1) >= 0:
-        return start  # nothing of the history is left to anchor on, or no one place: keep the point of departure
+    if not tail.strip():
+        return start  # nothing of the history is left to anchor on: keep the point of departure
+    if full.find(tail, at + 1) >= 0:
+        # the tail recurs (a turn end the turn writes too, after a rewritten tool result): the one place where the
+        # generation prompt follows it, or none
+        anchored = tail + prompt[gen:]
+        at = full.find(anchored, start)
+        if at < 0 or full.find(anchored, at + 1) >= 0:
+            return start
     end = at + len(tail)
     return end + common_prefix_len(prompt[gen:], full[end:])
