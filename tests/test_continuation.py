@@ -29,11 +29,13 @@ def test_a_prefill_the_finished_turn_does_not_write_is_lost_when_continuing() ->
 def test_the_shared_models_continue_a_cut_answer_from_the_buffer(loaded, spec: str) -> None:
     """A cut inside an answer continues from the buffer on every shared model. A cut inside reasoning does not on
     Qwen3 (its template closes the think block after the reasoning it is given, and writes an empty block before
-    raw content: checked by hand with apply_chat_template in the red team's verify.py t4q)."""
+    raw content: checked by hand with apply_chat_template in the red team's verify.py t4q), nor on gpt-oss (the
+    re-render of the turn being continued drops the analysis of the earlier call turn, which the buffer holds; and
+    the template refuses channel tags in content)."""
     c = audit_model(loaded(spec), ONLY).check("continuation")
     assert c.comparisons >= 1, c.summary
     assert not [f for f in c.findings if "in its answers" in f.message], c.summary
-    if spec == "Qwen/Qwen3-0.6B":
+    if spec in ("Qwen/Qwen3-0.6B", "openai/gpt-oss-20b"):
         assert c.status == "warn" and all("in its reasoning" in f.message for f in c.findings), c.summary
     else:
         assert c.status == "pass", c.summary
