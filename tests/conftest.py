@@ -56,6 +56,23 @@ _MODELS: dict[str, object] = {}
 _REPORTS: dict[str, object] = {}
 
 
+def tiny_qwen3_config(vocab_size: int = 151936):  # type: ignore[no-untyped-def]
+    """Qwen3's real architecture (q/k norms, GQA, tied head) at a small width: the stand-in for a user's weights in
+    the --weights tests; by default the full 151,936-row vocabulary of the bundled qwen3-0.6b tokenizer."""
+    from transformers import Qwen3Config
+
+    return Qwen3Config(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        tie_word_embeddings=True,
+    )
+
+
 def snapshot(repo_id: str) -> Path:
     repo = HUB / ("models--" + repo_id.replace("/", "--"))
     return repo / "snapshots" / (repo / "refs" / "main").read_text().strip()

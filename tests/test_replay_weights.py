@@ -15,9 +15,9 @@ import math
 
 import pytest
 import torch
-from conftest import snapshot
+from conftest import snapshot, tiny_qwen3_config
 from test_replay_io import write_jsonl
-from transformers import AutoModelForCausalLM, Qwen3Config
+from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
 from tito_audit.cli import app
@@ -36,25 +36,12 @@ QWEN3 = "Qwen/Qwen3-0.6B"
 VOCAB = 151936
 
 
-def _config(vocab: int = VOCAB) -> Qwen3Config:
-    return Qwen3Config(
-        vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        tie_word_embeddings=True,
-    )
-
-
 @pytest.fixture(scope="module")
 def policy(tmp_path_factory):
     """(folder, the same model in float32)."""
     folder = tmp_path_factory.mktemp("policy")
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(_config())
+    model = AutoModelForCausalLM.from_config(tiny_qwen3_config(VOCAB))
     model.save_pretrained(folder)
     return str(folder), model.eval()
 
@@ -316,11 +303,11 @@ def test_both_kinds_of_mismatch_in_one_log_are_separated_as_a_hand_computation_s
 
 def test_top_k_estimator_bias_equals_a_hand_computation():
     torch.manual_seed(1)
-    model = AutoModelForCausalLM.from_config(_config(12)).eval()
+    model = AutoModelForCausalLM.from_config(tiny_qwen3_config(12)).eval()
     with torch.no_grad():  # peakier logits: top-2 then keeps 50 to 75 % of the mass
         model.get_input_embeddings().weight.mul_(5.0)
     torch.manual_seed(2)
-    ref = AutoModelForCausalLM.from_config(_config(12)).eval()
+    ref = AutoModelForCausalLM.from_config(tiny_qwen3_config(12)).eval()
     ids = [1, 5, 3, 7, 2, 9, 4, 11, 6]
     mask = [0, 0, 0, 1, 1, 1, 0, 1, 1]  # two turns: (3, 6) and (7, 9)
     pair = Pair(1, "hand", "", ids, mask, reference="engine", buffer_ids=ids, buffer_mask=mask,

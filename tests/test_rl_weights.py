@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import snapshot
+from conftest import snapshot, tiny_qwen3_config
 from transformers import AutoModelForCausalLM, Gemma2Config, Qwen3Config
 
 from tito_audit.errors import UsageError
@@ -25,17 +25,7 @@ def _save(config, folder) -> str:
 
 @pytest.fixture(scope="module")
 def qwen3_weights(tmp_path_factory):
-    # Qwen3's real architecture (q/k norms, GQA, tied head) at a small width; the full 151,936-row vocabulary.
-    cfg = Qwen3Config(
-        vocab_size=151936,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        tie_word_embeddings=True,
-    )
+    cfg = tiny_qwen3_config()  # Qwen3's architecture at a small width, the full 151,936-row vocabulary
     return _save(cfg, tmp_path_factory.mktemp("qwen3w"))
 
 
