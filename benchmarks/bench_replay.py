@@ -42,8 +42,8 @@ print(json.dumps({"episodes": len(rows), "failed": failed, "seconds": round(s, 4
 
 def make_log(model_name: str, episodes: int, loop: str, path: Path, seed: int = 0) -> dict:
     from tito_audit import load
-    from tito_audit.context import AuditContext, AuditOptions
-    from tito_audit.replay.synthetic import Splitter, log_episode, play
+    from tito_audit.audit.context import AuditContext, AuditOptions
+    from tito_audit.testing.synthetic import Splitter, log_episode, play
 
     model = load(model_name)
     ctx = AuditContext(model, AuditOptions())

@@ -86,8 +86,8 @@ def make_logs(model_name: str, episodes: int, folder: Path, filler_words: int, d
     import pyarrow.parquet as pq
 
     from tito_audit import load
-    from tito_audit.context import AuditContext, AuditOptions
-    from tito_audit.replay.synthetic import Splitter, log_episode, play, with_engine_prompts
+    from tito_audit.audit.context import AuditContext, AuditOptions
+    from tito_audit.testing.synthetic import Splitter, log_episode, play, with_engine_prompts
 
     model = load(model_name)
     ctx = AuditContext(model, AuditOptions())

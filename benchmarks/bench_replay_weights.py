@@ -43,7 +43,7 @@ def played(template: str, episodes: int, seed: int = 3) -> tuple[Any, Any, list[
     """(loaded model, replay context, played episodes) from a bundled template."""
     from tito_audit import load
     from tito_audit.replay import ReplayContext
-    from tito_audit.replay.synthetic import played_episodes
+    from tito_audit.testing.synthetic import played_episodes
 
     model = load(template)
     return model, ReplayContext.from_model(model), played_episodes(model, 0.3, seed=seed)[:episodes]
@@ -51,9 +51,9 @@ def played(template: str, episodes: int, seed: int = 3) -> tuple[Any, Any, list[
 
 def engine_records(eps: list[Any], loop: str, engine: Any, vocab: int) -> list[dict[str, Any]]:
     """Native records of ``loop`` with each turn's prompt_ids and the log-probs ``engine`` gives its samples."""
-    from tito_audit.replay.synthetic import log_episode, with_engine_prompts
+    from tito_audit.policy.model import VocabMap
     from tito_audit.replay.weights.logprobs import Row, row_logps
-    from tito_audit.rl.model import VocabMap
+    from tito_audit.testing.synthetic import log_episode, with_engine_prompts
 
     rows = [Row(p.traj.input_ids, [j for a, b in p.traj.sampled_spans() for j in range(a, b)]) for p in eps]
     lps = row_logps(engine, VocabMap.full(vocab), rows)
@@ -95,9 +95,9 @@ def main() -> None:
     out = Path(flags.get("out", Path(__file__).parent / "results" / "replay-weights.json"))
     from transformers import AutoModelForCausalLM, Qwen3Config
 
+    from tito_audit.policy.generation import GenerationSettings
+    from tito_audit.policy.model import VocabMap, cap_threads
     from tito_audit.replay.weights import Policy, analyze_pairs
-    from tito_audit.rl.generation import GenerationSettings
-    from tito_audit.rl.model import VocabMap, cap_threads
 
     config = dict(
         vocab_size=151936,

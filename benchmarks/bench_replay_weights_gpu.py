@@ -60,9 +60,9 @@ def main() -> None:
     budget = float(flags.get("budget", 180))
     from transformers import AutoModelForCausalLM, Qwen2Config, Qwen3Config
 
+    from tito_audit.policy.generation import GenerationSettings
+    from tito_audit.policy.model import VocabMap
     from tito_audit.replay.weights import Policy, analyze_pairs
-    from tito_audit.rl.generation import GenerationSettings
-    from tito_audit.rl.model import VocabMap
 
     device = torch.device("cpu" if tiny else "cuda")
     result: dict[str, Any] = {

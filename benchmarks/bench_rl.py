@@ -26,11 +26,11 @@ from typing import Any
 
 import torch
 
+from tito_audit.policy.gradient_compare import compare
+from tito_audit.policy.gradients import view_gradient
+from tito_audit.policy.model import VocabMap, build_small_model
 from tito_audit.rl import RLConfig, run_rl
 from tito_audit.rl.episodes import assign_groups, group_advantages
-from tito_audit.rl.gradient_compare import compare
-from tito_audit.rl.gradients import view_gradient
-from tito_audit.rl.model import VocabMap, build_small_model
 from tito_audit.rl.template_episodes import TemplateEpisodes, used_ids
 
 MODELS = ("Qwen/Qwen3-0.6B", "Qwen/Qwen2.5-7B-Instruct")

@@ -34,9 +34,9 @@ from typing import Any
 
 import torch
 
+from tito_audit.policy.model import VocabMap
 from tito_audit.rl import RLConfig, run_rl
 from tito_audit.rl import loop as rl_loop
-from tito_audit.rl.model import VocabMap
 
 QWEN3_TEMPLATE, QWEN25_TEMPLATE = "qwen3-0.6b", "qwen2.5-7b-instruct"
 # The published architectures (config.json of the Hub repos), used only to size the random models.

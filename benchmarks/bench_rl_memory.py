@@ -121,8 +121,8 @@ def child(folder: str, dtype: str, group_size: int) -> None:
 
 
 def _compact_ids() -> list[int]:
+    from tito_audit.policy.model import VocabMap
     from tito_audit.rl import RLConfig
-    from tito_audit.rl.model import VocabMap
     from tito_audit.rl.template_episodes import TemplateEpisodes, used_ids
 
     template = TemplateEpisodes(RLConfig(model=MODEL, **RUN))  # type: ignore[arg-type]

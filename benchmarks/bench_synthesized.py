@@ -50,8 +50,8 @@ def hidden_candidates(real: Any, candidates: dict[str, Any]) -> dict[str, Any]:
 def compare(real: Any, candidates: dict[str, Any], scenarios: str = "full") -> dict[str, Any]:
     """One model: the real audit and the synthesized one, every check run on both, side by side."""
     from tito_audit import audit_model
-    from tito_audit.checks import REGISTRY
-    from tito_audit.context import AuditOptions
+    from tito_audit.audit.checks import REGISTRY
+    from tito_audit.audit.context import AuditOptions
     from tito_audit.sources import synthesized
 
     options = AuditOptions(scenarios=scenarios)

@@ -16,7 +16,7 @@ import sys
 import time
 
 from tito_audit import TitoGuardError, check_batch, load
-from tito_audit.replay.synthetic import log_episode, played_episodes
+from tito_audit.testing.synthetic import log_episode, played_episodes
 
 
 def engine_contexts(played) -> list[list[int]]:

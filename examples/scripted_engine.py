@@ -17,7 +17,7 @@ from typing import Any
 
 from tito_audit import Renderer
 from tito_audit.replay import ReplayContext, ReplayTotals, replay_log
-from tito_audit.replay.synthetic import Splitter
+from tito_audit.testing.synthetic import Splitter
 
 Message = dict[str, Any]
 Policy = Callable[[str], Message]  # prompt text -> the assistant message the model answers with

@@ -43,7 +43,7 @@ from typing import Any
 from scripted_engine import ScriptedEngine, replay_and_report
 
 from tito_audit import load
-from tito_audit.replay import LogWriter
+from tito_audit.trainer.writer import LogWriter
 
 MODEL = "qwen2.5-7b-instruct"
 WEATHER = {"Paris": "light rain, 14 °C", "Lisbon": "sunny, 22 °C", "Oslo": "snow, -3 °C", "Nairobi": "clear, 25 °C"}

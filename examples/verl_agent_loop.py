@@ -43,7 +43,7 @@ from typing import Any
 from scripted_engine import ScriptedEngine, replay_and_report
 
 from tito_audit import load
-from tito_audit.replay import LogWriter
+from tito_audit.trainer.writer import LogWriter
 
 MODEL = "qwen2.5-7b-instruct"
 TOOL_SCHEMAS = [

@@ -30,7 +30,7 @@ def _audit_one(template: Any, picker: Any) -> dict[str, Any]:
     if scanned.verdict is None:  # classified without a verdict, exactly as `tito-audit scan` counts it
         return {**row, "skipped": f"{scanned.cls}: {scanned.reason}"}
     row["verdict"] = scanned.verdict
-    if scanned.verdict != "unsafe":  # unsafe is exactly a failing tool_append_prefix (tito_audit.verdict)
+    if scanned.verdict != "unsafe":  # unsafe is exactly a failing tool_append_prefix (tito_audit.report.verdict)
         return {**row, "tool_append_prefix": "pass"}
     started = time.perf_counter()
     model = picker.models[scanned.tokenizer].with_template(read_template(template.path), template.name)

@@ -2,7 +2,7 @@
 
     python scripts/make_replay_log.py MODEL LOOP OUT.jsonl [--rate 0.3] [--seed 0]
 
-LOOP is one of ``tito_audit.replay.synthetic.LOOPS`` or ``prefix_fallback``. The sampler splits a token in
+LOOP is one of ``tito_audit.testing.synthetic.LOOPS`` or ``prefix_fallback``. The sampler splits a token in
 ``rate`` of the turns. Prints the injected truth (divergences per class) on stderr.
 """
 
@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 from tito_audit import load
-from tito_audit.replay.synthetic import LOOPS, log_episode, played_episodes
+from tito_audit.testing.synthetic import LOOPS, log_episode, played_episodes
 
 
 def main() -> None:

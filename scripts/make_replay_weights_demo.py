@@ -23,9 +23,9 @@ import torch
 from transformers import AutoModelForCausalLM, Qwen3Config
 
 from tito_audit import load
-from tito_audit.replay.synthetic import LOOPS, log_episode, played_episodes, with_engine_prompts
+from tito_audit.policy.model import VocabMap
 from tito_audit.replay.weights.logprobs import Row, row_logps
-from tito_audit.rl.model import VocabMap
+from tito_audit.testing.synthetic import LOOPS, log_episode, played_episodes, with_engine_prompts
 
 
 def main() -> None:

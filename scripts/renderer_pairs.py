@@ -14,8 +14,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from tito_audit.audit import audit
-from tito_audit.context import AuditOptions
+from tito_audit.audit.context import AuditOptions
+from tito_audit.audit.parallel import audit_models as audit
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "renderer-pairs.json"

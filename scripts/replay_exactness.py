@@ -24,7 +24,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from tito_audit import load  # noqa: E402
 from tito_audit.replay.analyze import ReplayContext  # noqa: E402
-from tito_audit.replay.synthetic import LOOPS, log_episode, played_episodes, replay_logged  # noqa: E402
+from tito_audit.testing.synthetic import LOOPS, log_episode, played_episodes, replay_logged  # noqa: E402
 
 # every model of the development Hub cache, by repo id (the folder names huggingface_hub writes)
 MODELS = sorted(

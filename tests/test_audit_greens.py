@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tito_audit import audit_model, load
-from tito_audit.context import AuditContext, AuditOptions
+from tito_audit.audit.context import AuditContext, AuditOptions
 from tito_audit.rendering.analysis import message_reads
 from tito_audit.scenarios.reach import MAX_COUNT, derive_reach
 

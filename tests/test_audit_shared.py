@@ -7,7 +7,7 @@ import json
 import pytest
 from conftest import SHARED_MODELS
 
-from tito_audit.audit import SCHEMA_VERSION, AuditReport
+from tito_audit.report.model_report import SCHEMA_VERSION, AuditReport
 
 
 def test_qwen3_is_unsafe_because_think_block_is_dropped(report):

@@ -91,7 +91,7 @@ def test_a_library_renderer_has_no_budget() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", CPU_BURNERS)
 def test_every_cpu_burning_template_ends_limit_exceeded(name: str) -> None:
-    from tito_audit.audit import audit_model
+    from tito_audit.audit.runner import audit_model
 
     model = _model()
     report = audit_model(model.with_template((HOSTILE / f"{name}.jinja").read_text(), name))
@@ -102,7 +102,7 @@ def test_every_cpu_burning_template_ends_limit_exceeded(name: str) -> None:
 @pytest.mark.slow
 def test_every_hostile_template_ends_in_audit() -> None:
     """The whole hostile set, one audit each: every template ends with a verdict or a classified error."""
-    from tito_audit.audit import audit_model
+    from tito_audit.audit.runner import audit_model
     from tito_audit.errors import AuditError
     from tito_audit.sources.load import compile_template
 
@@ -156,7 +156,7 @@ def test_the_budget_counts_the_output_the_renders_produce() -> None:
 def test_a_template_that_floods_its_output_is_stopped_by_its_output() -> None:
     """token_flood.jinja renders ~1.1 MB per render in ~0.02 s of CPU: the output total stops it, not the 3 s of
     render CPU after minutes of tokenizing."""
-    from tito_audit.audit import audit_model
+    from tito_audit.audit.runner import audit_model
 
     report = audit_model(_model().with_template((HOSTILE / "token_flood.jinja").read_text(), "token_flood"))
     assert (report.verdict, report.error_kind) == ("error", "limit_exceeded"), report.error

@@ -40,15 +40,24 @@ def test_help_imports_no_heavy_library() -> None:
 
 
 def test_package_names_resolve_on_first_use() -> None:
-    """``import tito_audit`` imports no submodule; ``tito_audit.audit`` stays the function after the submodule of
-    the same name is imported (as when the package imported it eagerly)."""
+    """``import tito_audit`` imports no submodule; each public name is imported where it is defined, on first use.
+    ``tito_audit.audit`` is the audit package, still callable (deprecated) as the old ``audit(specs)``."""
     code = (
-        "import sys, tito_audit; assert 'tito_audit.audit' not in sys.modules; "
-        "import tito_audit.audit, tito_audit.cli.audit; from tito_audit import audit, load, Trajectory; "
-        "print(audit.__module__, tito_audit.audit is audit, load.__module__, Trajectory.__name__)"
+        "import sys, warnings, tito_audit; assert 'tito_audit.audit' not in sys.modules; "
+        "from tito_audit import audit, audit_models, load, Trajectory; "
+        "import tito_audit.audit.runner; "
+        "warnings.simplefilter('error'); "
+        "exec('try:\\n audit([])\\nexcept DeprecationWarning as w:\\n print(\\'deprecated\\')'); "
+        "print(audit.__name__, audit_models.__module__, load.__module__, Trajectory.__name__)"
     )
     out = _python(code)
-    assert out.stdout.split() == ["tito_audit.audit", "True", "tito_audit.sources.load", "Trajectory"], out.stderr
+    assert out.stdout.split() == [
+        "deprecated",
+        "tito_audit.audit",
+        "tito_audit.audit.parallel",
+        "tito_audit.sources.load",
+        "Trajectory",
+    ], out.stderr
 
 
 def test_cold_audit_takes_the_direct_tokenizer_path() -> None:

@@ -9,7 +9,7 @@ import pytest
 from conftest import SHARED_MODELS
 
 from tito_audit import audit_model, load
-from tito_audit.context import AuditOptions
+from tito_audit.audit.context import AuditOptions
 
 DATA = Path(__file__).parent / "data" / "continuation"
 ONLY = AuditOptions(only_checks=("continuation",))

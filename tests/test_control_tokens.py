@@ -13,9 +13,9 @@ from conftest import CORPUS, needs_corpus
 from typer.testing import CliRunner
 
 from tito_audit import AuditOptions, audit_model
-from tito_audit.probes import TOOLS
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.rollout import Trajectory, stop_token_ids
+from tito_audit.rollout.probes import TOOLS
 from tito_audit.sources import bundled_names
 from tito_audit.sources.synthesized import Synthesizer
 
@@ -126,8 +126,8 @@ def test_audit_with_a_foreign_template_stops_on_its_turn_end_and_says_approximat
 def test_a_tokenizer_that_splits_the_turn_end_is_named_by_stop_boundary(loaded) -> None:
     """Through the API a template can still be audited on a tokenizer that splits its turn end: stop_boundary
     says no engine stops on it."""
-    from tito_audit.checks import REGISTRY, run_check
-    from tito_audit.context import AuditContext
+    from tito_audit.audit.checks import REGISTRY, run_check
+    from tito_audit.audit.context import AuditContext
 
     template = (
         "{% for m in messages %}@@{{ m.role }}@@\n{{ m.content }} @@END@@\n{% endfor %}"

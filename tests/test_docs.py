@@ -10,9 +10,9 @@ import typer.main
 import yaml
 from conftest import SHARED_MODELS
 
-from tito_audit.checks import FINDING_CLASSES, ordered_checks
+from tito_audit.audit.checks import FINDING_CLASSES, ordered_checks
 from tito_audit.cli import app
-from tito_audit.verdict import VERDICTS
+from tito_audit.report.verdict import VERDICTS
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKS_MD = (ROOT / "docs" / "checks.md").read_text(encoding="utf-8")

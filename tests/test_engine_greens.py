@@ -12,11 +12,11 @@ import pytest
 from typer.testing import CliRunner
 
 from tito_audit import load
-from tito_audit.audit import audit_model
+from tito_audit.audit.context import AuditContext, AuditOptions
+from tito_audit.audit.runner import audit_model
 from tito_audit.cli import app
-from tito_audit.context import AuditContext, AuditOptions
 from tito_audit.engines.resolve import engine_for
-from tito_audit.probes import TOOLS
+from tito_audit.rollout.probes import TOOLS
 from tito_audit.scenarios import build_scenarios
 
 ENCODERS = Path(__file__).parent / "data" / "encoders" / "red_team.py"
@@ -84,7 +84,7 @@ def test_an_encoder_is_given_the_pinned_date_and_sees_it_on_the_clock():
 def test_without_a_stoppable_clock_an_engine_that_agrees_is_not_checked(monkeypatch):
     monkeypatch.setattr("tito_audit.engines.wall_clock.available", lambda: False)
     ctx = AuditContext(load(MODEL), AuditOptions(renderer=enc("good"), scenarios="quick"))
-    from tito_audit.checks import REGISTRY, run_check
+    from tito_audit.audit.checks import REGISTRY, run_check
 
     result = run_check(REGISTRY["time_invariance"], ctx)
     assert result.status == "not_applicable" and "not checked" in (result.summary or "")

@@ -13,9 +13,10 @@ from conftest import needs_hub
 from typer.testing import CliRunner
 
 from tito_audit import load
-from tito_audit.audit import audit, audit_model
+from tito_audit.audit.context import AuditContext, AuditOptions
+from tito_audit.audit.parallel import audit_models as audit
+from tito_audit.audit.runner import audit_model
 from tito_audit.cli import app
-from tito_audit.context import AuditContext, AuditOptions
 from tito_audit.engines.base import RendererUnavailable
 from tito_audit.engines.resolve import engine_for
 from tito_audit.errors import EXIT_OPERATIONAL
@@ -236,7 +237,7 @@ def test_cli_names_a_bad_renderer_in_one_line():
 def test_pair_report_validates_against_the_schema(tmp_path):
     import jsonschema
 
-    from tito_audit.audit import AuditReport
+    from tito_audit.report.model_report import AuditReport
 
     schema = json.loads((Path(__file__).resolve().parents[1] / "docs" / "report.schema.json").read_text())
     doc = json.loads(json.dumps(AuditReport([audited("gpt-oss-20b", "openai-harmony", "jinja")]).to_dict()))

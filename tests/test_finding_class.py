@@ -42,7 +42,7 @@ def test_a_content_word_is_not_reasoning() -> None:
 
 
 def test_reasoning_the_conversation_carried_is_a_history_rewrite() -> None:
-    from tito_audit.finding_class import ReasoningMarks, pick_class
+    from tito_audit.report.finding_class import ReasoningMarks, pick_class
 
     tok = load(MODEL).tokenizer
     eos = [tok.convert_tokens_to_ids("<|im_end|>")]

@@ -103,7 +103,7 @@ def test_bad_option_values_are_one_error_line_exit_2(args: list[str], names: lis
 
 def test_scan_fail_on_accepts_every_class_and_empty() -> None:
     from tito_audit.cli.params import many_of
-    from tito_audit.scan.classify import CLASSES
+    from tito_audit.report.scan_classes import CLASSES
 
     check = many_of(lambda: CLASSES)
     assert check("unsafe,tito-required") == "unsafe,tito-required" and check("") == ""

@@ -12,13 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from tito_audit.audit.context import AuditOptions
 from tito_audit.cli import app
-from tito_audit.context import AuditOptions
 from tito_audit.errors import RenderError
 from tito_audit.fix import audited_template, propose_fix, reasoning
 from tito_audit.fix.markers import plan_markers
 from tito_audit.fix.proof import STATUS_RANK
-from tito_audit.fix.source import (
+from tito_audit.rendering.template_source import (
     Data,
     Source,
     apply_edits,
@@ -422,7 +422,7 @@ def test_folding_a_condition_keeps_what_jinja_decides(condition, data):
     set, for every value of the others (``parse_bool`` unwraps only parentheses around the whole expression)."""
     from itertools import product
 
-    from tito_audit.fix.conditions import atoms, fold, parse_bool
+    from tito_audit.rendering.template_conditions import atoms, fold, parse_bool
 
     src = Source("{% if " + condition + " %}{% endif %}")
     expr = parse_bool(list(src.tags[0].expr))

@@ -17,16 +17,16 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tito_audit.audit import AuditReport
-from tito_audit.checks import ordered_checks
+from tito_audit.audit.checks import ordered_checks
 from tito_audit.cli import app
-from tito_audit.findings import TokenSide
 from tito_audit.formats import FORMATTERS, render_report
 from tito_audit.formats.compatibility import compatibility_table
 from tito_audit.formats.divergence import divergence
 from tito_audit.formats.html import to_html
 from tito_audit.formats.sarif import artifact_uri, to_sarif_dict
-from tito_audit.rl_artifacts import read_rl_dir
+from tito_audit.report.findings import TokenSide
+from tito_audit.report.model_report import AuditReport
+from tito_audit.report.rl_artifacts import read_rl_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 UNSAFE, SAFE = "Qwen/Qwen3-0.6B", "Qwen/Qwen2.5-7B-Instruct"

@@ -7,11 +7,11 @@ from functools import cache
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tito_audit.audit.simulation import simulate
 from tito_audit.rendering import Renderer, RenderError
 from tito_audit.rollout import stop_token_ids
 from tito_audit.rollout.tokens import special_token_strings
 from tito_audit.scenarios.spec import Scenario
-from tito_audit.simulation import simulate
 
 MODELS = ("qwen3-0.6b", "mistral-nemo-instruct-2407", "gpt-oss-20b")
 CLASSIFIED = {"raised", "type", "security", "timeout", "too_large"}

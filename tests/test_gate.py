@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from tito_audit.audit import SCHEMA_VERSION, AuditReport
 from tito_audit.cli import app
 from tito_audit.cli.audit import exit_code
 from tito_audit.errors import UsageError
 from tito_audit.gate import Suppression, apply_suppressions, load_baseline, load_suppressions
-from tito_audit.verdict import decide
+from tito_audit.report.model_report import SCHEMA_VERSION, AuditReport
+from tito_audit.report.verdict import decide
 
 QWEN3 = "Qwen/Qwen3-0.6B"
 LLAMA = "meta-llama/Llama-3.2-3B-Instruct"

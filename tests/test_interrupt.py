@@ -71,8 +71,8 @@ def test_ctrl_c_before_any_model_finished(tmp_path: Path) -> None:
 
 
 def test_a_complete_report_says_so(report) -> None:
-    from tito_audit.audit import AuditReport
     from tito_audit.formats import render_report
+    from tito_audit.report.model_report import AuditReport
 
     whole = AuditReport([report("qwen3-0.6b")])
     assert json.loads(render_report(whole, "json"))["complete"] is True

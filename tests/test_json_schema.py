@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from conftest import SHARED_MODELS
 
-from tito_audit.audit import SCHEMA_VERSION, AuditReport, error_report
-from tito_audit.checks import FINDING_CLASSES
+from tito_audit.audit.checks import FINDING_CLASSES
 from tito_audit.errors import ModelNotFound
 from tito_audit.formats import render_report
+from tito_audit.report.model_report import SCHEMA_VERSION, AuditReport, error_report
 
 jsonschema = pytest.importorskip("jsonschema")
 SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "docs" / "report.schema.json").read_text())

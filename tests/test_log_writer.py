@@ -3,7 +3,7 @@ total for total), rotation keeps every part a log of its own, threads share a wr
 to, and a writer process killed mid-run leaves a log that replays (a torn tail, if any, cut on the next open).
 
 The records are the audit's scenarios played through ``Trajectory`` on the bundled Qwen2.5 tokenizer
-(``tito_audit.replay.synthetic``), logged by a loop that re-tokenizes, so the replay has divergences, what-ifs and
+(``tito_audit.testing.synthetic``), logged by a loop that re-tokenizes, so the replay has divergences, what-ifs and
 non-canonical turns to lose if a writer dropped or changed anything.
 """
 
@@ -25,10 +25,10 @@ from typing import Any
 import pytest
 from conftest import IN_CI
 
-from tito_audit.replay import LogWriter, RecordError, ReplayContext, episode_from_native, iter_records, replay_log
-from tito_audit.replay import writer as writer_module
-from tito_audit.replay.synthetic import log_episode, played_episodes
-from tito_audit.replay.writer import per_rank_path
+from tito_audit.replay import RecordError, ReplayContext, episode_from_native, iter_records, replay_log
+from tito_audit.testing.synthetic import log_episode, played_episodes
+from tito_audit.trainer import writer as writer_module
+from tito_audit.trainer.writer import LogWriter, per_rank_path
 
 MODEL = "qwen2.5-7b-instruct"
 ROOT = Path(__file__).resolve().parents[1]
@@ -196,7 +196,7 @@ def test_a_bad_record_is_refused_at_write_time(setup, tmp_path):
 
 CHILD = """
 import json, os, sys, threading
-from tito_audit.replay import LogWriter
+from tito_audit.trainer.writer import LogWriter
 records = json.load(open(sys.argv[1]))
 log = LogWriter(sys.argv[2], max_bytes=int(sys.argv[3]), buffer_bytes=int(sys.argv[4]))
 torn = sys.argv[5] == "torn"
@@ -369,7 +369,7 @@ def test_a_second_parquet_writer_is_refused_and_no_part_is_ever_replaced(tmp_pat
 
 RANK = """
 import sys
-from tito_audit.replay import LogWriter
+from tito_audit.trainer.writer import LogWriter
 rank, path, go, sealed = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 import pathlib, time
 log = LogWriter(path)                                   # both ranks open the log before either flushes
@@ -408,7 +408,7 @@ def test_per_rank_path_gives_each_rank_its_own_log(monkeypatch):
 
 UNCLOSED = """
 import gc, sys
-from tito_audit.replay import LogWriter
+from tito_audit.trainer.writer import LogWriter
 log = LogWriter(sys.argv[1], buffer_bytes=int(sys.argv[3]))
 for k in range(500):
     log.write_episode(sampled=[[5, 6]], input_ids=[1, 5, 6], loss_mask=[0, 1, 1], id=f"ep-{k}")

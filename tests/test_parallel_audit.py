@@ -12,7 +12,7 @@ from conftest import snapshot
 from typer.testing import CliRunner
 
 from tito_audit import AuditOptions, audit
-from tito_audit.audit import default_jobs
+from tito_audit.audit.parallel import default_jobs
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,7 @@ def test_default_jobs_is_one_per_model_at_most_one_per_core() -> None:
 
 def test_debug_raises_a_worker_error_with_its_traceback(monkeypatch) -> None:
     """With debug, an internal error in a worker reaches the caller, chained to the worker's traceback."""
-    from tito_audit.checks import REGISTRY
+    from tito_audit.audit.checks import REGISTRY
 
     def boom(ctx):
         raise ZeroDivisionError("check bug for the test")
@@ -105,7 +105,7 @@ def test_debug_raises_a_worker_error_with_its_traceback(monkeypatch) -> None:
 def test_a_verdict_bearing_check_error_makes_the_verdict_error(monkeypatch) -> None:
     """A verdict never rests on a check that errored: naive_rerender crashing turns safe into error (with the
     reason); a model already proven unsafe by another check stays unsafe, and says what could not be checked."""
-    from tito_audit.checks import REGISTRY
+    from tito_audit.audit.checks import REGISTRY
 
     def boom(ctx):
         raise ZeroDivisionError("check bug for the test")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tito_audit.scan.classify import CLASSES, VERDICTS
+from tito_audit.report.scan_classes import CLASSES, VERDICTS
 
 ROOT = Path(__file__).resolve().parents[1]
 HOOK = "tito-audit-templates"

@@ -9,9 +9,9 @@ import re
 import pytest
 from rich.console import Console
 
-from tito_audit.audit import AuditReport
 from tito_audit.formats.terminal import FIRST_DIVERGENT, SUMMARY_LIMIT, model_section, provenance_fields, to_terminal
-from tito_audit.quote import QUOTE_LIMIT, quoted
+from tito_audit.report.model_report import AuditReport
+from tito_audit.report.quote import QUOTE_LIMIT, quoted
 
 QWEN3, GPT_OSS = "Qwen/Qwen3-0.6B", "openai/gpt-oss-20b"
 

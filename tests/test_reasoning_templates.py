@@ -14,8 +14,8 @@ from conftest import CORPUS, needs_corpus
 from typer.testing import CliRunner
 
 from tito_audit import audit_model, load
+from tito_audit.audit.context import AuditContext, AuditOptions
 from tito_audit.cli import app
-from tito_audit.context import AuditContext, AuditOptions
 
 DATA = Path(__file__).parent / "data" / "reasoning"
 TOKENIZER = "qwen2.5-7b-instruct"  # bundled: none of these templates' delimiters is one of its tokens

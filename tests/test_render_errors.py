@@ -8,13 +8,13 @@ from __future__ import annotations
 import pytest
 
 from tito_audit import audit_model, load
-from tito_audit.audit import AuditReport
-from tito_audit.checks.base import CheckSpec, run_check
+from tito_audit.audit.checks.base import CheckSpec, run_check
+from tito_audit.audit.context import AuditContext, AuditOptions
 from tito_audit.cli.audit import exit_code
-from tito_audit.context import AuditContext, AuditOptions
 from tito_audit.errors import RenderError
-from tito_audit.findings import Outcome
 from tito_audit.rendering.renderer import Renderer
+from tito_audit.report.findings import Outcome
+from tito_audit.report.model_report import AuditReport
 
 MODEL = "qwen2.5-7b-instruct"
 

@@ -10,12 +10,12 @@ from conftest import CORPUS, SHARED_MODELS, needs_corpus
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-import tito_audit.align as align_module
-from tito_audit.align import IdMatcher, count_unmatched_trainable
-from tito_audit.context import AuditContext, AuditOptions
+import tito_audit.report.align as align_module
+from tito_audit.audit.context import AuditContext, AuditOptions
 from tito_audit.rendering import Renderer, RenderError
 from tito_audit.rendering.clock import pinned_date
 from tito_audit.rendering.tokenizer_cache import TokenizerCache, tokenizer_cache
+from tito_audit.report.align import IdMatcher, count_unmatched_trainable
 
 
 def _reference_ids(tok, template, messages, tools, agp, kwargs):

@@ -15,7 +15,7 @@ import pytest
 
 from tito_audit.replay.analyze import ReplayContext, analyze
 from tito_audit.replay.schema import episode_from_native
-from tito_audit.replay.synthetic import Splitter
+from tito_audit.testing.synthetic import Splitter
 
 MODELS = ["Qwen/Qwen2.5-7B-Instruct", "meta-llama/Llama-3.2-3B-Instruct", "google/gemma-2-2b-it"]
 MESSAGES = [

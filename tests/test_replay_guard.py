@@ -9,7 +9,7 @@ from conftest import SHARED_MODELS
 
 from tito_audit import GuardResult, TitoGuardError, check_batch
 from tito_audit.replay.analyze import ReplayContext
-from tito_audit.replay.synthetic import log_episode, played_episodes
+from tito_audit.testing.synthetic import log_episode, played_episodes
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from tito_audit.cli import app
 from tito_audit.replay import FieldMap, MapError, ReplayContext, replay_log
-from tito_audit.replay.synthetic import log_episode, played_episodes
+from tito_audit.testing.synthetic import log_episode, played_episodes
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 

@@ -1,7 +1,7 @@
 """Replay finds exactly the divergences a broken loop injects, and none in a correct loop, on every shared model.
 
 The logs are the audit's scenarios played through ``tito_audit.Trajectory`` with a sampler that splits a token
-of a turn at a known rate (``tito_audit.replay.synthetic``); each broken loop records where it changed what
+of a turn at a known rate (``tito_audit.testing.synthetic``); each broken loop records where it changed what
 is trained, by a plain common-prefix scan, and replay must report exactly those (turn, position, class).
 """
 
@@ -17,7 +17,7 @@ from conftest import SHARED_MODELS
 from tito_audit.replay import TokenizerMismatch, replay_log
 from tito_audit.replay.analyze import ReplayContext, analyze
 from tito_audit.replay.schema import episode_from_native
-from tito_audit.replay.synthetic import LOOPS, log_episode, played_episodes, replay_logged, with_engine_prompts
+from tito_audit.testing.synthetic import LOOPS, log_episode, played_episodes, replay_logged, with_engine_prompts
 
 RATE = 0.3
 _PLAYED: dict[str, tuple] = {}

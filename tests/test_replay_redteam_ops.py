@@ -15,7 +15,7 @@ from test_replay_unchecked import cli as replay
 from test_replay_unchecked import report_of as verdict
 
 from tito_audit.replay import ReplayContext
-from tito_audit.replay.synthetic import log_episode, played_episodes, with_engine_prompts
+from tito_audit.testing.synthetic import log_episode, played_episodes, with_engine_prompts
 
 QWEN = "Qwen/Qwen2.5-7B-Instruct"
 

@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from tito_audit.cli import app
 from tito_audit.replay import ReplayContext, replay_log
 from tito_audit.replay.reader import MAX_RECORD_BYTES, row_nbytes
-from tito_audit.replay.synthetic import log_episode, played_episodes, with_engine_prompts
+from tito_audit.testing.synthetic import log_episode, played_episodes, with_engine_prompts
 
 QWEN = "Qwen/Qwen2.5-7B-Instruct"
 ROOT = Path(__file__).resolve().parents[1]

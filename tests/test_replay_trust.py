@@ -2,7 +2,7 @@
 be checked is named.
 
 Logs are written by the tests from the audit's scenarios played through ``Trajectory``; the loops that are not
-in ``tito_audit.replay.synthetic`` (a fixed-base delta loop, a date-printing template of our own, an
+in ``tito_audit.testing.synthetic`` (a fixed-base delta loop, a date-printing template of our own, an
 unrenderable message, a log from another tokenizer) are built here.
 """
 
@@ -18,11 +18,12 @@ from typer.testing import CliRunner
 
 from tito_audit import load
 from tito_audit.cli import app
-from tito_audit.replay import LogError, ReplayContext, build_report, check_batch, replay_log
+from tito_audit.replay import LogError, ReplayContext, build_report, replay_log
 from tito_audit.replay.analyze import analyze
 from tito_audit.replay.schema import episode_from_native
-from tito_audit.replay.synthetic import log_episode, played_episodes, with_engine_prompts
 from tito_audit.rollout.tokens import common_prefix_len
+from tito_audit.testing.synthetic import log_episode, played_episodes, with_engine_prompts
+from tito_audit.trainer.guard import check_batch
 
 QWEN = "Qwen/Qwen2.5-7B-Instruct"
 ROLLOUT_DAY = dt.datetime(2026, 7, 26, 12, 0)  # the day the engine rendered; replay's default date is another

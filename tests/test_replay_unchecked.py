@@ -20,8 +20,8 @@ from tito_audit.replay import ReplayContext, build_report, replay_log
 from tito_audit.replay.aggregate import MAX_FINDINGS
 from tito_audit.replay.analyze import MARK_WINDOW, analyze
 from tito_audit.replay.schema import episode_from_native
-from tito_audit.replay.synthetic import log_episode, played_episodes, with_engine_prompts
 from tito_audit.rollout.tokens import common_prefix_len
+from tito_audit.testing.synthetic import log_episode, played_episodes, with_engine_prompts
 
 QWEN = "Qwen/Qwen2.5-7B-Instruct"
 

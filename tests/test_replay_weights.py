@@ -21,16 +21,16 @@ from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
 from tito_audit.cli import app
+from tito_audit.policy.generation import GenerationSettings
+from tito_audit.policy.model import VocabMap
 from tito_audit.replay import ReplayContext
 from tito_audit.replay.schema import episode_from_native
-from tito_audit.replay.synthetic import log_episode, played_episodes, with_engine_prompts
 from tito_audit.replay.weights import Policy, analyze_pairs, build_pair, tito_only, with_settings
 from tito_audit.replay.weights.logprobs import Row, row_logps, takes_packed_keep
 from tito_audit.replay.weights.pairs import NO_CONTEXT, Pair
 from tito_audit.replay.weights.select import select_episodes
-from tito_audit.rl.generation import GenerationSettings
-from tito_audit.rl.model import VocabMap
 from tito_audit.rollout.tokens import common_prefix_len
+from tito_audit.testing.synthetic import log_episode, played_episodes, with_engine_prompts
 
 QWEN3 = "Qwen/Qwen3-0.6B"
 VOCAB = 151936
@@ -463,8 +463,8 @@ def test_a_buffer_the_template_cannot_rebuild_is_named_not_passed(tmp_path, qwen
 
 def test_weights_are_loaded_once_for_every_chunk_of_episodes(tmp_path, monkeypatch, qwen3, policy):
     """One load of --weights and one of --ref for the whole log, however many chunks of episodes run."""
+    import tito_audit.policy.model as rl_model
     import tito_audit.replay.weights.run as weights_run
-    import tito_audit.rl.model as rl_model
 
     folder, model = policy
     _m, _ctx, played = qwen3

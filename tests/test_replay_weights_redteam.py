@@ -20,11 +20,11 @@ from typer.testing import CliRunner
 
 from tito_audit.cli import app
 from tito_audit.formats.json import to_json
+from tito_audit.policy.generation import GenerationSettings
+from tito_audit.policy.sampler_distribution import process_logits
 from tito_audit.replay.analyze import analyze
 from tito_audit.replay.weights import tito_only
 from tito_audit.replay.weights.select import select_episodes
-from tito_audit.rl.generation import GenerationSettings
-from tito_audit.rl.sampler_distribution import process_logits
 
 # -- RW-1: the log's own sampler wins over a contradicting --sampling, and the contradiction is named ----------
 

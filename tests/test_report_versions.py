@@ -9,9 +9,10 @@ from importlib import metadata
 import pytest
 
 from tito_audit import __version__
-from tito_audit.audit import AuditReport
 from tito_audit.formats import render_report
 from tito_audit.formats.compatibility import compatibility_table
+from tito_audit.formats.scan_text import scan_markdown, scan_table
+from tito_audit.report.model_report import AuditReport
 
 EXPECTED = {
     "tito-audit": __version__,
@@ -60,11 +61,11 @@ def test_scan_reports_name_them(tmp_path) -> None:
     (tmp_path / "t.jinja").write_text(hostile.read_text())
     summary = scan_directory(str(tmp_path), "qwen3-0.6b")
     assert {k: summary.to_dict()["libraries"][k] for k in EXPECTED} == EXPECTED
-    assert all(w in summary.to_markdown() for w in WORDS)
+    assert all(w in scan_markdown(summary) for w in WORDS)
     from rich.console import Console
 
     console = Console(record=True, width=200)
-    console.print(summary.to_table())
+    console.print(scan_table(summary))
     text = console.export_text()
     assert all(w in text for w in WORDS), text
 
@@ -80,8 +81,8 @@ def test_fix_names_the_versions_in_json_and_terminal(loaded) -> None:
     """``fix``'s verdicts before and after depend on the libraries as the audit's do (red team C1)."""
     from rich.console import Console
 
+    from tito_audit.audit.context import AuditOptions
     from tito_audit.cli.fix import _print_terminal
-    from tito_audit.context import AuditOptions
     from tito_audit.fix import propose_fix
 
     result = propose_fix(loaded("qwen3-0.6b"), AuditOptions())

@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tito_audit.rl.episodes import View
-from tito_audit.rl.gradient_compare import (
+from tito_audit.policy.gradient_compare import (
     add_to_parameters,
     compare,
     compare_with,
     hold_gradient,
     trainable,
 )
-from tito_audit.rl.gradients import gather_log_softmax, surrogate_pass, token_logps, view_gradient
-from tito_audit.rl.model import VocabMap, build_small_model
+from tito_audit.policy.gradients import gather_log_softmax, surrogate_pass, token_logps, view_gradient
+from tito_audit.policy.model import VocabMap, build_small_model
+from tito_audit.policy.view import View
 from tito_audit.rl.sampling import GenerationSettings, generate
 
 

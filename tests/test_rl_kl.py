@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
+from tito_audit.policy.model import VocabMap, build_small_model
 from tito_audit.rendering import Renderer
 from tito_audit.rl.episodes import canonical_episodes
 from tito_audit.rl.kl import kl_summary
-from tito_audit.rl.model import VocabMap, build_small_model
 from tito_audit.rl.sampling import GenerationSettings, sample_completion
 from tito_audit.rollout import stop_token_ids
 from tito_audit.scenarios import build_scenarios
@@ -56,7 +56,7 @@ def test_top_k_gives_significant_negative_k1_pure_sampling_does_not(loaded):
 
 
 def _expect(pi, ref, settings, **kw):
-    from tito_audit.rl.kl_bias import estimator_expectations
+    from tito_audit.policy.kl_bias import estimator_expectations
 
     out = estimator_expectations(
         torch.tensor([pi], dtype=torch.float64).log(), torch.tensor([ref], dtype=torch.float64).log(), settings, **kw

@@ -12,8 +12,8 @@ from conftest import HUB
 from typer.testing import CliRunner
 
 from tito_audit.cli import rl as rl_cli
+from tito_audit.report.rl_artifacts import RL_PLOTS
 from tito_audit.rl import RLConfig, run_rl
-from tito_audit.rl_artifacts import RL_PLOTS
 
 
 def _snapshot(repo: str) -> str:

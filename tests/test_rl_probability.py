@@ -12,12 +12,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from tito_audit.policy.gradient_compare import compare, trainable
+from tito_audit.policy.model import VocabMap, build_small_model
+from tito_audit.policy.view import View
 from tito_audit.rl.critical_tokens import VerifiableTurn, certainty, certainty_table, critical_tokens
-from tito_audit.rl.episodes import View
-from tito_audit.rl.gradient_compare import compare, trainable
 from tito_audit.rl.kl import exact_kl
 from tito_audit.rl.low_probability import TokenRecord, low_probability_figure, token_records
-from tito_audit.rl.model import VocabMap, build_small_model
 from tito_audit.rl.positions import PositionStats, position_stats
 from tito_audit.rl.update_studies import update_studies
 

@@ -14,10 +14,10 @@ from conftest import snapshot
 from typer.testing import CliRunner
 
 from tito_audit.cli import app
+from tito_audit.policy.view import View
 from tito_audit.rl import RLConfig, run_rl
 from tito_audit.rl import loop as rl_loop
 from tito_audit.rl.diagnostics import alignment
-from tito_audit.rl.episodes import View
 from tito_audit.rl.verdict import decide
 
 QUICK = dict(steps=1, groups=1, group_size=3, scenarios=("single_call/plain", "two_calls/plain", "reasoning/plain"))

@@ -9,13 +9,14 @@ import pytest
 import torch
 
 from tito_audit.errors import UsageError
+from tito_audit.policy.gradient_compare import compare
+from tito_audit.policy.gradients import view_gradient
+from tito_audit.policy.model import VocabMap, build_small_model
+from tito_audit.policy.view import View
 from tito_audit.rendering import Renderer
 from tito_audit.rl import diagnostics
-from tito_audit.rl.episodes import Episode, View, apply_noncanonical, canonical_episodes, group_advantages
-from tito_audit.rl.gradient_compare import compare
-from tito_audit.rl.gradients import view_gradient
+from tito_audit.rl.episodes import Episode, apply_noncanonical, canonical_episodes, group_advantages
 from tito_audit.rl.kl import estimators, exact_kl, kl_summary
-from tito_audit.rl.model import VocabMap, build_small_model
 from tito_audit.rl.sampling import GenerationSettings
 from tito_audit.rollout import stop_token_ids
 from tito_audit.scenarios import build_scenarios

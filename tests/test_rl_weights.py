@@ -8,10 +8,10 @@ from conftest import snapshot, tiny_qwen3_config
 from transformers import AutoModelForCausalLM, Gemma2Config, Qwen3Config
 
 from tito_audit.errors import UsageError
+from tito_audit.policy.gradients import token_logps
+from tito_audit.policy.model import VocabMap, load_weights
+from tito_audit.policy.view import View
 from tito_audit.rl import RLConfig, run_rl
-from tito_audit.rl.episodes import View
-from tito_audit.rl.gradients import token_logps
-from tito_audit.rl.model import VocabMap, load_weights
 from tito_audit.rl.sampling import GenerationSettings, sample_completion
 
 QUICK = dict(steps=1, groups=1, group_size=3, device="cpu", scenarios=("single_call/plain", "two_calls/plain"))

@@ -11,11 +11,11 @@ import pytest
 from conftest import snapshot
 from typer.testing import CliRunner
 
-from tito_audit.audit import AuditReport
 from tito_audit.cli import app
-from tito_audit.fix.reasoning import positional_reasoning_conditions
 from tito_audit.formats.sarif import RELATED_SHOWN, to_sarif_dict
 from tito_audit.formats.template_lines import blame
+from tito_audit.rendering.reasoning_conditions import positional_reasoning_conditions
+from tito_audit.report.model_report import AuditReport
 
 QWEN3 = "Qwen/Qwen3-0.6B"
 

@@ -12,7 +12,7 @@ from conftest import CORPUS, needs_corpus
 from typer.testing import CliRunner
 
 from tito_audit import AuditOptions, audit_model
-from tito_audit.context import AuditContext
+from tito_audit.audit.context import AuditContext
 from tito_audit.scan import PoolLimits, scan_directory
 from tito_audit.scan.discover import TemplateFile
 from tito_audit.scan.template_audit import audit_template

@@ -119,7 +119,7 @@ def test_counts_on_top_and_rows_match_the_json(scanned: tuple[dict, str]) -> Non
 
 
 def test_each_row_says_class_reasons_tokenizer_and_first_divergence(scanned: tuple[dict, str]) -> None:
-    from tito_audit.verdict import describe_reason
+    from tito_audit.report.verdict import describe_reason
 
     summary, html = scanned
     rows = {"".join(r["cells"][0]): r for r in parsed(html).rows}

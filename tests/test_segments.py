@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from tokenizers import AddedToken, Tokenizer
 
 from tests.conftest import SHARED_MODELS
-from tito_audit.context import AuditContext, AuditOptions
+from tito_audit.audit.context import AuditContext, AuditOptions
 from tito_audit.rendering.segments import SegmentedEncoder
 from tito_audit.rendering.tokenizer_cache import tokenizer_cache
 from tito_audit.sources import bundled_names

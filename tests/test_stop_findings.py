@@ -13,13 +13,13 @@ import pytest
 from conftest import CORPUS, needs_corpus, snapshot
 
 from tito_audit import AuditOptions, load
-from tito_audit.checks import REGISTRY, run_check
-from tito_audit.context import AuditContext
+from tito_audit.audit.checks import REGISTRY, run_check
+from tito_audit.audit.context import AuditContext
+from tito_audit.audit.simulation import Simulation, simulate
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.rollout.stop import stop_token_ids
 from tito_audit.rollout.turn_roles import turn_roles
 from tito_audit.scenarios.catalog import build_scenarios
-from tito_audit.simulation import Simulation, simulate
 
 DATA = Path(__file__).parent / "data" / "stops"
 QUICK = AuditOptions(scenarios="quick")

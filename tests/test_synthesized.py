@@ -12,10 +12,11 @@ import pytest
 from conftest import SHARED, SHARED_MODELS
 
 from tito_audit import audit_model
-from tito_audit.audit import AuditReport
-from tito_audit.checks import REGISTRY
-from tito_audit.context import AuditOptions
+from tito_audit.audit.checks import REGISTRY
+from tito_audit.audit.context import AuditOptions
 from tito_audit.formats import render_report
+from tito_audit.formats.scan_text import scan_markdown
+from tito_audit.report.model_report import AuditReport
 from tito_audit.scan import PoolLimits, scan_directory
 from tito_audit.sources import bundled_names
 from tito_audit.sources.control_tokens import control_literals
@@ -118,7 +119,7 @@ def test_scan_counts_approximate_verdicts_apart_and_names_rejected_shapes(tmp_pa
     assert not by["benign_chatml"].approximate and by["benign_chatml"].verdict
     assert s.approximate_counts == {foreign.cls: 1}
     assert s.to_dict()["verdicts"] == {"real": 1, "approximate": 1}
-    assert "1 approximate" in s.to_markdown()
+    assert "1 approximate" in scan_markdown(s)
     raising = by["raises_always"]
     assert raising.cls == "always_raises" and raising.rejected
     assert raising.rejected[0]["roles"][0] in ("user", "system") and raising.rejected[0]["scenario"] in raising.reason

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tito_audit import audit_model, load
-from tito_audit.context import AuditOptions
+from tito_audit.audit.context import AuditOptions
 
 DATA = Path(__file__).parent / "data" / "serialization"
 ONLY = AuditOptions(only_checks=("tool_call_serialization",))

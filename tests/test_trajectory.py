@@ -12,8 +12,8 @@ import pytest
 from conftest import snapshot
 
 from tito_audit import AppendRefused, BridgeError, Trajectory, TruncatedCompletion
-from tito_audit.probes import TOOLS
-from tito_audit.simulation import derive_turn
+from tito_audit.audit.simulation import derive_turn
+from tito_audit.rollout.probes import TOOLS
 
 ROOT = Path(__file__).resolve().parents[1]
 CALL = {"id": "call00001", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
@@ -301,10 +301,10 @@ def test_a_simulated_turn_from_the_prefix_renders_is_the_turn_rendered_anew(load
     """``simulate`` hands ``derive_turn`` the prefix renders it made while adapting the conversation; every turn
     of every full scenario is the turn a fresh renderer derives without them (a prompt after an assistant turn,
     rendered without a generation prompt there, is rendered anew)."""
+    from tito_audit.audit.simulation import simulate
     from tito_audit.rendering import Renderer
     from tito_audit.rollout import stop_token_ids
     from tito_audit.scenarios import build_scenarios
-    from tito_audit.simulation import simulate
 
     model = loaded(spec)
     renderer = Renderer(model.tokenizer, model.chat_template)
@@ -325,8 +325,8 @@ def test_a_simulated_turn_from_the_prefix_renders_is_the_turn_rendered_anew(load
 def test_a_turn_after_an_assistant_turn_is_prompted_with_a_generation_prompt(qwen3) -> None:
     """The prefix render that ends with an assistant turn has no generation prompt; the next assistant turn's
     prompt needs one, so it is not taken from the prefix renders."""
+    from tito_audit.audit.simulation import _first_render_error
     from tito_audit.rendering import Renderer
-    from tito_audit.simulation import _first_render_error
 
     history = [USER, {"role": "assistant", "content": "Let me check."}, {"role": "assistant", "content": "Sunny."}]
     renderer = Renderer(qwen3.tokenizer, qwen3.chat_template)

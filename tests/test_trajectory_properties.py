@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tito_audit import BridgeError, RenderError, Trajectory
-from tito_audit.probes import TOOLS
+from tito_audit.audit.simulation import derive_turn
+from tito_audit.rollout.probes import TOOLS
 from tito_audit.rollout.tokens import special_token_strings
-from tito_audit.simulation import derive_turn
 
 MODELS = [
     "Qwen/Qwen2.5-7B-Instruct",

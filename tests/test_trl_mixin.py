@@ -17,8 +17,8 @@ import pytest
 
 torch = pytest.importorskip("torch")  # the rl extra, which CI installs
 
-from tito_audit.integrations.trl import EPISODE_FIELD, TitoGuardMixin  # noqa: E402
 from tito_audit.replay import RecordError, iter_records  # noqa: E402
+from tito_audit.trainer.trl import EPISODE_FIELD, TitoGuardMixin  # noqa: E402
 
 PAD = 0
 

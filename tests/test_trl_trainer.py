@@ -1,4 +1,4 @@
-"""A real TRL ``GRPOTrainer`` training on CPU, guarded and logged by ``tito_audit.integrations.trl`` (issue 30.1).
+"""A real TRL ``GRPOTrainer`` training on CPU, guarded and logged by ``tito_audit.trainer.trl`` (issue 30.1).
 
 The model is a tiny randomly initialised ``Qwen2ForCausalLM`` built from a config (nothing downloaded) with the
 bundled ``qwen2.5-7b-instruct`` tokenizer and template, which TRL's tool-calling support recognises as it is
@@ -41,9 +41,9 @@ from typer.testing import CliRunner
 
 from tito_audit import TitoGuardError
 from tito_audit.cli import app
-from tito_audit.integrations.trl import EPISODE_FIELD, TitoGuardMixin
 from tito_audit.replay.reader import iter_records
-from tito_audit.replay.synthetic import Splitter
+from tito_audit.testing.synthetic import Splitter
+from tito_audit.trainer.trl import EPISODE_FIELD, TitoGuardMixin
 
 MODEL = "qwen2.5-7b-instruct"
 TOOLS = [

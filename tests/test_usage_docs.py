@@ -12,10 +12,10 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
+from tito_audit.audit.context import THINKING
 from tito_audit.cli import COMMANDS, app
 from tito_audit.cli.audit import FAIL_ON
 from tito_audit.cli.params import FORMAT_NAMES
-from tito_audit.context import THINKING
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")

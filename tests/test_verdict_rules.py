@@ -12,11 +12,12 @@ import copy
 
 import pytest
 
-from tito_audit.audit import AuditReport, audit_model
-from tito_audit.checks import REGISTRY, CheckResult, Finding
-from tito_audit.context import AuditOptions
+from tito_audit.audit.checks import REGISTRY, CheckResult, Finding, verdict_inputs
+from tito_audit.audit.context import AuditOptions
+from tito_audit.audit.runner import audit_model
 from tito_audit.gate import Suppression, apply_suppressions
-from tito_audit.verdict import MIN_COVERAGE, decide, verdict_inputs
+from tito_audit.report.model_report import AuditReport
+from tito_audit.report.verdict import MIN_COVERAGE, decide
 
 TOKENIZER = "Qwen/Qwen2.5-7B-Instruct"
 
@@ -293,7 +294,7 @@ def test_an_undecided_verdict_never_exits_0(monkeypatch) -> None:
     even with ``--allow-check-errors`` (the check did not error, it decided nothing)."""
     from dataclasses import replace
 
-    from tito_audit.findings import Outcome
+    from tito_audit.report.findings import Outcome
 
     monkeypatch.setitem(
         REGISTRY, "tool_append_prefix", replace(REGISTRY["tool_append_prefix"], run=lambda ctx: Outcome())
@@ -352,8 +353,8 @@ def test_qwen25_without_its_tool_traffic_is_unsafe(loaded, cut: str, reason: str
 def test_special_token_injection_never_compares_plain_with_plain(loaded, monkeypatch) -> None:
     """When the sanitized render fails, the check counts the failure and compares nothing (it used to fall back to
     the plain encoding and compare it with itself: "content text stays text")."""
-    from tito_audit.checks.base import run_check
-    from tito_audit.context import AuditContext
+    from tito_audit.audit.checks.base import run_check
+    from tito_audit.audit.context import AuditContext
     from tito_audit.errors import RenderError
     from tito_audit.rendering.renderer import Renderer
 
@@ -374,8 +375,8 @@ def test_special_token_injection_never_compares_plain_with_plain(loaded, monkeyp
 )
 def test_a_check_whose_renders_fail_does_not_pass(loaded, monkeypatch, check_id: str, method: str) -> None:
     """These checks used to ``continue`` past a failed render and then pass having compared nothing."""
-    from tito_audit.checks.base import run_check
-    from tito_audit.context import AuditContext
+    from tito_audit.audit.checks.base import run_check
+    from tito_audit.audit.context import AuditContext
     from tito_audit.errors import RenderError
     from tito_audit.rendering.renderer import Renderer
 
@@ -418,8 +419,8 @@ def test_the_public_api_names_the_types_it_returns(audited) -> None:
     import typing
 
     import tito_audit
-    from tito_audit.audit import ModelReport
-    from tito_audit.verdict import VERDICTS
+    from tito_audit.report.model_report import ModelReport
+    from tito_audit.report.verdict import VERDICTS
 
     assert set(typing.get_args(tito_audit.Verdict)) == set(VERDICTS)
     assert typing.get_type_hints(ModelReport)["verdict"] == tito_audit.Verdict

@@ -3,9 +3,10 @@
 Public API, for RL frameworks and scripts (each name is imported on first use, so that ``import tito_audit`` and
 ``tito-audit --help`` do not pay for transformers)::
 
-    from tito_audit import load, audit_model, Trajectory
+    from tito_audit import load, audit_model, audit_models, Trajectory
     model = load("Qwen/Qwen3-0.6B")            # Hub id, local folder or bundled name
     report = audit_model(model)                 # report.verdict (a Verdict), report.checks (CheckResult, Finding)
+    run = audit_models(["qwen3-0.6b", "Qwen/Qwen2.5-7B-Instruct"])   # many, in worker processes (AuditReport)
     traj = Trajectory.from_model(model, tools=tools)   # or Trajectory.from_tokenizer(any_hf_tokenizer, ...)
     check_batch(batch)                          # run-time guard: trained ids == sampled ids (tito_audit.replay)
     LogWriter("rollouts.jsonl.gz").write_episode(...)   # replay records from any loop (tito_audit.replay)
@@ -15,23 +16,22 @@ from __future__ import annotations
 
 import importlib
 import sys
-import types
 from typing import TYPE_CHECKING, Any
 
-from tito_audit import _quiet_transformers  # noqa: F401  (before anything imports transformers)
+from tito_audit import compat  # noqa: F401  (quiets transformers' no-torch advisory before anything imports it)
 from tito_audit._version import __version__
 
 # public name -> the module that defines it
 _EXPORTS = {
-    "AuditReport": "tito_audit.audit",
-    "ModelReport": "tito_audit.audit",
-    "audit": "tito_audit.audit",
-    "audit_model": "tito_audit.audit",
-    "AuditOptions": "tito_audit.context",
-    "CheckResult": "tito_audit.checks.base",
-    "Finding": "tito_audit.findings",
-    "TokenSide": "tito_audit.findings",
-    "Verdict": "tito_audit.verdict",
+    "AuditReport": "tito_audit.report.model_report",
+    "ModelReport": "tito_audit.report.model_report",
+    "audit_model": "tito_audit.audit.runner",
+    "audit_models": "tito_audit.audit.parallel",
+    "AuditOptions": "tito_audit.audit.context",
+    "CheckResult": "tito_audit.report.check_result",
+    "Finding": "tito_audit.report.findings",
+    "TokenSide": "tito_audit.report.findings",
+    "Verdict": "tito_audit.report.verdict",
     "AuditError": "tito_audit.errors",
     "Renderer": "tito_audit.rendering",
     "RenderError": "tito_audit.rendering",
@@ -45,24 +45,25 @@ _EXPORTS = {
     "TruncatedCompletion": "tito_audit.rollout",
     "compute_bridge": "tito_audit.rollout",
     "stop_token_ids": "tito_audit.rollout",
-    "GuardResult": "tito_audit.replay.guard",
-    "TitoGuardError": "tito_audit.replay.guard",
-    "check_batch": "tito_audit.replay.guard",
-    "LogWriter": "tito_audit.replay.writer",
+    "GuardResult": "tito_audit.trainer.guard",
+    "TitoGuardError": "tito_audit.trainer.guard",
+    "check_batch": "tito_audit.trainer.guard",
+    "LogWriter": "tito_audit.trainer.writer",
     "LoadedModel": "tito_audit.sources",
     "Provenance": "tito_audit.sources",
     "load": "tito_audit.sources.load",
 }
 
 if TYPE_CHECKING:
-    from tito_audit.audit import AuditReport, ModelReport, audit, audit_model
-    from tito_audit.checks.base import CheckResult
-    from tito_audit.context import AuditOptions
+    from tito_audit.audit.context import AuditOptions
+    from tito_audit.audit.parallel import audit_models
+    from tito_audit.audit.runner import audit_model
     from tito_audit.errors import AuditError
-    from tito_audit.findings import Finding, TokenSide
     from tito_audit.rendering import Renderer, RenderError, RenderLimits
-    from tito_audit.replay.guard import GuardResult, TitoGuardError, check_batch
-    from tito_audit.replay.writer import LogWriter
+    from tito_audit.report.check_result import CheckResult
+    from tito_audit.report.findings import Finding, TokenSide
+    from tito_audit.report.model_report import AuditReport, ModelReport
+    from tito_audit.report.verdict import Verdict
     from tito_audit.rollout import (
         AppendCheck,
         AppendRefused,
@@ -76,10 +77,13 @@ if TYPE_CHECKING:
     )
     from tito_audit.sources import LoadedModel, Provenance
     from tito_audit.sources.load import load
-    from tito_audit.verdict import Verdict
+    from tito_audit.trainer.guard import GuardResult, TitoGuardError, check_batch
+    from tito_audit.trainer.writer import LogWriter
 
 
 def __getattr__(name: str) -> Any:
+    if name == "audit":  # the package tito_audit.audit, callable for a deprecation period (tito_audit.audit_models)
+        return importlib.import_module("tito_audit.audit")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -91,18 +95,6 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted({*globals(), *_EXPORTS})
 
-
-class _Package(types.ModuleType):
-    """``tito_audit.audit`` is the function, as it was when this package imported it eagerly: importing the
-    submodule of the same name must not rebind the package attribute to the module."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, types.ModuleType) and _EXPORTS.get(name) == value.__name__:
-            value = getattr(value, name)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "AppendCheck",
@@ -131,6 +123,7 @@ __all__ = [
     "__version__",
     "audit",
     "audit_model",
+    "audit_models",
     "check_batch",
     "compute_bridge",
     "load",

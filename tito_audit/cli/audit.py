@@ -30,16 +30,16 @@ from tito_audit.errors import (
 from tito_audit.rendering.clock import DEFAULT_DATE
 
 if TYPE_CHECKING:  # the library is imported when a command runs, not for --help
-    from tito_audit.audit import AuditReport
-    from tito_audit.context import AuditOptions
+    from tito_audit.audit.context import AuditOptions
+    from tito_audit.report.model_report import AuditReport
 
 FAIL_ON = ("warn", "error")
 
 
 def audit(*args: Any, **kwargs: Any) -> AuditReport:
-    """``tito_audit.audit.audit``, imported when a command runs rather than for ``--help``; this process ends with
-    the command, so what each load leaves alive is frozen out of the garbage collector's passes."""
-    from tito_audit.audit import audit as audit_models
+    """``tito_audit.audit.parallel.audit_models``, imported when a command runs rather than for ``--help``; this
+    process ends with the command, so what each load leaves alive is frozen out of the garbage collector's passes."""
+    from tito_audit.audit.parallel import audit_models
     from tito_audit.sources.tokenizer import freeze_after_loads
 
     freeze_after_loads()
@@ -61,7 +61,7 @@ def incomplete(report: AuditReport, allow_check_errors: bool = False, min_covera
     """One line per thing the audit could not check: a check in ``error`` status (unless allowed), a verdict that
     is ``error`` (a check the verdict needs did not decide: never a pass, ``--allow-check-errors`` included), a
     model that played fewer than ``min_coverage`` scenarios (of a catalogue that has that many)."""
-    from tito_audit.verdict import describe_reason
+    from tito_audit.report.verdict import describe_reason
 
     lines = []
     for m in report.models:
@@ -207,8 +207,8 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Audit chat templates for Token-In, Token-Out safety."""
-        from tito_audit.audit import AuditInterrupted
-        from tito_audit.context import AuditOptions
+        from tito_audit.audit.context import AuditOptions
+        from tito_audit.audit.parallel import AuditInterrupted
         from tito_audit.gate import Gate
         from tito_audit.sources.bundled import bundled_names
 
@@ -222,7 +222,7 @@ def register(app: typer.Typer) -> None:
         when = dt.datetime.combine(parse_date(date), DEFAULT_DATE.time())
         rl = None
         if rl_dir is not None:  # checked before any model is audited
-            from tito_audit.rl_artifacts import read_rl_dir
+            from tito_audit.report.rl_artifacts import read_rl_dir
 
             try:
                 if fmt != "html":
@@ -258,7 +258,7 @@ def register(app: typer.Typer) -> None:
         except AuditInterrupted as stop:  # what finished is reported (marked incomplete), then exit 130
             report = stop.report
         if rl is not None and rl_dir is not None:  # another model's RL run is refused
-            from tito_audit.rl_artifacts import check_same_template
+            from tito_audit.report.rl_artifacts import check_same_template
 
             try:
                 # a model rendered by --renderer has no template hash: an RL run of its template is not of it

@@ -165,8 +165,8 @@ def register(app: typer.Typer) -> None:
         debug: bool = debug_option(),
     ) -> None:
         """Patch the chat template for the failures found, prove the patch, and print the diff."""
+        from tito_audit.audit.context import AuditOptions
         from tito_audit.cli.params import parse_kwargs
-        from tito_audit.context import AuditOptions
         from tito_audit.fix import propose_fix
         from tito_audit.sources.load import load
 

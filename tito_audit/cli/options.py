@@ -31,7 +31,7 @@ def template_kwarg_option() -> Any:
 
 
 def _thinking_values() -> tuple[str, ...]:
-    from tito_audit.context import THINKING  # asked when the option is parsed, not for --help
+    from tito_audit.audit.context import THINKING  # asked when the option is parsed, not for --help
 
     return THINKING
 

@@ -22,7 +22,7 @@ from tito_audit.errors import EXIT_OPERATIONAL
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from tito_audit.audit import ModelReport
+    from tito_audit.report.model_report import ModelReport
 
 # Columns of a console that is not a terminal (a pipe, a CI log): wide enough that no line tito-audit prints wraps.
 # rich's own default there is 80, which broke template names and check summaries mid-word in CI logs.

@@ -346,8 +346,8 @@ def rl(
         print(f"error: {exc.one_line()}", file=sys.stderr)
         raise typer.Exit(EXIT_OPERATIONAL) from None
     try:
+        from tito_audit.policy.model import resolve_device
         from tito_audit.rl import run_rl
-        from tito_audit.rl.model import resolve_device
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in RL_EXTRA:
             raise

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 def _classes() -> tuple[str, ...]:
-    from tito_audit.scan.classify import CLASSES
+    from tito_audit.report.scan_classes import CLASSES
 
     return CLASSES
 
@@ -91,6 +91,7 @@ def scan(
     from dataclasses import replace
 
     from tito_audit.cli.output import check_output, output_console, write_atomically
+    from tito_audit.formats.scan_text import scan_markdown, scan_table
     from tito_audit.rendering.guard import AUDIT_LIMITS
     from tito_audit.scan import PoolLimits
 
@@ -112,7 +113,7 @@ def scan(
         if json_out is not None:
             write_atomically(json_out, summary.to_json())
         if markdown_out is not None:
-            write_atomically(markdown_out, summary.to_markdown())
+            write_atomically(markdown_out, scan_markdown(summary))
         if html_out is not None:
             from tito_audit.formats.scan_page import to_html
 
@@ -123,7 +124,7 @@ def scan(
     except OSError as exc:
         sys.stderr.write(f"error: {exc}".replace("\n", " ") + "\n")
         raise typer.Exit(EXIT_OPERATIONAL) from None
-    output_console().print(summary.to_table())
+    output_console().print(scan_table(summary))
     failing = {c.strip() for c in fail_on.split(",") if c.strip()}
     hit = [r for r in summary.results if r.cls in failing]
     for r in hit:  # which templates fail the gate, and why, in the log (the table names only a few)
@@ -133,7 +134,7 @@ def scan(
 
 def failing_reason(r: TemplateResult) -> str:
     """One line: the verdict's reasons and first divergent text, or why there is no verdict."""
-    from tito_audit.verdict import describe_reason
+    from tito_audit.report.verdict import describe_reason
 
     if r.verdict is None:
         return r.reason or r.cls

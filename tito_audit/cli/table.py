@@ -33,9 +33,9 @@ def register(app: typer.Typer) -> None:
         offline: bool = offline_option(),
     ) -> None:
         """Audit models and write a Markdown compatibility table with a note for every failure."""
-        from tito_audit.audit import AuditInterrupted
+        from tito_audit.audit.context import AuditOptions
+        from tito_audit.audit.parallel import AuditInterrupted
         from tito_audit.cli.audit import run_audit
-        from tito_audit.context import AuditOptions
         from tito_audit.formats.compatibility import compatibility_table
         from tito_audit.sources.bundled import bundled_names
 

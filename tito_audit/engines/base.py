@@ -16,10 +16,10 @@ import enum
 import types
 import typing
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from tito_audit.engines.seam import EngineRenderer, Rendered
 from tito_audit.errors import RendererRefused, RendererUnavailable, refused
 
 if TYPE_CHECKING:
@@ -30,15 +30,6 @@ __all__ = ["Engine", "EngineInfo", "Message", "Rendered", "RendererRefused", "Re
 
 Message = dict[str, Any]
 Native = Literal["text", "ids", "text and ids"]
-
-
-@dataclass(frozen=True)
-class Rendered:
-    """One render: ``ids`` where the library produces token ids (they are what the engine feeds the model),
-    ``text`` where it produces text (the engine encodes it with the model's tokenizer)."""
-
-    text: str | None = None
-    ids: Sequence[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -172,6 +163,4 @@ class Engine(ABC):
         self, tokenizer: Any, template_kwargs: dict[str, Any], date: dt.datetime, limits: RenderLimits
     ) -> Renderer:
         """The ``Renderer`` every check renders and encodes through."""
-        from tito_audit.engines.seam import EngineRenderer
-
         return EngineRenderer(self, tokenizer, template_kwargs, date, limits)

@@ -20,7 +20,8 @@ import copy
 import datetime as dt
 import difflib
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from tito_audit.engines import wall_clock
 from tito_audit.errors import RendererRefused, RenderError
@@ -29,8 +30,34 @@ from tito_audit.rendering.clock import DEFAULT_DATE
 from tito_audit.rendering.guard import RenderLimits
 from tito_audit.rendering.renderer import Message, Renderer, _Shared
 
-if TYPE_CHECKING:
-    from tito_audit.engines.base import Engine, Rendered
+
+@dataclass(frozen=True)
+class Rendered:
+    """One render: ``ids`` where the library produces token ids (they are what the engine feeds the model),
+    ``text`` where it produces text (the engine encodes it with the model's tokenizer)."""
+
+    text: str | None = None
+    ids: Sequence[int] | None = None
+
+
+class Engine(Protocol):
+    """What the seam needs of an engine (``tito_audit.engines.base.Engine`` is one): its name as given, one
+    render, and whether it takes an option."""
+
+    @property
+    def name(self) -> str: ...
+
+    def render(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None,
+        add_generation_prompt: bool,
+        options: dict[str, Any],
+        date: dt.datetime,
+    ) -> Rendered: ...
+
+    def takes_option(self, name: str, value: Any) -> bool: ...
+
 
 # Conversations an option is probed on (a reasoning switch, an option of a **kwargs encoder): a first prompt, a
 # prompt after an answer that carried reasoning, and a prompt after a tool call and its result.

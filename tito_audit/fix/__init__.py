@@ -26,11 +26,11 @@ from tito_audit.errors import AuditError
 from tito_audit.fix import arguments, empty_content, markers, reasoning
 from tito_audit.fix.patch import AuditedTemplate, Patch, Skip
 from tito_audit.fix.proof import Proof, prove
-from tito_audit.fix.source import PatchError, Source
+from tito_audit.rendering.template_source import PatchError, Source
 
 if TYPE_CHECKING:
-    from tito_audit.audit import ModelReport
-    from tito_audit.context import AuditOptions
+    from tito_audit.audit.context import AuditOptions
+    from tito_audit.report.model_report import ModelReport
     from tito_audit.sources.load import LoadedModel
 
 __all__ = ["FixError", "FixResult", "Patch", "Proof", "Rejected", "Skip", "audited_template", "propose_fix"]
@@ -99,13 +99,13 @@ class FixResult:
     @property
     def libraries(self) -> dict[str, Any]:
         """The library versions the audits behind the fix ran with (its verdicts depend on them as the audit's)."""
-        from tito_audit.audit import AuditReport
+        from tito_audit.report.model_report import AuditReport
 
         return AuditReport([self.before]).libraries
 
     def to_dict(self) -> dict[str, Any]:
         from tito_audit._version import __version__
-        from tito_audit.audit import SCHEMA_VERSION
+        from tito_audit.report.model_report import SCHEMA_VERSION
 
         return {
             "schema_version": SCHEMA_VERSION,
@@ -127,14 +127,14 @@ class FixResult:
 
 def audited_template(model: LoadedModel, options: AuditOptions, report: ModelReport) -> AuditedTemplate:
     """What the patch classes decide on: the model, the options, the audit, stop ids and thinking modes."""
-    from tito_audit.context import AuditContext
+    from tito_audit.audit.context import AuditContext
 
     ctx = AuditContext(model, options)
     return AuditedTemplate(model, options, report, ctx.stop_ids, ctx.thinking_modes)
 
 
 def _prove(audited: AuditedTemplate, patches: list[Patch], text: str) -> tuple[Proof, ModelReport]:
-    from tito_audit.audit import audit_model
+    from tito_audit.audit.runner import audit_model
 
     after = audit_model(audited.model.with_template(text, "tito-audit fix"), audited.options)
     with_masks = any(p.id in _MARKER_IDS for p in patches)
@@ -207,8 +207,8 @@ def propose_fix(
     on_stage: Callable[[str], None] | None = None,
 ) -> FixResult:
     """Audit (unless ``report`` is given), build the patches the findings call for, prove them, and say why."""
-    from tito_audit.audit import audit_model
-    from tito_audit.context import AuditOptions
+    from tito_audit.audit.context import AuditOptions
+    from tito_audit.audit.runner import audit_model
 
     options = options or AuditOptions()
     stage = on_stage or (lambda _: None)

@@ -12,7 +12,17 @@ import json
 from collections.abc import Sequence
 
 from tito_audit.fix.patch import AuditedTemplate, Patch, Skip
-from tito_audit.fix.source import Block, Edit, Leaf, Node, Source, Tok, apply_edits, chain_operands, top_level
+from tito_audit.rendering.template_source import (
+    Block,
+    Edit,
+    Leaf,
+    Node,
+    Source,
+    Tok,
+    apply_edits,
+    chain_operands,
+    top_level,
+)
 
 ID = "tool_arguments_json"
 
@@ -68,7 +78,7 @@ def rewrite(src: Source) -> tuple[list[Edit], list[str]]:
 def dict_args_problem(audited: AuditedTemplate) -> str | None:
     """Render one tool call with dict and with JSON-string arguments: does the dict raise or print as repr?"""
     from tito_audit.errors import RenderError
-    from tito_audit.probes import TOOLS
+    from tito_audit.rollout.probes import TOOLS
 
     renderer = audited.renderer(audited.model.chat_template)
     args = {"city": "Paris", "metric": True}

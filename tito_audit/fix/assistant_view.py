@@ -11,9 +11,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tito_audit.fix.conditions import parse_expr
-from tito_audit.fix.message_loop import loop_target
-from tito_audit.fix.source import Block, Data, Leaf, Node, PatchError, Source, Tag, Tok, block_tags, literal_of
+from tito_audit.rendering.message_loop import loop_target
+from tito_audit.rendering.template_conditions import parse_expr
+from tito_audit.rendering.template_source import (
+    Block,
+    Data,
+    Leaf,
+    Node,
+    PatchError,
+    Source,
+    Tag,
+    Tok,
+    block_tags,
+    literal_of,
+)
 
 _OTHER_ROLES = ("user", "system", "tool", "developer", "function", "ipython")
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from tito_audit.fix.conditions import atoms, parse_bool, parse_expr
-from tito_audit.fix.message_loop import loop_target, rendering_loops
 from tito_audit.fix.patch import AuditedTemplate, Patch, Skip
-from tito_audit.fix.source import Block, Edit, PatchError, Source, apply_edits, block_tags, walk
+from tito_audit.rendering.message_loop import loop_target, rendering_loops
+from tito_audit.rendering.template_conditions import atoms, parse_bool, parse_expr
+from tito_audit.rendering.template_source import Block, Edit, PatchError, Source, apply_edits, block_tags, walk
 
 ID = "empty_content_tool_calls"
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from tito_audit.fix.assistant_view import AssistantView
 from tito_audit.fix.output_split import Cut
-from tito_audit.fix.source import (
+from tito_audit.rendering.template_source import (
     Block,
     Data,
     Edit,

@@ -15,11 +15,11 @@ Markers that exist but leave the stop token outside (d) are removed first and pl
 from __future__ import annotations
 
 from tito_audit.fix.marker_walk import plan_loop
-from tito_audit.fix.message_loop import loop_target, rendering_loops
 from tito_audit.fix.output_split import split_output
 from tito_audit.fix.patch import AuditedTemplate, Patch, Skip
-from tito_audit.fix.source import Block, Edit, Leaf, PatchError, Source, apply_edits, block_tag, walk
-from tito_audit.probes import MARKER
+from tito_audit.rendering.message_loop import loop_target, rendering_loops
+from tito_audit.rendering.template_source import Block, Edit, Leaf, PatchError, Source, apply_edits, block_tag, walk
+from tito_audit.rollout.probes import MARKER
 from tito_audit.rollout.tokens import common_prefix_len
 
 ID_MARKERS = "generation_markers"

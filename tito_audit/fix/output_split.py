@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tito_audit.fix.source import (
+from tito_audit.rendering.template_source import (
     Source,
     Tag,
     block_tag,

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tito_audit.audit import ModelReport
-    from tito_audit.context import AuditOptions
+    from tito_audit.audit.context import AuditOptions
+    from tito_audit.report.model_report import ModelReport
     from tito_audit.sources.load import LoadedModel
 
 

@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 from tito_audit.errors import RenderError
 from tito_audit.fix.patch import AuditedTemplate, Patch
-from tito_audit.probes import CHAT
+from tito_audit.rollout.probes import CHAT
 from tito_audit.rollout.tokens import common_prefix_len, special_token_strings
 from tito_audit.scenarios.spec import Message, Scenario
 
 if TYPE_CHECKING:
-    from tito_audit.audit import ModelReport
+    from tito_audit.report.model_report import ModelReport
 
 STATUS_RANK = {"pass": 0, "not_applicable": 0, "warn": 1, "fail": 2, "error": 3}
 VERDICT_RANK = {"safe": 0, "tito-required": 1, "unsafe": 2, "error": 3}
@@ -194,8 +194,8 @@ def _window(audited: AuditedTemplate, ids: Sequence[int], at: int) -> str:
 
 def inference_equivalence(audited: AuditedTemplate, original: str, patched: str) -> Equivalence:
     """Compare what serving renders: prompts with no earlier assistant turn and the first generated turn."""
+    from tito_audit.audit.simulation import adapt_to_template
     from tito_audit.scenarios import build_scenarios
-    from tito_audit.simulation import adapt_to_template
 
     eq = Equivalence()
     base_o, base_p = audited.renderer(original), audited.renderer(patched)
@@ -363,7 +363,7 @@ def expected_mask(audited: AuditedTemplate, renderer: Any, messages: list[Messag
     """1 on the tokens of the full render that the model sampled: each assistant turn from the end of its
     generation prompt through its stop token (derived as the simulator derives sampled ids); None when a turn's
     render is not a prefix of the full render (the template rewrites history, so there is no one answer)."""
-    from tito_audit.simulation import derive_turn
+    from tito_audit.audit.simulation import derive_turn
 
     full = renderer.render(messages, tools=tools)
     _, offsets = renderer.encode_with_offsets(full)
@@ -398,7 +398,7 @@ def mask_proof(audited: AuditedTemplate, patched: str) -> MaskProof:
             suffix = "".join(f"[{k}={json.dumps(v)}]" for k, v in sorted(mode.items()))
             scenarios += [replace(s, id=s.id + suffix, template_kwargs=tuple(sorted(mode.items()))) for s in plain]
     for scenario in scenarios:
-        from tito_audit.simulation import adapt_to_template
+        from tito_audit.audit.simulation import adapt_to_template
 
         renderer = base.with_kwargs(**scenario.kwargs) if scenario.kwargs else base
         messages, _, err = adapt_to_template(renderer, scenario)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tito_audit.audit import AuditReport
+    from tito_audit.report.model_report import AuditReport
 
 # format name -> (module, function)
 FORMATTERS: dict[str, tuple[str, str]] = {

@@ -13,9 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from tito_audit.audit import ModelReport
-from tito_audit.checks import ordered_checks
-from tito_audit.checks.base import CheckResult
+from tito_audit.audit.checks import ordered_checks
 from tito_audit.formats.divergence import divergence, first_active
 from tito_audit.formats.labels import (
     approximate_note,
@@ -26,8 +24,10 @@ from tito_audit.formats.labels import (
     versions_text,
 )
 from tito_audit.formats.markdown import md_code, md_text, table_markdown
-from tito_audit.quote import clipped
-from tito_audit.verdict import VERDICTS
+from tito_audit.report.check_result import CheckResult
+from tito_audit.report.model_report import ModelReport
+from tito_audit.report.quote import clipped
+from tito_audit.report.verdict import VERDICTS
 
 NOT_RUN = "—"
 CELL = {"pass": "pass", "warn": "warn", "fail": "**FAIL**", "not_applicable": "n/a", "error": "**error**"}

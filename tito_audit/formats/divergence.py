@@ -10,7 +10,8 @@ import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tito_audit.checks.base import CheckResult, Finding
+from tito_audit.audit.checks.base import Finding
+from tito_audit.report.check_result import CheckResult
 
 
 def first_active(c: CheckResult) -> Finding | None:

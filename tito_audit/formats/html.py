@@ -13,9 +13,6 @@ import re
 from html import escape
 from typing import Any
 
-from tito_audit.audit import AuditReport, ModelReport
-from tito_audit.checks.base import CheckResult
-from tito_audit.findings import Finding
 from tito_audit.formats.divergence import divergence
 from tito_audit.formats.labels import (
     STATUS_WORD,
@@ -28,7 +25,10 @@ from tito_audit.formats.labels import (
     versions_text,
 )
 from tito_audit.formats.visible import visible
-from tito_audit.rl_artifacts import RLArtifacts
+from tito_audit.report.check_result import CheckResult
+from tito_audit.report.findings import Finding
+from tito_audit.report.model_report import AuditReport, ModelReport
+from tito_audit.report.rl_artifacts import RLArtifacts
 
 FINDINGS_SHOWN = 4  # distinct divergences shown with a token strip per check (all with verbose)
 

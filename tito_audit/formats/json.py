@@ -11,7 +11,7 @@ import json as _json
 import math
 from typing import Any
 
-from tito_audit.audit import AuditReport
+from tito_audit.report.model_report import AuditReport
 
 
 def finite(value: Any) -> Any:

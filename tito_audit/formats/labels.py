@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePath
 from typing import Any
 
-from tito_audit.audit import AuditReport, ModelReport
-from tito_audit.verdict import MIN_COVERAGE, describe_reason
+from tito_audit.report.model_report import AuditReport, ModelReport
+from tito_audit.report.verdict import MIN_COVERAGE, describe_reason
 
 STATUS_ICON = {"pass": "✅", "warn": "⚠️", "fail": "❌", "not_applicable": "n/a", "error": "💥"}
 STATUS_WORD = {"pass": "pass", "warn": "warn", "fail": "fail", "not_applicable": "n/a", "error": "error"}

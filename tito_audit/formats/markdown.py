@@ -10,9 +10,6 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from tito_audit.audit import AuditReport, ModelReport
-from tito_audit.checks.base import CheckResult
-from tito_audit.findings import Finding
 from tito_audit.formats.divergence import finding_sentence, first_active
 from tito_audit.formats.labels import (
     STATUS_ICON,
@@ -28,6 +25,9 @@ from tito_audit.formats.labels import (
     versions_text,
 )
 from tito_audit.formats.visible import visible
+from tito_audit.report.check_result import CheckResult
+from tito_audit.report.findings import Finding
+from tito_audit.report.model_report import AuditReport, ModelReport
 
 if TYPE_CHECKING:  # pandas is imported by the functions that build tables (a third of a second of a cold start)
     import pandas as pd

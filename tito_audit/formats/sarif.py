@@ -16,14 +16,14 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from tito_audit._version import __version__
-from tito_audit.audit import AuditReport, ModelReport
-from tito_audit.checks import ordered_checks
-from tito_audit.checks.base import CheckResult
-from tito_audit.findings import Finding
+from tito_audit.audit.checks import ordered_checks
 from tito_audit.formats.divergence import finding_sentence
 from tito_audit.formats.labels import coverage_text, model_label, template_origin
 from tito_audit.formats.template_lines import MODEL_FILES, blame, local_template
-from tito_audit.quote import clipped
+from tito_audit.report.check_result import CheckResult
+from tito_audit.report.findings import Finding
+from tito_audit.report.model_report import AuditReport, ModelReport
+from tito_audit.report.quote import clipped
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVEL = {"error": "error", "warning": "warning"}

@@ -14,12 +14,11 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from tito_audit._version import __version__
-from tito_audit.scan import classify
-from tito_audit.verdict import describe_reason
+from tito_audit.report import scan_classes as classify
+from tito_audit.report.verdict import describe_reason
 
 if TYPE_CHECKING:
-    from tito_audit.scan.summary import ScanSummary
-    from tito_audit.scan.template_audit import TemplateResult
+    from tito_audit.report.scan_report import ScanSummary, TemplateResult
 
 CSS = """
 :root { --fg:#1f2328; --muted:#59636e; --line:#d1d9e0; --panel:#f6f8fa;

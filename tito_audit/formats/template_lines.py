@@ -12,7 +12,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from tito_audit.audit import ModelReport
+from tito_audit.report.model_report import ModelReport
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def local_template(m: ModelReport) -> tuple[Path, str] | None:
 def blame(text: str, check_id: str, cls: str) -> Blame | None:
     """The line responsible for a finding of ``check_id`` / class ``cls`` in template ``text``, if known."""
     if cls == "history_rewrite":
-        from tito_audit.fix.reasoning import positional_reasoning_conditions
+        from tito_audit.rendering.reasoning_conditions import positional_reasoning_conditions
 
         conditions = positional_reasoning_conditions(text)
         if conditions:

@@ -9,8 +9,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from tito_audit.audit import AuditReport, ModelReport
-from tito_audit.findings import Finding
 from tito_audit.formats.labels import (
     approximate_note,
     coverage_text,
@@ -19,7 +17,9 @@ from tito_audit.formats.labels import (
     verdict_reasons_text,
     versions_text,
 )
-from tito_audit.quote import clipped
+from tito_audit.report.findings import Finding
+from tito_audit.report.model_report import AuditReport, ModelReport
+from tito_audit.report.quote import clipped
 
 VERDICT_STYLE = {
     "unsafe": "bold red",

@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tito_audit.audit import AuditReport, ModelReport
-from tito_audit.checks import CheckResult, Finding
+from tito_audit.audit.checks import CheckResult, Finding
 from tito_audit.gate.baseline import Baseline, apply_baseline, describe, finding_key, load_baseline
 from tito_audit.gate.suppressions import (
     CONFIG_FILE,
@@ -22,6 +21,7 @@ from tito_audit.gate.suppressions import (
     parse_suppressions,
     recompute,
 )
+from tito_audit.report.model_report import AuditReport, ModelReport
 
 SEVERITY_RANK = {"warn": 1, "warning": 1, "error": 2}
 MAX_NEW_LINES = 20

@@ -14,9 +14,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tito_audit.audit import SCHEMA_VERSION, AuditReport, ModelReport
-from tito_audit.checks import Finding
+from tito_audit.audit.checks import Finding
 from tito_audit.errors import UsageError
+from tito_audit.report.model_report import SCHEMA_VERSION, AuditReport, ModelReport
 
 FindingKey = tuple[str, str, str, str]
 

@@ -13,9 +13,9 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from tito_audit.audit import AuditReport, ModelReport
-from tito_audit.checks import REGISTRY, CheckResult, Finding
+from tito_audit.audit.checks import REGISTRY, CheckResult, Finding
 from tito_audit.errors import UsageError
+from tito_audit.report.model_report import AuditReport, ModelReport
 
 CONFIG_FILE = "tito-audit.toml"
 _ENTRY_KEYS = {"model", "check", "scenario", "class", "reason"}
@@ -152,7 +152,7 @@ def recompute(m: ModelReport) -> None:
     """Status, summary and verdict of a model from its active (unsuppressed) findings.
 
     A check whose findings are all suppressed passes, with "N suppressed" in its summary. The verdict is
-    ``tito_audit.verdict.decide`` over the recomputed results: what suppressed findings still mean for the
+    ``tito_audit.report.verdict.decide`` over the recomputed results: what suppressed findings still mean for the
     verdict is decided there, not here.
     """
     for c in m.checks:

@@ -17,13 +17,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from tito_audit.audit import AuditReport, ModelReport
-from tito_audit.checks.base import CheckResult, Status
-from tito_audit.findings import Finding, TokenSide
 from tito_audit.replay.analyze import EpisodeResult
 from tito_audit.replay.checks import BY_ID
 from tito_audit.replay.divergence import Divergence
-from tito_audit.verdict import Verdict
+from tito_audit.report.check_result import CheckResult, Status
+from tito_audit.report.findings import Finding, TokenSide
+from tito_audit.report.model_report import AuditReport, ModelReport
+from tito_audit.report.verdict import Verdict
 
 MAX_FINDINGS = 200
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tito_audit.checks.base import Severity
+from tito_audit.report.check_result import Severity
 
 
 @dataclass(frozen=True)

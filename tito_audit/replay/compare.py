@@ -19,10 +19,10 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tito_audit.align import IdMatcher
-from tito_audit.finding_class import ReasoningMarks
 from tito_audit.replay.divergence import Divergence, classify, run_text, window
 from tito_audit.replay.id_diff import align
+from tito_audit.report.align import IdMatcher
+from tito_audit.report.finding_class import ReasoningMarks
 
 
 @dataclass

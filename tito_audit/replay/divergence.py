@@ -2,9 +2,10 @@
 
 A divergence compares a reference (what a correct loop holds: the sampled ids kept in a buffer, deltas
 appended) with what the trainer trained on. Its class is one of the audit's finding classes
-(``tito_audit.findings.FINDING_CLASSES``), picked by the audit's own rule (``tito_audit.finding_class.pick_class``)
-from the differing runs on both sides and their text as it reads in place (``run_text``), with the reasoning the
-episode carried and the template's reasoning delimiters (``ReasoningMarks``) telling reasoning from content.
+(``tito_audit.report.findings.FINDING_CLASSES``), picked by the audit's own rule
+(``tito_audit.report.finding_class.pick_class``) from the differing runs on both sides and their text as it
+reads in place (``run_text``), with the reasoning the episode carried and the template's reasoning delimiters
+(``ReasoningMarks``) telling reasoning from content.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from tito_audit.finding_class import pick_class, run_text
-from tito_audit.findings import FINDING_CLASSES
+from tito_audit.report.finding_class import pick_class, run_text
+from tito_audit.report.findings import FINDING_CLASSES
 
 Kind = Literal["ids", "mask", "shape", "missing", "context", "drift", "logprobs"]
-classify = pick_class  # the audit's rule (``tito_audit.finding_class``): one rule names every divergence
+classify = pick_class  # the audit's rule (``tito_audit.report.finding_class``): one rule names every divergence
 __all__ = ["Divergence", "classify", "run_text", "window"]
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tito_audit.errors import UsageError
-from tito_audit.rl.generation import GenerationSettings
+from tito_audit.policy.generation import GenerationSettings
 
 DTYPES = ("float32", "bfloat16")
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
@@ -67,7 +67,7 @@ class RLConfig:
             raise UsageError("rl", "--noncanonical-rate must be in [0, 1]")
         if self.groups < 1 or self.group_size < 2:
             raise UsageError("rl", "need --groups >= 1 and --group-size >= 2 (GRPO normalises within a group)")
-        from tito_audit.context import THINKING  # no torch, no model: the values AuditOptions.thinking takes
+        from tito_audit.audit.context import THINKING  # no torch, no model: the values AuditOptions.thinking takes
 
         if self.thinking not in THINKING:
             raise UsageError("rl", f"--thinking must be {', '.join(THINKING)} (got {self.thinking!r})")

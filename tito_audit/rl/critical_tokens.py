@@ -25,9 +25,9 @@ from typing import Any
 
 import torch
 
-from tito_audit.rl.episodes import View
-from tito_audit.rl.model import VocabMap
-from tito_audit.rl.sampler_distribution import mask_padding
+from tito_audit.policy.model import VocabMap
+from tito_audit.policy.sampler_distribution import mask_padding
+from tito_audit.policy.view import View
 from tito_audit.rl.sampling import GenerationSettings, generate
 
 DEFINITION = (

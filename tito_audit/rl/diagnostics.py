@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from tito_audit.rl.episodes import View
+from tito_audit.policy.view import View
 
 MEANINGLESS = (
     "meaningless on random weights (every token has p ~ 1/|V|): probability diagnostics are reported only "

@@ -14,46 +14,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tito_audit.audit.simulation import simulate
 from tito_audit.errors import RenderError
+from tito_audit.policy.view import View
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.rl.toolformat import ToolCallFormat
 from tito_audit.scenarios.spec import Scenario
-from tito_audit.simulation import simulate
 
 Message = dict[str, Any]
-
-
-@dataclass
-class View:
-    """Ids, loss mask and where each assistant turn's trained span lies (``turns[k]`` is turn k).
-
-    Without explicit ``turns`` the runs of the mask are the turns (true of a buffer: sampled ids are
-    contiguous and every turn is followed by untrained ids).
-    """
-
-    ids: list[int]
-    mask: list[int]
-    turns: list[tuple[int, int]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if not self.turns:
-            self.turns = mask_runs(self.mask)
-
-    @property
-    def n_trained(self) -> int:
-        return sum(self.mask)
-
-
-def mask_runs(mask: Sequence[int]) -> list[tuple[int, int]]:
-    runs: list[tuple[int, int]] = []
-    start = None
-    for i, m in enumerate([*mask, 0]):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            runs.append((start, i))
-            start = None
-    return runs
 
 
 @dataclass

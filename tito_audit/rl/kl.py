@@ -15,10 +15,8 @@ from typing import Any
 
 import torch
 
+from tito_audit.policy.kl_bias import K3_CLAMP, LOG_RATIO_CLAMP
 from tito_audit.rl.stats import CONFIDENCE, clustered_mean, student_t_quantile, upper_bound
-
-LOG_RATIO_CLAMP = 20.0  # verl clamps log-ratios to +-20
-K3_CLAMP = 10.0  # and k3 to [-10, 10]; unclamped k3 overflowed to ~1e29 on a peaky output layer
 
 NONPURE_EXPLANATION = (
     "significant negative k1 (mean + t(0.975, S-1) SE < 0) with non-pure sampling ({settings}): the samples are "

@@ -28,17 +28,10 @@ from typing import Any
 
 import torch
 
-from tito_audit.rendering.renderer import Renderer
-from tito_audit.rl import diagnostics
-from tito_audit.rl.config import RLConfig
-from tito_audit.rl.critical_tokens import VerifiableTurn, critical_tokens
-from tito_audit.rl.episodes import Episode, View, assign_groups, group_advantages, parse_turn
-from tito_audit.rl.generation import GenerationSettings
-from tito_audit.rl.gradient_compare import clear_grads, compare, compare_with, hold_gradient, trainable
-from tito_audit.rl.gradients import surrogate_pass
-from tito_audit.rl.kl import kl_summary
-from tito_audit.rl.low_probability import low_probability_figure, token_records
-from tito_audit.rl.model import (
+from tito_audit.policy.generation import GenerationSettings
+from tito_audit.policy.gradient_compare import clear_grads, compare, compare_with, hold_gradient, trainable
+from tito_audit.policy.gradients import surrogate_pass
+from tito_audit.policy.model import (
     VocabMap,
     build_small_model,
     cap_threads,
@@ -48,6 +41,14 @@ from tito_audit.rl.model import (
     save_policy,
     torch_dtype,
 )
+from tito_audit.policy.view import View
+from tito_audit.rendering.renderer import Renderer
+from tito_audit.rl import diagnostics
+from tito_audit.rl.config import RLConfig
+from tito_audit.rl.critical_tokens import VerifiableTurn, critical_tokens
+from tito_audit.rl.episodes import Episode, assign_groups, group_advantages, parse_turn
+from tito_audit.rl.kl import kl_summary
+from tito_audit.rl.low_probability import low_probability_figure, token_records
 from tito_audit.rl.outputs import summarise, write_outputs
 from tito_audit.rl.positions import position_stats
 from tito_audit.rl.quality import QualityGates

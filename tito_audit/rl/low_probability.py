@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tito_audit.rl.episodes import View
+from tito_audit.policy.view import View
 from tito_audit.rl.positions import PositionStats
 
 

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 import torch
 
-from tito_audit.rl.episodes import View
-from tito_audit.rl.generation import GenerationSettings
-from tito_audit.rl.gradients import SOFTMAX_CHUNK_ELEMENTS, position_logits, trained_positions
-from tito_audit.rl.kl_bias import estimator_expectations
-from tito_audit.rl.model import VocabMap
-from tito_audit.rl.sampler_distribution import mask_padding
+from tito_audit.policy.generation import GenerationSettings
+from tito_audit.policy.gradients import SOFTMAX_CHUNK_ELEMENTS, position_logits, trained_positions
+from tito_audit.policy.kl_bias import estimator_expectations
+from tito_audit.policy.model import VocabMap
+from tito_audit.policy.sampler_distribution import mask_padding
+from tito_audit.policy.view import View
 from tito_audit.rl.sampling import stop_model_ids
 
 

@@ -25,11 +25,12 @@ from typing import Any
 import torch
 
 from tito_audit.errors import RenderError
+from tito_audit.policy.generation import GenerationSettings
+from tito_audit.policy.model import VocabMap
+from tito_audit.policy.sampler_distribution import mask_padding, process_logits
+from tito_audit.policy.view import View
 from tito_audit.rendering.renderer import Renderer
-from tito_audit.rl.episodes import Episode, View, naive_view, parse_turn
-from tito_audit.rl.generation import GenerationSettings
-from tito_audit.rl.model import VocabMap
-from tito_audit.rl.sampler_distribution import mask_padding, process_logits
+from tito_audit.rl.episodes import Episode, naive_view, parse_turn
 from tito_audit.rl.toolformat import ToolCallFormat
 from tito_audit.rollout.bridge import BridgeError
 from tito_audit.rollout.buffer import Trajectory

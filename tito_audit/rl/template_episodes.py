@@ -33,7 +33,7 @@ class TemplateEpisodes:
     (``episodes``: what the batches play)."""
 
     def __init__(self, cfg: RLConfig) -> None:
-        from tito_audit.context import AuditContext, AuditOptions
+        from tito_audit.audit.context import AuditContext, AuditOptions
 
         self.loaded = load(cfg.model)
         tok = self.loaded.tokenizer

@@ -21,8 +21,7 @@ from typing import Any
 
 import torch
 
-from tito_audit.rl.episodes import View
-from tito_audit.rl.gradient_compare import (
+from tito_audit.policy.gradient_compare import (
     HeldGradient,
     add_to_parameters,
     compare,
@@ -30,8 +29,9 @@ from tito_audit.rl.gradient_compare import (
     hold_gradient,
     trainable,
 )
-from tito_audit.rl.gradients import surrogate_pass, token_logps
-from tito_audit.rl.model import VocabMap
+from tito_audit.policy.gradients import surrogate_pass, token_logps
+from tito_audit.policy.model import VocabMap
+from tito_audit.policy.view import View
 
 GROUPS = ("high_positive", "high_negative", "low_positive", "low_negative")
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
-from tito_audit.rl.episodes import View
-from tito_audit.rl.gradients import token_logps
-from tito_audit.rl.model import VocabMap
+from tito_audit.policy.gradients import token_logps
+from tito_audit.policy.model import VocabMap
+from tito_audit.policy.view import View
 
 
 def warmup(

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tito_audit.errors import RenderError
-from tito_audit.probes import APPEND_BASES, APPENDS, MINIMAL_TOOL_EPISODE, MINIMAL_TOOL_RESULT, TOOLS
 from tito_audit.rendering.bounded_cache import content_key
 from tito_audit.rendering.guard import RenderLimits
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.rollout.bridge import AppendRefused, Bridge, BridgeError, compute_bridge
+from tito_audit.rollout.probes import APPEND_BASES, APPENDS, MINIMAL_TOOL_EPISODE, MINIMAL_TOOL_RESULT, TOOLS
 from tito_audit.rollout.stop import stop_token_ids
 
 Message = dict[str, Any]

@@ -38,10 +38,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tito_audit.errors import RenderError
-from tito_audit.probes import TOOLS
 from tito_audit.rendering.analysis import loaded_names
 from tito_audit.rendering.bounded_cache import BoundedCache
 from tito_audit.rendering.renderer import Renderer
+from tito_audit.rollout.probes import TOOLS
 from tito_audit.rollout.tokens import common_prefix_len
 
 # Payload markers: text no template writes by itself, alphanumeric so that no escaping or trimming changes it.

@@ -14,11 +14,11 @@ from os import PathLike
 from typing import Any
 
 from tito_audit.errors import UsageError
-from tito_audit.scan.classify import CLASSES, DESCRIPTIONS
+from tito_audit.report.scan_classes import CLASSES, DESCRIPTIONS
+from tito_audit.report.scan_report import ScanSummary, TemplateResult
 from tito_audit.scan.discover import TemplateFile, discover, discover_paths, read_template
 from tito_audit.scan.pool import AUTO, Job, PoolLimits, run_jobs
-from tito_audit.scan.summary import ScanSummary
-from tito_audit.scan.template_audit import TemplateResult, audit_template
+from tito_audit.scan.template_audit import audit_template
 from tito_audit.sources.synthesized import Synthesizer
 
 __all__ = [

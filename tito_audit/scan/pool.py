@@ -25,10 +25,11 @@ from typing import Any
 
 from tito_audit.rendering import RenderLimits
 from tito_audit.rendering.guard import AUDIT_LIMITS, address_space_bytes, keep_timer_handler, limit_process_memory
-from tito_audit.scan import classify
+from tito_audit.report import scan_classes as classify
+from tito_audit.report.scan_report import TemplateResult
 from tito_audit.scan.discover import TemplateFile
 from tito_audit.scan.pick import Picker
-from tito_audit.scan.template_audit import TemplateResult, audit_auto, audit_template
+from tito_audit.scan.template_audit import audit_auto, audit_template
 from tito_audit.sources.synthesized import Synthesizer
 
 AUTO = "auto"

@@ -1,7 +1,7 @@
 """Auditing one template file against one tokenizer, ending in exactly one class (see ``classify``).
 
 Nothing here may raise for a bad template: every failure becomes the template's class with a one-line reason.
-Statically unsafe templates are not rendered at all. The audit is ``tito_audit.audit.audit_model`` itself (the
+Statically unsafe templates are not rendered at all. The audit is ``tito_audit.audit.runner.audit_model`` itself (the
 same checks and verdict rule as ``tito-audit audit MODEL --chat-template FILE``), on a context that keeps the
 smoke renders. Two cheaper verdict-free endings come first: a smoke render that hits a limit or the sandbox,
 and a template whose control tokens the vocabulary lacks (scenarios are played only until one renders, to tell
@@ -13,13 +13,13 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tito_audit.errors import AuditError, RenderError, failed_every_conversation, first_line
 from tito_audit.rendering import Renderer, RenderLimits
 from tito_audit.rendering.analysis import hazards, literal_text
-from tito_audit.scan import classify
+from tito_audit.report import scan_classes as classify
+from tito_audit.report.scan_report import TemplateResult
 from tito_audit.scan.discover import TemplateFile, read_template
 from tito_audit.scan.pick import Choice, Picker
 from tito_audit.sources.control_tokens import missing_tokens, role_literals
@@ -29,38 +29,6 @@ if TYPE_CHECKING:
 
 _SMOKE = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hello"}]
 _OTHER_DATE = dt.datetime(1999, 12, 31, 23, 59, 0)
-
-
-@dataclass
-class TemplateResult:
-    name: str
-    path: str
-    tokenizer: str
-    cls: str
-    verdict: str | None = None
-    reason: str = ""
-    error_kind: str | None = None
-    flags: list[dict[str, Any]] = field(default_factory=list)
-    missing_tokens: list[str] = field(default_factory=list)
-    scenarios_ok: int = 0
-    scenarios_total: int = 0
-    verdict_reasons: list[str] = field(default_factory=list)  # the audit's, as in its JSON report
-    adaptations: list[str] = field(default_factory=list)  # conversation shapes the template needed
-    tokenizer_reason: str = ""
-    engine: str = ""
-    seconds: float = 0.0
-    # "synthesized": audited on a tokenizer synthesized from the template's control tokens (approximate verdict)
-    tokenizer_kind: str = "real"
-    tokenizer_base: str | None = None
-    synthesized_tokens: list[str] = field(default_factory=list)
-    # always_raises: the conversation shapes the template rejected, each with its error (first few)
-    rejected: list[dict[str, Any]] = field(default_factory=list)
-    approximate: bool = False  # a verdict on a synthesized tokenizer
-    # The first divergent text behind the verdict ("" for a safe one or a template without a verdict)
-    first_divergence: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def audit_template(
@@ -152,10 +120,10 @@ def _audit(
     scenarios: str,
     synthesizer: Synthesizer | None = None,
 ) -> None:
-    from tito_audit.audit import audit_context
-    from tito_audit.context import AuditContext, AuditOptions
+    from tito_audit.audit.checks import verdict_inputs
+    from tito_audit.audit.context import AuditContext, AuditOptions
+    from tito_audit.audit.runner import audit_context
     from tito_audit.sources.load import compile_template
-    from tito_audit.verdict import verdict_inputs
 
     try:
         text = read_template(template.path)
@@ -218,7 +186,7 @@ def first_divergence(report: Any) -> str:
     """The first finding of the first failing check (else of the first warning), in the words every report uses
     (``formats.divergence``): what the page and the summary show under a verdict."""
     from tito_audit.formats.divergence import finding_sentence, first_active
-    from tito_audit.quote import clipped
+    from tito_audit.report.quote import clipped
 
     for status in ("fail", "warn"):
         for check in report.checks:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from typing import Any
 
-from tito_audit.probes import TOOLS
+from tito_audit.rollout.probes import TOOLS
 from tito_audit.scenarios.reach import Reach, long_text, with_literals
 from tito_audit.scenarios.reasoning import Reasoning
 from tito_audit.scenarios.spec import Message, Scenario, ScenarioSpec
@@ -102,7 +102,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 # The reasoning scenarios send (on a tool-call turn, on an answer; inline in content): a divergence whose differing
-# text holds a part of one is reasoning that was dropped or moved (``tito_audit.finding_class``).
+# text holds a part of one is reasoning that was dropped or moved (``tito_audit.report.finding_class``).
 CALL_REASONING = "The user wants the weather, so I call the tool."
 ANSWER_REASONING = "The tool answered; summarise."
 INLINE_CALL_REASONING = "I should call the tool."

@@ -27,9 +27,9 @@ from functools import lru_cache
 from typing import Any
 
 from tito_audit.errors import RenderError
-from tito_audit.finding_class import ReasoningMarks
 from tito_audit.rendering.analysis import message_reads, template_literals
 from tito_audit.rendering.renderer import Renderer
+from tito_audit.report.finding_class import ReasoningMarks
 from tito_audit.scenarios.spec import Message
 
 STANDARD_KEYS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})  # what every scenario sends

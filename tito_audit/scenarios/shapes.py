@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tito_audit.errors import RenderError, detached
-from tito_audit.probes import SHAPE_PROBE_ARGS, SHAPE_PROBE_RESULT, SHAPE_PROBE_TOOL
 from tito_audit.rendering.renderer import Renderer
+from tito_audit.rollout.probes import SHAPE_PROBE_ARGS, SHAPE_PROBE_RESULT, SHAPE_PROBE_TOOL
 from tito_audit.rollout.tokens import common_prefix_len
 from tito_audit.scenarios.adapt import (
     FRAMERS,

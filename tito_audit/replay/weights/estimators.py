@@ -2,7 +2,7 @@
 
 At each sampled position of the reference buffer (where the engine drew a token), the policy's and the
 reference's full logits give the exact KL(pi || pi_ref), what k1, k2 and k3 average to when tokens are drawn from
-the sampler's q instead of pi, and the policy's mass q never draws (``tito_audit.rl.kl_bias``: temperature,
+the sampler's q instead of pi, and the policy's mass q never draws (``tito_audit.policy.kl_bias``: temperature,
 top-k, top-p, stop ids suppressed before a minimum length, padding rows past the tokenizer). Position means are
 summed here as the episodes stream by.
 
@@ -21,10 +21,10 @@ from typing import Any
 
 import torch
 
-from tito_audit.rl.generation import GenerationSettings
-from tito_audit.rl.gradients import SOFTMAX_CHUNK_ELEMENTS
-from tito_audit.rl.kl_bias import FIELDS, estimator_expectations
-from tito_audit.rl.model import VocabMap
+from tito_audit.policy.generation import GenerationSettings
+from tito_audit.policy.gradients import SOFTMAX_CHUNK_ELEMENTS
+from tito_audit.policy.kl_bias import FIELDS, estimator_expectations
+from tito_audit.policy.model import VocabMap
 from tito_audit.rl.sampling import stop_model_ids
 
 RELATIVE_BIAS = 0.1  # an estimator off by more than this share of the KL is not a KL estimate

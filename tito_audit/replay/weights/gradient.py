@@ -2,7 +2,7 @@
 
 Both at a fixed advantage (A = 1, each sequence normalised by its own trained ids, as ``tito-audit rl`` does), so
 that reward noise plays no part: a group of equal rewards has A = 0 in GRPO and would make any two gradients
-"equal". The comparison is ``tito_audit.rl.gradient_compare``'s streamed one: the trained sequence's gradient is
+"equal". The comparison is ``tito_audit.policy.gradient_compare``'s streamed one: the trained sequence's gradient is
 held, the buffer's is compared parameter by parameter as its backward produces it and dropped, so at most two
 gradients are alive. "Identical" is bitwise, or within 10 x the noise floor: the relative difference between two
 computations of the same gradient on the same device, measured once per run (0 on CPU).
@@ -18,11 +18,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from tito_audit.policy.gradient_compare import GradientComparison, compare_with, hold_gradient, trainable
+from tito_audit.policy.gradients import surrogate_pass
+from tito_audit.policy.model import VocabMap
+from tito_audit.policy.view import View
 from tito_audit.replay.weights.pairs import Pair
-from tito_audit.rl.episodes import View
-from tito_audit.rl.gradient_compare import GradientComparison, compare_with, hold_gradient, trainable
-from tito_audit.rl.gradients import surrogate_pass
-from tito_audit.rl.model import VocabMap
 
 NOISE_FACTOR = 10.0
 MAX_KEPT = 200  # per-episode entries kept in the report (counts cover every episode)

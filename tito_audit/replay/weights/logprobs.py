@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from tito_audit.rl.gradients import gather_log_softmax
-from tito_audit.rl.model import VocabMap
+from tito_audit.policy.gradients import gather_log_softmax
+from tito_audit.policy.model import VocabMap
 
 MAX_BATCH_TOKENS = 1 << 14  # padded ids per forward
 MAX_LOGIT_ELEMENTS = 1 << 26  # kept rows x vocabulary per forward (256 MB of float32 logits)

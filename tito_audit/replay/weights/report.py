@@ -15,12 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tito_audit.audit import AuditReport
-from tito_audit.checks.base import CheckResult, Status
-from tito_audit.findings import Finding
 from tito_audit.replay.checks import BY_ID
 from tito_audit.replay.weights.attribution import CLASSES
 from tito_audit.replay.weights.run import WeightsTotals
+from tito_audit.report.check_result import CheckResult, Status
+from tito_audit.report.findings import Finding
+from tito_audit.report.model_report import AuditReport
 
 DEFAULT_THRESHOLD = 0.01  # mean |Delta log p| per numeric token (nats) at or above which numeric drift warns
 DOMINANT = 0.5

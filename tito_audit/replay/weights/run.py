@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from tito_audit.policy.gradients import gather_log_softmax
+from tito_audit.policy.model import VocabMap
 from tito_audit.replay.weights.attribution import AttributionTotals, EpisodeAttribution, attribute
 from tito_audit.replay.weights.estimators import BiasTotals, position_expectations
 from tito_audit.replay.weights.gradient import (
@@ -28,8 +30,6 @@ from tito_audit.replay.weights.gradient import (
 )
 from tito_audit.replay.weights.logprobs import Row, logits_at
 from tito_audit.replay.weights.pairs import Pair
-from tito_audit.rl.gradients import gather_log_softmax
-from tito_audit.rl.model import VocabMap
 
 CHUNK = 16  # episodes per set of batched forwards
 

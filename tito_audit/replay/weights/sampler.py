@@ -1,5 +1,5 @@
 """The sampler the engine drew from, as ``--sampling`` or a record's ``sampling`` object says: needed for the
-exact bias of the KL estimators (``tito_audit.rl.kl_bias``), which depends on what the sampler does to pi.
+exact bias of the KL estimators (``tito_audit.policy.kl_bias``), which depends on what the sampler does to pi.
 
 Both transformers' names (``top_k``, ``top_p``, ``temperature``, ``min_new_tokens``, ``min_length``) and vLLM's
 ``SamplingParams`` names (``top_k=-1`` for off, ``min_tokens``) are read. Settings that do not change the
@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from tito_audit.rl.generation import GenerationSettings
+from tito_audit.policy.generation import GenerationSettings
 
 # Keys that change nothing about which token is drawn, or only when the run ends.
 IGNORED = frozenset(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tito_audit.errors import UsageError
+from tito_audit.policy.generation import GenerationSettings
 from tito_audit.replay.analyze import ReplayContext, analyze
 from tito_audit.replay.mapping import FieldMap
 from tito_audit.replay.reader import MAX_RECORD_BYTES
@@ -20,7 +21,6 @@ from tito_audit.replay.weights.pairs import build_pair, tito_only, with_settings
 from tito_audit.replay.weights.report import DEFAULT_THRESHOLD, Setup
 from tito_audit.replay.weights.run import Policy, WeightsTotals, analyze_pairs
 from tito_audit.replay.weights.select import select_episodes
-from tito_audit.rl.generation import GenerationSettings
 
 DEFAULT_MAX_EPISODES = 128
 
@@ -53,7 +53,7 @@ def _quiet_loading() -> Iterator[None]:
 
 def load_policy(opts: WeightsOptions, tokenizer_size: int, stop_ids: Sequence[int]) -> tuple[Policy, Setup]:
     """The weights (and reference) on the device; ``UsageError`` / ``ModelNotFound`` in one line."""
-    from tito_audit.rl.model import cap_threads, load_weights, resolve_device, torch_dtype
+    from tito_audit.policy.model import cap_threads, load_weights, resolve_device, torch_dtype
 
     try:
         device = resolve_device(opts.device)

@@ -1,0 +1,65 @@
+"""append_matrix: prefix preservation for appended user, system, tool and assistant messages, per thinking mode."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tito_audit.audit.checks.base import check
+from tito_audit.audit.collector import Collector
+from tito_audit.audit.context import AuditContext
+from tito_audit.errors import RenderError
+from tito_audit.report.findings import Outcome
+from tito_audit.rollout.bridge import BridgeError, compute_bridge
+from tito_audit.rollout.probes import APPEND_BASES, APPENDS, TOOLS
+
+
+def _mode_name(mode: dict[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in mode.items()) or "default"
+
+
+@check(
+    id="append_matrix",
+    title="Other appends preserve the prefix",
+    severity="warning",
+    order=30,
+    approximate_classes=True,
+    explanation="""
+Agent loops append more than tool results: user follow-ups, system notices, assistant prefills, in every
+thinking mode the model is trained with. Each append whose render rewrites the existing history has no
+correct token delta, so that kind of turn cannot be added to a token buffer.""",
+    fix_hint="""
+Avoid the failing (role, mode) combinations in rollouts, or patch the template so history rendering does not
+depend on what follows (reasoning kept on every turn, no last-turn-only markers).""",
+)
+def append_matrix(ctx: AuditContext) -> Outcome:
+    found = Collector(ctx, "append_matrix")
+    cells: dict[str, dict[str, str]] = {}
+    for mode in ctx.thinking_modes:
+        renderer = ctx.renderer.with_kwargs(**mode) if mode else ctx.renderer
+        row: dict[str, str] = {}
+        for base_name, base in APPEND_BASES.items():
+            for role, new in APPENDS.items():
+                if base_name == "after_answer" and role == "tool":
+                    continue
+                cell = f"{role} {base_name.replace('_', ' ')}"
+                try:
+                    compute_bridge(
+                        renderer, base, new, list(TOOLS), ctx.stop_ids, add_generation_prompt=role != "assistant"
+                    )
+                    row[cell] = "pass"
+                    found.compared()
+                except BridgeError as exc:
+                    row[cell] = "fail"
+                    found.compare(
+                        f"append/{role}/{base_name}[{_mode_name(mode)}]",
+                        exc.before,
+                        exc.after,
+                        f"appending {role} {base_name.replace('_', ' ')} rewrites the history ({_mode_name(mode)})",
+                    )
+                except RenderError as err:
+                    row[cell] = "n/a"
+                    found.failed(f"append/{role}/{base_name}[{_mode_name(mode)}]", err)
+        cells[_mode_name(mode)] = row
+    fails = [f"{cell} [{mode}]" for mode, row in cells.items() for cell, v in row.items() if v == "fail"]
+    summary = "every append preserves the prefix" if not fails else "rewrites on: " + "; ".join(fails[:4])
+    return found.outcome(summary, "the template rejects every append probe", {"matrix": cells})

@@ -1,0 +1,56 @@
+"""history_rewrite: earlier turns change when the conversation grows."""
+
+from __future__ import annotations
+
+from tito_audit.audit.checks.base import check
+from tito_audit.audit.collector import Collector
+from tito_audit.audit.context import AuditContext
+from tito_audit.errors import RenderError
+from tito_audit.report.findings import Outcome
+from tito_audit.rollout.bridge import assistant_stop_position
+from tito_audit.rollout.tokens import common_prefix_len
+
+
+@check(
+    id="history_rewrite",
+    title="History is not rewritten",
+    severity="warning",
+    order=70,
+    approximate_classes=True,
+    verdict="tito-required",
+    explanation="""
+Templates drop earlier reasoning, reformat tool calls or change markers once more turns follow. The sampled
+tokens of those turns then never appear in a re-rendered conversation: naive rollout code trains on text the
+model did not produce, and the objective for rewritten tokens is undefined.""",
+    fix_hint="""
+Keep the token buffer (never re-render), and treat everything up to the last rewrite as prompt (loss 0) if
+you must re-render; or patch the template to keep history stable.""",
+)
+def history_rewrite(ctx: AuditContext) -> Outcome:
+    found = Collector(ctx, "history_rewrite")
+    for sim in ctx.ok_simulations(exclude_tags=("special_text",)):
+        renderer = ctx.renderer_for(sim.scenario)
+        tools = list(sim.scenario.tools)
+        try:
+            final = renderer.render_ids(sim.messages, tools=tools)
+            for turn in sim.turns[:-1]:
+                ids, stop = assistant_stop_position(renderer, sim.messages[: turn.index + 1], tools, ctx.stop_ids)
+                prefix = ids[: stop + 1] if stop is not None else ids
+                rewritten = common_prefix_len(prefix, final) < len(prefix)
+                found.compare(
+                    sim.scenario.id,
+                    prefix,
+                    final[: len(prefix) + 8] if rewritten else prefix,
+                    f"assistant message {turn.index} renders differently once later turns follow",
+                )
+                if rewritten:
+                    break
+        except RenderError as err:
+            found.failed(sim.scenario.id, err)
+    findings = found.findings
+    summary = (
+        f"earlier turns render identically ({found.comparisons} turns compared)"
+        if not findings
+        else (f"history rewritten in {len(findings)} episode(s): {findings[0].cls.replace('_', ' ')}")
+    )
+    return found.outcome(summary, "no episode has an earlier assistant turn to compare")

@@ -1,0 +1,152 @@
+"""tool_append_prefix: appending tool results is token-prefix-preserving (what TITO needs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tito_audit.audit.checks.base import check
+from tito_audit.audit.collector import Collector, divergence
+from tito_audit.audit.context import AuditContext
+from tito_audit.errors import RenderError
+from tito_audit.report.findings import Finding, Outcome
+from tito_audit.rollout.bridge import BridgeError, compute_bridge
+from tito_audit.rollout.payloads import only_later_calls
+from tito_audit.rollout.probes import MINIMAL_TOOL_EPISODE, MINIMAL_TOOL_RESULT
+from tito_audit.rollout.stop import stop_token_ids
+
+
+@check(
+    id="tool_append_prefix",
+    title="Tool appends preserve the token prefix",
+    severity="error",
+    order=20,
+    verdict="unsafe",
+    explanation="""
+TITO keeps the sampled ids and appends only the token delta of new messages. That delta exists only if the
+template renders the history identically once tool results are appended (up to the assistant's stop token).
+When it does not, no delta is correct: the buffer and every later prompt disagree with what the template
+would show the model, and the gradient is computed on a context the model never sees at inference. The cut is
+the engine's stop token; when only the template (not the tokenizer's eos or generation_config) ends the turn,
+an engine samples on to the eos, and what the template writes after the turn must survive the append too.
+Only the tool results of an append block are judged here; system or user messages appended with them are
+`append_matrix`'s concern, and templates that drop tool messages altogether are `tool_support`'s.""",
+    fix_hint="""
+Patch the template so an assistant turn renders the same whether or not it is the last message (for example
+emit the empty `<think></think>` block on every turn, not only the last: `tito-audit fix`), or freeze the
+rewritten prefix as prompt (loss 0) and start a new sample at each rewrite. When the turn end is not a
+configured stop, add it to generation_config.json's `eos_token_id` (and the engine's stop list).""",
+)
+def tool_append_prefix(ctx: AuditContext) -> Outcome:
+    found = Collector(ctx, "tool_append_prefix")
+    try:
+        compute_bridge(ctx.renderer, MINIMAL_TOOL_EPISODE, MINIMAL_TOOL_RESULT, None, ctx.stop_ids)
+        found.compared()
+    except BridgeError as exc:
+        found.compare("probe/minimal", exc.before, exc.after, exc.reason)
+    except RenderError as err:
+        found.failed("probe/minimal", err)  # strict templates reject the bare probe; the scenarios still decide
+    found.keep(_configured_stop_seam(ctx))
+    for sim in ctx.ok_simulations():
+        for idx, bridge_error in sim.bridge_errors:
+            block = _append_block(sim.messages, idx)
+            if not block or (block[0]["role"] != "tool" and "tool_as_user" not in sim.adapters):
+                continue
+            error = _tool_only_error(ctx, sim, idx, block, bridge_error)
+            if error is None:
+                continue  # the rewrite comes from a system/user message in the same block: append_matrix
+            if error.inside_turn is not None:  # no rewrite: the engine's stop cuts the turn before its calls
+                if only_later_calls(sim.messages[idx], error.inside_turn):
+                    continue  # one call per turn: tool_forms names the parallel form to avoid
+                cut = found.compare(
+                    sim.scenario.id, error.before, error.after, f"assistant message {idx}: {error.reason}", "stop_seam"
+                )
+                if cut is not None:
+                    cut.reason = "stop_inside_turn"
+                continue
+            found.compare(
+                sim.scenario.id,
+                error.before,
+                error.after,
+                f"appending {'+'.join(m['role'] for m in _leading_tools(block) or block)} after assistant "
+                f"message {idx} rewrites the history",
+            )
+        found.compared(len(sim.trajectory.bridges) if sim.trajectory is not None else 0)
+    for f in found.findings:
+        f.reason = f.reason or "rewrites_on_tool_append"
+    episodes = found.comparisons
+    summary = (
+        f"prefix preserved in {episodes} tool appends"
+        if not found.findings
+        else f"tool appends break buffer + delta ({len(found.findings)} episode(s))"
+    )
+    return found.outcome(summary, "no tool conversation renders with this template")
+
+
+def _append_block(messages: list[dict[str, Any]], idx: int) -> list[dict[str, Any]]:
+    """The environment messages appended after assistant message ``idx``, up to the next assistant turn."""
+    block: list[dict[str, Any]] = []
+    for m in messages[idx + 1 :]:
+        if m["role"] == "assistant":
+            break
+        block.append(m)
+    return block
+
+
+def _leading_tools(block: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for m in block:
+        if m["role"] != "tool":
+            break
+        out.append(m)
+    return out
+
+
+def _tool_only_error(
+    ctx: AuditContext, sim: Any, idx: int, block: list[dict[str, Any]], error: BridgeError
+) -> BridgeError | None:
+    """The break when only the block's tool results are appended; None when those alone are fine."""
+    tools_only = _leading_tools(block)
+    if not tools_only or len(tools_only) == len(block):
+        return error
+    try:
+        compute_bridge(
+            ctx.renderer_for(sim.scenario), sim.messages[: idx + 1], tools_only, list(sim.scenario.tools), ctx.stop_ids
+        )
+    except BridgeError as exc:
+        return exc
+    except RenderError:
+        return error
+    return None
+
+
+def _configured_stop_seam(ctx: AuditContext) -> Finding | None:
+    """The probe again, cut where an engine stops with only the model's shipped stop ids.
+
+    Our stop set adds the template's own turn-end token. When the tokenizer's eos and generation_config do not
+    list it, an engine keeps sampling past it, so the buffer also holds what the template writes after it for a
+    final turn; that text must survive the append too (it is what TRL's prefix check compares).
+    """
+    configured = stop_token_ids(ctx.tokenizer, None, ctx.model.generation_eos_ids)
+    if not configured or set(ctx.stop_ids) <= set(configured):
+        return None
+    try:
+        compute_bridge(ctx.renderer, MINIMAL_TOOL_EPISODE, MINIMAL_TOOL_RESULT, None, configured)
+    except BridgeError as exc:
+        names = ", ".join(repr(t) for t in ctx.tokenizer.convert_ids_to_tokens(list(configured)))
+        turn_end = ", ".join(
+            repr(t) for t in ctx.tokenizer.convert_ids_to_tokens([i for i in ctx.stop_ids if i not in configured])
+        )
+        return divergence(
+            ctx,
+            "tool_append_prefix",
+            "probe/configured-stop",
+            exc.before,
+            exc.after,
+            f"an engine stops only on {names} (the turn end {turn_end} is in neither the tokenizer's eos nor "
+            "generation_config), so the buffer keeps what the template writes after the turn, which it drops "
+            "once a tool result follows",
+            cls="stop_seam",
+        )
+    except RenderError:
+        return None
+    return None

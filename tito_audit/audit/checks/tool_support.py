@@ -1,0 +1,124 @@
+"""tool_support: tool calls, tool results and arguments survive rendering in their canonical form."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tito_audit.audit.checks.base import check
+from tito_audit.audit.collector import Collector
+from tito_audit.audit.context import AuditContext
+from tito_audit.errors import RenderError
+from tito_audit.report.findings import Outcome
+from tito_audit.scenarios.adapt import call_function, content_text
+
+
+def _arg_values(arguments: object) -> list[str]:
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            return [str(arguments)]
+    if isinstance(arguments, dict):
+        return [v for v in arguments.values() if isinstance(v, str) and v.strip()]
+    return []
+
+
+def _shown(value: str, text: str) -> bool:
+    """Verbatim, or as a JSON string would escape it (``ensure_ascii`` or not)."""
+    return any(form in text for form in (value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]))
+
+
+def call_form(message: dict[str, Any], dropped: list[int], canonical_content: str | None = None) -> str | None:
+    """The form a drop is confined to, when it is not the canonical one (content ``canonical_content`` next to
+    the calls, all of them dropped): None when the canonical form drops."""
+    calls = message.get("tool_calls") or []
+    if dropped and len(dropped) < len(calls) and 0 not in dropped:
+        return "parallel_calls"
+    content = content_text(message)
+    if content == canonical_content or (not content and not canonical_content):
+        return None
+    return "tool_calls_with_empty_content" if content == "" else "tool_calls_with_content"
+
+
+@check(
+    id="tool_support",
+    title="Tool calls survive rendering",
+    severity="error",
+    order=10,
+    verdict="unsafe",
+    explanation="""
+A template that silently drops `tool_calls`, tool results or arguments in their canonical form (one call,
+`content` None, dict arguments, the `tool` role; or the shape the template is found to need) cannot be used for
+tool-calling RL: the model never sees its own tool traffic at inference, its sampled call vanishes from every
+re-rendered context and the bridge for the tool result is computed against a history that never contained the
+call. Drops confined to another form are `tool_forms`' concern.""",
+    fix_hint="""
+Use a template that renders `message.tool_calls` (name and arguments) and the `tool` role, or patch it
+(`tito-audit fix`); do not train tool use through a template that cannot show it.""",
+)
+def tool_support(ctx: AuditContext) -> Outcome:
+    found = Collector(ctx, "tool_support")
+    shapes = ctx.shapes
+    if shapes.rejects_tools is not None:
+        found.add(
+            "probe/canonical",
+            "template",
+            f"the template rejects every tool conversation shape: {shapes.rejects_tools}",
+            reason="rejects_tool_traffic",
+        )
+        return found.outcome(found.findings[0].message, "")
+    found.compared()  # the canonical probe
+    words = {"tool_calls": "tool calls are", "arguments": "tool-call arguments are", "tool_results": "tool results are"}
+    for what in shapes.drops:
+        found.add(
+            "probe/canonical",
+            "template",
+            f"{words[what]} not rendered in the canonical form"
+            + (f" (with the adaptations it needs: {', '.join(shapes.adaptations)})" if shapes.adaptations else ""),
+            reason=f"drops_{what}",
+        )
+    for sim in ctx.ok_simulations():
+        if "tool" not in sim.scenario.tags:
+            continue
+        for turn in sim.turns:
+            form = call_form(sim.messages[turn.index], turn.dropped_calls, shapes.canonical_content)
+            if turn.tool_calls_dropped and form is None:
+                found.add(sim.scenario.id, "template", dropped_message(sim.messages, turn), reason="drops_tool_calls")
+        try:
+            full = ctx.renderer_for(sim.scenario).render(sim.messages, tools=list(sim.scenario.tools))
+        except RenderError as err:
+            found.failed(sim.scenario.id, err)
+            continue
+        found.compared()
+        for i, m in enumerate(sim.messages):  # as played (adapted), so that indices match the turns
+            text = (content_text(m) or "").strip()[:40] if m["role"] == "tool" else ""
+            if text and not _shown(text, full):
+                found.add(
+                    sim.scenario.id,
+                    "template",
+                    f"tool result (message {i}) does not appear in the rendering",
+                    reason="drops_tool_results",
+                )
+            for call in m.get("tool_calls") or []:
+                missing = [v for v in _arg_values(call_function(call)["arguments"]) if not _shown(v, full)]
+                if missing and not any(t.tool_calls_dropped for t in sim.turns if t.index == i):
+                    found.add(
+                        sim.scenario.id,
+                        "serialization",
+                        f"argument value {missing[0]!r} of message {i} is not rendered",
+                        reason="drops_arguments",
+                    )
+    # One finding per message is enough to act on; keep the report readable.
+    unique = {f.message: f for f in reversed(found.findings)}
+    found.findings = [f for f in found.findings if unique[f.message] is f]
+    summary = "tool calls, results and arguments render" if not found.findings else found.findings[0].message
+    return found.outcome(summary, "no tool conversation renders")
+
+
+def dropped_message(messages: list[dict[str, Any]], turn: Any) -> str:
+    calls = messages[turn.index].get("tool_calls") or []
+    if len(turn.dropped_calls) == len(calls):
+        return f"tool_calls of assistant message {turn.index} are not rendered"
+    which = ", ".join(f"#{i + 1} ({call_function(calls[i]).get('name', '?')})" for i in turn.dropped_calls)
+    return f"parallel tool call {which} of {len(calls)} in assistant message {turn.index} is not rendered"
