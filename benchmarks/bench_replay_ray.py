@@ -8,7 +8,7 @@ replays them, wall-timed, with: the local engine in this process (``workers=1``)
 Ray (``ray.init(num_cpus=2)``, a local instance, two actors at most), each for ``--only-tito`` (the TITO check
 alone) and for the default (TITO check plus the non-canonical re-encoding of every turn; no messages, so no
 render). The Ray run's totals and findings must equal the local run's (checked here, and in
-``tests/test_replay_scale.py``). This machine has 2 cores: Ray cannot scale out here; the figures show what its
+``tests/replay/test_scale.py``). This machine has 2 cores: Ray cannot scale out here; the figures show what its
 scheduling costs over the local engine on the same cores. Writes benchmarks/results/replay-ray.json.
 """
 

@@ -8,7 +8,7 @@ merge-dependent ones included), so that the JSON says, per check and per verdict
 
     python benchmarks/bench_synthesized.py [--scenarios full,quick] [--limit N]
 
-Writes benchmarks/results/synthesized-agreement.json. tests/test_synthesized.py re-runs the comparison and fails
+Writes benchmarks/results/synthesized-agreement.json. tests/sources/test_synthesized.py re-runs the comparison and fails
 if verdict agreement drops below what is committed there.
 """
 

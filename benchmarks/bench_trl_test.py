@@ -1,4 +1,4 @@
-"""What the TRL GRPOTrainer test (tests/test_trl_trainer.py) costs CI: issue 30 asks for under 3 minutes.
+"""What the TRL GRPOTrainer test (tests/trainer/test_trl_trainer.py) costs CI: issue 30 asks for under 3 minutes.
 
     python benchmarks/bench_trl_test.py [--repeat 2]
 
@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from measure import machine, python, timed, write
 
-TEST = "tests/test_trl_trainer.py"
+TEST = "tests/trainer/test_trl_trainer.py"
 
 
 def main(repeat: int) -> None:

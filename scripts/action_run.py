@@ -2,7 +2,7 @@
 write one SARIF log for code scanning, print what failed, and exit with the audit's code.
 
 Inputs come as the action passes them, in INPUT_* variables (so CI runs this very script offline, on a bundled
-model, as tests/test_action.py does):
+model, as tests/project/test_action.py does):
 
     INPUT_MODELS     models, separated by spaces or new lines (Hub ids, local folders, bundled names)
     INPUT_TEMPLATES  template files (globs allowed), each audited with --chat-template on INPUT_TOKENIZER's tokenizer

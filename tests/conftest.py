@@ -7,12 +7,18 @@ fails the whole run instead: CI must never pass by skipping.
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+ROOT = Path(__file__).resolve().parents[1]  # the repository
+DATA = ROOT / "tests" / "data"  # fixtures written for the tests (templates, encoders, logs)
+SHARED = ROOT.parent / "shared"
 HUB = SHARED / "hf-hub"
 CORPUS = SHARED / "template-corpus"
 IN_CI = os.environ.get("CI", "").strip().lower() == "true"
@@ -98,5 +104,79 @@ def report(loaded):
         if spec not in _REPORTS:
             _REPORTS[spec] = audit_model(loaded(spec))
         return _REPORTS[spec]
+
+    return get
+
+
+def write_jsonl(path: Path, rows, gz: bool = False) -> Path:
+    """A rollout log of ``rows`` (one JSON record per line), gzip-compressed with ``gz``."""
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    if gz:
+        with gzip.open(path, "wt", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def tito(
+    *args: str, cwd: Path = ROOT, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """``tito-audit ARGS`` in a fresh interpreter (``python -m tito_audit``), running this checkout's code: what a
+    user's shell sees (exit code, stdout, stderr). ``env`` replaces the environment (PYTHONPATH is added)."""
+    environ = {**(os.environ if env is None else env), "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "tito_audit", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=environ,
+        timeout=timeout,
+    )
+
+
+def invoke(*args: str):  # type: ignore[no-untyped-def]
+    """``tito-audit ARGS`` in this process through typer's ``CliRunner`` (monkeypatches apply; no fresh import)."""
+    from typer.testing import CliRunner
+
+    from tito_audit.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+_AUDITS: dict[str, object] = {}
+
+
+def audit_of(model: str, chat_template_file: Path | str | None = None, **options: object):  # type: ignore[no-untyped-def]
+    """The audit of ``model`` (a bundled name, Hub id or folder), optionally with another template file, under
+    ``AuditOptions(**options)``; computed once per test session for each distinct call."""
+    from tito_audit import audit_model, load
+    from tito_audit.audit.context import AuditOptions
+
+    key = json.dumps(
+        [model, str(chat_template_file) if chat_template_file else None, options], sort_keys=True, default=repr
+    )
+    if key not in _AUDITS:
+        template = str(chat_template_file) if chat_template_file is not None else None
+        loaded_model = load(model, chat_template_file=template) if template else load(model)
+        _AUDITS[key] = audit_model(loaded_model, AuditOptions(**options))  # type: ignore[arg-type]
+    return _AUDITS[key]
+
+
+@pytest.fixture(scope="session")
+def plays(loaded):
+    """``plays(model, rate, seed)``: the model, its ``ReplayContext`` and the audit's scenarios played through a
+    token buffer with a sampler that splits a token in ``rate`` of the turns (``tito_audit.testing.synthetic``),
+    computed once per session for each distinct call."""
+    from tito_audit.replay import ReplayContext
+    from tito_audit.testing.synthetic import played_episodes
+
+    cache: dict[tuple[str, float, int], tuple[object, object, list[object]]] = {}
+
+    def get(model: str, rate: float, seed: int):  # type: ignore[no-untyped-def]
+        if (model, rate, seed) not in cache:
+            m = loaded(model)
+            cache[model, rate, seed] = (m, ReplayContext.from_model(m), played_episodes(m, rate, seed=seed))
+        return cache[model, rate, seed]
 
     return get

@@ -8,15 +8,14 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from tests.conftest import DATA, ROOT
 from tito_audit import compat
 
-ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "tito_audit"
-HOSTILE = Path(__file__).parent / "data" / "hostile"
+HOSTILE = DATA / "hostile"
 LIBRARIES = ("transformers", "jinja2", "tokenizers")
 # Where a tokenizer's own private methods are called: each module reaches them only after ``compat`` said the
 # capability is there (the test below holds the modules to this list; a new one must ask compat first too).

@@ -18,7 +18,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT
+
 _spec = importlib.util.spec_from_file_location("structure", ROOT / "scripts" / "structure.py")
 assert _spec is not None and _spec.loader is not None
 structure = importlib.util.module_from_spec(_spec)

@@ -11,7 +11,8 @@ environment.
 
 The compile runs with jinja's optimizer off (``Environment.optimized``). The optimizer is an optimization only:
 it folds an expression at compile time where evaluating it then gives what the render would, so the renders are
-the same (``tests/test_renderer_caches.py`` holds them to transformers' own compile on a fourth of the corpus).
+the same (``tests/rendering/test_renderer_caches.py`` holds them to transformers' own compile on a fourth of the
+corpus).
 It re-walks every nested expression at every level of the code generator, a fifth of the compile's time on the
 corpus (``benchmarks/bench_compile_unpack.py``), for templates an audit renders a hundred times at most; and it
 runs less template code while compiling (constant ``{{ output }}`` is still written at compile time, so the

@@ -5,7 +5,7 @@ string for them. The obvious pattern, every token escaped and joined longest fir
 try each alternative in turn at every position where one could start. Written as a trie (``<|im_`` once, then
 ``start|>`` or ``end|>``), the engine follows one path per position, and the matches are the same: at each node
 the longer continuations are tried first, so the match at a position is the longest token there, as with the
-longest-first alternation. ``tests/test_literal_pattern.py`` holds the two to the same matches.
+longest-first alternation. ``tests/rendering/test_literal_pattern.py`` holds the two to the same matches.
 
 Why hand-written (``python benchmarks/bench_hand_written.py``, ``benchmarks/results/hand-written.json``, finding
 every token in the 786 corpus templates): the alternation takes 4.8x the trie's time with one tokenizer's 26

@@ -20,7 +20,7 @@ Three changes to one environment, none of which changes an answer:
   no such attribute can exist on a builtin method or a method-wrapper, so every answer is "no".
 
 Applied only where the environment's three methods are still jinja's ``ImmutableSandboxedEnvironment``'s: the
-facts above are about those. ``tests/test_sandbox_decisions.py`` holds all three to jinja's answers.
+facts above are about those. ``tests/rendering/test_sandbox_decisions.py`` holds all three to jinja's answers.
 """
 
 from __future__ import annotations

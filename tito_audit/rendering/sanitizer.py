@@ -7,7 +7,7 @@ control tokens are found once per (tokenizer, template) and each string is marke
 (``mark_control_tokens``, ``encode_marked_chat``, ``_get_control_token_patterns``, the tokenizer's
 ``_get_control_tokens`` and ``_encode_without_added_tokens``) are transformers' private APIs (``compat``'s
 ``control_token_marking``): where they are missing, ``sanitizer_for`` returns None and transformers does it all.
-``tests/test_renderer_caches.py`` holds the result to transformers'.
+``tests/rendering/test_renderer_caches.py`` holds the result to transformers'.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def control_tokens(tokenizer: Any, template: str) -> tuple[str, ...]:
     literals, joined with NUL so that a token cannot match across two); the literals come here from the parse
     ``analysis`` holds. A tokenizer that overrides the method, lists ``chat_control_tokens``, or has a token
     holding a NUL (whose match could depend on the order of the join) is asked itself.
-    ``tests/test_template_analysis.py`` holds the two to the same tuple."""
+    ``tests/rendering/test_template_analysis.py`` holds the two to the same tuple."""
     from tito_audit.rendering.analysis import template_facts
 
     marking = compat.pieces("control_token_marking")

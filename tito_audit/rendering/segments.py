@@ -9,7 +9,7 @@ tokens look at their neighbours, so a tokenizer with any is always encoded whole
 
 An audit encodes every prefix of every conversation, and consecutive prefixes share all but their last
 segments, as do the renders of sibling templates in a scan; each segment is encoded once per tokenizer instead
-of once per render. ``tests/test_segments.py`` holds the result to the whole-text encoding on every shared and
+of once per render. ``tests/rendering/test_segments.py`` holds the result to the whole-text encoding on every shared and
 bundled tokenizer.
 """
 

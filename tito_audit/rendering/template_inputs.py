@@ -17,7 +17,7 @@ tokenizer class, the arguments transformers itself passes to a probe template ar
 these (``_matches_transformers``). Whatever that check does not cover goes to ``apply_chat_template`` itself: a
 tokenizer class with an ``apply_chat_template`` of its own, a template kwarg that transformers would read as one of
 its own arguments, a message or tool that is not a dict, an empty conversation, or a transformers without these
-pieces (``compat``'s ``fast_inputs``). ``tests/test_template_inputs.py`` holds the renders of a fourth of the
+pieces (``compat``'s ``fast_inputs``). ``tests/rendering/test_template_inputs.py`` holds the renders of a fourth of the
 corpus to apply_chat_template's.
 """
 

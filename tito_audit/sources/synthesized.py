@@ -196,8 +196,8 @@ def copy_tokenizer(tokenizer: Any) -> Any:
     pre-tokenizer, post-processor and decoder (none of which adding tokens changes) and re-adds the base's added
     tokens in id order; the Python object is copied one level deep, as ``_with_specials`` does (adding tokens to a
     fast tokenizer changes only its backend). Where the new backend's added tokens do not come out with the base's
-    ids, or the backend truncates or pads, it is the deep copy. ``tests/test_synthesized.py`` holds the new backend
-    to the base's serialization."""
+    ids, or the backend truncates or pads, it is the deep copy. ``tests/sources/test_synthesized.py`` holds the new
+    backend to the base's serialization."""
     backend = getattr(tokenizer, "_tokenizer", None)
     clone = _clone_backend(backend) if backend is not None else None
     if clone is None:
@@ -262,8 +262,9 @@ class Synthesizer:
     scan passes ``vocabulary``, the control tokens of every template it will see: then each base is copied once
     (per worker) with all of them, and the tokens a template does not write are hidden from its audit
     (``LoadedModel.hidden_specials``), which is then the audit of its own synthesized tokenizer
-    (``tests/test_synthesized.py``). The candidates themselves are never given these tokens: a template that builds
-    control tokens at render time (``'<|' + role + '|>'``) would otherwise get them atomic on a real tokenizer too.
+    (``tests/sources/test_synthesized.py``). The candidates themselves are never given these tokens: a template
+    that builds control tokens at render time (``'<|' + role + '|>'``) would otherwise get them atomic on a real
+    tokenizer too.
     On the scan's shared copy such a template does get atomic the tokens it builds if another scanned template
     writes them literally (closer to its real tokenizer, but not what a synthesis from it alone gives).
     """

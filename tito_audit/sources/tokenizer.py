@@ -10,7 +10,7 @@ byte-level ``LlamaTokenizer`` folders, for ``PythonBackend`` and for unknown nam
 that class's ``from_pretrained`` with the arguments ``AutoTokenizer`` passes it. Everything else (a
 ``config.json``, remote code, no declared class, a process that has already imported ``AutoTokenizer``) goes
 through ``AutoTokenizer`` itself, as does every folder where transformers lacks the private pieces this takes
-(``compat``'s ``declared_tokenizer_class``). ``tests/test_tokenizer_load.py`` holds both paths to the same
+(``compat``'s ``declared_tokenizer_class``). ``tests/sources/test_tokenizer_load.py`` holds both paths to the same
 tokenizer and the same renders.
 """
 
@@ -116,7 +116,7 @@ def models_package_reusing_its_scan() -> Iterator[None]:
     which ``import transformers`` has just done for the same folder (``define_import_structure(<models folder>,
     prefix="models")``), but under a path its caches do not match. While this is open, that one call is answered
     by transformers' own function on the folder itself (a file stands for its folder there), which its cache
-    answers from the scan already done. ``tests/test_tokenizer_load.py`` holds the structure to a fresh scan."""
+    answers from the scan already done. ``tests/sources/test_tokenizer_load.py`` holds the structure to a fresh scan."""
     declared = compat.pieces("declared_tokenizer_class")
     if declared is None:
         yield

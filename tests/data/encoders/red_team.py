@@ -1,6 +1,6 @@
-"""Python encoders for ``--renderer``/``--train-renderer`` tests (``tests/test_engine_greens.py``), from the red team's
-reproducers: each renders with Qwen2.5's own chat template (the bundled model's tokenizer, through transformers'
-``apply_chat_template``), then breaks it in one way that an audit must catch."""
+"""Python encoders for ``--renderer``/``--train-renderer`` tests (``tests/engines/test_engine_renders.py``), from
+the red team's reproducers: each renders with Qwen2.5's own chat template (the bundled model's tokenizer, through
+transformers' ``apply_chat_template``), then breaks it in one way that an audit must catch."""
 
 from __future__ import annotations
 

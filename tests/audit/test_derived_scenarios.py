@@ -1,0 +1,119 @@
+"""Wrong greens in `audit`/`scan` (red team, branch redteam-audit): templates written for these tests
+(tests/data/audit_greens/), each a plain ChatML tool template plus one rewrite that no catalogue scenario reached on
+main, where every one came out SAFE. Each rewrite is real (a token buffer and the re-render part); here it is
+found from what the template's code tests, in the quick set (the corpus scan's) and the full one."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import DATA as TEST_DATA
+from tests.conftest import audit_of
+from tito_audit import audit_model, load
+from tito_audit.audit.context import AuditContext, AuditOptions
+from tito_audit.rendering.analysis import message_reads
+from tito_audit.scenarios.reach import MAX_COUNT, derive_reach
+
+DATA = TEST_DATA / "audit_greens"
+TOKENIZER = "qwen2.5-7b-instruct"
+
+
+def audited(name: str, scenarios: str = "quick"):
+    return audit_of(TOKENIZER, DATA / f"{name}.jinja", scenarios=scenarios)
+
+
+def scenarios_with_findings(report, check: str) -> set[str]:
+    return {f.scenario for f in report.check(check).findings}
+
+
+@pytest.mark.parametrize("scenarios", ["quick", "full"])
+def test_a_window_over_the_last_messages_is_played_past_its_length(scenarios: str) -> None:
+    """R1: ``messages[-12:]`` drops the first message once a 13th is appended (a tool result, here)."""
+    assert message_reads((DATA / "window.jinja").read_text()).count_thresholds == (12,)
+    r = audited("window", scenarios)
+    assert r.verdict == "unsafe", r.verdict_reasons
+    hit = scenarios_with_findings(r, "tool_append_prefix")
+    assert "long/13" in hit
+    if scenarios == "full":  # the catalogue's own long episode (16 messages) reaches it without the template's code
+        assert "long_episode/plain" in hit
+
+
+@pytest.mark.parametrize("scenarios", ["quick", "full"])
+def test_earlier_answers_truncated_past_a_length_are_played_past_it(scenarios: str) -> None:
+    """R2: ``|truncate(240)`` on earlier answers rewrites a long answer once a user turn follows it."""
+    assert message_reads((DATA / "truncate_answers.jinja").read_text()).length_thresholds == (240,)
+    r = audited("truncate_answers", scenarios)
+    assert r.verdict == "tito-required", r.verdict_reasons
+    hit = scenarios_with_findings(r, "history_rewrite")
+    assert any(s.startswith("long_text/") for s in hit)
+    if scenarios == "full":  # the catalogue's long answer
+        assert "followup_user/long_answer" in hit
+
+
+@pytest.mark.parametrize("scenarios", ["quick", "full"])
+def test_escaped_quotes_folded_in_earlier_arguments_break_the_tool_append(scenarios: str) -> None:
+    """R3: ``args.replace('\\\\"', "'")`` on earlier calls: a string argument holding a quote is rewritten as soon as
+    its result is appended."""
+    r = audited("quote_folding", scenarios)
+    assert r.verdict == "unsafe", r.verdict_reasons
+    assert "unsafe:rewrites_on_tool_append" in r.verdict_reasons
+    hit = scenarios_with_findings(r, "tool_append_prefix")
+    assert "literals/plain" in hit  # derived from the literal the template replaces
+    if scenarios == "full":  # the catalogue's code arguments (quotes, backslash, newline, non-ASCII)
+        assert "single_call/code_args" in hit
+
+
+def test_inline_reasoning_stripped_from_earlier_call_turns_only_is_unsafe() -> None:
+    """R4: a delimiter pair kept on answers and dropped from earlier tool-call turns is reasoning (probed on both
+    kinds of turn); dropping it on the tool append is a rewrite on the append itself."""
+    ctx = AuditContext(load(TOKENIZER, chat_template_file=str(DATA / "scratch_on_calls.jinja")), AuditOptions())
+    assert ctx.shapes.reasoning.mode == "inline"
+    assert ctx.shapes.reasoning.tags == ("[SCRATCH]", "[/SCRATCH]")
+    r = audited("scratch_on_calls")
+    assert r.verdict == "unsafe", r.verdict_reasons
+    assert any(s.startswith("reasoning") for s in scenarios_with_findings(r, "tool_append_prefix"))
+
+
+@pytest.mark.parametrize("scenarios", ["quick", "full"])
+def test_a_turn_cut_inside_its_reasoning_is_continued_and_compared(scenarios: str) -> None:
+    """R5: the template closes the reasoning block after the reasoning it is given, so a turn cut inside its
+    reasoning, handed back parsed, continues after a closed block: the continuation check must cut there too."""
+    c = audited("reasoning_block", scenarios).check("continuation")
+    assert c.status == "warn", c.summary
+    assert c.findings and all("in its reasoning (parsed)" in f.message for f in c.findings)
+    assert "in reasoning:" in c.summary
+
+
+def test_continuation_names_a_reasoning_cut_it_could_not_compare() -> None:
+    """R5: where reasoning reaches the render but no played answer shows it (thinking off pre-fills a closed
+    block), the summary says the reasoning cut was not compared instead of passing it silently."""
+    model = load("qwen3-0.6b")
+    c = audit_model(model, AuditOptions(scenarios="quick", thinking="off")).check("continuation")
+    played = "in reasoning:" in c.summary
+    assert played or "cut inside its reasoning was not compared" in c.summary, c.summary
+
+
+def test_what_no_derived_scenario_reaches_is_named() -> None:
+    """Past the longest derived episode, and a rewrite literal that is a control token's text: named, never passed."""
+    far = MAX_COUNT + 6
+    template = (
+        f"{{%- if messages|length > {far} %}}X{{% endif %}}"
+        "{%- for m in messages %}{{ m.content.replace('<|im_end|>', '').replace('@@', '') }}{% endfor %}"
+    )
+    reach = derive_reach(message_reads(template), (), ["<|im_end|>"])
+    assert reach.cycles == 0
+    assert f"count:{far}" in reach.not_probed
+    assert "literal:<|im_end|>" in reach.not_probed
+    assert reach.literals == ("@@",)
+
+
+def test_thresholds_are_read_from_counters_and_loop_indices() -> None:
+    template = (
+        "{%- set ns = namespace(calls=0) %}{%- for m in messages %}"
+        "{%- if m.tool_calls %}{%- set ns.calls = ns.calls + 1 %}{%- endif %}"
+        "{%- if ns.calls > 5 or loop.revindex > 20 %}old{% endif %}{%- if loop.index0 % 2 == 0 %}{% endif %}"
+        "{{ m.content[:80] }}{% endfor %}"
+    )
+    reads = message_reads(template)
+    assert max(reads.count_thresholds) == 20 and 5 in reads.count_thresholds
+    assert reads.length_thresholds == (80,)

@@ -1,0 +1,147 @@
+"""The per-render time limit counts CPU time, so a loaded machine does not turn an ordinary render into a
+timeout (the corpus scan once reported 5 ``scenario_timeout`` flags only because other processes held the CPUs),
+while a template that never stops computing is still cut off."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tests.conftest import ROOT
+from tito_audit.rendering.guard import RenderTimeout, time_limit
+
+
+def test_waiting_is_not_rendering() -> None:
+    with time_limit(0.2):
+        time.sleep(0.5)  # wall time passes, no CPU is spent: what a render sees when the machine is busy
+
+
+def test_computing_past_the_limit_is_stopped() -> None:
+    start = time.process_time()
+    with pytest.raises(RenderTimeout, match="CPU time"), time_limit(0.2):
+        while True:
+            pass
+    assert 0.15 < time.process_time() - start < 2.0
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowed one, on purpose
+def test_a_timeout_swallowed_by_a_finalizer_fires_again() -> None:
+    """A timeout that lands in a finalizer (or a gc callback) is only reported there: the timer fires again, so
+    the render is still stopped (CI once saw a compile run on after its timeout was swallowed by hypothesis'
+    gc callback)."""
+
+    class Spin:
+        def __del__(self) -> None:
+            end = time.thread_time() + 0.3  # the limit passes in here
+            while time.thread_time() < end:
+                pass
+
+    start = time.process_time()
+    with pytest.raises(RenderTimeout), time_limit(0.1):
+        Spin()
+        while time.process_time() - start < 3.0:
+            pass
+    assert time.process_time() - start < 1.0
+
+
+def test_a_scan_worker_is_judged_by_the_cpu_it_spent() -> None:
+    """The per-template deadline of the scan's pool counts the worker's CPU time too: a worker that waits (a
+    busy machine) is not killed at the deadline, one that computes is."""
+    import multiprocessing as mp
+
+    from tito_audit.scan.pool import PoolLimits, _Slot
+
+    ctx = mp.get_context("fork")
+    slot = _Slot(ctx, {}, PoolLimits(workers=1))
+    try:
+        slot.cpu_since = slot.cpu_seconds()
+        assert not slot.past_deadline(elapsed=1.5, deadline_s=1.0)  # idle worker: waiting is not working
+        assert slot.past_deadline(elapsed=10.5, deadline_s=1.0)  # but not forever (blocked in C code)
+        slot.cpu_since -= 2.0  # as if it had computed for two CPU seconds since the template came
+        assert slot.past_deadline(elapsed=1.5, deadline_s=1.0)
+    finally:
+        slot.kill()
+
+
+def test_other_threads_do_not_spend_a_renders_budget() -> None:
+    """In a trainer's process other threads burn CPU while a render runs: the limit is the render thread's own."""
+    import threading
+
+    def spin() -> None:
+        end = time.thread_time() + 0.6
+        while time.thread_time() < end:
+            pass
+
+    worker = threading.Thread(target=spin)
+    with time_limit(0.2):
+        worker.start()
+        worker.join()  # 0.6 s of the process's CPU, none of this thread's
+
+
+def _in_fresh_process(code: str) -> list[str]:
+    """What ``code`` prints, run in a process of its own (what it sets up cannot be undone)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+def test_a_worker_that_keeps_the_timer_handler_is_limited_alike() -> None:
+    """A scan worker keeps SIGPROF's handler installed (``keep_timer_handler``): waiting is still not rendering, a
+    render that computes past its limit is still stopped, and a timer signal with no limit armed is ignored
+    (SIGPROF's default action ends the process)."""
+    printed = _in_fresh_process(
+        """
+        import signal, time
+        from tito_audit.rendering.guard import RenderTimeout, keep_timer_handler, time_limit
+        keep_timer_handler()
+        with time_limit(0.2):
+            time.sleep(0.4)
+        print("waited")
+        try:
+            with time_limit(0.2):
+                while True:
+                    pass
+        except RenderTimeout:
+            print("stopped")
+        signal.setitimer(signal.ITIMER_PROF, 0.01)
+        end = time.process_time() + 0.2
+        while time.process_time() < end:
+            pass
+        print("alive")
+        """
+    )
+    assert printed == ["waited", "stopped", "alive"]
+
+
+def test_a_render_budget_wider_than_the_process_cap_keeps_the_cap() -> None:
+    """Under a worker's own cap (``limit_process_memory``), a render budget that would not be tighter is left out
+    without asking the kernel, and the cap still stops the render; a tighter one is still set, and undone."""
+    printed = _in_fresh_process(
+        """
+        import resource
+        from tito_audit.rendering import guard
+        cap = guard.address_space_bytes() + (512 << 20)
+        guard.limit_process_memory(cap)
+        asked = []
+        getrlimit = resource.getrlimit
+        resource.getrlimit = lambda which: asked.append(which) or getrlimit(which)
+        with guard.memory_limit(1 << 30):
+            print(len(asked), getrlimit(resource.RLIMIT_AS)[0] == cap)
+            try:
+                block = bytearray(1 << 30)
+            except MemoryError:
+                print("refused")
+        with guard.memory_limit(64 << 20):
+            print(len(asked), getrlimit(resource.RLIMIT_AS)[0] < cap)
+        print(getrlimit(resource.RLIMIT_AS)[0] == cap)
+        """
+    )
+    assert printed == ["0", "True", "refused", "1", "True", "True"]
