@@ -38,6 +38,21 @@ class Entry:
     order: int = 100
     meta: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def usage(self) -> str:
+        """How a user writes it in a listing: ``meta["usage"]`` where the name is a pattern (``module:function``),
+        else the name, with ``[@CHOICE]`` where it takes a choice after ``@`` (``meta["choice"]``:
+        ``renderers[@FAMILY]``)."""
+        if "usage" in self.meta:
+            return str(self.meta["usage"])
+        choice = self.meta.get("choice")
+        return f"{self.name}[@{choice}]" if choice else self.name
+
+    def install_hint(self) -> str:
+        """The command that installs what it needs (``pip install 'tito-audit[mistral]'``), which every "not
+        installed" message names; "" where it needs nothing beyond the default install."""
+        return f"pip install 'tito-audit[{self.extra}]'" if self.extra else ""
+
 
 class Registry:
     """The entries of one kind. Iterating gives registration order (the owner's import order); ``ordered`` sorts
@@ -100,8 +115,9 @@ class Registry:
         return self
 
     def choices(self, separator: str = " | ") -> str:
-        """The names for a ``--help`` text, as listings order them: ``terminal | json | markdown``."""
-        return separator.join(e.name for e in self.ordered())
+        """The names for a ``--help`` text, as listings order them: ``terminal | json | markdown``, each as its
+        ``usage`` (``renderers[@FAMILY]``)."""
+        return separator.join(e.usage for e in self.ordered())
 
 
 # Owners are named by folder: a module name here would be an import of it (scripts/structure.py counts those).

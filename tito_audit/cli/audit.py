@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console  # typer's own help and errors import rich.console anyway
+from rich.markup import escape
 
 from tito_audit.cli.options import (
     debug_option,
@@ -19,6 +20,7 @@ from tito_audit.cli.options import (
 )
 from tito_audit.cli.output import check_output, check_verbosity, echo_model_errors, emit, output_console, report_format
 from tito_audit.cli.params import FORMAT_NAMES, check_date, one_of, parse_date, parse_kwargs
+from tito_audit.engines import RENDERERS  # the renderer adapters register themselves (light: --help lists them)
 from tito_audit.errors import (
     EXIT_FINDINGS,
     EXIT_INCOMPLETE,
@@ -196,8 +198,7 @@ def register(app: typer.Typer) -> None:
         renderer: str | None = typer.Option(
             None,
             "--renderer",
-            help=r"Render with this instead of the chat template (docs/renderers.md): jinja | renderers\[@FAMILY] | "
-            r"mistral-common\[@FILE] | openai-harmony | module:function.",
+            help=f"Render with this instead of the chat template (docs/renderers.md): {escape(RENDERERS.choices())}.",
         ),
         train_renderer: str | None = typer.Option(
             None,

@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from tito_audit.engines.seam import EngineRenderer, Rendered
+from tito_audit.engines.rendered import Rendered
 from tito_audit.errors import RendererRefused, RendererUnavailable, refused
 
 if TYPE_CHECKING:
@@ -163,4 +163,6 @@ class Engine(ABC):
         self, tokenizer: Any, template_kwargs: dict[str, Any], date: dt.datetime, limits: RenderLimits
     ) -> Renderer:
         """The ``Renderer`` every check renders and encodes through."""
+        from tito_audit.engines.seam import EngineRenderer  # (the seam imports jinja2: not when adapters register)
+
         return EngineRenderer(self, tokenizer, template_kwargs, date, limits)

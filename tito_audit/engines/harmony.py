@@ -29,7 +29,7 @@ import tempfile
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tito_audit.engines.base import (
     Engine,
@@ -41,9 +41,13 @@ from tito_audit.engines.base import (
     refused,
 )
 from tito_audit.errors import first_line
+from tito_audit.registry import RENDERERS
+
+if TYPE_CHECKING:
+    from tito_audit.rendering.guard import RenderLimits
+    from tito_audit.sources.load import LoadedModel
 
 NAME = "openai-harmony"
-ALIASES = ("openai-harmony", "harmony")
 VOCAB_FILE = "o200k_base.tiktoken"
 BASE_VARIABLE = "TIKTOKEN_ENCODINGS_BASE"
 _EFFORT = "reasoning_effort"
@@ -138,7 +142,7 @@ def load_encoding(model_name: str, tokenizer: Any) -> tuple[Any, str]:
         from openai_harmony import HarmonyEncodingName, load_harmony_encoding
     except ImportError:
         raise RendererUnavailable(
-            model_name, f"renderer {NAME}: the package is not installed (pip install 'tito-audit[harmony]')"
+            model_name, f"renderer {NAME}: the package is not installed ({ENTRY.install_hint()})"
         ) from None
     return with_harmony_vocabulary(
         model_name, tokenizer, lambda: load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)
@@ -319,3 +323,22 @@ def _harmony_messages(
         else:
             raise RendererRefused(f"{NAME}: no harmony author for role {role!r}")
     return out
+
+
+def for_model(model: LoadedModel, choice: str | None, limits: RenderLimits | None) -> Engine:
+    return Harmony(model.name, model.tokenizer)
+
+
+ENTRY = RENDERERS.register(
+    NAME,
+    "OpenAI's openai-harmony, how vLLM renders gpt-oss",
+    for_model,
+    aliases=("harmony",),
+    extra="harmony",
+    order=30,
+    meta={
+        "library": "`openai-harmony`",
+        "renders": "ids",
+        "notes": "chat messages converted as vLLM's chat endpoint does; the date is the audit's `--date`",
+    },
+)

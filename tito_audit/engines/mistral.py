@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tito_audit.engines.base import (
     Engine,
@@ -27,6 +27,11 @@ from tito_audit.engines.base import (
     RendererUnavailable,
     refused,
 )
+from tito_audit.registry import RENDERERS
+
+if TYPE_CHECKING:
+    from tito_audit.rendering.guard import RenderLimits
+    from tito_audit.sources.load import LoadedModel
 
 NAME = "mistral-common"
 _SAMPLE = 512  # ordinary ids compared, spread over the vocabulary, when picking a shipped file
@@ -79,7 +84,7 @@ class MistralCommon(Engine):
             import mistral_common  # noqa: F401
         except ImportError:
             raise RendererUnavailable(
-                model_name, f"renderer {NAME}: the package is not installed (pip install 'tito-audit[mistral]')"
+                model_name, f"renderer {NAME}: the package is not installed ({ENTRY.install_hint()})"
             ) from None
         self._tokenizer = tokenizer
         skipped: list[str] = []
@@ -172,3 +177,24 @@ class MistralCommon(Engine):
         if mine != theirs:
             raise RendererRefused(f"{NAME}: its ids decode differently with the model's tokenizer")
         return Rendered(ids=ids)
+
+
+def for_model(model: LoadedModel, file: str | None, limits: RenderLimits | None) -> Engine:
+    return MistralCommon(model.name, model.tokenizer, file)
+
+
+ENTRY = RENDERERS.register(
+    NAME,
+    "mistral-common, how vLLM renders Mistral models (--tokenizer-mode mistral)",
+    for_model,
+    extra="mistral",
+    order=20,
+    meta={
+        "choice": "FILE",
+        "library": "`mistral-common`",
+        "renders": "ids",
+        "notes": "the tokenizer file: a path, or one the library ships; plain `mistral-common` takes the first "
+        "shipped file whose vocabulary is the model's (the report lists other matching files in `also_matching`, "
+        "files it could not load in `not_tried`)",
+    },
+)

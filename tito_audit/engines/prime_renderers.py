@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tito_audit.engines.base import (
     Engine,
@@ -24,6 +24,11 @@ from tito_audit.engines.base import (
     candidate_values,
     refused,
 )
+from tito_audit.registry import RENDERERS
+
+if TYPE_CHECKING:
+    from tito_audit.rendering.guard import RenderLimits
+    from tito_audit.sources.load import LoadedModel
 
 NAME = "renderers"
 _DATE_FIELD = "conversation_start_date"
@@ -33,7 +38,7 @@ def _library() -> Any:
     try:
         import renderers
     except ImportError as exc:
-        raise ImportError("the `renderers` package is not installed (pip install 'tito-audit[renderers]')") from exc
+        raise ImportError(f"the `renderers` package is not installed ({ENTRY.install_hint()})") from exc
     return renderers
 
 
@@ -129,3 +134,24 @@ class PrimeRenderers(Engine):
 
     def stop_ids(self) -> tuple[int, ...]:
         return tuple(int(i) for i in self._made_for({}, None).get_stop_token_ids())
+
+
+def for_model(model: LoadedModel, family: str | None, limits: RenderLimits | None) -> Engine:
+    return PrimeRenderers(model.name, model.tokenizer, model.provenance.repo_id, family)
+
+
+ENTRY = RENDERERS.register(
+    NAME,
+    "PrimeIntellect's renderers, what prime-rl trains through",
+    for_model,
+    extra="renderers",
+    order=10,
+    meta={
+        "choice": "FAMILY",
+        "library": "`renderers`",
+        "renders": "ids",
+        "notes": "the family from the model's Hub id through the library's own `MODEL_RENDERER_MAP`, or named "
+        "(`qwen3`, `llama-3`, `deepseek-v3`, `gpt-oss`...); its typed config is always given, so the library never "
+        "probes the Hub",
+    },
+)

@@ -28,7 +28,7 @@ import inspect
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tito_audit.engines.base import (
     Engine,
@@ -41,6 +41,11 @@ from tito_audit.engines.base import (
     candidate_values,
     refused,
 )
+from tito_audit.registry import RENDERERS
+
+if TYPE_CHECKING:
+    from tito_audit.rendering.guard import RenderLimits
+    from tito_audit.sources.load import LoadedModel
 
 _FIXED = ("messages", "tools", "add_generation_prompt")
 DATE = "date"  # the keyword an encoder takes the audit's pinned date with
@@ -231,3 +236,26 @@ class PythonEncoder(Engine):
             self._returned.add("ids")
             return Rendered(ids=list(out))
         raise RendererRefused(f"{self.name} returned {type(out).__name__}, not text or a list of token ids")
+
+
+def for_model(model: LoadedModel, spec: str | None, limits: RenderLimits | None) -> Engine:
+    """``spec`` is the whole name (``module:function``): a pattern, not a name with an ``@`` choice."""
+    return PythonEncoder(model.name, spec or "")
+
+
+RENDERERS.register(
+    "python-encoder",
+    "any Python function that renders messages (module:function or file.py:function), unsandboxed",
+    for_model,
+    extra="encoders",
+    order=40,
+    meta={
+        "usage": "module:function | file.py:function",
+        "matches": is_encoder_spec,
+        "library": "your code (`[encoders]`: time-machine, see \"Dates and the wall clock\")",
+        "renders": "text or ids: the report says which its renders returned",
+        "notes": "called as `function(messages, tools=..., add_generation_prompt=..., date=..., **options)`, each "
+        "keyword only where its signature takes it (or takes `**kwargs`; `date`, the audit's pinned date as a "
+        "`datetime`, only where it is named)",
+    },
+)

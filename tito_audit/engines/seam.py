@@ -20,24 +20,15 @@ import copy
 import datetime as dt
 import difflib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tito_audit.engines import wall_clock
+from tito_audit.engines.rendered import Rendered
 from tito_audit.errors import RendererRefused, RenderError
 from tito_audit.rendering.analysis import transformers_compiles
 from tito_audit.rendering.clock import DEFAULT_DATE
 from tito_audit.rendering.guard import RenderLimits
 from tito_audit.rendering.renderer import Message, Renderer, _Shared
-
-
-@dataclass(frozen=True)
-class Rendered:
-    """One render: ``ids`` where the library produces token ids (they are what the engine feeds the model),
-    ``text`` where it produces text (the engine encodes it with the model's tokenizer)."""
-
-    text: str | None = None
-    ids: Sequence[int] | None = None
 
 
 class Engine(Protocol):
