@@ -12,6 +12,7 @@ import typer
 from tito_audit.cli.audit import FAIL_ON
 from tito_audit.cli.params import FORMAT_NAMES, check_date, one_of
 from tito_audit.errors import EXIT_FINDINGS, EXIT_OK, EXIT_OPERATIONAL, AuditError
+from tito_audit.replay.log_formats import LOG_FORMATS  # each format registers itself (light: --help lists them)
 
 
 def _log_formats() -> tuple[str, ...]:
@@ -43,7 +44,7 @@ def replay(
     ],
     model: Annotated[str, typer.Option("--model", "-m", help="The model whose tokenizer and template the loop used.")],
     log_format: Annotated[
-        str, typer.Option("--log-format", help="auto | native | vllm | skyrl.", callback=one_of(_log_formats))
+        str, typer.Option("--log-format", help=f"auto | {LOG_FORMATS.choices()}.", callback=one_of(_log_formats))
     ] = "auto",
     field_map: Annotated[
         list[str] | None,

@@ -252,7 +252,7 @@ RENDERERS.register(
     meta={
         "usage": "module:function | file.py:function",
         "matches": is_encoder_spec,
-        "library": "your code (`[encoders]`: time-machine, see \"Dates and the wall clock\")",
+        "library": 'your code (`[encoders]`: time-machine, see "Dates and the wall clock")',
         "renders": "text or ids: the report says which its renders returned",
         "notes": "called as `function(messages, tools=..., add_generation_prompt=..., date=..., **options)`, each "
         "keyword only where its signature takes it (or takes `**kwargs`; `date`, the audit's pinned date as a "

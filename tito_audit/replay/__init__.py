@@ -4,23 +4,70 @@
     totals = replay_log(Path("rollouts.jsonl"), ReplayContext.from_model(load("Qwen/Qwen3-0.6B")))
 
 One concept per module: ``schema`` (the native record), ``reader`` (bounded streaming of JSONL/gz/Parquet),
-``mapping`` (``--map``), ``adapters`` (vLLM, SkyRL), ``compare`` and ``divergence`` (token-level comparison and
-classes), ``engine`` (the engine's prompts as the reference), ``drift`` (the loop's context against the
-template's), ``columns`` (the engine check on Arrow buffers), ``analyze`` (one episode), ``aggregate`` (totals,
-verdict and the report), ``run`` (whole logs, with workers), ``distributed`` (Parquet shards on Ray), ``record``
-(writing native records from a ``Trajectory``), ``weights/`` (``--weights``: what the log's divergences do to
-the policy's log-probs and gradient). What runs inside a trainer (the run-time guard, ``LogWriter``) is
-``tito_audit.trainer``.
+``mapping`` (``--map``), ``log_formats/`` (native, vLLM, SkyRL: one module each) and ``adapters`` (detecting a
+record's format), ``compare`` and ``divergence`` (token-level comparison and classes), ``engine`` (the engine's
+prompts as the reference), ``drift`` (the loop's context against the template's), ``columns`` (the engine check on
+Arrow buffers), ``analyze`` (one episode), ``aggregate`` (totals, verdict and the report), ``run`` (whole logs, with
+workers), ``distributed`` (Parquet shards on Ray), ``record`` (writing native records from a ``Trajectory``),
+``weights/`` (``--weights``: what the log's divergences do to the policy's log-probs and gradient). What runs
+inside a trainer (the run-time guard, ``LogWriter``) is ``tito_audit.trainer``.
+
+Each public name is imported from its module on first use, so that importing a light part of the package (the
+log formats, which ``tito-audit --help`` lists) does not import the comparison machinery (transformers, numpy).
 """
 
-from tito_audit.replay.adapters import ADAPTERS, detect, to_episodes
-from tito_audit.replay.aggregate import ReplayTotals, build_report
-from tito_audit.replay.analyze import EpisodeResult, ReplayContext, analyze
-from tito_audit.replay.mapping import FieldMap, MapError
-from tito_audit.replay.reader import LogError, iter_records
-from tito_audit.replay.record import record_from_trajectory
-from tito_audit.replay.run import TokenizerMismatch, replay_batch, replay_log
-from tito_audit.replay.schema import Episode, RecordError, SampledTurn, episode_from_native
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "ADAPTERS": "tito_audit.replay.adapters",
+    "detect": "tito_audit.replay.adapters",
+    "to_episodes": "tito_audit.replay.adapters",
+    "ReplayTotals": "tito_audit.replay.aggregate",
+    "build_report": "tito_audit.replay.aggregate",
+    "EpisodeResult": "tito_audit.replay.analyze",
+    "ReplayContext": "tito_audit.replay.analyze",
+    "analyze": "tito_audit.replay.analyze",
+    "FieldMap": "tito_audit.replay.mapping",
+    "MapError": "tito_audit.replay.mapping",
+    "LogError": "tito_audit.replay.reader",
+    "iter_records": "tito_audit.replay.reader",
+    "record_from_trajectory": "tito_audit.replay.record",
+    "TokenizerMismatch": "tito_audit.replay.run",
+    "replay_batch": "tito_audit.replay.run",
+    "replay_log": "tito_audit.replay.run",
+    "Episode": "tito_audit.replay.schema",
+    "RecordError": "tito_audit.replay.schema",
+    "SampledTurn": "tito_audit.replay.schema",
+    "episode_from_native": "tito_audit.replay.schema",
+}
+
+if TYPE_CHECKING:
+    from tito_audit.replay.adapters import ADAPTERS, detect, to_episodes
+    from tito_audit.replay.aggregate import ReplayTotals, build_report
+    from tito_audit.replay.analyze import EpisodeResult, ReplayContext, analyze
+    from tito_audit.replay.mapping import FieldMap, MapError
+    from tito_audit.replay.reader import LogError, iter_records
+    from tito_audit.replay.record import record_from_trajectory
+    from tito_audit.replay.run import TokenizerMismatch, replay_batch, replay_log
+    from tito_audit.replay.schema import Episode, RecordError, SampledTurn, episode_from_native
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
 
 __all__ = [
     "ADAPTERS",

@@ -81,6 +81,11 @@ def parse_date(value: Any) -> dt.datetime:
     raise RecordError(f"date must be an ISO date (YYYY-MM-DD) or date-time, not {value!r:.40}")
 
 
+def is_list(x: Any) -> bool:
+    """A JSON array as a record holds it (any sequence but text)."""
+    return isinstance(x, Sequence) and not isinstance(x, (str, bytes))
+
+
 def _packed(value: list[Any], code: str) -> array | None:
     """``value`` as a C array of ``code`` (``L``: integers >= 0, ``B``: 0..255), checked in C; None when a value is
     not one (a float, a negative, a string, None). A bool passes as 0/1: callers that must refuse it check."""
