@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from tests.conftest import ROOT
 from tito_audit.audit.checks import ordered_checks
 from tito_audit.cli import app
-from tito_audit.formats import FORMATTERS, render_report
+from tito_audit.formats import OUTPUT_FORMATS, render_report
 from tito_audit.formats.compatibility import compatibility_table
 from tito_audit.formats.divergence import divergence
 from tito_audit.formats.html import to_html
@@ -301,7 +301,7 @@ def test_sarif_fingerprints_are_stable_and_distinct(both):
 # --- the command line ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fmt", sorted(FORMATTERS))
+@pytest.mark.parametrize("fmt", sorted(OUTPUT_FORMATS.names()))
 def test_output_writes_the_file_and_nothing_to_stdout(fmt, tmp_path):
     out = tmp_path / "sub" / f"report.{fmt}"
     out.parent.mkdir()  # a missing directory is refused, not created (tests/cli/test_output_files.py)

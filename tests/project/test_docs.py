@@ -62,9 +62,9 @@ def test_ci_examples_use_options_that_exist() -> None:
 
 @pytest.mark.parametrize("fmt", ["json", "sarif"])
 def test_ci_examples_name_real_formats(fmt: str) -> None:
-    from tito_audit.formats import FORMATTERS
+    from tito_audit.formats import OUTPUT_FORMATS
 
-    assert f"--format {fmt}" in ci_gate_text() and fmt in FORMATTERS
+    assert f"--format {fmt}" in ci_gate_text() and fmt in OUTPUT_FORMATS
 
 
 def test_pre_commit_hook_manifest() -> None:

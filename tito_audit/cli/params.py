@@ -10,9 +10,9 @@ from typing import Any
 
 import typer
 
-from tito_audit.formats import FORMATTERS
+from tito_audit.formats import OUTPUT_FORMATS
 
-FORMAT_NAMES = tuple(FORMATTERS)  # the formats/ registry (it imports no formatter until one is asked for)
+FORMAT_NAMES = tuple(e.name for e in OUTPUT_FORMATS.ordered())  # each format module registers itself (light ones)
 
 
 def one_of(allowed: Sequence[str] | Callable[[], Iterable[str]]) -> Callable[[Any], Any]:

@@ -1,34 +1,34 @@
 """Output formats: every one renders the same ``AuditReport``.
 
-Each formatter's module is imported when its format is asked for: a cold ``audit -q`` on a terminal should not
-pay for the HTML, Markdown and SARIF writers.
+Each format module (``terminal``, ``json``, ``markdown``, ``html``, ``sarif``) registers itself in
+``tito_audit.registry.OUTPUT_FORMATS``: its name (``--format NAME``), a one-line summary (``--help``), its writer
+(``obj``: the report in, the text out). Importing this package imports every module in it, so ``OUTPUT_FORMATS``
+here is complete and adding a format is adding a module. Every module here stays light at import (the report
+layer and rich only): ``tito-audit --help`` and a cold ``audit -q`` import them all, so what only a writer needs
+(pandas for Markdown tables, jinja2 templates for HTML, the checks for SARIF's rules) is imported by the writer.
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+from tito_audit.registry import OUTPUT_FORMATS
 
 if TYPE_CHECKING:
     from tito_audit.report.model_report import AuditReport
 
-# format name -> (module, function)
-FORMATTERS: dict[str, tuple[str, str]] = {
-    "terminal": ("tito_audit.formats.terminal", "to_terminal"),
-    "json": ("tito_audit.formats.json", "to_json"),
-    "markdown": ("tito_audit.formats.markdown", "to_markdown"),
-    "html": ("tito_audit.formats.html", "to_html"),
-    "sarif": ("tito_audit.formats.sarif", "to_sarif"),
-}
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 
 def formatter(fmt: str) -> Callable[..., str]:
-    try:
-        module, name = FORMATTERS[fmt]
-    except KeyError:
-        raise ValueError(f"unknown format {fmt!r} (choose from {', '.join(FORMATTERS)})") from None
-    function: Callable[..., str] = getattr(importlib.import_module(module), name)
+    entry = OUTPUT_FORMATS.get(fmt)
+    if entry is None:
+        raise ValueError(f"unknown format {fmt!r} (choose from {OUTPUT_FORMATS.choices(', ')})")
+    function: Callable[..., str] = entry.obj
     return function
 
 
@@ -36,4 +36,4 @@ def render_report(report: AuditReport, fmt: str, **options: object) -> str:
     return formatter(fmt)(report, **options)
 
 
-__all__ = ["FORMATTERS", "formatter", "render_report"]
+__all__ = ["OUTPUT_FORMATS", "formatter", "render_report"]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from tito_audit.audit.checks import ordered_checks
 from tito_audit.formats.divergence import divergence, first_active
 from tito_audit.formats.labels import (
     approximate_note,
@@ -125,6 +124,8 @@ def compatibility_table(reports: Sequence[ModelReport], check_ids: Sequence[str]
     """The Markdown document: a row per model, a column per check that tells models apart, the checks that
     do not said once, numbered notes for every FAIL and error; a library function so that ``tito-audit table``
     and scripts build the same document."""
+    from tito_audit.audit.checks import ordered_checks  # (the checks load the audit: not when formats register)
+
     ids = list(check_ids) if check_ids is not None else [s.id for s in ordered_checks()]
     ids += [c.id for m in reports for c in m.checks if c.id not in ids]
     rows_of = one_row_per_model(reports)

@@ -10,8 +10,8 @@ import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tito_audit.audit.checks.base import Finding
 from tito_audit.report.check_result import CheckResult
+from tito_audit.report.findings import Finding
 
 
 def first_active(c: CheckResult) -> Finding | None:

@@ -25,6 +25,7 @@ from tito_audit.formats.labels import (
     versions_text,
 )
 from tito_audit.formats.visible import visible
+from tito_audit.registry import OUTPUT_FORMATS
 from tito_audit.report.check_result import CheckResult
 from tito_audit.report.findings import Finding
 from tito_audit.report.model_report import AuditReport, ModelReport
@@ -388,3 +389,12 @@ def to_html(
         f"<title>tito-audit: {esc(', '.join(model_label(m) for m in report.models))}</title>"
         f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n"
     )
+
+
+OUTPUT_FORMATS.register(
+    "html",
+    "one self-contained HTML page (with --rl-dir: the RL run's plots and metrics)",
+    to_html,
+    doc=__doc__,
+    order=40,
+)

@@ -11,6 +11,7 @@ import json as _json
 import math
 from typing import Any
 
+from tito_audit.registry import OUTPUT_FORMATS
 from tito_audit.report.model_report import AuditReport
 
 
@@ -27,3 +28,12 @@ def finite(value: Any) -> Any:
 
 def to_json(report: AuditReport, **_: Any) -> str:
     return _json.dumps(finite(report.to_dict()), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+OUTPUT_FORMATS.register(
+    "json",
+    "the whole report as JSON (docs/json-schema.md, docs/report.schema.json)",
+    to_json,
+    doc=__doc__,
+    order=20,
+)

@@ -25,6 +25,7 @@ from tito_audit.formats.labels import (
     versions_text,
 )
 from tito_audit.formats.visible import visible
+from tito_audit.registry import OUTPUT_FORMATS
 from tito_audit.report.check_result import CheckResult
 from tito_audit.report.findings import Finding
 from tito_audit.report.model_report import AuditReport, ModelReport
@@ -184,3 +185,12 @@ def to_markdown(report: AuditReport, verbose: bool = False, quiet: bool = False,
         head += ["", f"**{run_status(report)}.**"]
     body = [model_markdown(m, verbose=verbose, quiet=quiet) for m in report.models]
     return "\n".join([*head, "", *body]).rstrip() + "\n"
+
+
+OUTPUT_FORMATS.register(
+    "markdown",
+    "a Markdown page: verdicts, provenance, check table, token strips",
+    to_markdown,
+    doc=__doc__,
+    order=30,
+)

@@ -16,10 +16,10 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from tito_audit._version import __version__
-from tito_audit.audit.checks import ordered_checks
 from tito_audit.formats.divergence import finding_sentence
 from tito_audit.formats.labels import coverage_text, model_label, template_origin
 from tito_audit.formats.template_lines import MODEL_FILES, blame, local_template
+from tito_audit.registry import OUTPUT_FORMATS
 from tito_audit.report.check_result import CheckResult
 from tito_audit.report.findings import Finding
 from tito_audit.report.model_report import AuditReport, ModelReport
@@ -35,6 +35,8 @@ def _rule_name(check_id: str) -> str:
 
 def _rules(report: AuditReport) -> list[dict[str, Any]]:
     """Every registered check, plus any id a report carries that is not registered (an older report)."""
+    from tito_audit.audit.checks import ordered_checks  # (the checks load the audit: not when formats register)
+
     specs = {s.id: (s.title, s.severity, s.explanation, s.fix_hint) for s in ordered_checks()}
     for m in report.models:
         for c in m.checks:
@@ -220,3 +222,12 @@ def to_sarif_dict(report: AuditReport) -> dict[str, Any]:
 
 def to_sarif(report: AuditReport, **_: Any) -> str:
     return json.dumps(to_sarif_dict(report), indent=2, ensure_ascii=False) + "\n"
+
+
+OUTPUT_FORMATS.register(
+    "sarif",
+    "SARIF 2.1.0 for code scanning (GitHub), each finding located in the template's source",
+    to_sarif,
+    doc=__doc__,
+    order=50,
+)

@@ -17,6 +17,7 @@ from tito_audit.formats.labels import (
     verdict_reasons_text,
     versions_text,
 )
+from tito_audit.registry import OUTPUT_FORMATS
 from tito_audit.report.findings import Finding
 from tito_audit.report.model_report import AuditReport, ModelReport
 from tito_audit.report.quote import clipped
@@ -153,3 +154,12 @@ def to_terminal(
     if quiet:  # one line per model, then what produced them: a verdict can change with a library release
         target.print(Text(versions_text(report.libraries), style="dim"), soft_wrap=True)
     return buffer.getvalue()
+
+
+OUTPUT_FORMATS.register(
+    "terminal",
+    "what a person reads in a terminal: verdict line, check table, token strips (the default)",
+    to_terminal,
+    doc=__doc__,
+    order=10,
+)
