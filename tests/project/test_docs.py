@@ -1,8 +1,13 @@
-"""docs/checks.md documents every registered check, class and verdict; the CI examples use options that exist."""
+"""The docs document every registered check (generated pages, fresh), class and verdict; the CI examples use
+options that exist."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 import typer.main
@@ -16,27 +21,57 @@ from tito_audit.report.verdict import VERDICTS
 CHECKS_MD = (ROOT / "docs" / "checks.md").read_text(encoding="utf-8")
 
 
-def sections(text: str) -> dict[str, str]:
-    """``## `id` `` heading -> the text up to the next ``## `` heading."""
-    parts = re.split(r"^## ", text, flags=re.M)[1:]
-    return {m.group(1): part for part in parts if (m := re.match(r"`([a-z_]+)`", part))}
-
-
 def audit_options() -> set[str]:
     command = typer.main.get_command(app).commands["audit"]  # type: ignore[attr-defined]
     return {opt for p in command.params for opt in (*p.opts, *p.secondary_opts) if opt.startswith("-")}
 
 
-def test_every_registered_check_has_a_complete_section() -> None:
-    docs = sections(CHECKS_MD)
-    registered = [spec.id for spec in ordered_checks()]
-    assert list(docs) == registered  # every check, no stale ones, in registry order
+def _generate_docs():  # type: ignore[no-untyped-def]
+    """``scripts/generate_docs.py`` as a module (scripts/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("generate_docs", ROOT / "scripts" / "generate_docs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_generated_docs_are_fresh() -> None:
+    """Every generated page and block is what ``scripts/generate_docs.py`` writes from the registry today."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "generate_docs.py"), "--check"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_changed_check_makes_its_page_stale() -> None:
+    """The freshness test can fail: a check whose docstring changed no longer matches its page (and only it)."""
+    from tito_audit.registry import CHECKS
+
+    generate = _generate_docs()
+    entry = CHECKS.get("double_bos")
+    assert entry is not None
+    CHECKS.replace("double_bos", entry.obj, doc=entry.doc + "\n\nMore.")
+    try:
+        stale = [p for p, text in generate.pages().items() if p.read_text(encoding="utf-8") != text]
+    finally:
+        CHECKS.replace("double_bos", entry.obj, doc=entry.doc)
+    assert [p.relative_to(ROOT).as_posix() for p in stale] == ["docs/checks/double_bos.md"]
+
+
+def test_every_registered_check_has_a_page_with_a_real_example() -> None:
+    pages = sorted(p.stem for p in (ROOT / "docs" / "checks").glob("*.md"))
+    assert pages == sorted(spec.id for spec in ordered_checks())  # every check, no stale ones
     for spec in ordered_checks():
-        body = docs[spec.id]
-        for part in ("**Detects.**", "**Why it matters for RL.**", "**Example**", "**Fix.**"):
-            assert part in body, f"{spec.id}: no {part}"
-        assert f"severity **{spec.severity}**" in body or (spec.severity == "warning" and "severity warning" in body)
-        example = body[body.index("**Example**") : body.index("**Fix.**")]
+        page = (ROOT / "docs" / "checks" / f"{spec.id}.md").read_text(encoding="utf-8")
+        assert f"[`{spec.id}`](checks/{spec.id}.md)" in CHECKS_MD  # the overview links to it
+        for part in ("## What it detects, and why it matters for RL", "**Example**", "## Fix"):
+            assert part in page, f"{spec.id}: no {part}"
+        assert f"severity **{spec.severity}**" in page or (spec.severity == "warning" and "severity warning" in page)
+        example = page[page.index("**Example**") : page.index("## Fix")]
         assert any(f"`{m}`" in example for m in SHARED_MODELS), f"{spec.id}: example names no shared model"
 
 

@@ -1,4 +1,18 @@
-"""append_matrix: prefix preservation for appended user, system, tool and assistant messages, per thinking mode."""
+r"""append_matrix: prefix preservation for appended user, system, tool and assistant messages, per thinking mode.
+
+Each append is played after an answer and after a tool call, in every thinking mode the template has
+(``enable_thinking=True/False``, default). The matrix is in the check's ``data``.
+
+**Example** (``deepseek-ai/DeepSeek-V3``, ``append/system/after_answer[default]``, first divergent token 1): the
+template hoists every system message to the top, so appending a system notice rewrites the whole conversation.
+
+    buffered     0 '<｜begin▁of▁sentence｜>' | 128803 '<｜User｜>' 19923 'Hello' 128804 '<｜Assistant｜>'
+    re-rendered  0 '<｜begin▁of▁sentence｜>' | 57275 'Notice' 28 ':' 366 ' be'
+
+``Qwen/Qwen3-0.6B`` rewrites on user appends in every thinking mode: the previous answer's
+``<think>\nGreet back...`` disappears (``rewrites on: user after answer [default]; user after call [default];
+...``).
+"""
 
 from __future__ import annotations
 

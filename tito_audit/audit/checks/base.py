@@ -6,10 +6,15 @@ makes the verdict at least; ``tito_audit.report.verdict.decide`` reads it from h
 judged on a synthesized tokenizer (``merge_dependent=``, ``approximate_classes=``). Every module in this package
 is imported by ``checks/__init__.py``, so a new check is a new module and nothing else. What a check finds
 (``Finding``, ``Outcome``) lives in ``tito_audit.report.findings``.
+
+A check's page, ``docs/checks/<id>.md``, is generated from its registration (``scripts/generate_docs.py``, as ruff
+generates each rule's page from the rule): the explanation and fix hint (what every report says) and the check
+module's docstring (``doc``: after its first line, what a report does not carry: details, real examples).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -80,8 +85,8 @@ def _meta(spec: CheckSpec) -> dict[str, Any]:
     return {"severity": spec.severity, "verdict": spec.verdict}
 
 
-def _register(spec: CheckSpec) -> None:
-    registry.CHECKS.register(spec.id, spec.title, spec, doc=spec.explanation, order=spec.order, meta=_meta(spec))
+def _register(spec: CheckSpec, doc: str = "") -> None:
+    registry.CHECKS.register(spec.id, spec.title, spec, doc=doc, order=spec.order, meta=_meta(spec))
 
 
 def check(
@@ -94,7 +99,11 @@ def check(
     verdict: VerdictRole | None = None,
     merge_dependent: str | None = None,
     approximate_classes: bool = False,
+    doc: str | None = None,
 ) -> Callable[[Callable[[AuditContext], Outcome]], Callable[[AuditContext], Outcome]]:
+    """Register the decorated function as check ``id``. ``doc`` (default: the docstring of the module it is defined
+    in) is the rest of its documentation page."""
+
     def register(fn: Callable[[AuditContext], Outcome]) -> Callable[[AuditContext], Outcome]:
         spec = CheckSpec(
             id,
@@ -108,7 +117,8 @@ def check(
             " ".join(merge_dependent.split()) if merge_dependent else None,
             approximate_classes,
         )
-        _register(spec)
+        module = sys.modules.get(fn.__module__)
+        _register(spec, doc if doc is not None else (module.__doc__ if module is not None else None) or "")
         return fn
 
     return register

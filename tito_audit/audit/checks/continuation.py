@@ -1,4 +1,24 @@
-"""continuation: continuing an unterminated assistant turn by re-rendering it gives back the buffer."""
+r"""continuation: continuing an unterminated assistant turn by re-rendering it gives back the buffer.
+
+The cut: ``continue_final_message=True`` (transformers' own). For the last answer of up to three episodes (one in
+the quick set), cut inside its content, and for up to as many answers that carry reasoning, cut inside that
+reasoning (the commonest cut for a thinking model), it compares the turn's prompt plus the ids sampled so far with
+the encoded continuation render. A reasoning cut is handed back in both forms a loop holds it in: parsed (the
+reasoning field, content still empty) and raw (the whole sampled text as content); inline reasoning is part of the
+content. A template that cannot render the cut message for continuation is a finding too. Where the template
+carries reasoning but no played answer shows it, the summary says that a cut inside reasoning was not compared (it
+is not passed).
+
+**Example** (``tests/data/continuation/prefill_think.jinja``, a QwQ-like template, class ``generation_prompt``):
+the prompt pre-fills ``<think>\n``, which the re-rendered continuation lacks; the verdict line says ``avoid
+continuing a cut turn by re-rendering it (continue it from the buffer)``. On the shared models, reasoning cuts
+diverge: ``Qwen/Qwen3-0.6B`` ``continuing a cut turn by re-rendering diverges in 5 of 9 (turns cut in answers: 3,
+in reasoning: 3)``, the first finding (``reasoning/plain``, class ``history_rewrite``) ``continuing assistant
+message 3 cut after 4 sampled tokens in its reasoning (parsed): the re-rendered context is not the prompt and the
+ids sampled so far``; ``openai/gpt-oss-20b`` 5 of 8, its template refusing the raw form (``the template cannot
+render assistant message 3 cut after 6 tokens in its reasoning (raw) for continuation: You have passed a message
+containing <|channel|> tags in the content field...``). The seven others agree in all 5 comparisons.
+"""
 
 from __future__ import annotations
 

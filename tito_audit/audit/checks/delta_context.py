@@ -1,4 +1,14 @@
-"""delta_context: a delta computed from a minimal dummy context equals the one from the real context."""
+r"""delta_context: a delta computed from a minimal dummy context equals the one from the real context.
+
+The dummy context is ``[user "dummy", assistant]``; the real one is the episode's history.
+
+**Example** (``deepseek-ai/DeepSeek-V3``, ``two_calls/plain``, class ``whitespace``, first divergent token 0): a
+second tool result inside one tool-output group is rendered as a continuation; from a dummy context it opens a new
+group.
+
+    real context   | 201 '\n' 128812 '<｜tool▁output▁begin｜>' 31704 'Sun'
+    dummy context  | 128810 '<｜tool▁outputs▁begin｜>' 128812 '<｜tool▁output▁begin｜>' 31704 'Sun'
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,12 @@
-"""double_bos: BOS doubled when rendered text is encoded with special tokens added."""
+"""double_bos: BOS doubled when rendered text is encoded with special tokens added.
+
+Cached prompt ids and re-encoded ones then disagree.
+
+**Example** (``meta-llama/Llama-3.2-3B-Instruct``, class ``special_token``, first divergent token 1):
+
+    add_special_tokens=False  128000 '<|begin_of_text|>' | 128006 '<|start_header_id|>' 9125 'system'
+    add_special_tokens=True   128000 '<|begin_of_text|>' | 128000 '<|begin_of_text|>' 128006 '<|start_header_id|>'
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,15 @@
-"""generation_prompt: the generation prompt matches how the same turn renders once it is history."""
+r"""generation_prompt: the generation prompt matches how the same turn renders once it is history.
+
+A system prompt placed differently in the prompt than in history is found the same way.
+
+**Example** (``Qwen/Qwen3-0.6B``, ``reasoning/plain[enable_thinking=false]``, class ``generation_prompt``, first
+divergent token 237): ``the generation prompt ends with '\n</think>\n\n', which the same turn lacks once it is
+history (history continues with 'The user wants the weather, so I call…' (149 chars) there)`` — with thinking off
+the prompt pre-fills an empty think block, while the finished turn renders its reasoning.
+
+    prompt   151644 '<|im_start|>' 77091 'assistant' 198 '\n' 151667 '<think>' | 271 '\n\n' 151668 '</think>' 271 '\n\n'
+    history  151644 '<|im_start|>' 77091 'assistant' 198 '\n' 151667 '<think>' | 198 '\n' 785 'The' 1196 ' user'
+"""
 
 from __future__ import annotations
 

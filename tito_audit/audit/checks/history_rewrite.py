@@ -1,4 +1,16 @@
-"""history_rewrite: earlier turns change when the conversation grows."""
+"""history_rewrite: earlier turns change when the conversation grows.
+
+Rewrites found: reasoning dropped from earlier turns, tool calls reformatted, turn-end markers changed.
+
+**Example** (``openai/gpt-oss-20b``, ``followup_user/plain``, class ``stop_seam``, first divergent token 207): the
+last turn ends with ``<|return|>``, which becomes ``<|end|>`` once a user message follows.
+
+    buffered     ' sunny in Paris.' | 200002 '<|return|>'
+    re-rendered  ' sunny in Paris.' | 200007 '<|end|>' 200006 '<|start|>' 1428 'user'
+
+``Qwen/Qwen3-0.6B``, ``single_call/plain``: ``assistant message 1 renders differently once later turns follow``
+(the empty think block, as in ``tool_append_prefix``).
+"""
 
 from __future__ import annotations
 

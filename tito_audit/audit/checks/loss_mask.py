@@ -1,4 +1,10 @@
-"""loss_mask: `{% generation %}` markers exist and the stop token falls inside the assistant mask."""
+"""loss_mask: `{% generation %}` markers exist and the stop token falls inside the assistant mask.
+
+The mask is the one ``return_assistant_tokens_mask`` returns.
+
+**Example** (``Qwen/Qwen3-0.6B``, scenario ``template``, class ``template``): ``no {% generation %} markers:
+assistant masks are unavailable`` (every shared model's stock template lacks them).
+"""
 
 from __future__ import annotations
 

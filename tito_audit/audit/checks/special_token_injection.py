@@ -1,4 +1,16 @@
-"""special_token_injection: text from a tool or a user that encodes to control tokens."""
+"""special_token_injection: text from a tool or a user that encodes to control tokens.
+
+The scenarios put the control tokens the template itself writes first (``<|im_end|>``, ``<|im_start|>``): forging
+those is what ends turns and forges roles. Under ``--renderer``: [renderers.md](../renderers.md), "Control-token
+text in content".
+
+**Example** (``Qwen/Qwen2.5-7B-Instruct``, ``single_call/special_text``, class ``special_token``, first divergent
+token 245): ``... encodes to control tokens when the render is encoded plainly: 8 forged control token(s) such as
+<|im_end|>, <|im_start|>, <|object_ref_end|>, <|object_ref_start|>``.
+
+    sanitized   ' echo this: ' | 27 '<' 91 '|' 318 'im' 4906 '_start' 91 '|' ...
+    plain       ' echo this: ' | 151644 '<|im_start|>' 220 ' ' 151645 '<|im_end|>' 220 ' ' 151646 '<|object_ref_start|>'
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,24 @@
-"""stop_boundary: what the engine stops on versus what the template renders around it."""
+r"""stop_boundary: what the engine stops on versus what the template renders around it.
+
+Findings: turns closed by a token that is neither the tokenizer's eos nor in ``generation_config`` (an engine
+stopping on eos runs past the turn), turns rendered without any stop token, a token spanning the generation prompt
+and the completion, and a buffer/delta seam that is not atomic (encoding the joined text gives other ids). Text the
+template writes after the stop token (Qwen's ``\n`` after ``<|im_end|>``) is a note, not a finding: the delta
+starts with it. The turn end is where the template closes an assistant turn, outside every content and argument
+slot; the summary names the stop convention (``after turn``, or ``next opener`` for a template like GLM's that
+closes no turn: the stop is the next turn's opener, which is then the delta's first token, not a seam), and a turn
+end the tokenizer splits is a finding (no engine stops on it). See [control-tokens.md](../control-tokens.md). If
+the engine runs past the turn end, the model is trained on text after its own stop.
+
+**Example** (``google/gemma-2-2b-it``, ``probe/turn_end``, class ``stop_seam``): ``turns end with '<end_of_turn>'
+but the tokenizer's eos is '<eos>' and no generation_config lists the turn end: an engine stopping on eos runs past
+the turn``. ``mistralai/Mistral-Nemo-Instruct-2407``, ``single_call/cjk`` (first divergent token 5): ``the
+buffer/delta seam is not atomic: encoding the joined text gives other ids`` — in the delta after the stop token,
+the space and the first bytes of a CJK tool result are separate ids, while encoding the joined text merges them.
+
+    buffer + delta  7 '[TOOL_RESULTS]' 19227 '{"' 5431 'content' 2811 '":' | 1032 ' ' 4343 (bytes of 1 character)
+    encoded text    7 '[TOOL_RESULTS]' 19227 '{"' 5431 'content' 2811 '":' | 42120 ' '+byte 61690 (bytes)
+"""
 
 from __future__ import annotations
 

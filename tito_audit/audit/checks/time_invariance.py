@@ -1,4 +1,14 @@
-"""time_invariance: renders differ between two dates."""
+"""time_invariance: renders differ between two dates.
+
+The two dates are the pinned one (``--date``, default 2026-01-15) and one 400 days and 13 hours later. How a
+renderer's wall clock is stopped: [renderers.md](../renderers.md), "Dates and the wall clock".
+
+**Example** (``meta-llama/Llama-3.2-3B-Instruct``, ``single_call/plain``, class ``date``, first divergent token 24):
+``rendering on 2026-01-15 and 2027-02-20 differs``.
+
+    2026-01-15  15724 'Today' 2696 ' Date' 25 ':' 220 ' ' | 868 '15' 4448 ' Jan' 220 ' ' 2366 '202' 21 '6'
+    2027-02-20  15724 'Today' 2696 ' Date' 25 ':' 220 ' ' | 508 '20' 13806 ' Feb' 220 ' ' 2366 '202' 22 '7'
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,28 @@
-"""tool_append_prefix: appending tool results is token-prefix-preserving (what TITO needs)."""
+r"""tool_append_prefix: appending tool results is token-prefix-preserving (what TITO needs).
+
+It renders ``[..., assistant(tool_calls)]``, then renders it again with the tool result(s) appended (and the
+generation prompt), and compares the two token for token up to the assistant's stop token, on a minimal probe (as
+TRL's ``is_chat_template_prefix_preserving`` does) and in every simulated tool episode. On the nine shared models
+this agrees with TRL's verdict wherever TRL gives one (``tests/audit/test_shared_models.py``), and gives one where
+TRL's check raises (Mistral-Nemo's id format, Gemma-2's role alternation). A stop the template writes inside the
+assistant message, before its own calls or answer (a reasoning block closed by the turn end, then the answer in a
+turn of its own), is a finding of its own (``unsafe:stop_inside_turn``): the engine ends the turn there, and a
+delta after it would hand the rest of the model's message to the environment.
+
+**Example** (``Qwen/Qwen3-0.6B``, ``probe/minimal``, class ``history_rewrite``, first divergent token 9): the
+template emits an empty think block only on the last assistant turn, so appending the tool result drops it.
+
+    buffered     151644 '<|im_start|>' 77091 'assistant' 198 '\n' | 151667 '<think>' 271 '\n\n' 151668 '</think>' ...
+    re-rendered  151644 '<|im_start|>' 77091 'assistant' 198 '\n' | 151657 '<tool_call>' 198 '\n' 4913 '{"' ...
+
+**Example** (``microsoft/Phi-3-mini-4k-instruct``, ``probe/configured-stop``, class ``stop_seam``, first divergent
+token 14): ``an engine stops only on '<|endoftext|>' (the turn end '<|end|>' is in neither the tokenizer's eos nor
+generation_config), so the buffer keeps what the template writes after the turn, which it drops once a tool
+result follows``.
+
+    buffered     13 '\n' 32007 '<|end|>' 29871 '' 13 '\n' | 32000 '<|endoftext|>'
+    re-rendered  13 '\n' 32007 '<|end|>' 29871 '' 13 '\n' | 32001 '<|assistant|>' 29871 '' 13 '\n'
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,14 @@
-"""tool_forms: tool calls dropped only in a form other than the canonical one (content "", parallel calls)."""
+"""tool_forms: tool calls dropped only in a form other than the canonical one (content "", parallel calls).
+
+The forms: the assistant ``content`` ``""`` (probed) or text next to the calls, and every call of a parallel pair
+but the first (played). The verdict line carries ``avoid ...`` with the form (``verdict_reasons``:
+``avoid:tool_calls_with_empty_content``, ``avoid:parallel_calls``; ``avoid:parallel_calls_per_turn`` where the
+template writes each parallel call as a turn of its own).
+
+**Example** (``openai/gpt-oss-20b``, ``parallel_calls/plain``): ``parallel tool call #2 (search_docs) of 2 in
+assistant message 1 is not rendered`` — the template prints only ``message.tool_calls[0]``, so a model that emits
+two calls in one turn loses the second from every re-rendered context.
+"""
 
 from __future__ import annotations
 

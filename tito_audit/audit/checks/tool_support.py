@@ -1,4 +1,16 @@
-"""tool_support: tool calls, tool results and arguments survive rendering in their canonical form."""
+"""tool_support: tool calls, tool results and arguments survive rendering in their canonical form.
+
+A template that rejects every tool conversation shape fails too. The canonical form is the shape the template is
+found to need ([Coverage](../checks.md#coverage-and-adaptations)); a template that rejects the ``tool`` role but
+renders tool results as user turns is adapted, not failed (the verdict line says ``needs tool results sent as user
+turns``). Training tool use through a template that drops them teaches the model to act on calls it cannot see.
+
+**Example** (``microsoft/Phi-3-mini-4k-instruct``, ``probe/canonical``, class ``template``, reason
+``drops_tool_calls``): ``tool calls are not rendered in the canonical form (with the adaptations it needs:
+content_empty)`` and the same for tool results, then per scenario ``tool result (message 2) does not appear in the
+rendering``: the verdict is ``unsafe``. ``allenai/OLMo-2-1124-7B-Instruct`` renders neither either; content None is
+rejected by both (transformers drops a None ``content`` key, and their templates read it), hence ``content_empty``.
+"""
 
 from __future__ import annotations
 

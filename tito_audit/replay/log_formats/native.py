@@ -1,6 +1,8 @@
-"""The native record (``tito_audit.replay.schema``): the turns the engine sampled beside what the trainer trained
-on, as ``LogWriter`` and ``tito_audit.replay.record_from_trajectory`` write it; the layout every other format and
-``--map`` is read into.
+"""The native log format (``tito_audit.replay.schema``).
+
+The record [above](#the-native-record): the turns the engine sampled beside what the trainer trained on, as
+``LogWriter`` and ``tito_audit.replay.record_from_trajectory`` write it; the layout every other format, and
+``--map``, is read into.
 """
 
 from __future__ import annotations

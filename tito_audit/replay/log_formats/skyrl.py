@@ -1,4 +1,6 @@
-"""SkyRL: ``GeneratorOutput`` (NovaSky-AI/SkyRL ``skyrl-train/skyrl_train/generators/base.py``:
+"""The SkyRL log format: ``GeneratorOutput`` or ``TrajectoryOutput``.
+
+``GeneratorOutput`` (NovaSky-AI/SkyRL ``skyrl-train/skyrl_train/generators/base.py``:
 ``prompt_token_ids``, ``response_ids``, ``loss_masks``, ``rollout_logprobs``), either a whole batch per record
 (lists of lists, one episode per row) or one trajectory per record (``TrajectoryOutput`` in
 ``skyrl_gym_generator.py``: ``prompt_ids``, ``response_ids``, ``loss_mask``, ``rollout_logprobs``). The trained

@@ -1,4 +1,6 @@
-"""vLLM: one episode is the list of the ``RequestOutput`` objects of its turns, each serialized as an object with
+"""The vLLM log format: a list of ``RequestOutput`` objects per episode.
+
+One episode is the list of the ``RequestOutput`` objects of its turns, each serialized as an object with
 vLLM's attribute names: ``RequestOutput.prompt_token_ids``, ``RequestOutput.outputs``, ``CompletionOutput.token_ids``,
 ``CompletionOutput.logprobs`` (vllm-project/vllm ``vllm/outputs.py``), where ``logprobs`` is ``SampleLogprobs =
 list[dict[int, Logprob]]`` with ``Logprob.logprob`` (``vllm/logprobs.py``; JSON makes the token-id keys strings).
