@@ -83,3 +83,5 @@ def test_the_wheel_carries_the_bundled_set(tmp_path: Path) -> None:
     bundled = ROOT / "tito_audit" / "templates_cache"
     expected = {f"tito_audit/templates_cache/{p.relative_to(bundled).as_posix()}" for p in bundled.rglob("*")}
     assert {p for p in expected if not (ROOT / p).is_dir()} <= shipped
+    pages = ROOT / "tito_audit" / "formats" / "templates"  # the HTML pages' own jinja2 templates
+    assert {f"tito_audit/formats/templates/{p.name}" for p in pages.iterdir()} <= shipped
