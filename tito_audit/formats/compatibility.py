@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from tito_audit.formats.divergence import divergence, first_active
 from tito_audit.formats.labels import (
@@ -23,10 +24,12 @@ from tito_audit.formats.labels import (
     versions_text,
 )
 from tito_audit.formats.markdown import md_code, md_text, table_markdown
-from tito_audit.report.check_result import CheckResult
-from tito_audit.report.model_report import ModelReport
 from tito_audit.report.quote import clipped
 from tito_audit.report.verdict import VERDICTS
+
+if TYPE_CHECKING:
+    from tito_audit.report.check_result import CheckResult
+    from tito_audit.report.model_report import ModelReport
 
 NOT_RUN = "—"
 CELL = {"pass": "pass", "warn": "warn", "fail": "**FAIL**", "not_applicable": "n/a", "error": "**error**"}

@@ -9,9 +9,11 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from tito_audit.report.check_result import CheckResult
-from tito_audit.report.findings import Finding
+if TYPE_CHECKING:
+    from tito_audit.report.check_result import CheckResult
+    from tito_audit.report.findings import Finding
 
 
 def first_active(c: CheckResult) -> Finding | None:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json as _json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tito_audit.registry import OUTPUT_FORMATS
-from tito_audit.report.model_report import AuditReport
+
+if TYPE_CHECKING:
+    from tito_audit.report.model_report import AuditReport
 
 
 def finite(value: Any) -> Any:

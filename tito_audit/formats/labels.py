@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tito_audit.report.model_report import AuditReport, ModelReport
 from tito_audit.report.verdict import MIN_COVERAGE, describe_reason
+
+if TYPE_CHECKING:
+    from tito_audit.report.model_report import AuditReport, ModelReport
 
 STATUS_ICON = {"pass": "✅", "warn": "⚠️", "fail": "❌", "not_applicable": "n/a", "error": "💥"}
 STATUS_WORD = {"pass": "pass", "warn": "warn", "fail": "fail", "not_applicable": "n/a", "error": "error"}

@@ -26,12 +26,13 @@ from tito_audit.formats.labels import (
 )
 from tito_audit.formats.visible import visible
 from tito_audit.registry import OUTPUT_FORMATS
-from tito_audit.report.check_result import CheckResult
-from tito_audit.report.findings import Finding
-from tito_audit.report.model_report import AuditReport, ModelReport
 
 if TYPE_CHECKING:  # pandas is imported by the functions that build tables (a third of a second of a cold start)
     import pandas as pd
+
+    from tito_audit.report.check_result import CheckResult
+    from tito_audit.report.findings import Finding
+    from tito_audit.report.model_report import AuditReport, ModelReport
 
 _MD_SPECIAL = re.compile(r"([\\`*\[\]<>|])")
 NOT_RUN = "—"

@@ -13,17 +13,19 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path, PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tito_audit._version import __version__
 from tito_audit.formats.divergence import finding_sentence
 from tito_audit.formats.labels import coverage_text, model_label, template_origin
 from tito_audit.formats.template_lines import MODEL_FILES, blame, local_template
 from tito_audit.registry import OUTPUT_FORMATS
-from tito_audit.report.check_result import CheckResult
-from tito_audit.report.findings import Finding
-from tito_audit.report.model_report import AuditReport, ModelReport
 from tito_audit.report.quote import clipped
+
+if TYPE_CHECKING:
+    from tito_audit.report.check_result import CheckResult
+    from tito_audit.report.findings import Finding
+    from tito_audit.report.model_report import AuditReport, ModelReport
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVEL = {"error": "error", "warning": "warning"}

@@ -11,8 +11,10 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tito_audit.report.model_report import ModelReport
+if TYPE_CHECKING:
+    from tito_audit.report.model_report import ModelReport
 
 
 @dataclass(frozen=True)

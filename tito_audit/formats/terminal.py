@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -18,9 +18,11 @@ from tito_audit.formats.labels import (
     versions_text,
 )
 from tito_audit.registry import OUTPUT_FORMATS
-from tito_audit.report.findings import Finding
-from tito_audit.report.model_report import AuditReport, ModelReport
 from tito_audit.report.quote import clipped
+
+if TYPE_CHECKING:
+    from tito_audit.report.findings import Finding
+    from tito_audit.report.model_report import AuditReport, ModelReport
 
 VERDICT_STYLE = {
     "unsafe": "bold red",
