@@ -114,3 +114,13 @@ def test_pre_commit_hook_manifest() -> None:
     args = re.search(r"- id: tito-audit\n\s+args: \[(.*)\]", snippet)
     assert args is not None
     assert {a.strip() for a in args.group(1).split(",") if a.strip().startswith("--")} <= audit_options()
+
+
+def test_the_index_lists_every_page() -> None:
+    """docs/index.md names every page of docs/ (the generated check pages through checks.md)."""
+    index = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    linked = set(re.findall(r"\]\(([\w./-]+)\)", index))
+    pages = {p.name for p in (ROOT / "docs").glob("*.md") if p.name != "index.md"}
+    assert pages <= linked, pages - linked
+    assert {p for p in linked if not p.startswith("../")} <= {p.name for p in (ROOT / "docs").iterdir()}
+
