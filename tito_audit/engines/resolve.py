@@ -5,7 +5,8 @@ A name is an adapter's name or alias (``jinja``, ``openai-harmony``/``harmony``)
 takes a choice (``renderers@FAMILY``, ``mistral-common@FILE``: ``meta["choice"]`` names what the choice is), or a
 spec matching a pattern adapter (``meta["matches"]``: ``module:function`` for a Python encoder, which is given the
 whole spec). No name is the adapter marked ``meta["default"]`` (the chat template). The listing users see
-(``usage()``) is the registry's, in its order.
+(``usage()``) is the registry's, in its order. An entry's ``obj`` builds the engine: ``obj(model, choice, limits)``.
+``meta["library"]``, ``["renders"]`` and ``["notes"]`` are its row in docs/renderers.md (scripts/generate_docs.py).
 """
 
 from __future__ import annotations
