@@ -123,4 +123,3 @@ def test_the_index_lists_every_page() -> None:
     pages = {p.name for p in (ROOT / "docs").glob("*.md") if p.name != "index.md"}
     assert pages <= linked, pages - linked
     assert {p for p in linked if not p.startswith("../")} <= {p.name for p in (ROOT / "docs").iterdir()}
-
