@@ -2,7 +2,7 @@
 
 The unit of work is a part of a log: a chunk of JSONL lines (``replay_lines``) or a Parquet batch
 (``replay_batch``), each giving ``ReplayTotals`` that merge in log order, so the report does not depend on who
-did the work or when. Workers are forked after the tokenizer is loaded (shared copy-on-write, as ``scan`` does)
+did the work or when. Workers (``tito_audit.workers``) are forked after the tokenizer is loaded (shared copy-on-write)
 and get chunks of lines or Parquet row groups; at most ``2 * workers`` are in flight, so memory stays constant
 however long the log is. ``tito_audit.replay.distributed`` maps ``replay_batch`` over Parquet shards with Ray.
 
@@ -14,9 +14,6 @@ not checked, named in ``replay_incomplete``, never replayed as mojibake.
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,6 +37,7 @@ from tito_audit.replay.reader import (
     row_nbytes,
 )
 from tito_audit.replay.schema import RecordError
+from tito_audit.workers import Died, Done, Killed, Raised, WorkerPool, reraise
 
 CHUNK = 32
 FIT_SAMPLE = 32  # episodes read before deciding that the log does not fit the tokenizer
@@ -284,21 +282,36 @@ def replay_log(
                 take(part, part.records)
         fit(totals, final=True)
         return totals
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    pool = mp.get_context("fork").Pool(workers, initializer=_init, initargs=(ctx, fmt, field_map, max_record_bytes))
-    try:
-        pending: deque[tuple[Any, int]] = deque()
+    ahead = 2 * workers  # parts in flight or finished ahead of the one taken next: memory stays constant
+    sizes: dict[int, int] = {}
+    finished: dict[int, ReplayTotals] = {}
+    taken = 0
+
+    def take_ready(limit: int) -> None:
+        """Wait until at most ``limit`` parts are ahead of the next one to take, taking them in log order."""
+        nonlocal taken
+        while len(sizes) > limit:
+            while taken in finished:
+                take(finished.pop(taken), sizes.pop(taken))
+                taken += 1
+            if len(sizes) <= limit:
+                return
+            event = pool.next()
+            if isinstance(event, Raised):
+                reraise(event)
+            if isinstance(event, Died | Killed):
+                raise RuntimeError(f"a replay worker process died (exit code {getattr(event, 'exitcode', None)})")
+            if isinstance(event, Done):
+                finished[event.key] = event.value
+
+    with WorkerPool(workers, _init, (ctx, fmt, field_map, max_record_bytes)) as pool:
+        key = 0
         for p in paths:
             for fn, args, n in _tasks(p, names[p], max_record_bytes):
-                pending.append((pool.apply_async(fn, args), n))
-                while len(pending) >= 2 * workers:
-                    res, k = pending.popleft()
-                    take(res.get(), k)
-        while pending:
-            res, k = pending.popleft()
-            take(res.get(), k)
-    finally:
-        pool.terminate()
-        pool.join()
+                pool.submit(key, fn, *args)
+                sizes[key] = n
+                key += 1
+                take_ready(ahead - 1)
+        take_ready(0)
     fit(totals, final=True)
     return totals
