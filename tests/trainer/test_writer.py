@@ -27,7 +27,7 @@ import pytest
 from tests.conftest import IN_CI, ROOT
 from tito_audit.replay import RecordError, ReplayContext, episode_from_native, iter_records, replay_log
 from tito_audit.testing.synthetic import log_episode, played_episodes
-from tito_audit.trainer import writer as writer_module
+from tito_audit.trainer import containers as containers_module
 from tito_audit.trainer.writer import LogWriter, per_rank_path
 
 MODEL = "qwen2.5-7b-instruct"
@@ -355,7 +355,7 @@ def test_a_second_parquet_writer_is_refused_and_no_part_is_ever_replaced(tmp_pat
     assert all(p.read_bytes() == data for p, data in sealed.items())  # the first writer's part is as it was
     assert first.paths != second.paths and len({*first.paths, *second.paths}) == 2
     # Without a lock between them (not POSIX, a file system without flock) a sealed part still replaces nothing.
-    monkeypatch.setattr(writer_module, "fcntl", None)
+    monkeypatch.setattr(containers_module, "fcntl", None)
     folder = tmp_path / "unlocked"
     a, b = LogWriter(folder / "run.parquet"), LogWriter(folder / "run.parquet")  # both would take part 0
     for k, w in enumerate((a, b, a, b)):
