@@ -6,11 +6,42 @@ between two commands.
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import typer
 
 from tito_audit.cli.params import check_kwargs, one_of
+
+Options = TypeVar("Options")
+
+
+def command(options: type[Options], run: Callable[[Options], None]) -> Callable[..., None]:
+    """A typer command whose parameters are the fields of the dataclass ``options`` (each annotated, or defaulted,
+    with its ``typer.Argument``/``typer.Option``, in help order): typer reads the signature given here, and ``run``
+    gets one ``options`` object instead of a signature of thirty parameters. Help and docstring are ``run``'s."""
+    hints = typing.get_type_hints(options, include_extras=True)
+    parameters = [
+        inspect.Parameter(
+            f.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default,
+            annotation=hints[f.name],
+        )
+        for f in dataclasses.fields(options)  # type: ignore[arg-type]
+    ]
+
+    def typer_command(**values: Any) -> None:
+        run(options(**values))
+
+    typer_command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    typer_command.__doc__ = run.__doc__
+    typer_command.__name__ = typer_command.__qualname__ = run.__name__
+    typer_command.__module__ = run.__module__
+    return typer_command
 
 
 def models_argument() -> Any:
