@@ -263,7 +263,7 @@ def _gzip_cases() -> dict[str, tuple[bytes, list[object]]]:
             [sizes[0], checksum, checksum, sizes[3]],
         ),
         "length": (gzip.compress(lines[0]) + bytes(length) + gzip.compress(lines[3]), [sizes[0], checksum, sizes[3]]),
-        "cut in its trailer": (one[:-3], [*sizes[:3], "in a gzip trailer"]),
+        "cut in its trailer": (one[:-3], [*sizes[:3], "inside its last gzip trailer"]),
         "cut before its trailer": (one[:-12], [*sizes[:2], "ends early; not replayed"]),
         "not gzip after a member": (one + b"hello\n", [*sizes[:3], "not gzip data"]),
         "corrupt deflate data": (bytes(corrupt), ["the compressed data is corrupt"]),
@@ -280,7 +280,10 @@ def test_gzip_members_are_checked_one_by_one(tmp_path, case):
     path = tmp_path / "log.jsonl.gz"
     path.write_bytes(data)
     got = list(iter_lines(path))
-    assert [n for n, _ in got] == list(range(1, len(want) + 1))
+    numbers = list(range(1, len(want) + 1))
+    if case == "cut in its trailer":  # no fourth record: the unchecked end is said on the last line read
+        numbers[-1] -= 1
+    assert [n for n, _ in got] == numbers
     for (_, rec), expected in zip(got, want, strict=True):
         if isinstance(expected, int):
             assert isinstance(rec, bytes) and len(rec) == expected

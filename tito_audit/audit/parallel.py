@@ -12,7 +12,7 @@ from tito_audit.errors import AuditError
 from tito_audit.report.model_report import AuditReport, ModelReport, error_report
 from tito_audit.sources.load import load
 from tito_audit.sources.synthesized import on_its_control_tokens
-from tito_audit.workers import Died, Done, Killed, Raised, WorkerPool, default_jobs, reraise
+from tito_audit.workers import Died, Done, Killed, Raised, WorkerPool, default_jobs, interrupt, reraise
 
 __all__ = ["AuditInterrupted", "audit_models", "default_jobs"]
 
@@ -70,6 +70,7 @@ class AuditInterrupted(Exception):
 
 
 def _sequential(spec: str, args: tuple[Any, ...], on_model: Callable[[str, str], None] | None) -> ModelReport:
+    interrupt.check()  # a Ctrl-C swallowed in a destructor stops the run before the next model
     if on_model:
         on_model(spec, "auditing")
     report = _load_and_audit(spec, *args)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console  # typer's own help and errors import rich.console anyway
@@ -20,8 +20,26 @@ from tito_audit.cli.options import (
     template_name_option,
     thinking_option,
 )
-from tito_audit.cli.output import check_output, check_verbosity, echo_model_errors, emit, output_console, report_format
-from tito_audit.cli.params import FORMAT_NAMES, check_date, one_of, parse_date, parse_kwargs
+from tito_audit.cli.output import (
+    check_output,
+    check_verbosity,
+    echo_model_errors,
+    emit,
+    is_stdout,
+    output_console,
+    report_format,
+)
+from tito_audit.cli.params import (
+    FORMAT_NAMES,
+    MAX_COUNT,
+    MAX_WORKERS,
+    check_date,
+    fail,
+    number,
+    one_of,
+    parse_date,
+    parse_kwargs,
+)
 from tito_audit.errors import (
     EXIT_FINDINGS,
     EXIT_INCOMPLETE,
@@ -173,7 +191,7 @@ class AuditCommandOptions:
         False, "--allow-check-errors", help="Do not exit 3 when a check could not run (status error)."
     )
     min_coverage: int = typer.Option(
-        0, "--min-coverage", min=0, help="Exit 3 when a model plays fewer than N scenarios."
+        0, "--min-coverage", help="Exit 3 when a model plays fewer than N scenarios.", callback=number(0, MAX_COUNT)
     )
     suppressions: Path | None = typer.Option(
         None,
@@ -196,7 +214,11 @@ class AuditCommandOptions:
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the verdict lines.")
     debug: bool = debug_option()
     jobs: int | None = typer.Option(
-        None, "--jobs", "-j", min=1, help="Models audited in parallel (default: one per model, one per core)."
+        None,
+        "--jobs",
+        "-j",
+        help="Models audited in parallel (default: one per model, one per core).",
+        callback=number(1, MAX_WORKERS),
     )
     renderer: str | None = typer.Option(
         None,
@@ -216,12 +238,7 @@ def register(app: typer.Typer) -> None:
     app.command("audit")(command(AuditCommandOptions, audit_command))
 
 
-def _fail(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(EXIT_OPERATIONAL)
-
-
-def audit_command(o: AuditCommandOptions) -> None:
+def audit_command(o: AuditCommandOptions, given: frozenset[str]) -> None:
     """Audit chat templates for Token-In, Token-Out safety."""
     from tito_audit.audit.parallel import AuditInterrupted
 
@@ -246,7 +263,7 @@ def audit_command(o: AuditCommandOptions) -> None:
             shas = [m.provenance.template_sha256 for m in report.models if m.provenance]
             check_same_template(rl, o.rl_dir, [sha for sha in shas if sha])
         except ValueError as exc:
-            _fail(str(exc))
+            fail(str(exc))
     gate_lines = gate.apply(report, o.fail_on)
     on_screen = _write_report(report, fmt, when, rl, o)
     if not on_screen or o.debug:
@@ -256,7 +273,8 @@ def audit_command(o: AuditCommandOptions) -> None:
     for line in unreachable_coverage(report, o.min_coverage):
         typer.echo(line, err=True)
     if not report.complete:
-        typer.echo(f"interrupted after {len(report.models)} of {report.requested} models", err=True)
+        done = f"interrupted after {len(report.models)} of {report.requested} models"
+        typer.echo(f"{done}; {kept_line(o.output)}", err=True)
         raise typer.Exit(EXIT_INTERRUPTED)
     raise typer.Exit(exit_code(report, o.fail_on, o.allow_check_errors, o.min_coverage))
 
@@ -266,7 +284,7 @@ def _specs(o: AuditCommandOptions) -> list[str]:
 
     specs = list(o.models or []) + (bundled_names() if o.bundled else [])
     if not specs:
-        _fail("give at least one MODEL or --bundled")
+        fail("give at least one MODEL or --bundled")
     return specs
 
 
@@ -281,7 +299,7 @@ def _rl_artifacts(o: AuditCommandOptions, fmt: str) -> Any:
             raise ValueError(f"--rl-dir needs --format html (got --format {fmt})")
         return read_rl_dir(o.rl_dir)
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 def _audit_options(o: AuditCommandOptions, when: dt.datetime) -> tuple[AuditOptions, Any]:
@@ -293,7 +311,7 @@ def _audit_options(o: AuditCommandOptions, when: dt.datetime) -> tuple[AuditOpti
     for flag, name in (("--renderer", o.renderer), ("--train-renderer", o.train_renderer)):
         why = None if name is None else check_name(name)
         if why is not None:
-            _fail(f"{flag}: {why}")
+            fail(f"{flag}: {why}")
     options = AuditOptions(
         date=when,
         template_kwargs=parse_kwargs(o.template_kwarg),
@@ -305,7 +323,7 @@ def _audit_options(o: AuditCommandOptions, when: dt.datetime) -> tuple[AuditOpti
     try:
         gate = Gate.load(o.suppressions, o.baseline)  # bad config fails before any model is audited
     except AuditError as exc:
-        _fail(exc.one_line())
+        fail(exc.one_line())
     return options, gate
 
 
@@ -320,5 +338,14 @@ def _write_report(report: AuditReport, fmt: str, when: dt.datetime, rl: Any, o: 
             console.print(f"[dim]templates see the date {when:%Y-%m-%d} (--date to change)[/dim]")
         render_report(report, "terminal", console=console, verbose=o.verbose, quiet=o.quiet)
         return console.is_terminal and Console(stderr=True).is_terminal
-    emit(render_report(report, fmt, verbose=o.verbose, quiet=o.quiet, rl=rl), o.output)
+    emit(render_report(report, fmt, verbose=o.verbose, quiet=o.quiet, rl=rl), o.output, announce=report.complete)
+    if o.output is not None and not is_stdout(o.output):  # the report is in a file: its verdicts, as -q shows them
+        render_report(report, "terminal", console=output_console(), quiet=True)
     return False
+
+
+def kept_line(output: Path | None) -> str:
+    """Where an interrupted run's finished models went."""
+    if output is None or is_stdout(output):
+        return "the finished ones are reported above (marked incomplete)"
+    return f"the finished ones are kept in {output} (marked incomplete)"

@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 
 from tito_audit.cli.audit import FAIL_ON
 from tito_audit.cli.options import command
-from tito_audit.cli.params import FORMAT_NAMES, check_date, one_of
-from tito_audit.errors import EXIT_FINDINGS, EXIT_OK, EXIT_OPERATIONAL, AuditError
+from tito_audit.cli.params import (
+    FORMAT_NAMES,
+    MAX_COUNT,
+    MAX_MEMORY_MB,
+    MAX_RECORD_MB,
+    MAX_WORKERS,
+    check_date,
+    contradiction,
+    fail,
+    folder_problem,
+    number,
+    one_of,
+)
+from tito_audit.errors import EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, AuditError
 
 
 def _log_formats() -> tuple[str, ...]:
@@ -29,6 +40,7 @@ DTYPES = ("float32", "bfloat16")
 MAX_EPISODES = 128  # tito_audit.replay.weights.session.DEFAULT_MAX_EPISODES (not imported: --help stays light)
 NUMERIC_DRIFT_THRESHOLD = 0.01  # tito_audit.replay.weights.report.DEFAULT_THRESHOLD
 MAX_RECORD_BYTES = 64 << 20  # tito_audit.replay.reader.MAX_RECORD_BYTES (not imported: --help stays light)
+MAX_LOGPROB_GAP = 100.0  # a mean |delta log p| beyond this is no threshold: a log-prob gap of e^100
 
 
 @dataclass(frozen=True)
@@ -69,9 +81,17 @@ class ReplayOptions:
         ),
     ] = None
     max_record_mb: Annotated[
-        float, typer.Option("--max-record-mb", min=0.001, help="A record (line, Parquet row) over this is malformed.")
+        float,
+        typer.Option(
+            "--max-record-mb",
+            help="A record (line, Parquet row) over this is malformed.",
+            callback=number(0.001, MAX_RECORD_MB),
+        ),
     ] = MAX_RECORD_BYTES / 2**20
-    workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Worker processes (1: in this process).")] = 2
+    workers: Annotated[
+        int,
+        typer.Option("--workers", "-w", help="Worker processes (1: in this process).", callback=number(1, MAX_WORKERS)),
+    ] = 2
     engine: Annotated[
         str, typer.Option("--engine", help="local | ray (Parquet shards on Ray Data).", callback=one_of(ENGINES))
     ] = "local"
@@ -79,7 +99,12 @@ class ReplayOptions:
         str | None, typer.Option("--ray-address", help="An existing Ray cluster (default: RAY_ADDRESS, or local).")
     ] = None
     ray_memory_mb: Annotated[
-        float | None, typer.Option("--ray-memory", help="Memory (MB) to reserve per Ray actor (docs/replay.md).")
+        float | None,
+        typer.Option(
+            "--ray-memory",
+            help="Memory (MB) to reserve per Ray actor (docs/replay.md).",
+            callback=number(0, MAX_MEMORY_MB, above=True),
+        ),
     ] = None
     fmt: Annotated[
         str | None,
@@ -124,7 +149,9 @@ class ReplayOptions:
     max_episodes: Annotated[
         int,
         typer.Option(
-            "--max-episodes", min=0, help="With --weights: a deterministic sample of this many episodes (0: all)."
+            "--max-episodes",
+            help="With --weights: a deterministic sample of this many episodes (0: all).",
+            callback=number(0, MAX_COUNT),
         ),
     ] = MAX_EPISODES
     gradient: Annotated[
@@ -134,7 +161,7 @@ class ReplayOptions:
         float,
         typer.Option(
             "--numeric-drift-threshold",
-            min=0.0,
+            callback=number(0.0, MAX_LOGPROB_GAP),
             help="With --weights: warn when numeric drift dominates with a mean |delta log p| at or above this.",
         ),
     ] = NUMERIC_DRIFT_THRESHOLD
@@ -149,80 +176,112 @@ def register(app: typer.Typer) -> None:
     )
 
 
-def _fail(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(EXIT_OPERATIONAL)
-
-
-def replay(o: ReplayOptions) -> None:
+def replay(o: ReplayOptions, given: frozenset[str]) -> None:
     """Replay LOG: trained vs sampled tokens per episode and turn, and what naive re-tokenization would do."""
     import datetime as dt
 
     from rich.console import Console
 
+    from tito_audit.cli.output import is_stdout
     from tito_audit.gate import Gate
     from tito_audit.rendering.clock import DEFAULT_DATE
     from tito_audit.replay import FieldMap, LogError, MapError, ReplayContext, build_report
     from tito_audit.replay.reader import expand
+    from tito_audit.replay.run import ReplayInterrupted
     from tito_audit.sources.load import load
 
     name = o.logs[0] if len(o.logs) == 1 else f"{o.logs[0]} (+{len(o.logs) - 1})"
-    fmt = _check_options(o)
+    fmt = _check_options(o, given)
     try:
         fmap = FieldMap.parse(o.field_map or [])
     except MapError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     weights_options = _weights_options(
-        o.weights, o.ref, o.sampling, o.device, o.dtype, o.max_episodes, o.gradient, o.numeric_drift_threshold, _fail
+        o.weights, o.ref, o.sampling, o.device, o.dtype, o.max_episodes, o.gradient, o.numeric_drift_threshold, fail
     )
     try:
         expand(o.logs)
     except LogError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     try:
         gate = Gate.load(o.suppressions, o.baseline)
     except AuditError as exc:
-        _fail(exc.one_line())
+        fail(exc.one_line())
     try:
         loaded = load(o.model, offline=o.offline)
     except AuditError as exc:
-        _fail(exc.one_line())
+        fail(exc.one_line())
     when = dt.datetime.combine(dt.date.fromisoformat(o.date), DEFAULT_DATE.time()) if o.date else None
     full = not o.only_tito
     ctx = ReplayContext.from_model(loaded, o.what_if and full, drift=o.drift and full, noncanonical=full, date=when)
     bound = int(o.max_record_mb * 2**20)
     err = Console(stderr=True)
     started = time.perf_counter()
+    stopped: str | None = None
     try:
         totals = _replay_logs(o, ctx, fmap, bound, when, err)
     except LogError as exc:
         text = str(exc)
-        _fail(text if text.startswith(tuple(o.logs)) else f"{name}: {text}")
+        fail(text if text.startswith(tuple(o.logs)) else f"{name}: {text}")
+    except ReplayInterrupted as stop:  # the records replayed are reported, marked incomplete, then exit 130
+        totals, stopped = stop.totals, f"interrupted after {stop.totals.records} records (the rest was not read)"
+        if stop.mismatch is not None or not stop.totals.episodes:
+            why = stop.mismatch or "no episode was replayed"
+            typer.echo(f"{stopped.split(' (')[0]} of {name}; nothing kept: {why}", err=True)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
     if totals.records == 0:
-        _fail(f"{name}: the log holds no record")
+        fail(f"{name}: the log holds no record")
     if totals.episodes == 0 and totals.malformed == totals.records:
         first = totals.findings.get("replay_records", [])[:1]
         shown = f" (first: {first[0][0]}: {first[0][1]})" if first else ""
-        _fail(f"{name}: every one of {totals.records} record(s) is malformed, nothing could be replayed{shown}")
+        fail(f"{name}: every one of {totals.records} record(s) is malformed, nothing could be replayed{shown}")
     seconds = time.perf_counter() - started
     report = build_report(
         totals, loaded, " ".join(o.logs), ctx.renderer.token_texts, seconds, ctx.renderer.date.date().isoformat()
     )
-    if weights_options is not None:
-        _run_weights(report, o.logs, ctx, weights_options, o.log_format, fmap, bound, totals, err, o.quiet, _fail)
+    if weights_options is not None and stopped is None:
+        try:
+            _run_weights(report, o.logs, ctx, weights_options, o.log_format, fmap, bound, totals, err, o.quiet, fail)
+        except KeyboardInterrupt:
+            stopped = "interrupted during --weights (the log's checks are whole; the weights' did not run)"
+    report.interrupted = stopped
     lines = gate.apply(report, o.fail_on)
     _write_report(report, fmt, o)
     for line in lines:
         typer.echo(line, err=True)
+    if stopped is not None:
+        kept = "reported above" if o.output is None or is_stdout(o.output) else f"kept in {o.output}"
+        typer.echo(f"{stopped.split(' (')[0]} of {name}; what was replayed is {kept} (marked incomplete)", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED)
     raise typer.Exit(_exit_code(report, totals, name, o.fail_on))
 
 
-def _check_options(o: ReplayOptions) -> str:
-    """The options checked before any work; the report format to write."""
+WEIGHTS_ONLY = (
+    ("device", "--device"),
+    ("dtype", "--dtype"),
+    ("max_episodes", "--max-episodes"),
+    ("gradient", "--gradient/--no-gradient"),
+    ("numeric_drift_threshold", "--numeric-drift-threshold"),
+)
+
+
+def _check_options(o: ReplayOptions, given: frozenset[str]) -> str:
+    """The options checked before any work (contradictions included); the report format to write."""
     from tito_audit.cli.output import check_output, check_verbosity, report_format
 
-    if not math.isfinite(o.max_record_mb):  # typer's range lets nan and inf through
-        _fail(f"--max-record-mb must be a finite number of MB, not {o.max_record_mb}")
+    for name, flag in (("what_if", "--what-if"), ("drift", "--drift")):
+        if o.only_tito and name in given and getattr(o, name):
+            contradiction("--only-tito", flag, f"--only-tito runs no {flag[2:]} check")
+    if o.engine != "ray":
+        for name, flag in (("ray_address", "--ray-address"), ("ray_memory_mb", "--ray-memory")):
+            if name in given:
+                contradiction(f"--engine {o.engine}", flag, f"{flag} is for --engine ray")
+    elif "workers" in given:
+        contradiction("--engine ray", "--workers", "Ray places the work; --workers is for --engine local")
+    if o.weights is None:
+        for name, flag in WEIGHTS_ONLY:
+            if name in given:
+                fail(f"{flag} needs --weights (it sets how your policy is run)")
     check_verbosity(o.verbose, o.quiet)
     fmt = report_format(o.fmt, o.output)
     check_output(o.output)
@@ -272,7 +331,7 @@ def _write_report(report: Any, fmt: str, o: ReplayOptions) -> None:
     if fmt == "terminal" and o.output is None:
         render_report(report, "terminal", console=output_console(), verbose=o.verbose, quiet=o.quiet)
     else:
-        emit(render_report(report, fmt, verbose=o.verbose, quiet=o.quiet), o.output)
+        emit(render_report(report, fmt, verbose=o.verbose, quiet=o.quiet), o.output, announce=report.complete)
 
 
 def _exit_code(report: Any, totals: Any, name: str, fail_on: str) -> int:
@@ -283,8 +342,14 @@ def _exit_code(report: Any, totals: Any, name: str, fail_on: str) -> int:
     malformed = checks["replay_records"].active_findings
     incomplete = checks["replay_incomplete"].active_findings
     if totals.malformed:
-        shown = ", ".join(f"{f.scenario}: {f.message}" for f in malformed[:3])
+        shown = ", ".join(f"{f.scenario}: {f.message}" for f in malformed[:3] if "gzip trailer" not in f.message)
         typer.echo(f"error: {name}: {totals.malformed} of {totals.records} record(s) malformed ({shown})", err=True)
+    if totals.unchecked_tails:
+        typer.echo(
+            f"error: {name}: the log ends inside its last gzip trailer (a crash while writing?): its {totals.records} "
+            "record(s) were read whole, but their checksum could not be checked",
+            err=True,
+        )
     if totals.reference_errors:
         shown = ", ".join(f.scenario for f in incomplete[:3])
         typer.echo(
@@ -320,8 +385,9 @@ def _weights_options(
     if importlib.util.find_spec("torch") is None:
         fail("--weights needs PyTorch: pip install 'tito-audit[rl]' (CPU torch first, see docs/rl.md)")
     for name, path in (("--weights", weights), ("--ref", ref)):
-        if path is not None and path.startswith(("/", ".", "~")) and not Path(path).expanduser().is_dir():
-            fail(f"{path}: cannot load weights: no such folder ({name})")
+        problem = folder_problem(path, name)
+        if problem is not None:
+            fail(problem)
     if device not in ("auto", "cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
         fail(f"--device must be auto, cpu, cuda or cuda:N (got {device!r})")
     from tito_audit.replay.weights.sampler import SamplingError, parse_sampling

@@ -17,11 +17,19 @@ from typing import Any
 import typer
 
 from tito_audit.cli.options import command, template_kwarg_option, thinking_option
-from tito_audit.cli.params import one_of, parse_kwargs
-from tito_audit.errors import EXIT_OPERATIONAL, AuditError
+from tito_audit.cli.params import contradiction, folder_problem, number, one_of, parse_kwargs
+from tito_audit.errors import EXIT_INTERRUPTED, EXIT_OPERATIONAL, AuditError
 
 # What ``pip install -e ".[rl]"`` adds; torch first from the CPU index so that nothing pulls CUDA packages.
 RL_EXTRA = ("torch", "matplotlib", "mpmath")
+# The largest values of rl's numeric options (``params.number``): past them a run means nothing, or never ends.
+MAX_STEPS = 100_000
+MAX_BATCH = 4096  # groups, responses per group
+MAX_LR = 100.0
+MAX_SEED = 2**32 - 1  # what every generator the loop seeds accepts (numpy's)
+MAX_TOKENS = 1_000_000
+MAX_WIDTH = 65_536
+MAX_DEPTH = 1024
 RL_INSTALL = 'pip install torch --index-url https://download.pytorch.org/whl/cpu && pip install -e ".[rl]"'
 
 
@@ -228,6 +236,8 @@ def _print_updates(con: Any, upd: dict[str, Any]) -> None:
 
 
 def _print_verdict(con: Any, summary: dict[str, Any]) -> None:
+    if summary.get("interrupted"):
+        con.print(f"[bold magenta]INCOMPLETE: {summary['interrupted']}[/]", highlight=False)
     colour = {"corrupted": "red", "identical": "green"}.get(summary["verdict"], "yellow")
     con.print(
         f"[{colour}]{summary['headline']}[/]: max rel.error {_fmt(summary['rel_error_max'], '.3g')}, tolerance "
@@ -258,7 +268,7 @@ class RLOptions:
     defaults are typer's declarations, read once for the signature; typer always passes every value."""
 
     model: str = typer.Argument(..., help="Tokenizer/template: local folder, bundled name or Hub id.")
-    steps: int = typer.Option(3, "--steps", help="Policy-gradient steps.")
+    steps: int = typer.Option(3, "--steps", help="Policy-gradient steps.", callback=number(1, MAX_STEPS))
     device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N.")
     weights: str | None = typer.Option(None, "--weights", help="Real causal LM weights (folder or Hub id).")
     ref: str | None = typer.Option(
@@ -270,28 +280,50 @@ class RLOptions:
         help="Policy and gradient precision: float32 or bfloat16.",
         callback=one_of(("float32", "bfloat16")),
     )
-    warmup: int = typer.Option(0, "--warmup", help="SFT steps on the scenarios before sampling real rollouts.")
+    warmup: int = typer.Option(
+        0, "--warmup", help="SFT steps on the scenarios before sampling real rollouts.", callback=number(0, MAX_STEPS)
+    )
     save_policy: Path | None = typer.Option(None, "--save-policy", help="Write the (warmed-up) policy here.")
     shadow: bool = typer.Option(False, "--shadow", help="Also step a copy with the R gradient; report drift.")
-    noncanonical_rate: float = typer.Option(0.0, "--noncanonical-rate", help="Rate of non-canonical splits.")
-    generation_kwargs: str | None = typer.Option(None, "--generation-kwargs", help="JSON sampling settings.")
-    groups: int = typer.Option(2, "--groups", help="GRPO groups per step.")
-    group_size: int = typer.Option(4, "--group-size", help="Responses per group.")
-    lr: float = typer.Option(
-        1e-3, "--lr", help="Learning rate of the policy steps (Adam on the stand-in, SGD with --weights)."
+    noncanonical_rate: float = typer.Option(
+        0.0, "--noncanonical-rate", help="Rate of non-canonical splits.", callback=number(0.0, 1.0)
     )
-    warmup_lr: float = typer.Option(3e-3, "--warmup-lr", help="Learning rate of the --warmup SFT steps (Adam).")
+    generation_kwargs: str | None = typer.Option(None, "--generation-kwargs", help="JSON sampling settings.")
+    groups: int = typer.Option(2, "--groups", help="GRPO groups per step.", callback=number(1, MAX_BATCH))
+    group_size: int = typer.Option(4, "--group-size", help="Responses per group.", callback=number(2, MAX_BATCH))
+    lr: float = typer.Option(
+        1e-3,
+        "--lr",
+        help="Learning rate of the policy steps (Adam on the stand-in, SGD with --weights).",
+        callback=number(0.0, MAX_LR, above=True),
+    )
+    warmup_lr: float = typer.Option(
+        3e-3,
+        "--warmup-lr",
+        help="Learning rate of the --warmup SFT steps (Adam).",
+        callback=number(0.0, MAX_LR, above=True),
+    )
     seed: int = typer.Option(
-        0, "--seed", help="Seed of the stand-in's initialisation, the sampling and the episode order."
+        0,
+        "--seed",
+        help="Seed of the stand-in's initialisation, the sampling and the episode order.",
+        callback=number(0, MAX_SEED),
     )
     vocab: str = typer.Option(
         "compact", "--vocab", help="compact (ids that occur) or full.", callback=one_of(("compact", "full"))
     )
     max_new_tokens: int = typer.Option(
-        96, "--max-new-tokens", help="Tokens a sampled turn may have (--generation-kwargs can set it too)."
+        96,
+        "--max-new-tokens",
+        help="Tokens a sampled turn may have (--generation-kwargs can set it too).",
+        callback=number(1, MAX_TOKENS),
     )
-    hidden: int = typer.Option(64, "--hidden", help="Stand-in model width (no --weights).")
-    layers: int = typer.Option(2, "--layers", help="Stand-in model depth (no --weights).")
+    hidden: int = typer.Option(
+        64, "--hidden", help="Stand-in model width (no --weights).", callback=number(1, MAX_WIDTH)
+    )
+    layers: int = typer.Option(
+        2, "--layers", help="Stand-in model depth (no --weights).", callback=number(1, MAX_DEPTH)
+    )
     include_injection: bool = typer.Option(
         False, "--include-injection", help="Also use scenarios with control-token text in content."
     )
@@ -312,13 +344,25 @@ class RLOptions:
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON.")
 
 
-def rl(o: RLOptions) -> None:
+def rl(o: RLOptions, given: frozenset[str]) -> None:
     """Run a short GRPO-style loop and compare the buffered (B) and re-tokenized (R) gradients.
 
     Exit 0 identical, 1 corrupted, 2 operational error, 3 undetermined, not applicable to tool turns, or --control.
     """
+    from tito_audit.cli.output import check_output_folder
     from tito_audit.rl.config import RLConfig
 
+    if o.weights is not None:
+        for name, flag in (("hidden", "--hidden"), ("layers", "--layers")):
+            if name in given:
+                contradiction("--weights", flag, f"{flag} shapes the stand-in model, which --weights replaces")
+    for flag, spec in (("--weights", o.weights), ("--ref", o.ref)):
+        problem = folder_problem(spec, flag)
+        if problem is not None:
+            print(f"error: {problem}", file=sys.stderr)
+            raise typer.Exit(EXIT_OPERATIONAL)
+    check_output_folder(o.out, "--out")
+    check_output_folder(o.save_policy, "--save-policy")
     cfg = RLConfig(
         model=o.model,
         steps=o.steps,
@@ -356,6 +400,7 @@ def rl(o: RLOptions) -> None:
     try:
         from tito_audit.policy.model import resolve_device
         from tito_audit.rl import run_rl
+        from tito_audit.rl.loop import RLInterrupted
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in RL_EXTRA:
             raise
@@ -375,11 +420,23 @@ def rl(o: RLOptions) -> None:
     except AuditError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         raise typer.Exit(EXIT_OPERATIONAL) from None
-    if o.json_out:
+    except RLInterrupted as stop:  # the finished steps are summarised (and written), marked incomplete
+        if stop.result is None:
+            print(f"{stop}: no step finished, nothing written", file=sys.stderr)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        _show(stop.result, o.json_out)
+        kept = f"; kept in {o.out / 'metrics.json'}" if o.out is not None else ""
+        print(f"{stop}: the finished steps are summarised above{kept} (marked incomplete)", file=sys.stderr)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    _show(result, o.json_out)
+    raise typer.Exit(result.summary["exit_code"])
+
+
+def _show(result: Any, json_out: bool) -> None:
+    if json_out:
         print(json.dumps({"setup": result.setup, "summary": result.summary}, default=str))
     else:
         _print_summary(result)
-    raise typer.Exit(result.summary["exit_code"])
 
 
 def register(app: typer.Typer) -> None:

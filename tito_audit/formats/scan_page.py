@@ -103,10 +103,14 @@ def family(r: TemplateResult) -> str:
 
 
 def tokenizer_kind(r: TemplateResult) -> str:
-    """``real``, ``approximate`` (a verdict on a synthesized tokenizer) or ``none`` (no verdict)."""
+    """``real``, ``stand-in`` (a real tokenizer none of whose added tokens the template writes: the first
+    candidate, not one the template was written for), ``approximate`` (a verdict on a synthesized tokenizer) or
+    ``none`` (no verdict)."""
     if r.cls not in classify.VERDICTS:
         return "none"
-    return "approximate" if r.approximate else "real"
+    if r.approximate:
+        return "approximate"
+    return "stand-in" if r.stand_in else "real"
 
 
 def reasons(r: TemplateResult) -> list[str]:
@@ -133,6 +137,11 @@ def _row(r: TemplateResult) -> str:
         tok = f'<span class="approx">approximate</span><small>synthesized on {escape(fam)}</small>'
     elif kind == "real":
         tok = f"real<small>{escape(r.tokenizer)}</small>"
+    elif kind == "stand-in":
+        tok = (
+            '<span class="approx">stand-in</span>'
+            f"<small>{escape(r.tokenizer)}: none of its added tokens in the template</small>"
+        )
     else:
         tok = f"—<small>{escape(r.tokenizer)}</small>"
     why = "".join(f"<li>{escape(x)}</li>" for x in reasons(r))
@@ -166,10 +175,13 @@ def to_html(summary: ScanSummary) -> str:
     head = (
         f"{total} templates, tokenizer {escape(summary.tokenizer)}, "
         f"scenarios {escape(str(summary.meta.get('scenarios', '')))}; "
-        f"{judged['real']} verdicts on a real tokenizer, {judged['approximate']} approximate "
+        f"{judged['real']} verdicts on a real tokenizer ({judged['stand_in']} of them on a stand-in: a candidate "
+        f"none of whose added tokens the template writes), {judged['approximate']} approximate "
         "(on a tokenizer synthesized from the template's own control tokens). "
         f"tito-audit {escape(__version__)}."
     )
+    if summary.status:
+        head = f"<strong>{escape(summary.status)}</strong>. {head}"
     buttons = "".join(_count_button(summary, c, n) for c, n in counts.items())
     rows = "\n".join(_row(r) for r in summary.results)
     return f"""<!doctype html>
@@ -184,7 +196,8 @@ def to_html(summary: ScanSummary) -> str:
 <div class="controls" id="controls" hidden>
 <label>Search name or family <input type="search" id="search" placeholder="e.g. qwen, llama, deepseek-v3"></label>
 <label>Tokenizer <select id="kind"><option value="all">all</option><option value="real">real</option>
-<option value="approximate">approximate</option><option value="none">no verdict</option></select></label>
+<option value="stand-in">stand-in</option><option value="approximate">approximate</option>
+<option value="none">no verdict</option></select></label>
 <span>showing <b id="shown">{total}</b> of {total}; click a count to filter by class</span>
 </div>
 <table id="templates"><colgroup><col class="c-name"><col class="c-cls"><col class="c-tok"><col class="c-why"><col>

@@ -35,6 +35,11 @@ except ImportError:  # pragma: no cover - depends on the environment
     _FAST_LOADS, _FAST_ERROR = None, ValueError
 
 
+class UncheckedTail(RecordError):
+    """Not a record: the log's last gzip member is cut inside its trailer, so the records read from it (whole)
+    could not be held to its checksum. Named beside the records, never counted as one."""
+
+
 class LogError(Exception):
     """The log as a whole cannot be read (missing, unreadable, Parquet without pyarrow)."""
 
@@ -52,6 +57,10 @@ def expand(specs: Sequence[str | Path]) -> list[Path]:
             out.extend(hits)
         elif Path(text).is_file():
             out.append(Path(text))
+        elif Path(text).is_dir():
+            raise LogError(f"{text}: is a directory, not a log file (give its files, or a pattern: '{text}/*.jsonl')")
+        elif Path(text).exists():
+            raise LogError(f"{text}: not a regular file (a FIFO or a device cannot be read twice): give a log file")
         else:
             raise LogError(f"{text}: no such log file")
     return out
@@ -150,6 +159,7 @@ class _Member:
         self.error: str | None = None
         self.fatal = False  # the stream cannot be followed past it (truncated, not gzip, corrupt deflate data)
         self.trusted = False  # with an error: its data is still good (a stream cut short, as by a crash)
+        self.in_trailer = False  # cut short inside its 8-byte trailer: all its data read, the checksum not checked
 
     def fail(self, error: str, fatal: bool = True, trusted: bool = False) -> None:
         self.error, self.fatal, self.trusted = error, fatal, trusted
@@ -169,7 +179,9 @@ def _inflate(fh: Any, start: int, member: _Member) -> Iterator[bytes]:
     while not d.eof:
         data = fh.read(_READ)
         if not data:
-            member.fail(_cut_short(fh, start, d), trusted=True)
+            member.in_trailer = _cut_in_trailer(fh, start, d)
+            why = "the compressed stream ends early" + (" (in a gzip trailer)" if member.in_trailer else "")
+            member.fail(why, trusted=True)
             return
         try:
             out = d.decompress(data)
@@ -206,9 +218,9 @@ def _to_the_failing_byte(fh: Any, start: int, last: int, member: _Member, crc: b
     member.fail("its gzip member fails its checksum (CRC32 or length): the data is corrupt", fatal=False)
 
 
-def _cut_short(fh: Any, start: int, d: Any) -> str:
-    """Why a member ends early: in its 8-byte trailer (every byte of its data was read, the checksum could not be
-    checked: the trailer's missing bytes, computed from the data, would end it), or before."""
+def _cut_in_trailer(fh: Any, start: int, d: Any) -> bool:
+    """Whether a member that ends early ends in its 8-byte trailer (every byte of its data was read, the checksum
+    could not be checked: the trailer's missing bytes, computed from the data, would end it), not before."""
     fh.seek(start)
     crc, size, again = 0, 0, zlib.decompressobj(_GZIP_WBITS)
     while data := fh.read(_READ):
@@ -222,8 +234,8 @@ def _cut_short(fh: Any, start: int, d: Any) -> str:
         except zlib.error:
             continue
         if probe.eof:
-            return "the compressed stream ends early (in a gzip trailer)"
-    return "the compressed stream ends early"
+            return True
+    return False
 
 
 def _gzip_pieces(path: Path) -> Iterator[tuple[bytes | None, _Member | None]]:
@@ -276,6 +288,18 @@ def _gzip_lines(path: Path, max_record_bytes: int) -> Iterator[tuple[int, bytes 
                 skipped, tainted = -1, False
             tainted = tainted or (bad_lines == 0 and not member.trusted and bool(line or skipped >= 0)) or open_tail
             bad_lines, open_tail = 0, False
+            if member.in_trailer and not tainted and skipped < 0:  # every record whole: the last one too
+                if line.strip():
+                    n += 1
+                    yield n, bytes(line)
+                yield (
+                    max(n, 1),
+                    UncheckedTail(
+                        f"the log ends inside its last gzip trailer (a crash while writing?): the {n} line(s) before "
+                        "it were read whole, but their checksum (CRC32, length) could not be checked"
+                    ),
+                )
+                return
             if member.fatal:
                 yield n + 1, RecordError(why)
                 return

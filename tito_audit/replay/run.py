@@ -27,6 +27,7 @@ from tito_audit.replay.reader import (
     MAX_RECORD_BYTES,
     PARQUET_BATCH,
     LogError,
+    UncheckedTail,
     expand,
     iter_lines,
     log_kind,
@@ -37,7 +38,7 @@ from tito_audit.replay.reader import (
     row_nbytes,
 )
 from tito_audit.replay.schema import RecordError
-from tito_audit.workers import Died, Done, Killed, Raised, WorkerPool, reraise
+from tito_audit.workers import Died, Done, Killed, Raised, WorkerPool, interrupt, reraise
 
 CHUNK = 32
 FIT_SAMPLE = 32  # episodes read before deciding that the log does not fit the tokenizer
@@ -57,7 +58,7 @@ def replay_record(
     if isinstance(record, bytes):  # a JSONL line, parsed here (in the worker)
         record = parse_line(record)
     if isinstance(record, RecordError):
-        return [Malformed(line, str(record), file)]
+        return [Malformed(line, str(record), file, unchecked_tail=isinstance(record, UncheckedTail))]
     try:
         if field_map:
             record = field_map.apply(record)
@@ -80,7 +81,9 @@ def totals_of(outcomes: Sequence[Outcome]) -> ReplayTotals:
     t = ReplayTotals()
     lines_ok: set[int] = set()
     for o in outcomes:
-        if isinstance(o, Malformed):
+        if isinstance(o, Malformed) and o.unchecked_tail:
+            t.add_unchecked_tail(o.line, o.message, o.file)
+        elif isinstance(o, Malformed):
             t.add_malformed(o.line, o.message, o.file, o.out_of_vocabulary)
         else:
             t.add(o)
@@ -164,6 +167,25 @@ def mismatch(t: ReplayTotals, ctx: ReplayContext) -> str | None:
             "was it written with another model's tokenizer? (--model names the model the loop used)"
         )
     return None
+
+
+class ReplayInterrupted(Exception):
+    """Ctrl-C during a replay: ``totals`` holds the parts of the log replayed before it, in log order (a prefix of
+    the log: nothing after a part that did not finish is counted); ``mismatch`` says why those parts do not read as
+    the model's tokenizer (then they are no report), else None."""
+
+    def __init__(self, totals: ReplayTotals, mismatch: str | None) -> None:
+        super().__init__(f"interrupted after {totals.records} records")
+        self.totals, self.mismatch = totals, mismatch
+
+
+def stop(totals: ReplayTotals, fit: _Fit) -> ReplayInterrupted:
+    """What a Ctrl-C keeps: the totals so far, once they are held to the tokenizer as a whole log is."""
+    try:
+        fit(totals, final=True)
+    except TokenizerMismatch as exc:
+        return ReplayInterrupted(totals, str(exc))
+    return ReplayInterrupted(totals, None)
 
 
 class _Fit:
@@ -271,17 +293,34 @@ def replay_log(
     fit = _Fit(ctx)
 
     def take(part: ReplayTotals, n_records: int) -> None:
+        interrupt.check()  # a Ctrl-C swallowed in a destructor stops the replay before this part is counted
         totals.merge(part)
         fit(totals)
         if on_records is not None:
             on_records(n_records)
 
-    if workers <= 1:
-        for p in paths:
-            for part in _parts(p, names[p], ctx, fmt, field_map, max_record_bytes):
-                take(part, part.records)
-        fit(totals, final=True)
-        return totals
+    try:
+        if workers <= 1:
+            for p in paths:
+                for part in _parts(p, names[p], ctx, fmt, field_map, max_record_bytes):
+                    take(part, part.records)
+        else:
+            _in_workers(paths, names, (ctx, fmt, field_map, max_record_bytes), workers, take)
+    except KeyboardInterrupt:
+        raise stop(totals, fit) from None
+    fit(totals, final=True)
+    return totals
+
+
+def _in_workers(
+    paths: Sequence[Path],
+    names: dict[Path, str],
+    init: tuple[Any, ...],
+    workers: int,
+    take: Callable[[ReplayTotals, int], None],
+) -> None:
+    """The logs' parts in worker processes, taken in log order; at most ``2 * workers`` ahead of the next."""
+    max_record_bytes = init[3]
     ahead = 2 * workers  # parts in flight or finished ahead of the one taken next: memory stays constant
     sizes: dict[int, int] = {}
     finished: dict[int, ReplayTotals] = {}
@@ -304,7 +343,7 @@ def replay_log(
             if isinstance(event, Done):
                 finished[event.key] = event.value
 
-    with WorkerPool(workers, _init, (ctx, fmt, field_map, max_record_bytes)) as pool:
+    with WorkerPool(workers, _init, init) as pool:
         key = 0
         for p in paths:
             for fn, args, n in _tasks(p, names[p], max_record_bytes):
@@ -313,5 +352,3 @@ def replay_log(
                 key += 1
                 take_ready(ahead - 1)
         take_ready(0)
-    fit(totals, final=True)
-    return totals

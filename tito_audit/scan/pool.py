@@ -27,7 +27,7 @@ from tito_audit.scan.discover import TemplateFile
 from tito_audit.scan.pick import Picker
 from tito_audit.scan.template_audit import audit_auto, audit_template
 from tito_audit.sources.synthesized import Synthesizer
-from tito_audit.workers import Died, Done, Ended, Killed, Told, WorkerPool, tell
+from tito_audit.workers import Died, Done, Ended, Killed, Told, WorkerPool, interrupt, tell
 
 AUTO = "auto"
 
@@ -149,13 +149,35 @@ def run_jobs(
         results[index] = result
         if on_result is not None:
             on_result(result)
+        interrupt.check()  # a Ctrl-C swallowed in a destructor stops the scan here, this result kept
 
-    if limits.workers <= 0:
-        pickers: dict[str, Picker] = {}
-        for job in jobs:
-            done(job.index, _run_job(job, models, limits, pickers, None, synthesizer))
-        return [results[j.index] for j in jobs]
+    try:
+        if limits.workers <= 0:
+            pickers: dict[str, Picker] = {}
+            for job in jobs:
+                done(job.index, _run_job(job, models, limits, pickers, None, synthesizer))
+        else:
+            _in_workers(jobs, models, limits, synthesizer, done)
+    except KeyboardInterrupt:
+        raise JobsInterrupted([results[j.index] for j in jobs if j.index in results]) from None
+    return [results[j.index] for j in jobs]
 
+
+class JobsInterrupted(Exception):
+    """Ctrl-C during a scan: ``results`` holds the templates that finished, in job order; the workers are ended."""
+
+    def __init__(self, results: list[TemplateResult]) -> None:
+        super().__init__(f"interrupted after {len(results)} templates")
+        self.results = results
+
+
+def _in_workers(
+    jobs: Sequence[Job],
+    models: dict[str, Any],
+    limits: PoolLimits,
+    synthesizer: Synthesizer | None,
+    done: Callable[[int, TemplateResult], None],
+) -> None:
     held = {job.index: job for job in jobs}  # each job as the parent knows it (with auto: once picked, its tokenizer)
     workers = min(limits.workers, max(1, len(jobs)))
     with WorkerPool(workers, _worker_setup, (models, limits, synthesizer), deadline_s=limits.deadline_s) as pool:
@@ -167,4 +189,3 @@ def run_jobs(
                 held[event.key] = replace(job, tokenizer=event.message[0], reason=event.message[1])
             else:
                 done(job.index, _result(job, event))
-    return [results[j.index] for j in jobs]

@@ -192,8 +192,29 @@ class LogWriter:
     def write(self, record: Mapping[str, Any] | Episode) -> None:
         """Append one episode: a native record (``record_from_trajectory``'s output, say) or an ``Episode``.
 
-        Raises ``RecordError`` (naming the field) for a record replay could not read; nothing is written then.
+        Raises ``RecordError`` naming the episode (its number in this writer, and its id) and the field, for a
+        record replay could not read or whose lengths disagree (a loss mask or log-probs that do not match the ids
+        they describe); nothing is written then.
         """
+        try:
+            ep, metadata = self._episode(record)
+        except RecordError as exc:
+            raise RecordError(f"{self._which(record)}: {exc}") from None
+        row = episode_to_native(ep)
+        if metadata is not None:
+            row["metadata"] = metadata
+        item, size = self._container.encode(row)
+        with self._lock:
+            if self._closed:
+                raise ValueError(f"{self.path}: write to a closed LogWriter")
+            self._pending.append(item)
+            self._pending_bytes += size
+            self.records += 1
+            if self._pending_bytes >= self.buffer_bytes:
+                self._drain(seal=False)
+
+    def _episode(self, record: Mapping[str, Any] | Episode) -> tuple[Episode, Any]:
+        """The episode a record holds and its metadata, checked as replay will read it."""
         if isinstance(record, Episode):
             ep, metadata = record, None
         else:
@@ -208,18 +229,18 @@ class LogWriter:
             except BatchItemError as exc:
                 raise RecordError(str(exc)) from None
             ep, metadata = episode_from_native(record), record.get("metadata")
-        row = episode_to_native(ep)
-        if metadata is not None:
-            row["metadata"] = metadata
-        item, size = self._container.encode(row)
-        with self._lock:
-            if self._closed:
-                raise ValueError(f"{self.path}: write to a closed LogWriter")
-            self._pending.append(item)
-            self._pending_bytes += size
-            self.records += 1
-            if self._pending_bytes >= self.buffer_bytes:
-                self._drain(seal=False)
+        if ep.loss_mask is not None and len(ep.loss_mask) != len(ep.input_ids):
+            raise RecordError(f"loss_mask has {len(ep.loss_mask)} values for {len(ep.input_ids)} input_ids")
+        for k, turn in enumerate(ep.turns):
+            if turn.logprobs is not None and len(turn.logprobs) != len(turn.ids):
+                raise RecordError(f"turns[{k}].logprobs has {len(turn.logprobs)} values for {len(turn.ids)} ids")
+        return ep, metadata
+
+    def _which(self, record: Mapping[str, Any] | Episode) -> str:
+        """The episode in words: its number among this writer's records, its id when it has one, the log."""
+        given = record.id if isinstance(record, Episode) else record.get("id") if isinstance(record, Mapping) else None
+        named = f" (id {given!r})" if given not in (None, "") else ""
+        return f"{self.path}: episode {self.records + 1}{named}"
 
     def write_episode(
         self,
@@ -238,12 +259,13 @@ class LogWriter:
         """Append one episode from what a loop holds: per assistant turn the sampled ids (and, if kept, their
         log-probs and the prompt ids the engine was given), the trained ids and loss mask, and the chat as the
         rollout code kept it. Lists, tuples, numpy arrays and tensors are all accepted."""
+        which = self._which({"id": id})
         if isinstance(sampled, (str, bytes)) or (not isinstance(sampled, Sequence) and not hasattr(sampled, "tolist")):
-            raise TypeError("sampled must be a list of per-turn id lists")
+            raise TypeError(f"{which}: sampled must be a list of per-turn id lists")
         per_turn = [sampled[k] for k in range(len(sampled))]
         for name, values in (("logprobs", logprobs), ("prompt_ids", prompt_ids)):
             if values is not None and len(values) != len(per_turn):
-                raise ValueError(f"{name} has {len(values)} entries for {len(per_turn)} sampled turns")
+                raise ValueError(f"{which}: {name} has {len(values)} entries for {len(per_turn)} sampled turns")
         turns = []
         for k, ids in enumerate(per_turn):
             turn: dict[str, Any] = {"ids": ids}
