@@ -88,7 +88,7 @@ def _parallel(
 ) -> None:
     """Fill ``reports`` (index in ``specs`` -> report) as models finish: on Ctrl-C it holds those that did. A
     worker that dies costs only the model it held (``workers``), reported as an internal error."""
-    with WorkerPool(jobs) as pool:
+    with WorkerPool(min(jobs, len(specs))) as pool:  # no idle worker forked for nothing
         for i, spec in enumerate(specs):
             pool.submit(i, _load_and_audit, spec, *args)
         if on_model:
