@@ -202,7 +202,7 @@ def _write(o: ScanOptions, summary: ScanSummary) -> list[str]:
             write_atomically(path, text)
         except OSError as exc:
             fail(f"cannot write {flag} {path}: {exc.strerror or exc}")
-        written.append(str(path))
+        written.append("standard output" if str(path) == "-" else str(path))
     return written
 
 
