@@ -302,12 +302,13 @@ def test_sarif_fingerprints_are_stable_and_distinct(both):
 
 
 @pytest.mark.parametrize("fmt", sorted(OUTPUT_FORMATS.names()))
-def test_output_writes_the_file_and_nothing_to_stdout(fmt, tmp_path):
+def test_output_writes_the_file_and_only_the_verdict_to_stdout(fmt, tmp_path):
     out = tmp_path / "sub" / f"report.{fmt}"
     out.parent.mkdir()  # a missing directory is refused, not created (tests/cli/test_output_files.py)
     result = CliRunner().invoke(app, ["audit", "qwen3-0.6b", "--format", fmt, "--output", str(out)])
     assert result.exit_code == 1, result.output  # qwen3 fails an error-level check
-    assert result.stdout == ""
+    quiet = CliRunner().invoke(app, ["audit", "qwen3-0.6b", "-q"])
+    assert result.stdout == quiet.stdout  # the verdict line, as -q prints it: the report is in the file
     text = out.read_text(encoding="utf-8")
     assert "\x1b[" not in text  # no colour codes, terminal included
     assert "qwen3-0.6b" in text
@@ -341,7 +342,7 @@ def test_audit_html_with_rl_dir(tmp_path):
     (tmp_path / "rl").mkdir()
     rl = _fake_rl_dir(tmp_path / "rl", load("qwen3-0.6b").provenance.template_sha256)
     r = CliRunner().invoke(app, ["audit", "qwen3-0.6b", "-f", "html", "--rl-dir", str(rl), "-o", str(out)])
-    assert r.exit_code == 1 and r.stdout == ""
+    assert r.exit_code == 1 and r.stdout.startswith("qwen3-0.6b  UNSAFE  ")  # the verdict line alone
     assert "data:image/png;base64," in out.read_text()
 
 

@@ -129,7 +129,13 @@ def test_each_row_says_class_reasons_tokenizer_and_first_divergence(scanned: tup
         assert cls == result["cls"] == row["data-cls"]
         assert result["tokenizer"] in tokenizer or (result["tokenizer_base"] or "") in tokenizer
         assert row["data-kind"] == (
-            "none" if result["verdict"] is None else "approximate" if result["approximate"] else "real"
+            "none"
+            if result["verdict"] is None
+            else "approximate"
+            if result["approximate"]
+            else "stand-in"
+            if result["stand_in"]
+            else "real"
         )
         if result["verdict"] is None:
             assert result["reason"] and result["reason"] in reasons
@@ -157,3 +163,24 @@ def test_page_is_self_contained_and_escapes_names(scanned: tuple[dict, str]) -> 
     assert len(page.scripts) == 1 and "fetch(" not in page.scripts[0] and "XMLHttpRequest" not in page.scripts[0]
     assert HOSTILE_NAME not in html and "&lt;img src=x onerror=alert(1)&gt; &amp; co" in html
     assert {t for t, a in page.tags if a.get("id") in ("search", "kind")} == {"input", "select"}
+
+
+def test_a_template_no_candidate_was_written_for_is_judged_on_a_stand_in(tmp_path: Path) -> None:
+    """A template that writes none of any candidate's added tokens is audited on the first candidate: a real
+    tokenizer, but not its own family's. The page says "stand-in", never "real"; one that writes its tokenizer's
+    tokens stays "real"."""
+    folder = tmp_path / "t"
+    folder.mkdir()
+    shutil.copy(CORPUS / "Intel-neural-chat-7b-v3-3.jinja", folder / "plain-markup.jinja")
+    shutil.copy(ROOT / "templates_cache" / "qwen2.5-7b-instruct" / "chat_template.jinja", folder / "qwen2.5.jinja")
+    page, summary = tmp_path / "page.html", tmp_path / "scan.json"
+    r = CliRunner().invoke(
+        app, ["scan", str(folder), "--workers", "0", "--no-progress", "--json", str(summary), "--html", str(page)]
+    )
+    assert r.exit_code == 0, r.output
+    by_name = {x["name"]: x for x in json.loads(summary.read_text())["results"]}
+    assert by_name["plain-markup"]["stand_in"] is True and by_name["plain-markup"]["verdict"] is not None
+    assert by_name["qwen2.5"]["stand_in"] is False
+    rows = {row["id"]: row for row in parsed(page.read_text()).rows}
+    assert rows["t-plain-markup"]["data-kind"] == "stand-in" and rows["t-qwen2.5"]["data-kind"] == "real"
+    assert "none of its added tokens in the template" in page.read_text()

@@ -54,10 +54,9 @@ def test_a_scan_worker_is_judged_by_the_cpu_it_spent() -> None:
     busy machine) is not killed at the deadline, one that computes is."""
     import multiprocessing as mp
 
-    from tito_audit.scan.pool import PoolLimits, _Slot
+    from tito_audit.workers.pool import _Worker
 
-    ctx = mp.get_context("fork")
-    slot = _Slot(ctx, {}, PoolLimits(workers=1))
+    slot = _Worker(mp.get_context("fork"), None, ())
     try:
         slot.cpu_since = slot.cpu_seconds()
         assert not slot.past_deadline(elapsed=1.5, deadline_s=1.0)  # idle worker: waiting is not working

@@ -242,3 +242,50 @@ def test_messages_as_json_text_in_parquet_read_as_in_jsonl(setup, tmp_path):
     par = replay_log(tmp_path / "text.parquet", ctx)
     js = replay_log(write_jsonl(tmp_path / "rows.jsonl", rows), ctx)
     assert par.to_dict() == js.to_dict() and par.reference_buffer == len(rows) and par.whatif_episodes == len(rows)
+
+
+def _gzip_cases() -> dict[str, tuple[bytes, list[object]]]:
+    """Gzip streams and what ``iter_lines`` must give for each: a line (its length) or the words of its error."""
+    import gzip
+
+    lines = [(json.dumps({"a": i, "pad": "x" * (i * 3000)}) + "\n").encode() for i in range(4)]
+    one = gzip.compress(b"".join(lines[:3]))
+    crc = bytearray(gzip.compress(lines[1] + lines[2]))
+    crc[-8] ^= 0xFF  # the CRC32
+    length = bytearray(gzip.compress(lines[1]))
+    length[-2] ^= 0xFF  # the length
+    corrupt = bytearray(one)
+    corrupt[20] ^= 0xFF  # in the deflate data
+    checksum, sizes = "fails its checksum", [len(x) for x in lines]
+    return {
+        "crc": (
+            gzip.compress(lines[0]) + bytes(crc) + gzip.compress(lines[3]),
+            [sizes[0], checksum, checksum, sizes[3]],
+        ),
+        "length": (gzip.compress(lines[0]) + bytes(length) + gzip.compress(lines[3]), [sizes[0], checksum, sizes[3]]),
+        "cut in its trailer": (one[:-3], [*sizes[:3], "inside its last gzip trailer"]),
+        "cut before its trailer": (one[:-12], [*sizes[:2], "ends early; not replayed"]),
+        "not gzip after a member": (one + b"hello\n", [*sizes[:3], "not gzip data"]),
+        "corrupt deflate data": (bytes(corrupt), ["the compressed data is corrupt"]),
+    }
+
+
+@pytest.mark.parametrize("case", list(_gzip_cases()))
+def test_gzip_members_are_checked_one_by_one(tmp_path, case):
+    """A member's lines are given only once its CRC32 and length hold; a member that fails is named line by line
+    and the next member read; a stream cut short keeps its whole lines; what cannot be followed ends the log."""
+    from tito_audit.replay.reader import iter_lines
+
+    data, want = _gzip_cases()[case]
+    path = tmp_path / "log.jsonl.gz"
+    path.write_bytes(data)
+    got = list(iter_lines(path))
+    numbers = list(range(1, len(want) + 1))
+    if case == "cut in its trailer":  # no fourth record: the unchecked end is said on the last line read
+        numbers[-1] -= 1
+    assert [n for n, _ in got] == numbers
+    for (_, rec), expected in zip(got, want, strict=True):
+        if isinstance(expected, int):
+            assert isinstance(rec, bytes) and len(rec) == expected
+        else:
+            assert not isinstance(rec, bytes) and expected in str(rec), (case, rec)

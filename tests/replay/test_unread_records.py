@@ -129,3 +129,24 @@ def test_a_log_without_a_trained_sequence_never_claims_the_trainer(loaded, tmp_p
     assert "trainer side was not checked" in incomplete["summary"]
     res = replay(write_jsonl(tmp_path / "both.jsonl", [vllm_record(p, True) for p in plays]), "-f", "json")
     assert "error:replay_divergence:no_trainer" not in verdict(res)["verdict_reasons"], res.output
+
+
+@pytest.mark.parametrize("cut", [3, 8], ids=["part-of-the-trailer-lost", "the-whole-trailer-lost"])
+def test_a_gzip_log_cut_in_its_trailer_counts_no_record_that_is_not_there(qwen, tmp_path, cut):
+    """A 2-record log whose last gzip trailer is cut (a crash while writing): both records are read whole and
+    replayed, none is counted malformed (there is no third record), and what could not be checked is said: the
+    checksum, so the run is still incomplete (exit 3), never safe."""
+    import gzip
+
+    _, _, records = qwen
+    data = gzip.compress("".join(json.dumps(r) + "\n" for r in records[:2]).encode())
+    path = tmp_path / "two.jsonl.gz"
+    path.write_bytes(data[:-cut])
+    res = replay(path, "-f", "json")
+    m = verdict(res)
+    assert res.exit_code == 3 and m["verdict"] != "safe", res.output
+    assert m["replay"]["records"] == 2 and m["replay"]["episodes"] == 2 and m["replay"]["malformed"] == 0
+    assert "malformed" not in res.stderr and "of 3 record" not in res.stderr
+    assert "its 2 record(s) were read whole, but their checksum could not be checked" in res.stderr
+    assert "error:replay_records:unchecked_tail" in m["verdict_reasons"]
+    assert "error:replay_records:malformed" not in m["verdict_reasons"]

@@ -408,7 +408,7 @@ def test_every_format_shows_coverage_and_says_when_it_is_low(audited) -> None:
         assert "fewer than 30" in text, fmt
     doc = json.loads(render_report(report, "json"))["models"][0]
     assert doc["scenarios"]["low_coverage"] is True and f"low_coverage:{low}" in doc["verdict_reasons"]
-    assert f"only {low} scenarios played" in render_report(report, "terminal", quiet=True)
+    assert f"only 12 of {m.scenarios['catalogue']} scenarios played" in render_report(report, "terminal", quiet=True)
 
 
 def test_the_public_api_names_the_types_it_returns(audited) -> None:
@@ -437,3 +437,30 @@ def test_the_checks_the_verdict_reads_decide_it_alone(audited, name: str) -> Non
     assert (alone.verdict, alone.reasons) == (m.verdict, m.verdict_reasons)
     others = [c for c in m.checks if c.id not in verdict_inputs()]
     assert others and all(c.verdict_role is None and c.severity == "warning" for c in others)
+
+
+# --- the verdict in words ------------------------------------------------------------------------------------
+
+
+def test_an_unsafe_headline_says_which_cause_holds(report) -> None:
+    """ "drops tool traffic or breaks buffer + delta" told a reader nothing: each real model's headline names the
+    cause its reasons prove, and only that one."""
+    breaks, drops = report("qwen3-0.6b"), report("deepseek-v3")
+    assert breaks.verdict == drops.verdict == "unsafe"
+    assert breaks.verdict_explanation == "the template breaks buffer + delta: it must be patched"
+    assert drops.verdict_explanation == "the template drops tool traffic: it must be patched"
+    both = copy.copy(drops)
+    both.verdict_reasons = [*drops.verdict_reasons, "unsafe:rewrites_on_tool_append"]
+    assert both.verdict_explanation.startswith("the template drops tool traffic and breaks buffer + delta")
+    assert all(" or " not in m.verdict_explanation for m in (breaks, drops, both))
+
+
+def test_coverage_and_adaptation_reasons_explain_themselves() -> None:
+    from tito_audit.report.verdict import describe_reason
+
+    whole = describe_reason("low_coverage:16/16")
+    assert whole.startswith("16 scenarios played, all the template allows") and "16/16" not in whole
+    assert describe_reason("low_coverage:12/40").startswith("only 12 of 40 scenarios played")
+    empty = describe_reason("adapt:content_empty")
+    assert "raises on content None" in empty and 'send ""' in empty
+    assert "drops the calls" in describe_reason("adapt:content_none")

@@ -27,7 +27,7 @@ import pytest
 from tests.conftest import IN_CI, ROOT
 from tito_audit.replay import RecordError, ReplayContext, episode_from_native, iter_records, replay_log
 from tito_audit.testing.synthetic import log_episode, played_episodes
-from tito_audit.trainer import writer as writer_module
+from tito_audit.trainer import containers as containers_module
 from tito_audit.trainer.writer import LogWriter, per_rank_path
 
 MODEL = "qwen2.5-7b-instruct"
@@ -189,6 +189,31 @@ def test_a_bad_record_is_refused_at_write_time(setup, tmp_path):
     assert log.records == 0 and not (tmp_path / "bad.jsonl").exists()
     with pytest.raises(ValueError, match="cannot tell the log format"):
         LogWriter(tmp_path / "log.txt")
+
+
+@pytest.mark.parametrize("name", ["log.jsonl", "log.jsonl.gz", "log.parquet"])
+def test_lengths_and_types_are_checked_when_written_naming_the_episode(tmp_path, name):
+    """A loss mask or log-probs that do not match the ids they describe, or ids that are not ids, are refused by
+    ``write_episode`` itself, naming the episode (its number in this writer and its id), not found at replay."""
+    if name.endswith(".parquet"):
+        pytest.importorskip("pyarrow")
+    log = LogWriter(tmp_path / name)
+    log.write_episode(sampled=[[5, 6]], input_ids=[1, 5, 6], loss_mask=[0, 1, 1], id="step0-ep0")
+    bad = {
+        "loss_mask has 4 values for 3 input_ids": {"loss_mask": [0, 1, 1, 1]},
+        "loss_mask has 2 values for 3 input_ids": {"loss_mask": [0, 1]},
+        r"turns\[0\].logprobs has 1 values for 2 ids": {"loss_mask": [0, 1, 1], "logprobs": [[-0.5]]},
+        r"turns\[0\].ids must hold integers \(found str": {"sampled": [["5", 6]]},
+        r"input_ids must hold integers \(found float": {"input_ids": [1.5, 5, 6]},
+    }
+    for k, (why, change) in enumerate(bad.items()):
+        fields = {"sampled": [[5, 6]], "input_ids": [1, 5, 6], "loss_mask": [0, 1, 1], "id": f"step1-ep{k}"} | change
+        with pytest.raises(RecordError, match=rf"{name}: episode 2 \(id 'step1-ep{k}'\): {why}"):
+            log.write_episode(**fields)
+    with pytest.raises(RecordError, match=r"episode 2: loss_mask has 4 values"):  # no id: its number alone
+        log.write_episode(sampled=[[5, 6]], input_ids=[1, 5, 6], loss_mask=[0, 1, 1, 1])
+    log.close()
+    assert log.records == 1 and [e.id for e in episodes(log.paths)] == ["step0-ep0"]  # nothing bad was written
 
 
 # -- crashes ------------------------------------------------------------------------------------------------------
@@ -355,7 +380,7 @@ def test_a_second_parquet_writer_is_refused_and_no_part_is_ever_replaced(tmp_pat
     assert all(p.read_bytes() == data for p, data in sealed.items())  # the first writer's part is as it was
     assert first.paths != second.paths and len({*first.paths, *second.paths}) == 2
     # Without a lock between them (not POSIX, a file system without flock) a sealed part still replaces nothing.
-    monkeypatch.setattr(writer_module, "fcntl", None)
+    monkeypatch.setattr(containers_module, "fcntl", None)
     folder = tmp_path / "unlocked"
     a, b = LogWriter(folder / "run.parquet"), LogWriter(folder / "run.parquet")  # both would take part 0
     for k, w in enumerate((a, b, a, b)):

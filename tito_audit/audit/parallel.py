@@ -3,12 +3,7 @@ failure never costs the others, and Ctrl-C keeps the models that finished."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
-import signal
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from tito_audit.audit.context import AuditOptions
@@ -17,15 +12,9 @@ from tito_audit.errors import AuditError
 from tito_audit.report.model_report import AuditReport, ModelReport, error_report
 from tito_audit.sources.load import load
 from tito_audit.sources.synthesized import on_its_control_tokens
+from tito_audit.workers import Died, Done, Killed, Raised, WorkerPool, default_jobs, interrupt, reraise
 
-
-def default_jobs(models: int) -> int:
-    """One worker per model, at most one per usable core."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(models, cores))
+__all__ = ["AuditInterrupted", "audit_models", "default_jobs"]
 
 
 def _load_and_audit(
@@ -81,38 +70,13 @@ class AuditInterrupted(Exception):
 
 
 def _sequential(spec: str, args: tuple[Any, ...], on_model: Callable[[str, str], None] | None) -> ModelReport:
+    interrupt.check()  # a Ctrl-C swallowed in a destructor stops the run before the next model
     if on_model:
         on_model(spec, "auditing")
     report = _load_and_audit(spec, *args)
     if on_model:
         on_model(spec, "done")
     return report
-
-
-def _pool(jobs: int) -> ProcessPoolExecutor:
-    """Worker processes forked from this one (nothing to re-import), or spawned where fork does not exist. Workers
-    ignore Ctrl-C: the terminal sends it to the whole process group, and this process ends them itself
-    (``_stop_workers``), at once and without a traceback from each."""
-    methods = mp.get_all_start_methods()
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the Rust pool must not be live across a fork
-    context = mp.get_context("fork" if "fork" in methods else "spawn")
-    return ProcessPoolExecutor(jobs, mp_context=context, initializer=_ignore_interrupts)
-
-
-def _ignore_interrupts() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _stop_workers(pool: ProcessPoolExecutor) -> None:
-    """End a pool's workers now (Ctrl-C): a worker holds a model for seconds, and ``shutdown`` would wait for it.
-    concurrent.futures has no public call for it before Python 3.14 (``terminate_workers``)."""
-    terminate = getattr(pool, "terminate_workers", None)
-    if terminate is not None:
-        terminate()
-        return
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
-        process.terminate()
-    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _parallel(
@@ -122,39 +86,28 @@ def _parallel(
     jobs: int,
     reports: dict[int, ModelReport],
 ) -> None:
-    """Fill ``reports`` (index in ``specs`` -> report) as models finish: on Ctrl-C it holds those that did."""
-    lost: list[int] = []  # models whose worker died (with the others' work on that pool)
-    with _pool(jobs) as pool:
-        futures = {pool.submit(_load_and_audit, spec, *args): i for i, spec in enumerate(specs)}
+    """Fill ``reports`` (index in ``specs`` -> report) as models finish: on Ctrl-C it holds those that did. A
+    worker that dies costs only the model it held (``workers``), reported as an internal error."""
+    with WorkerPool(min(jobs, len(specs))) as pool:  # no idle worker forked for nothing
+        for i, spec in enumerate(specs):
+            pool.submit(i, _load_and_audit, spec, *args)
         if on_model:
             for spec in specs:
                 on_model(spec, "auditing")
-        try:
-            for future in as_completed(futures):
-                i = futures[future]
-                try:
-                    reports[i] = future.result()
-                except BrokenProcessPool:
-                    lost.append(i)
-                    continue
-                if on_model:
-                    on_model(specs[i], "done")
-        except BaseException:
-            _stop_workers(pool)
-            raise
-    for i in sorted(lost):  # again, each alone, so that only the model that kills its worker is lost
-        with _pool(1) as alone:
-            try:
-                reports[i] = alone.submit(_load_and_audit, specs[i], *args).result()
-            except KeyboardInterrupt:
-                _stop_workers(alone)
-                raise
-            except BrokenProcessPool:
+        for event in pool:
+            i = event.key
+            if isinstance(event, Raised):  # with --debug, an internal error (the worker's traceback chained)
+                reraise(event)
+            if isinstance(event, Done):
+                reports[i] = event.value
+            elif isinstance(event, Died | Killed):
                 reports[i] = ModelReport(
                     specs[i],
                     "error",
                     error=f"{specs[i]}: internal error: the worker process auditing it died",
                     error_kind="internal",
                 )
-        if on_model:
-            on_model(specs[i], "done")
+            else:
+                continue
+            if on_model:
+                on_model(specs[i], "done")

@@ -23,6 +23,7 @@ except ImportError:  # pragma: no cover - older typer on the real click
 
 from tito_audit._version import __version__
 from tito_audit.errors import EXIT_INTERRUPTED, EXIT_OPERATIONAL
+from tito_audit.workers import interrupt
 
 
 class OneLineErrors(TyperGroup):
@@ -46,15 +47,27 @@ class OneLineErrors(TyperGroup):
             rv = exc.exit_code
         except typer.Abort as exc:
             if isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):
-                typer.echo("interrupted", err=True)  # Ctrl-C: no traceback, the shell's code for SIGINT
+                typer.echo("interrupted before the command started: nothing written", err=True)  # no traceback
                 rv = EXIT_INTERRUPTED
             else:
                 typer.echo("Aborted!", err=True)
                 rv = 1
+        if interrupt.seen() and rv != EXIT_INTERRUPTED:  # a Ctrl-C the run swallowed (in a __del__) is not lost
+            typer.echo("interrupted (Ctrl-C came as the run ended: what it wrote is whole)", err=True)
+            rv = EXIT_INTERRUPTED
         code = rv if isinstance(rv, int) else 0
         if standalone_mode:
             sys.exit(code)
         return code
+
+    def invoke(self, ctx: Any) -> Any:
+        """A Ctrl-C that no command turned into its own line (each says what it kept) ends here: one line, 130."""
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            command = f"tito-audit {ctx.invoked_subcommand}" if ctx.invoked_subcommand else "tito-audit"
+            typer.echo(f"interrupted: {command} stopped before its end; nothing more was written", err=True)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
 def usage_line(exc: click_errors.ClickException) -> str:
@@ -77,6 +90,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},  # every command, as every Unix tool
 )
 
 
@@ -144,6 +158,7 @@ def _names_a_model(word: str) -> bool:
 
 
 def main() -> None:
+    interrupt.install()  # a Ctrl-C is remembered, so that no __del__ can swallow it
     try:
         argv = _with_default_command(sys.argv[1:])
     except CommandTypo as exc:

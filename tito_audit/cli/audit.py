@@ -1,8 +1,10 @@
 """``tito-audit audit MODEL...``: audit models and gate on the findings."""
 
+# ruff: noqa: RUF009  (the options dataclass's defaults are typer declarations: see AuditCommandOptions)
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +13,7 @@ from rich.console import Console  # typer's own help and errors import rich.cons
 from rich.markup import escape
 
 from tito_audit.cli.options import (
+    command,
     debug_option,
     models_argument,
     offline_option,
@@ -18,8 +21,26 @@ from tito_audit.cli.options import (
     template_name_option,
     thinking_option,
 )
-from tito_audit.cli.output import check_output, check_verbosity, echo_model_errors, emit, output_console, report_format
-from tito_audit.cli.params import FORMAT_NAMES, check_date, one_of, parse_date, parse_kwargs
+from tito_audit.cli.output import (
+    check_output,
+    check_verbosity,
+    echo_model_errors,
+    emit,
+    is_stdout,
+    output_console,
+    report_format,
+)
+from tito_audit.cli.params import (
+    FORMAT_NAMES,
+    MAX_COUNT,
+    MAX_WORKERS,
+    check_date,
+    fail,
+    number,
+    one_of,
+    parse_date,
+    parse_kwargs,
+)
 from tito_audit.engines import RENDERERS  # the renderer adapters register themselves (light: --help lists them)
 from tito_audit.errors import (
     EXIT_FINDINGS,
@@ -141,153 +162,191 @@ def run_audit(
         )
 
 
+@dataclass(frozen=True)
+class AuditCommandOptions:
+    """``tito-audit audit``'s parameters, in help order (``options.command`` makes them the typer signature). The
+    defaults are typer's declarations, read once for the signature; typer always passes every value."""
+
+    models: list[str] = models_argument()
+    bundled: bool = typer.Option(False, "--bundled", help="Audit every model in templates_cache/.")
+    fmt: str | None = typer.Option(
+        None,
+        "--format",
+        "-f",
+        help=" | ".join(FORMAT_NAMES) + " (default: the one --output's suffix names, else terminal)",
+        callback=one_of(FORMAT_NAMES),
+    )
+    output: Path | None = typer.Option(
+        None,
+        "--output",
+        "-o",
+        help="Write the report here instead of stdout (says 'wrote FILE' on stderr; checked before any work, "
+        "written atomically; .json .md .html .sarif choose the format).",
+    )
+    rl_dir: Path | None = typer.Option(
+        None, "--rl-dir", help="With --format html: embed the plots and metrics of `tito-audit rl --out DIR`."
+    )
+    fail_on: str = typer.Option(
+        "error", "--fail-on", help="Exit 1 on findings at or above: warn | error.", callback=one_of(FAIL_ON)
+    )
+    allow_check_errors: bool = typer.Option(
+        False, "--allow-check-errors", help="Do not exit 3 when a check could not run (status error)."
+    )
+    min_coverage: int = typer.Option(
+        0, "--min-coverage", help="Exit 3 when a model plays fewer than N scenarios.", callback=number(0, MAX_COUNT)
+    )
+    suppressions: Path | None = typer.Option(
+        None,
+        "--suppressions",
+        help=r"TOML of \[\[suppress]] entries (default: ./tito-audit.toml, "
+        r"else ./pyproject.toml \[tool.tito-audit]).",
+    )
+    baseline: Path | None = typer.Option(
+        None, "--baseline", help="A previous --format json report: exit 1 only on findings new relative to it."
+    )
+    offline: bool = offline_option()
+    template_name: str | None = template_name_option()
+    chat_template: Path | None = typer.Option(None, "--chat-template", help="Audit this template file instead.")
+    date: str = typer.Option(
+        DEFAULT_DATE.date().isoformat(), "--date", help="Date templates see (YYYY-MM-DD).", callback=check_date
+    )
+    template_kwarg: list[str] = template_kwarg_option()
+    thinking: str = thinking_option()
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every finding with its token strip.")
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the verdict lines.")
+    debug: bool = debug_option()
+    jobs: int | None = typer.Option(
+        None,
+        "--jobs",
+        "-j",
+        help="Models audited in parallel (default: one per model, one per core).",
+        callback=number(1, MAX_WORKERS),
+    )
+    renderer: str | None = typer.Option(
+        None,
+        "--renderer",
+        help=f"Render with this instead of the chat template (docs/renderers.md): {escape(RENDERERS.choices())}.",
+    )
+    train_renderer: str | None = typer.Option(
+        None,
+        "--train-renderer",
+        help="Also re-render every scenario with this trainer renderer (same names; jinja: the chat template) "
+        "and report where it departs from the engine's context.",
+    )
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("audit")
-    def audit_command(
-        models: list[str] = models_argument(),
-        bundled: bool = typer.Option(False, "--bundled", help="Audit every model in templates_cache/."),
-        fmt: str | None = typer.Option(
-            None,
-            "--format",
-            "-f",
-            help=" | ".join(FORMAT_NAMES) + " (default: the one --output's suffix names, else terminal)",
-            callback=one_of(FORMAT_NAMES),
-        ),
-        output: Path | None = typer.Option(
-            None,
-            "--output",
-            "-o",
-            help="Write the report here instead of stdout (says 'wrote FILE' on stderr; checked before any work, "
-            "written atomically; .json .md .html .sarif choose the format).",
-        ),
-        rl_dir: Path | None = typer.Option(
-            None, "--rl-dir", help="With --format html: embed the plots and metrics of `tito-audit rl --out DIR`."
-        ),
-        fail_on: str = typer.Option(
-            "error", "--fail-on", help="Exit 1 on findings at or above: warn | error.", callback=one_of(FAIL_ON)
-        ),
-        allow_check_errors: bool = typer.Option(
-            False, "--allow-check-errors", help="Do not exit 3 when a check could not run (status error)."
-        ),
-        min_coverage: int = typer.Option(
-            0, "--min-coverage", min=0, help="Exit 3 when a model plays fewer than N scenarios."
-        ),
-        suppressions: Path | None = typer.Option(
-            None,
-            "--suppressions",
-            help=r"TOML of \[\[suppress]] entries (default: ./tito-audit.toml, "
-            r"else ./pyproject.toml \[tool.tito-audit]).",
-        ),
-        baseline: Path | None = typer.Option(
-            None, "--baseline", help="A previous --format json report: exit 1 only on findings new relative to it."
-        ),
-        offline: bool = offline_option(),
-        template_name: str | None = template_name_option(),
-        chat_template: Path | None = typer.Option(None, "--chat-template", help="Audit this template file instead."),
-        date: str = typer.Option(
-            DEFAULT_DATE.date().isoformat(), "--date", help="Date templates see (YYYY-MM-DD).", callback=check_date
-        ),
-        template_kwarg: list[str] = template_kwarg_option(),
-        thinking: str = thinking_option(),
-        verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every finding with its token strip."),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the verdict lines."),
-        debug: bool = debug_option(),
-        jobs: int | None = typer.Option(
-            None, "--jobs", "-j", min=1, help="Models audited in parallel (default: one per model, one per core)."
-        ),
-        renderer: str | None = typer.Option(
-            None,
-            "--renderer",
-            help=f"Render with this instead of the chat template (docs/renderers.md): {escape(RENDERERS.choices())}.",
-        ),
-        train_renderer: str | None = typer.Option(
-            None,
-            "--train-renderer",
-            help="Also re-render every scenario with this trainer renderer (same names; jinja: the chat template) "
-            "and report where it departs from the engine's context.",
-        ),
-    ) -> None:
-        """Audit chat templates for Token-In, Token-Out safety."""
-        from tito_audit.audit.context import AuditOptions
-        from tito_audit.audit.parallel import AuditInterrupted
-        from tito_audit.gate import Gate
-        from tito_audit.sources.bundled import bundled_names
+    app.command("audit")(command(AuditCommandOptions, audit_command))
 
-        check_verbosity(verbose, quiet)
-        fmt = report_format(fmt, output)
-        check_output(output)
-        specs = list(models or []) + (bundled_names() if bundled else [])
-        if not specs:
-            typer.echo("error: give at least one MODEL or --bundled", err=True)
-            raise typer.Exit(EXIT_OPERATIONAL)
-        when = dt.datetime.combine(parse_date(date), DEFAULT_DATE.time())
-        rl = None
-        if rl_dir is not None:  # checked before any model is audited
-            from tito_audit.report.rl_artifacts import read_rl_dir
 
-            try:
-                if fmt != "html":
-                    raise ValueError(f"--rl-dir needs --format html (got --format {fmt})")
-                rl = read_rl_dir(rl_dir)
-            except ValueError as exc:
-                typer.echo(f"error: {exc}", err=True)
-                raise typer.Exit(EXIT_OPERATIONAL) from None
-        from tito_audit.engines.resolve import check_name
+def audit_command(o: AuditCommandOptions, given: frozenset[str]) -> None:
+    """Audit chat templates for Token-In, Token-Out safety."""
+    from tito_audit.audit.parallel import AuditInterrupted
 
-        for flag, name in (("--renderer", renderer), ("--train-renderer", train_renderer)):
-            why = None if name is None else check_name(name)
-            if why is not None:
-                typer.echo(f"error: {flag}: {why}", err=True)
-                raise typer.Exit(EXIT_OPERATIONAL)
-        options = AuditOptions(
-            date=when,
-            template_kwargs=parse_kwargs(template_kwarg),
-            thinking=thinking,
-            debug=debug,
-            renderer=renderer,
-            train_renderer=train_renderer,
+    check_verbosity(o.verbose, o.quiet)
+    fmt = report_format(o.fmt, o.output)
+    check_output(o.output)
+    specs = _specs(o)
+    when = dt.datetime.combine(parse_date(o.date), DEFAULT_DATE.time())
+    rl = _rl_artifacts(o, fmt)
+    options, gate = _audit_options(o, when)
+    try:
+        report = run_audit(
+            specs, options, o.offline, o.template_name, o.chat_template, show_progress=not o.quiet, jobs=o.jobs
         )
+    except AuditInterrupted as stop:  # what finished is reported (marked incomplete), then exit 130
+        report = stop.report
+    if rl is not None and o.rl_dir is not None:  # another model's RL run is refused
+        from tito_audit.report.rl_artifacts import check_same_template
+
         try:
-            gate = Gate.load(suppressions, baseline)  # bad config fails before any model is audited
-        except AuditError as exc:
-            typer.echo(f"error: {exc.one_line()}", err=True)
-            raise typer.Exit(EXIT_OPERATIONAL) from None
-        try:
-            report = run_audit(
-                specs, options, offline, template_name, chat_template, show_progress=not quiet, jobs=jobs
-            )
-        except AuditInterrupted as stop:  # what finished is reported (marked incomplete), then exit 130
-            report = stop.report
-        if rl is not None and rl_dir is not None:  # another model's RL run is refused
-            from tito_audit.report.rl_artifacts import check_same_template
+            # a model rendered by --renderer has no template hash: an RL run of its template is not of it
+            shas = [m.provenance.template_sha256 for m in report.models if m.provenance]
+            check_same_template(rl, o.rl_dir, [sha for sha in shas if sha])
+        except ValueError as exc:
+            fail(str(exc))
+    gate_lines = gate.apply(report, o.fail_on)
+    on_screen = _write_report(report, fmt, when, rl, o)
+    if not on_screen or o.debug:
+        echo_model_errors(report.models, o.debug)
+    for line in gate_lines + incomplete(report, o.allow_check_errors, o.min_coverage):
+        typer.echo(line, err=True)
+    for line in unreachable_coverage(report, o.min_coverage):
+        typer.echo(line, err=True)
+    if not report.complete:
+        done = f"interrupted after {len(report.models)} of {report.requested} models"
+        typer.echo(f"{done}; {kept_line(o.output)}", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED)
+    raise typer.Exit(exit_code(report, o.fail_on, o.allow_check_errors, o.min_coverage))
 
-            try:
-                # a model rendered by --renderer has no template hash: an RL run of its template is not of it
-                shas = [m.provenance.template_sha256 for m in report.models if m.provenance]
-                check_same_template(rl, rl_dir, [sha for sha in shas if sha])
-            except ValueError as exc:
-                typer.echo(f"error: {exc}", err=True)
-                raise typer.Exit(EXIT_OPERATIONAL) from None
-        gate_lines = gate.apply(report, fail_on)
 
-        from tito_audit.formats import render_report
+def _specs(o: AuditCommandOptions) -> list[str]:
+    from tito_audit.sources.bundled import bundled_names
 
-        on_screen = False  # the terminal report went to the same terminal as stderr: it already shows the errors
-        if fmt == "terminal" and output is None:
-            console = output_console()
-            if not quiet:
-                console.print(f"[dim]templates see the date {when:%Y-%m-%d} (--date to change)[/dim]")
-            render_report(report, "terminal", console=console, verbose=verbose, quiet=quiet)
-            on_screen = console.is_terminal and Console(stderr=True).is_terminal
-        else:
-            emit(render_report(report, fmt, verbose=verbose, quiet=quiet, rl=rl), output)
-        if not on_screen or debug:
-            echo_model_errors(report.models, debug)
-        for line in gate_lines + incomplete(report, allow_check_errors, min_coverage):
-            typer.echo(line, err=True)
-        for line in unreachable_coverage(report, min_coverage):
-            typer.echo(line, err=True)
-        if not report.complete:
-            typer.echo(f"interrupted after {len(report.models)} of {report.requested} models", err=True)
-            raise typer.Exit(EXIT_INTERRUPTED)
-        raise typer.Exit(exit_code(report, fail_on, allow_check_errors, min_coverage))
+    specs = list(o.models or []) + (bundled_names() if o.bundled else [])
+    if not specs:
+        fail("give at least one MODEL or --bundled")
+    return specs
+
+
+def _rl_artifacts(o: AuditCommandOptions, fmt: str) -> Any:
+    """The ``--rl-dir`` artifacts, checked before any model is audited (None without it)."""
+    if o.rl_dir is None:
+        return None
+    from tito_audit.report.rl_artifacts import read_rl_dir
+
+    try:
+        if fmt != "html":
+            raise ValueError(f"--rl-dir needs --format html (got --format {fmt})")
+        return read_rl_dir(o.rl_dir)
+    except ValueError as exc:
+        fail(str(exc))
+
+
+def _audit_options(o: AuditCommandOptions, when: dt.datetime) -> tuple[AuditOptions, Any]:
+    """The audit's options and the gate, checked before any model is audited."""
+    from tito_audit.audit.context import AuditOptions
+    from tito_audit.engines.resolve import check_name
+    from tito_audit.gate import Gate
+
+    for flag, name in (("--renderer", o.renderer), ("--train-renderer", o.train_renderer)):
+        why = None if name is None else check_name(name)
+        if why is not None:
+            fail(f"{flag}: {why}")
+    options = AuditOptions(
+        date=when,
+        template_kwargs=parse_kwargs(o.template_kwarg),
+        thinking=o.thinking,
+        debug=o.debug,
+        renderer=o.renderer,
+        train_renderer=o.train_renderer,
+    )
+    try:
+        gate = Gate.load(o.suppressions, o.baseline)  # bad config fails before any model is audited
+    except AuditError as exc:
+        fail(exc.one_line())
+    return options, gate
+
+
+def _write_report(report: AuditReport, fmt: str, when: dt.datetime, rl: Any, o: AuditCommandOptions) -> bool:
+    """The report on stdout or in ``--output``; True when the terminal report went to the same terminal as stderr
+    (it already shows the errors)."""
+    from tito_audit.formats import render_report
+
+    if fmt == "terminal" and o.output is None:
+        console = output_console()
+        if not o.quiet:
+            console.print(f"[dim]templates see the date {when:%Y-%m-%d} (--date to change)[/dim]")
+        render_report(report, "terminal", console=console, verbose=o.verbose, quiet=o.quiet)
+        return console.is_terminal and Console(stderr=True).is_terminal
+    emit(render_report(report, fmt, verbose=o.verbose, quiet=o.quiet, rl=rl), o.output, announce=report.complete)
+    if o.output is not None and not is_stdout(o.output):  # the report is in a file: its verdicts, as -q shows them
+        render_report(report, "terminal", console=output_console(), quiet=True)
+    return False
+
+
+def kept_line(output: Path | None) -> str:
+    """Where an interrupted run's finished models went."""
+    if output is None or is_stdout(output):
+        return "the finished ones are reported above (marked incomplete)"
+    return f"the finished ones are kept in {output} (marked incomplete)"

@@ -13,9 +13,9 @@ from rich.console import Console
 from rich.text import Text
 
 from tito_audit.cli.options import debug_option, offline_option, template_kwarg_option, template_name_option
-from tito_audit.cli.output import check_output, write_atomically
+from tito_audit.cli.output import check_output, is_stdout, write_atomically
 from tito_audit.cli.params import one_of
-from tito_audit.errors import EXIT_OPERATIONAL, AuditError
+from tito_audit.errors import EXIT_INTERRUPTED, EXIT_OPERATIONAL, AuditError
 
 _STATUS_LINE = {
     "proven": ("bold green", "patch proven"),
@@ -141,6 +141,8 @@ def _print_terminal(console: Console, result: object, output: Path | None) -> No
                 else ""
             )
             console.print(Text(diff_line, style=style), soft_wrap=True)
+    if is_stdout(output):
+        return  # the patched template is on stdout
     if output is not None and result.patched is not None:
         console.print(Text(f"\nWrote {output}. Audit it with:", style="bold"))
         console.print(Text(f"  tito-audit audit {result.model} --chat-template {output}"))
@@ -171,18 +173,28 @@ def register(app: typer.Typer) -> None:
         from tito_audit.sources.load import load
 
         check_output(output)
+        to_stdout = is_stdout(output)  # the patched template on stdout: the report goes to stderr
+        if to_stdout and fmt == "json":
+            typer.echo("error: -o - and --format json both write to standard output: give -o FILE", err=True)
+            raise typer.Exit(EXIT_OPERATIONAL)
         err = Console(stderr=True)
         show = fmt == "terminal" and err.is_terminal
+        doing = ["loading"]
         try:
             options = AuditOptions(template_kwargs=parse_kwargs(template_kwarg), debug=debug)
             loaded = load(model, offline=offline, template_name=template_name, chat_template_file=chat_template)
             with err.status("auditing", spinner="dots") if show else contextlib.nullcontext() as status:
 
                 def stage(text: str) -> None:
+                    doing[0] = text
                     if status is not None:
                         status.update(text)
 
+                doing[0] = "auditing"
                 result = propose_fix(loaded, options, on_stage=stage)
+        except KeyboardInterrupt:  # a patch is offered only once proven: nothing half-proven is written
+            typer.echo(f"interrupted while fixing {model} ({doing[0]}): no patch is proven, nothing written", err=True)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         except AuditError as exc:
             typer.echo(f"error: {exc.one_line()}", err=True)
             raise typer.Exit(EXIT_OPERATIONAL) from None
@@ -203,5 +215,5 @@ def register(app: typer.Typer) -> None:
         if fmt == "json":
             sys.stdout.write(json.dumps(result.to_dict(), indent=2, ensure_ascii=False) + "\n")
         else:
-            _print_terminal(Console(soft_wrap=True), result, output)
+            _print_terminal(Console(soft_wrap=True, stderr=to_stdout), result, output)
         raise typer.Exit(result.exit_code)

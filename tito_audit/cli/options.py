@@ -6,11 +6,54 @@ between two commands.
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import typer
 
 from tito_audit.cli.params import check_kwargs, one_of
+
+Options = TypeVar("Options")
+
+
+def command(options: type[Options], run: Callable[[Options, frozenset[str]], None]) -> Callable[..., None]:
+    """A typer command whose parameters are the fields of the dataclass ``options`` (each annotated, or defaulted,
+    with its ``typer.Argument``/``typer.Option``, in help order): typer reads the signature given here, and ``run``
+    gets one ``options`` object instead of a signature of thirty parameters, and the names of the parameters given
+    on the command line (a contradiction is an option given, not a default). Help and docstring are ``run``'s."""
+    hints = typing.get_type_hints(options, include_extras=True)
+    parameters = [
+        inspect.Parameter(
+            f.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default,
+            annotation=hints[f.name],
+        )
+        for f in dataclasses.fields(options)  # type: ignore[arg-type]
+    ]
+    context = inspect.Parameter("_typer_context", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+
+    def typer_command(_typer_context: typer.Context, **values: Any) -> None:
+        run(options(**values), given(_typer_context, values))
+
+    typer_command.__signature__ = inspect.Signature([*parameters, context])  # type: ignore[attr-defined]
+    typer_command.__doc__ = run.__doc__
+    typer_command.__name__ = typer_command.__qualname__ = run.__name__
+    typer_command.__module__ = run.__module__
+    return typer_command
+
+
+def given(ctx: typer.Context, values: dict[str, Any]) -> frozenset[str]:
+    """The parameters given on the command line (or from the environment), not left at their default."""
+    out = set()
+    for name in values:
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+            out.add(name)
+    return frozenset(out)
 
 
 def models_argument() -> Any:

@@ -5,21 +5,31 @@ Exit codes: 0 identical, 1 corrupted, 2 operational error (bad option, model not
 torch or the model is loaded.
 """
 
+# ruff: noqa: RUF009  (the options dataclass's defaults are typer declarations: see RLOptions)
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from tito_audit.cli.options import template_kwarg_option, thinking_option
-from tito_audit.cli.params import one_of, parse_kwargs
-from tito_audit.errors import EXIT_OPERATIONAL, AuditError
+from tito_audit.cli.options import command, template_kwarg_option, thinking_option
+from tito_audit.cli.params import contradiction, folder_problem, number, one_of, parse_kwargs
+from tito_audit.errors import EXIT_INTERRUPTED, EXIT_OPERATIONAL, AuditError
 
 # What ``pip install -e ".[rl]"`` adds; torch first from the CPU index so that nothing pulls CUDA packages.
 RL_EXTRA = ("torch", "matplotlib", "mpmath")
+# The largest values of rl's numeric options (``params.number``): past them a run means nothing, or never ends.
+MAX_STEPS = 100_000
+MAX_BATCH = 4096  # groups, responses per group
+MAX_LR = 100.0
+MAX_SEED = 2**32 - 1  # what every generator the loop seeds accepts (numpy's)
+MAX_TOKENS = 1_000_000
+MAX_WIDTH = 65_536
+MAX_DEPTH = 1024
 RL_INSTALL = 'pip install torch --index-url https://download.pytorch.org/whl/cpu && pip install -e ".[rl]"'
 
 
@@ -226,6 +236,8 @@ def _print_updates(con: Any, upd: dict[str, Any]) -> None:
 
 
 def _print_verdict(con: Any, summary: dict[str, Any]) -> None:
+    if summary.get("interrupted"):
+        con.print(f"[bold magenta]INCOMPLETE: {summary['interrupted']}[/]", highlight=False)
     colour = {"corrupted": "red", "identical": "green"}.get(summary["verdict"], "yellow")
     con.print(
         f"[{colour}]{summary['headline']}[/]: max rel.error {_fmt(summary['rel_error_max'], '.3g')}, tolerance "
@@ -250,95 +262,135 @@ def _print_verdict(con: Any, summary: dict[str, Any]) -> None:
         con.print(f"what to do: {line}", highlight=False, markup=False)
 
 
-def rl(
-    model: str = typer.Argument(..., help="Tokenizer/template: local folder, bundled name or Hub id."),
-    steps: int = typer.Option(3, "--steps", help="Policy-gradient steps."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
-    weights: str | None = typer.Option(None, "--weights", help="Real causal LM weights (folder or Hub id)."),
+@dataclass(frozen=True)
+class RLOptions:
+    """``tito-audit rl``'s parameters, in help order (``options.command`` makes them the typer signature). The
+    defaults are typer's declarations, read once for the signature; typer always passes every value."""
+
+    model: str = typer.Argument(..., help="Tokenizer/template: local folder, bundled name or Hub id.")
+    steps: int = typer.Option(3, "--steps", help="Policy-gradient steps.", callback=number(1, MAX_STEPS))
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N.")
+    weights: str | None = typer.Option(None, "--weights", help="Real causal LM weights (folder or Hub id).")
     ref: str | None = typer.Option(
         None, "--ref", help="Reference weights for the KL section (default: the step-0 policy)."
-    ),
+    )
     dtype: str = typer.Option(
         "float32",
         "--dtype",
         help="Policy and gradient precision: float32 or bfloat16.",
         callback=one_of(("float32", "bfloat16")),
-    ),
-    warmup: int = typer.Option(0, "--warmup", help="SFT steps on the scenarios before sampling real rollouts."),
-    save_policy: Path | None = typer.Option(None, "--save-policy", help="Write the (warmed-up) policy here."),
-    shadow: bool = typer.Option(False, "--shadow", help="Also step a copy with the R gradient; report drift."),
-    noncanonical_rate: float = typer.Option(0.0, "--noncanonical-rate", help="Rate of non-canonical splits."),
-    generation_kwargs: str | None = typer.Option(None, "--generation-kwargs", help="JSON sampling settings."),
-    groups: int = typer.Option(2, "--groups", help="GRPO groups per step."),
-    group_size: int = typer.Option(4, "--group-size", help="Responses per group."),
+    )
+    warmup: int = typer.Option(
+        0, "--warmup", help="SFT steps on the scenarios before sampling real rollouts.", callback=number(0, MAX_STEPS)
+    )
+    save_policy: Path | None = typer.Option(None, "--save-policy", help="Write the (warmed-up) policy here.")
+    shadow: bool = typer.Option(False, "--shadow", help="Also step a copy with the R gradient; report drift.")
+    noncanonical_rate: float = typer.Option(
+        0.0, "--noncanonical-rate", help="Rate of non-canonical splits.", callback=number(0.0, 1.0)
+    )
+    generation_kwargs: str | None = typer.Option(None, "--generation-kwargs", help="JSON sampling settings.")
+    groups: int = typer.Option(2, "--groups", help="GRPO groups per step.", callback=number(1, MAX_BATCH))
+    group_size: int = typer.Option(4, "--group-size", help="Responses per group.", callback=number(2, MAX_BATCH))
     lr: float = typer.Option(
-        1e-3, "--lr", help="Learning rate of the policy steps (Adam on the stand-in, SGD with --weights)."
-    ),
-    warmup_lr: float = typer.Option(3e-3, "--warmup-lr", help="Learning rate of the --warmup SFT steps (Adam)."),
+        1e-3,
+        "--lr",
+        help="Learning rate of the policy steps (Adam on the stand-in, SGD with --weights).",
+        callback=number(0.0, MAX_LR, above=True),
+    )
+    warmup_lr: float = typer.Option(
+        3e-3,
+        "--warmup-lr",
+        help="Learning rate of the --warmup SFT steps (Adam).",
+        callback=number(0.0, MAX_LR, above=True),
+    )
     seed: int = typer.Option(
-        0, "--seed", help="Seed of the stand-in's initialisation, the sampling and the episode order."
-    ),
+        0,
+        "--seed",
+        help="Seed of the stand-in's initialisation, the sampling and the episode order.",
+        callback=number(0, MAX_SEED),
+    )
     vocab: str = typer.Option(
         "compact", "--vocab", help="compact (ids that occur) or full.", callback=one_of(("compact", "full"))
-    ),
+    )
     max_new_tokens: int = typer.Option(
-        96, "--max-new-tokens", help="Tokens a sampled turn may have (--generation-kwargs can set it too)."
-    ),
-    hidden: int = typer.Option(64, "--hidden", help="Stand-in model width (no --weights)."),
-    layers: int = typer.Option(2, "--layers", help="Stand-in model depth (no --weights)."),
+        96,
+        "--max-new-tokens",
+        help="Tokens a sampled turn may have (--generation-kwargs can set it too).",
+        callback=number(1, MAX_TOKENS),
+    )
+    hidden: int = typer.Option(
+        64, "--hidden", help="Stand-in model width (no --weights).", callback=number(1, MAX_WIDTH)
+    )
+    layers: int = typer.Option(
+        2, "--layers", help="Stand-in model depth (no --weights).", callback=number(1, MAX_DEPTH)
+    )
     include_injection: bool = typer.Option(
         False, "--include-injection", help="Also use scenarios with control-token text in content."
-    ),
+    )
     scenario: list[str] = typer.Option(
         [],
         "--scenario",
         help="Scenario id prefix the batches play (repeatable); the token facts still cover every scenario.",
-    ),
-    thinking: str = thinking_option(),
-    template_kwarg: list[str] = template_kwarg_option(),
+    )
+    thinking: str = thinking_option()
+    template_kwarg: list[str] = template_kwarg_option()
     rollouts: str = typer.Option(
         "auto", "--rollouts", help="auto, sample (the policy samples) or template (the template's own turns)."
-    ),
+    )
     control: bool = typer.Option(
         False, "--control", help="R := B: checks the comparison (exit 3, verdict control), not the template."
-    ),
-    out: Path | None = typer.Option(None, "--out", help="Folder for metrics.json and PNG plots."),
-    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
-) -> None:
+    )
+    out: Path | None = typer.Option(None, "--out", help="Folder for metrics.json and PNG plots.")
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON.")
+
+
+def rl(o: RLOptions, given: frozenset[str]) -> None:
     """Run a short GRPO-style loop and compare the buffered (B) and re-tokenized (R) gradients.
 
     Exit 0 identical, 1 corrupted, 2 operational error, 3 undetermined, not applicable to tool turns, or --control.
     """
+    from tito_audit.cli.output import check_output_folder
     from tito_audit.rl.config import RLConfig
 
+    if o.weights is not None:
+        for name, flag in (("hidden", "--hidden"), ("layers", "--layers")):
+            if name in given:
+                contradiction("--weights", flag, f"{flag} shapes the stand-in model, which --weights replaces")
+    for flag, spec in (("--weights", o.weights), ("--ref", o.ref)):
+        problem = folder_problem(spec, flag)
+        if problem is not None:
+            print(f"error: {problem}", file=sys.stderr)
+            raise typer.Exit(EXIT_OPERATIONAL)
+    check_output_folder(o.out, "--out")
+    check_output_folder(o.save_policy, "--save-policy")
     cfg = RLConfig(
-        model=model,
-        steps=steps,
-        device=device,
-        weights=weights,
-        ref=ref,
-        dtype=dtype,
-        warmup=warmup,
-        save_policy=str(save_policy) if save_policy else None,
-        shadow=shadow,
-        noncanonical_rate=noncanonical_rate,
-        generation_kwargs=generation_kwargs,
-        groups=groups,
-        group_size=group_size,
-        lr=lr,
-        warmup_lr=warmup_lr,
-        seed=seed,
-        vocab=vocab,
-        max_new_tokens=max_new_tokens,
-        hidden=hidden,
-        layers=layers,
-        include_injection=include_injection,
-        scenarios=tuple(scenario),
-        thinking=thinking,
-        template_kwargs=parse_kwargs(template_kwarg),
-        control=control,
-        rollouts=rollouts,
-        out_dir=str(out) if out else None,
+        model=o.model,
+        steps=o.steps,
+        device=o.device,
+        weights=o.weights,
+        ref=o.ref,
+        dtype=o.dtype,
+        warmup=o.warmup,
+        save_policy=str(o.save_policy) if o.save_policy else None,
+        shadow=o.shadow,
+        noncanonical_rate=o.noncanonical_rate,
+        generation_kwargs=o.generation_kwargs,
+        groups=o.groups,
+        group_size=o.group_size,
+        lr=o.lr,
+        warmup_lr=o.warmup_lr,
+        seed=o.seed,
+        vocab=o.vocab,
+        max_new_tokens=o.max_new_tokens,
+        hidden=o.hidden,
+        layers=o.layers,
+        include_injection=o.include_injection,
+        scenarios=tuple(o.scenario),
+        thinking=o.thinking,
+        template_kwargs=parse_kwargs(o.template_kwarg),
+        control=o.control,
+        rollouts=o.rollouts,
+        out_dir=str(o.out) if o.out else None,
     )
     try:
         cfg.validate()  # before torch and the model are loaded
@@ -348,6 +400,7 @@ def rl(
     try:
         from tito_audit.policy.model import resolve_device
         from tito_audit.rl import run_rl
+        from tito_audit.rl.loop import RLInterrupted
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in RL_EXTRA:
             raise
@@ -357,8 +410,8 @@ def rl(
 
     try:
         resolve_device(cfg.device)  # a CUDA device that is not there fails before the model loads
-        with Progress(transient=True, disable=json_out) as bar:
-            task = bar.add_task("RL steps", total=steps)
+        with Progress(transient=True, disable=o.json_out) as bar:
+            task = bar.add_task("RL steps", total=o.steps)
             result = run_rl(
                 cfg,
                 log=lambda m: bar.console.print(m),
@@ -367,12 +420,24 @@ def rl(
     except AuditError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         raise typer.Exit(EXIT_OPERATIONAL) from None
+    except RLInterrupted as stop:  # the finished steps are summarised (and written), marked incomplete
+        if stop.result is None:
+            print(f"{stop}: no step finished, nothing written", file=sys.stderr)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        _show(stop.result, o.json_out)
+        kept = f"; kept in {o.out / 'metrics.json'}" if o.out is not None else ""
+        print(f"{stop}: the finished steps are summarised above{kept} (marked incomplete)", file=sys.stderr)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    _show(result, o.json_out)
+    raise typer.Exit(result.summary["exit_code"])
+
+
+def _show(result: Any, json_out: bool) -> None:
     if json_out:
         print(json.dumps({"setup": result.setup, "summary": result.summary}, default=str))
     else:
         _print_summary(result)
-    raise typer.Exit(result.summary["exit_code"])
 
 
 def register(app: typer.Typer) -> None:
-    app.command("rl")(rl)
+    app.command("rl")(command(RLOptions, rl))

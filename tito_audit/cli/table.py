@@ -35,8 +35,9 @@ def register(app: typer.Typer) -> None:
         """Audit models and write a Markdown compatibility table with a note for every failure."""
         from tito_audit.audit.context import AuditOptions
         from tito_audit.audit.parallel import AuditInterrupted
-        from tito_audit.cli.audit import run_audit
+        from tito_audit.cli.audit import kept_line, run_audit
         from tito_audit.formats.compatibility import compatibility_table
+        from tito_audit.formats.labels import run_status
         from tito_audit.sources.bundled import bundled_names
 
         check_output(output)
@@ -46,8 +47,11 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(EXIT_OPERATIONAL)
         try:
             report = run_audit(specs, AuditOptions(), offline, None, None, show_progress=True)
-        except AuditInterrupted as stop:  # a table of some models would pass for the whole table: none is written
-            typer.echo(f"{stop}: no table written", err=True)
+        except AuditInterrupted as stop:  # the finished models' rows, under a line that says the table is partial
+            part = stop.report
+            emit(f"**{run_status(part)}.**\n\n" + compatibility_table(part.models), output, announce=False)
+            echo_model_errors(part.models)
+            typer.echo(f"{stop}; {kept_line(output)}", err=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None
         emit(compatibility_table(report.models), output)
         echo_model_errors(report.models)

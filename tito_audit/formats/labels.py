@@ -44,6 +44,8 @@ def run_status(report: AuditReport) -> str:
     """ "" for a complete run; for one stopped early, what it holds (``interrupted after 2 of 7 models``)."""
     if report.complete:
         return ""
+    if report.interrupted is not None:
+        return f"INCOMPLETE: {report.interrupted}"
     return f"INCOMPLETE: interrupted after {len(report.models)} of {report.requested} models"
 
 

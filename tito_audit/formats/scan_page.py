@@ -31,10 +31,14 @@ def family(r: TemplateResult) -> str:
 
 
 def tokenizer_kind(r: TemplateResult) -> str:
-    """``real``, ``approximate`` (a verdict on a synthesized tokenizer) or ``none`` (no verdict)."""
+    """``real``, ``stand-in`` (a real tokenizer none of whose added tokens the template writes: the first
+    candidate, not one the template was written for), ``approximate`` (a verdict on a synthesized tokenizer) or
+    ``none`` (no verdict)."""
     if r.cls not in classify.VERDICTS:
         return "none"
-    return "approximate" if r.approximate else "real"
+    if r.approximate:
+        return "approximate"
+    return "stand-in" if r.stand_in else "real"
 
 
 def reasons(r: TemplateResult) -> list[str]:
@@ -89,6 +93,8 @@ def to_html(summary: ScanSummary) -> str:
         scenarios=str(summary.meta.get("scenarios", "")),
         real=judged["real"],
         approximate=judged["approximate"],
+        stand_in=judged["stand_in"],
+        status=summary.status,
         version=__version__,
         buttons=[_count_button(summary, c, n) for c, n in summary.counts.items()],
         rows=[_row(r) for r in summary.results],

@@ -20,6 +20,7 @@ def scan_markdown(summary: ScanSummary, show: int = 20) -> str:
         f"{len(summary.results)} templates, tokenizer {md_code(summary.tokenizer)}, {summary.seconds:.1f}s "
         f"with {summary.workers} worker(s); {versions_text(libraries())}.",
         "",
+        *([f"**{summary.status}**", ""] if summary.status else []),
         "| class | templates | meaning |",
         "|---|---:|---|",
     ]
@@ -53,8 +54,9 @@ def scan_table(summary: ScanSummary, names_shown: int = 4) -> Any:
     from rich.markup import escape
     from rich.table import Table
 
+    status = f" · {summary.status}" if summary.status else ""
     table = Table(
-        title=f"{len(summary.results)} templates · {summary.seconds:.1f}s · {summary.workers} worker(s)",
+        title=f"{len(summary.results)} templates · {summary.seconds:.1f}s · {summary.workers} worker(s){status}",
         caption=versions_text(libraries()),
     )
     table.add_column("class")

@@ -57,6 +57,7 @@ class Malformed(NamedTuple):
     message: str
     file: str = ""
     out_of_vocabulary: bool = False
+    unchecked_tail: bool = False  # not a record: the log's end could not be checked (``reader.UncheckedTail``)
 
 
 _COUNTERS = ("by_source", "by_class", "whatif_by_class", "drift_by_class")
@@ -112,6 +113,7 @@ class ReplayTotals:
     out_of_vocabulary: int = 0  # records with an id the tokenizer does not have
     mark_episodes: int = 0  # episodes whose ids hold a control token of the template
     stop_turns: int = 0  # sampled turns ending with one of the model's stop tokens
+    unchecked_tails: int = 0  # logs whose end could not be checked (a gzip trailer cut short): not records
     kept: dict[str, list[Kept]] = field(default_factory=dict)
     # findings past the first MAX_FINDINGS of a check: counted per class, the first of them kept for its place
     omitted: dict[str, Counter[str]] = field(default_factory=dict)
@@ -134,6 +136,11 @@ class ReplayTotals:
         self.records += 1
         self.malformed += 1
         self.out_of_vocabulary += out_of_vocabulary
+        self._keep("replay_records", Kept(file, line, "", None, message))
+
+    def add_unchecked_tail(self, line: int, message: str, file: str = "") -> None:
+        """The log's end could not be checked (a gzip trailer cut short): named, never counted as a record."""
+        self.unchecked_tails += 1
         self._keep("replay_records", Kept(file, line, "", None, message))
 
     def add(self, res: EpisodeResult) -> None:
@@ -225,8 +232,14 @@ class ReplayTotals:
     def noncanonical_rate(self) -> float:
         return self.noncanonical_turns / self.turns if self.turns else 0.0
 
+    @property
+    def tail_data(self) -> dict[str, int]:
+        """``unchecked_tails`` where it happened: a whole log's JSON is as it always was."""
+        return {"unchecked_tails": self.unchecked_tails} if self.unchecked_tails else {}
+
     def to_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k not in _FINDING_FIELDS}
+        out = {k: v for k, v in self.__dict__.items() if k not in _FINDING_FIELDS and k != "unchecked_tails"}
+        out |= self.tail_data
         for k in _COUNTERS:
             out[k] = dict(sorted(out[k].items()))
         out["logprob_mass"] = round(self.logprob_mass, 6)
@@ -288,11 +301,14 @@ class ReplayModelReport(ModelReport):
 NO_LOSS_MASK = "error:replay_divergence:no_loss_mask"
 TURNS_ONLY = "error:replay_divergence:turns_only"
 MALFORMED = "error:replay_records:malformed"
+UNCHECKED_TAIL = "error:replay_records:unchecked_tail"
+_TAIL = "; the log's end could not be checked (a gzip trailer cut short)"
 NO_TRAINER = "error:replay_divergence:no_trainer"
 _NAIVE_PROVEN = ("tito-required:replay_naive_what_if", "tito-required:replay_noncanonical")
 _UNCHECKED = {
     "error:replay_divergence:incomplete": "some episodes could not be checked: see replay_incomplete",
     MALFORMED: "some records could not be read, their episodes were not checked: see replay_records",
+    UNCHECKED_TAIL: "the log ends inside a gzip trailer: its records were read whole, their checksum not checked",
     NO_TRAINER: "some episodes log no trained sequence (a vLLM dump): the trainer side was not checked, only the "
     "engine's prompts against its own samples",
     NO_LOSS_MASK: "some episodes have no loss_mask (as a vLLM dump without trainer fields): which ids were trained "
@@ -322,7 +338,8 @@ def replay_verdict(checks: list[CheckResult]) -> tuple[Verdict, list[str]]:
         reasons.append("error:replay_divergence:incomplete")
     records = by_id.get("replay_records")
     if records is not None and records.findings:  # a record not read is an episode not checked: never safe
-        reasons.append(MALFORMED)
+        tails = records.data.get("unchecked_tails", 0)
+        reasons += [MALFORMED] * (len(records.findings) > tails) + [UNCHECKED_TAIL] * bool(tails)
     if div is None or div.status == "not_applicable":  # a shape finding still proves unsafe
         proven = any(r.startswith("unsafe:") for r in reasons)
         return ("unsafe" if proven else "error"), [*reasons, "error:replay_divergence:compared_nothing"]
@@ -431,8 +448,8 @@ def build_checks(t: ReplayTotals, texts: Any) -> list[CheckResult]:
     out = [
         result(
             "replay_records",
-            f"{t.malformed} of {t.records} record(s) malformed",
-            {"malformed": t.malformed, "out_of_vocabulary": t.out_of_vocabulary},
+            f"{t.malformed} of {t.records} record(s) malformed{_TAIL * bool(t.unchecked_tails)}",
+            {"malformed": t.malformed, "out_of_vocabulary": t.out_of_vocabulary} | t.tail_data,
             t.records,
         ),
         result(

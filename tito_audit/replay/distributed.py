@@ -29,7 +29,7 @@ from tito_audit.replay.aggregate import ReplayTotals
 from tito_audit.replay.analyze import ReplayContext
 from tito_audit.replay.mapping import FieldMap
 from tito_audit.replay.reader import MAX_RECORD_BYTES, LogError, expand, log_kind, open_parquet
-from tito_audit.replay.run import _Fit, labels
+from tito_audit.replay.run import _Fit, labels, stop
 
 # Passed on to the actors, so that they load the model the way the driver did.
 _ENV = ("HF_HUB_CACHE", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "PYTHONPATH")
@@ -125,11 +125,14 @@ def replay_ray(
     totals = ReplayTotals()
     fit = _Fit(ctx)
     by_path = {str(p): p for p in paths}
-    for row in mapped.iter_rows():
-        part: ReplayTotals = pickle.loads(row["totals"])
-        totals.merge(part, file=names[by_path[row["path"]]])
-        fit(totals)
-        if on_records is not None:
-            on_records(part.records)
+    try:
+        for row in mapped.iter_rows():
+            part: ReplayTotals = pickle.loads(row["totals"])
+            totals.merge(part, file=names[by_path[row["path"]]])
+            fit(totals)
+            if on_records is not None:
+                on_records(part.records)
+    except KeyboardInterrupt:
+        raise stop(totals, fit) from None
     fit(totals, final=True)
     return totals

@@ -35,6 +35,11 @@ except ImportError:  # pragma: no cover - depends on the environment
     _FAST_LOADS, _FAST_ERROR = None, ValueError
 
 
+class UncheckedTail(RecordError):
+    """Not a record: the log's last gzip member is cut inside its trailer, so the records read from it (whole)
+    could not be held to its checksum. Named beside the records, never counted as one."""
+
+
 class LogError(Exception):
     """The log as a whole cannot be read (missing, unreadable, Parquet without pyarrow)."""
 
@@ -52,6 +57,10 @@ def expand(specs: Sequence[str | Path]) -> list[Path]:
             out.extend(hits)
         elif Path(text).is_file():
             out.append(Path(text))
+        elif Path(text).is_dir():
+            raise LogError(f"{text}: is a directory, not a log file (give its files, or a pattern: '{text}/*.jsonl')")
+        elif Path(text).exists():
+            raise LogError(f"{text}: not a regular file (a FIFO or a device cannot be read twice): give a log file")
         else:
             raise LogError(f"{text}: no such log file")
     return out
@@ -150,82 +159,83 @@ class _Member:
         self.error: str | None = None
         self.fatal = False  # the stream cannot be followed past it (truncated, not gzip, corrupt deflate data)
         self.trusted = False  # with an error: its data is still good (a stream cut short, as by a crash)
+        self.in_trailer = False  # cut short inside its 8-byte trailer: all its data read, the checksum not checked
 
     def fail(self, error: str, fatal: bool = True, trusted: bool = False) -> None:
         self.error, self.fatal, self.trusted = error, fatal, trusted
 
 
-def _header_len(head: bytes) -> int | None:
-    """Bytes of the gzip member header at the start of ``head`` (RFC 1952); None when more bytes are needed;
-    ``ValueError`` when it is not one."""
-    if len(head) < 10:
-        if head and not GZIP_MAGIC.startswith(head[:2]):
-            raise ValueError("not gzip data")
-        return None
-    if head[:2] != GZIP_MAGIC or head[2] != 8:
-        raise ValueError("not gzip data")
-    flags, pos = head[3], 10
-    if flags & 4:  # FEXTRA
-        if len(head) < pos + 2:
-            return None
-        pos += 2 + int.from_bytes(head[pos : pos + 2], "little")
-    for bit in (8, 16):  # FNAME, FCOMMENT: zero-terminated
-        if flags & bit:
-            end = head.find(b"\0", pos)
-            if end == -1:
-                return None
-            pos = end + 1
-    pos += 2 if flags & 2 else 0  # FHCRC
-    return pos if len(head) >= pos else None
+_GZIP_WBITS = 16 + zlib.MAX_WBITS  # zlib reads the gzip header and checks the trailer (CRC32, length) itself
+_CHECKSUM_ERRORS = ("incorrect data check", "incorrect length check")  # zlib's words for a trailer that fails
 
 
 def _inflate(fh: Any, start: int, member: _Member) -> Iterator[bytes]:
-    """The decompressed data of the member at ``start``, checked against its CRC32 and length as it ends; what is
-    wrong goes into ``member`` (the data already given is then not to be trusted)."""
+    """The decompressed data of the member at ``start`` (``zlib`` in gzip mode: header, deflate data, CRC32 and
+    length checked as it ends); what is wrong goes into ``member`` (the data already given is then not to be
+    trusted). The member ends where zlib leaves ``unused_data``."""
     fh.seek(start)
-    head = b""
-    while True:
-        more = fh.read(_READ)
-        head += more
-        try:
-            at = _header_len(head)
-        except ValueError as exc:
-            member.fail(str(exc))
+    d = zlib.decompressobj(_GZIP_WBITS)
+    pos = start
+    while not d.eof:
+        data = fh.read(_READ)
+        if not data:
+            member.in_trailer = _cut_in_trailer(fh, start, d)
+            why = "the compressed stream ends early" + (" (in a gzip trailer)" if member.in_trailer else "")
+            member.fail(why, trusted=True)
             return
-        if at is not None:
-            break
-        if not more:
-            member.fail("the compressed stream ends early (in a gzip header)", trusted=True)
-            return
-    d = zlib.decompressobj(-zlib.MAX_WBITS)
-    crc, size, pos, data = 0, 0, start + len(head), head[at:]
-    while True:
         try:
             out = d.decompress(data)
         except zlib.error as exc:
-            member.fail(f"the compressed data is corrupt ({exc})")
-            return
-        if out:
-            crc, size = zlib.crc32(out, crc), size + len(out)
-            yield out
-        if d.eof:
-            break
-        data = fh.read(_READ)
-        if not data:
-            member.fail("the compressed stream ends early", trusted=True)
+            if not any(words in str(exc) for words in _CHECKSUM_ERRORS):
+                header = "header check" in str(exc) or "compression method" in str(exc)
+                member.fail("not gzip data" if header else f"the compressed data is corrupt ({exc})")
+                return
+            yield from _to_the_failing_byte(fh, start, pos, member, "data check" in str(exc))
             return
         pos += len(data)
-    tail = d.unused_data
-    while len(tail) < 8:
-        more = fh.read(8 - len(tail))
-        if not more:
-            member.fail("the compressed stream ends early (in a gzip trailer)", trusted=True)
-            return
-        tail += more
-        pos += len(more)
-    member.end = pos - len(tail) + 8
-    if int.from_bytes(tail[:4], "little") != crc or int.from_bytes(tail[4:8], "little") != size & 0xFFFFFFFF:
-        member.fail("its gzip member fails its checksum (CRC32 or length): the data is corrupt", fatal=False)
+        if out:
+            yield out
+    member.end = pos - len(d.unused_data)
+
+
+def _to_the_failing_byte(fh: Any, start: int, last: int, member: _Member, crc: bool) -> Iterator[bytes]:
+    """A member whose checksum fails (the rare path): zlib drops the output of the call that fails, so the member is
+    read again from ``start`` and its last piece (at ``last``) fed byte by byte, for the rest of its output (to
+    name each of its lines) and its end (after the byte that failed; the length follows a CRC32)."""
+    fh.seek(start)
+    d = zlib.decompressobj(_GZIP_WBITS)
+    while fh.tell() < last:
+        d.decompress(fh.read(min(_READ, last - fh.tell())))
+    data = fh.read(_READ)
+    for k in range(len(data)):
+        try:
+            out = d.decompress(data[k : k + 1])
+        except zlib.error:
+            member.end = last + k + 1 + (4 if crc else 0)
+            break
+        if out:
+            yield out
+    member.fail("its gzip member fails its checksum (CRC32 or length): the data is corrupt", fatal=False)
+
+
+def _cut_in_trailer(fh: Any, start: int, d: Any) -> bool:
+    """Whether a member that ends early ends in its 8-byte trailer (every byte of its data was read, the checksum
+    could not be checked: the trailer's missing bytes, computed from the data, would end it), not before."""
+    fh.seek(start)
+    crc, size, again = 0, 0, zlib.decompressobj(_GZIP_WBITS)
+    while data := fh.read(_READ):
+        out = again.decompress(data)
+        crc, size = zlib.crc32(out, crc), size + len(out)
+    trailer = crc.to_bytes(4, "little") + (size & 0xFFFFFFFF).to_bytes(4, "little")
+    for present in range(8):
+        probe = d.copy()
+        try:
+            probe.decompress(trailer[present:])
+        except zlib.error:
+            continue
+        if probe.eof:
+            return True
+    return False
 
 
 def _gzip_pieces(path: Path) -> Iterator[tuple[bytes | None, _Member | None]]:
@@ -278,6 +288,18 @@ def _gzip_lines(path: Path, max_record_bytes: int) -> Iterator[tuple[int, bytes 
                 skipped, tainted = -1, False
             tainted = tainted or (bad_lines == 0 and not member.trusted and bool(line or skipped >= 0)) or open_tail
             bad_lines, open_tail = 0, False
+            if member.in_trailer and not tainted and skipped < 0:  # every record whole: the last one too
+                if line.strip():
+                    n += 1
+                    yield n, bytes(line)
+                yield (
+                    max(n, 1),
+                    UncheckedTail(
+                        f"the log ends inside its last gzip trailer (a crash while writing?): the {n} line(s) before "
+                        "it were read whole, but their checksum (CRC32, length) could not be checked"
+                    ),
+                )
+                return
             if member.fatal:
                 yield n + 1, RecordError(why)
                 return

@@ -2,7 +2,7 @@
 
 The unit of work is a part of a log: a chunk of JSONL lines (``replay_lines``) or a Parquet batch
 (``replay_batch``), each giving ``ReplayTotals`` that merge in log order, so the report does not depend on who
-did the work or when. Workers are forked after the tokenizer is loaded (shared copy-on-write, as ``scan`` does)
+did the work or when. Workers (``tito_audit.workers``) are forked after the tokenizer is loaded (shared copy-on-write)
 and get chunks of lines or Parquet row groups; at most ``2 * workers`` are in flight, so memory stays constant
 however long the log is. ``tito_audit.replay.distributed`` maps ``replay_batch`` over Parquet shards with Ray.
 
@@ -14,9 +14,6 @@ not checked, named in ``replay_incomplete``, never replayed as mojibake.
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +27,7 @@ from tito_audit.replay.reader import (
     MAX_RECORD_BYTES,
     PARQUET_BATCH,
     LogError,
+    UncheckedTail,
     expand,
     iter_lines,
     log_kind,
@@ -40,6 +38,7 @@ from tito_audit.replay.reader import (
     row_nbytes,
 )
 from tito_audit.replay.schema import RecordError
+from tito_audit.workers import Died, Done, Killed, Raised, WorkerPool, interrupt, reraise
 
 CHUNK = 32
 FIT_SAMPLE = 32  # episodes read before deciding that the log does not fit the tokenizer
@@ -59,7 +58,7 @@ def replay_record(
     if isinstance(record, bytes):  # a JSONL line, parsed here (in the worker)
         record = parse_line(record)
     if isinstance(record, RecordError):
-        return [Malformed(line, str(record), file)]
+        return [Malformed(line, str(record), file, unchecked_tail=isinstance(record, UncheckedTail))]
     try:
         if field_map:
             record = field_map.apply(record)
@@ -82,7 +81,9 @@ def totals_of(outcomes: Sequence[Outcome]) -> ReplayTotals:
     t = ReplayTotals()
     lines_ok: set[int] = set()
     for o in outcomes:
-        if isinstance(o, Malformed):
+        if isinstance(o, Malformed) and o.unchecked_tail:
+            t.add_unchecked_tail(o.line, o.message, o.file)
+        elif isinstance(o, Malformed):
             t.add_malformed(o.line, o.message, o.file, o.out_of_vocabulary)
         else:
             t.add(o)
@@ -166,6 +167,25 @@ def mismatch(t: ReplayTotals, ctx: ReplayContext) -> str | None:
             "was it written with another model's tokenizer? (--model names the model the loop used)"
         )
     return None
+
+
+class ReplayInterrupted(Exception):
+    """Ctrl-C during a replay: ``totals`` holds the parts of the log replayed before it, in log order (a prefix of
+    the log: nothing after a part that did not finish is counted); ``mismatch`` says why those parts do not read as
+    the model's tokenizer (then they are no report), else None."""
+
+    def __init__(self, totals: ReplayTotals, mismatch: str | None) -> None:
+        super().__init__(f"interrupted after {totals.records} records")
+        self.totals, self.mismatch = totals, mismatch
+
+
+def stop(totals: ReplayTotals, fit: _Fit) -> ReplayInterrupted:
+    """What a Ctrl-C keeps: the totals so far, once they are held to the tokenizer as a whole log is."""
+    try:
+        fit(totals, final=True)
+    except TokenizerMismatch as exc:
+        return ReplayInterrupted(totals, str(exc))
+    return ReplayInterrupted(totals, None)
 
 
 class _Fit:
@@ -273,32 +293,62 @@ def replay_log(
     fit = _Fit(ctx)
 
     def take(part: ReplayTotals, n_records: int) -> None:
+        interrupt.check()  # a Ctrl-C swallowed in a destructor stops the replay before this part is counted
         totals.merge(part)
         fit(totals)
         if on_records is not None:
             on_records(n_records)
 
-    if workers <= 1:
-        for p in paths:
-            for part in _parts(p, names[p], ctx, fmt, field_map, max_record_bytes):
-                take(part, part.records)
-        fit(totals, final=True)
-        return totals
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    pool = mp.get_context("fork").Pool(workers, initializer=_init, initargs=(ctx, fmt, field_map, max_record_bytes))
     try:
-        pending: deque[tuple[Any, int]] = deque()
-        for p in paths:
-            for fn, args, n in _tasks(p, names[p], max_record_bytes):
-                pending.append((pool.apply_async(fn, args), n))
-                while len(pending) >= 2 * workers:
-                    res, k = pending.popleft()
-                    take(res.get(), k)
-        while pending:
-            res, k = pending.popleft()
-            take(res.get(), k)
-    finally:
-        pool.terminate()
-        pool.join()
+        if workers <= 1:
+            for p in paths:
+                for part in _parts(p, names[p], ctx, fmt, field_map, max_record_bytes):
+                    take(part, part.records)
+        else:
+            _in_workers(paths, names, (ctx, fmt, field_map, max_record_bytes), workers, take)
+    except KeyboardInterrupt:
+        raise stop(totals, fit) from None
     fit(totals, final=True)
     return totals
+
+
+def _in_workers(
+    paths: Sequence[Path],
+    names: dict[Path, str],
+    init: tuple[Any, ...],
+    workers: int,
+    take: Callable[[ReplayTotals, int], None],
+) -> None:
+    """The logs' parts in worker processes, taken in log order; at most ``2 * workers`` ahead of the next."""
+    max_record_bytes = init[3]
+    ahead = 2 * workers  # parts in flight or finished ahead of the one taken next: memory stays constant
+    sizes: dict[int, int] = {}
+    finished: dict[int, ReplayTotals] = {}
+    taken = 0
+
+    def take_ready(limit: int) -> None:
+        """Wait until at most ``limit`` parts are ahead of the next one to take, taking them in log order."""
+        nonlocal taken
+        while len(sizes) > limit:
+            while taken in finished:
+                take(finished.pop(taken), sizes.pop(taken))
+                taken += 1
+            if len(sizes) <= limit:
+                return
+            event = pool.next()
+            if isinstance(event, Raised):
+                reraise(event)
+            if isinstance(event, Died | Killed):
+                raise RuntimeError(f"a replay worker process died (exit code {getattr(event, 'exitcode', None)})")
+            if isinstance(event, Done):
+                finished[event.key] = event.value
+
+    with WorkerPool(workers, _init, init) as pool:
+        key = 0
+        for p in paths:
+            for fn, args, n in _tasks(p, names[p], max_record_bytes):
+                pool.submit(key, fn, *args)
+                sizes[key] = n
+                key += 1
+                take_ready(ahead - 1)
+        take_ready(0)

@@ -15,7 +15,7 @@ from typing import Any
 from tito_audit._version import __version__
 from tito_audit.errors import AuditError
 from tito_audit.report.check_result import CheckResult
-from tito_audit.report.verdict import VERDICTS, Verdict, decide
+from tito_audit.report.verdict import DROPS_PREFIXES, UNSAFE_BECAUSE, VERDICTS, Verdict, decide
 from tito_audit.sources.load import Provenance
 
 # 1.1: top-level suppressions/baseline keys, finding.baseline (tito_audit.gate)
@@ -50,7 +50,16 @@ class ModelReport:
 
     @property
     def verdict_explanation(self) -> str:
-        return VERDICTS[self.verdict]
+        """The verdict in words; ``unsafe`` says which of its causes holds (drops tool traffic, breaks buffer +
+        delta, or both), read from its reasons."""
+        if self.verdict != "unsafe":
+            return VERDICTS[self.verdict]
+        causes = [r.partition(":")[2] for r in self.verdict_reasons if r.startswith("unsafe:")]
+        drops = any(c.startswith(DROPS_PREFIXES) for c in causes)
+        breaks = any(not c.startswith(DROPS_PREFIXES) for c in causes)
+        if drops or breaks:
+            return UNSAFE_BECAUSE["both" if drops and breaks else "drops" if drops else "breaks"]
+        return VERDICTS["unsafe"]
 
     def decide(self) -> None:
         """Verdict and reasons from the checks as they stand (after suppressions) and the coverage."""
@@ -92,10 +101,12 @@ class AuditReport:
     baseline: dict[str, Any] | None = None
     # Models asked for; more than ``len(models)`` when the run was interrupted (Ctrl-C) before they finished.
     requested: int | None = None
+    # A run interrupted inside its one model (replay: part of the log read): what it holds, in words.
+    interrupted: str | None = None
 
     @property
     def complete(self) -> bool:
-        return self.requested is None or len(self.models) >= self.requested
+        return self.interrupted is None and (self.requested is None or len(self.models) >= self.requested)
 
     @property
     def libraries(self) -> dict[str, Any]:

@@ -38,6 +38,9 @@ class TemplateResult:
     # always_raises: the conversation shapes the template rejected, each with its error (first few)
     rejected: list[dict[str, Any]] = field(default_factory=list)
     approximate: bool = False  # a verdict on a synthesized tokenizer
+    # With --tokenizer auto: no candidate's added tokens appear in the template, so the first candidate stands in
+    # (a real tokenizer, but not one the template was shown to be written for)
+    stand_in: bool = False
     # The first divergent text behind the verdict ("" for a safe one or a template without a verdict)
     first_divergence: str = ""
 
@@ -53,6 +56,19 @@ class ScanSummary:
     seconds: float = 0.0
     workers: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
+    # Templates asked for; more than ``len(results)`` when the scan was interrupted (Ctrl-C) before they finished.
+    requested: int | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.requested is None or len(self.results) >= self.requested
+
+    @property
+    def status(self) -> str:
+        """ "" for a complete scan; for one stopped early, what it holds."""
+        return (
+            "" if self.complete else f"INCOMPLETE: interrupted after {len(self.results)} of {self.requested} templates"
+        )
 
     @property
     def counts(self) -> dict[str, int]:
@@ -101,6 +117,7 @@ class ScanSummary:
         return {
             "root": self.root,
             "tokenizer": self.tokenizer,
+            "complete": self.complete,
             "templates": len(self.results),
             "seconds": round(self.seconds, 3),
             "templates_per_second": round(len(self.results) / self.seconds, 2) if self.seconds else None,
@@ -110,6 +127,7 @@ class ScanSummary:
             "verdicts": {
                 "real": sum(1 for r in self.results if r.cls in classify.VERDICTS and not r.approximate),
                 "approximate": sum(self.approximate_counts.values()),
+                "stand_in": sum(1 for r in self.results if r.cls in classify.VERDICTS and r.stand_in),
             },
             "flags": self.flag_counts,
             "coverage": self.coverage,

@@ -43,6 +43,15 @@ VERDICTS: dict[str, str] = {
     "error": "the model could not be audited, or a check the verdict needs did not decide",
 }
 
+# ``unsafe`` said by which of its causes holds (``ModelReport.verdict_explanation``): the template drops tool traffic
+# (an ``unsafe:drops_*`` or ``unsafe:rejects_*`` reason), breaks buffer + delta (any other ``unsafe:`` reason), or both.
+UNSAFE_BECAUSE = {
+    "drops": "the template drops tool traffic: it must be patched",
+    "breaks": "the template breaks buffer + delta: it must be patched",
+    "both": "the template drops tool traffic and breaks buffer + delta: it must be patched",
+}
+DROPS_PREFIXES = ("drops_", "rejects_")
+
 MIN_COVERAGE = 30  # scenarios played below which every format says the verdict rests on little
 
 # Human words for the machine-readable reasons (the part after the prefix).
@@ -62,8 +71,8 @@ _WORDS = {
     "system_into_user": "the system prompt merged into the first user turn",
     "arguments_string": "tool-call arguments as a JSON string",
     "flat_tool_calls": "flat tool calls (name/arguments/parameters, no `function`)",
-    "content_none": "content None next to tool calls",
-    "content_empty": 'content "" next to tool calls',
+    "content_none": 'content None next to tool calls (with content "" the template drops the calls)',
+    "content_empty": 'content "" next to tool calls (the template raises on content None there: send "")',
     "system_prompt": "a system message first (the template reads messages[0] as one)",
     "content_parts": "content as a list of text parts",
     "reasoning_inline": "reasoning inline in content, between the template's delimiters",
@@ -166,7 +175,10 @@ def describe_reason(reason: str) -> str:
     if kind == "adapt":
         return f"needs {_WORDS.get(rest, rest)}"
     if kind == "low_coverage":
-        return f"only {rest} scenarios played (fewer than {MIN_COVERAGE})"
+        played, _, total = rest.partition("/")
+        if played == total:
+            return f"{played} scenarios played, all the template allows (fewer than {MIN_COVERAGE}: a weaker verdict)"
+        return f"only {played} of {total} scenarios played (fewer than {MIN_COVERAGE})"
     if kind == "not_probed" and rest == "thinking_modes":
         return "thinking modes not probed (the renderer's reasoning switches could not all be enumerated)"
     if kind == "not_probed":

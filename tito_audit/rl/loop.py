@@ -408,10 +408,16 @@ def run_rl(
 
     trainer = _Trainer(cfg, template, policy, vmap, settings, ref, trained_policy, gates, setup, log)
     result = RLResult(config=asdict(cfg), setup=setup)
-    for step in range(cfg.steps):
-        result.steps.append(trainer.step(step))
-        if progress:
-            progress(step + 1, cfg.steps)
+    interrupted = False
+    try:
+        for step in range(cfg.steps):
+            result.steps.append(trainer.step(step))
+            if progress:
+                progress(step + 1, cfg.steps)
+    except KeyboardInterrupt:  # the finished steps are summarised and written, marked incomplete
+        if not result.steps:
+            raise RLInterrupted(None, cfg.steps) from None
+        interrupted = True
 
     if trainer.sampled_eps:
         result.setup["sampled_token_facts"] = diagnostics.token_facts(trainer.sampled_eps, template.mode_of)
@@ -423,6 +429,21 @@ def run_rl(
         result.setup["peak_bytes_per_parameter_beyond_weights"] = (peak - setup["weights_bytes"]) / setup["parameters"]
     result.summary = summarise(result)
     result.summary["total_seconds"] = time.perf_counter() - t0
+    result.summary["complete"] = not interrupted
+    if interrupted:
+        result.summary["interrupted"] = f"interrupted after {len(result.steps)} of {cfg.steps} steps"
     if cfg.out_dir:
         write_outputs(result, Path(cfg.out_dir), template.renderer, plots=cfg.plots)
+    if interrupted:
+        raise RLInterrupted(result, cfg.steps)
     return result
+
+
+class RLInterrupted(Exception):
+    """Ctrl-C during the loop: ``result`` holds the finished steps, summarised and written (``--out``) with
+    ``complete`` False; None when no step finished."""
+
+    def __init__(self, result: RLResult | None, steps: int) -> None:
+        done = len(result.steps) if result is not None else 0
+        super().__init__(f"interrupted after {done} of {steps} steps")
+        self.result = result

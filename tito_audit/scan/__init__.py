@@ -17,7 +17,7 @@ from tito_audit.errors import UsageError
 from tito_audit.report.scan_classes import CLASSES, DESCRIPTIONS
 from tito_audit.report.scan_report import ScanSummary, TemplateResult
 from tito_audit.scan.discover import TemplateFile, discover, discover_paths, read_template
-from tito_audit.scan.pool import AUTO, Job, PoolLimits, run_jobs
+from tito_audit.scan.pool import AUTO, Job, JobsInterrupted, PoolLimits, run_jobs
 from tito_audit.scan.template_audit import audit_template
 from tito_audit.sources.synthesized import Synthesizer
 
@@ -27,6 +27,7 @@ __all__ = [
     "DESCRIPTIONS",
     "Job",
     "PoolLimits",
+    "ScanInterrupted",
     "ScanSummary",
     "TemplateFile",
     "TemplateResult",
@@ -119,12 +120,27 @@ def scan_directory(
     synthesizer = synthesizer_for(templates, models) if tokenizer == AUTO and limits.synthesize else None
     if limits.workers > 1 and len(jobs) > limits.workers * len(models):
         before_fork(models, synthesizer)
-    results = run_jobs(jobs, models, limits, on_result, synthesizer)
-    return ScanSummary(
-        root=" ".join(str(r) for r in roots),
-        tokenizer=tokenizer,
-        results=results,
-        seconds=time.perf_counter() - started,
-        workers=limits.workers,
-        meta={"candidates": specs, "tokenizer_load_seconds": round(load_s, 3), "scenarios": limits.scenarios},
-    )
+
+    def summary(results: list[TemplateResult], requested: int | None = None) -> ScanSummary:
+        return ScanSummary(
+            root=" ".join(str(r) for r in roots),
+            tokenizer=tokenizer,
+            results=results,
+            seconds=time.perf_counter() - started,
+            workers=limits.workers,
+            meta={"candidates": specs, "tokenizer_load_seconds": round(load_s, 3), "scenarios": limits.scenarios},
+            requested=requested,
+        )
+
+    try:
+        return summary(run_jobs(jobs, models, limits, on_result, synthesizer))
+    except JobsInterrupted as stop:
+        raise ScanInterrupted(summary(stop.results, requested=len(jobs))) from None
+
+
+class ScanInterrupted(Exception):
+    """Ctrl-C during ``scan_directory``: ``summary`` holds the templates that finished (``complete`` False)."""
+
+    def __init__(self, summary: ScanSummary) -> None:
+        super().__init__(summary.status)
+        self.summary = summary

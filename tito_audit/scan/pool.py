@@ -1,11 +1,12 @@
-"""Worker processes with hard limits: a runaway template costs one worker, never the scan.
+"""The scan's jobs in worker processes with hard limits: a runaway template costs one worker, never the scan.
 
-Workers are forked after the tokenizers are loaded, so they share them copy-on-write and start in
-milliseconds. Each worker caps its own address space (``RLIMIT_AS``), every render inside it is bounded by
-``RenderLimits``, and the parent kills a worker that spends more than ``deadline_s`` of CPU time on one template
-(a render stuck in C code that no signal interrupts) and starts a fresh one. CPU time, as for the render limit,
-so that a loaded machine does not change a template's result; a worker that holds a template ten deadlines of
-wall time without using the CPU (blocked) is killed too. A worker that dies is a classified result too.
+The workers are ``tito_audit.workers.WorkerPool``'s, forked after the tokenizers are loaded, so they share them
+copy-on-write and start in milliseconds. Each worker caps its own address space (``RLIMIT_AS``), every render
+inside it is bounded by ``RenderLimits``, and the pool ends a worker that spends more than ``deadline_s`` of CPU
+time on one template (a render stuck in C code that no signal interrupts) and starts a fresh one. CPU time, as
+for the render limit, so that a loaded machine does not change a template's result; a worker that holds a
+template ten deadlines of wall time without using the CPU (blocked) is ended too. A worker that dies is a
+classified result too.
 Jobs go out largest template first, so that no big one is left to run alone at the end. With ``--tokenizer auto``
 the worker picks the tokenizer (it parses the template anyway) and tells the parent before auditing, so that the
 result of a worker killed mid-audit still names it.
@@ -14,13 +15,8 @@ result of a worker killed mid-audit still names it.
 from __future__ import annotations
 
 import gc
-import multiprocessing as mp
-import os
-import signal
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from tito_audit.rendering import RenderLimits
@@ -31,10 +27,9 @@ from tito_audit.scan.discover import TemplateFile
 from tito_audit.scan.pick import Picker
 from tito_audit.scan.template_audit import audit_auto, audit_template
 from tito_audit.sources.synthesized import Synthesizer
+from tito_audit.workers import Died, Done, Ended, Killed, Told, WorkerPool, interrupt, tell
 
 AUTO = "auto"
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-_WALL_BACKSTOP = 10  # deadlines of wall time after which a worker that uses no CPU (blocked) is killed anyway
 
 
 @dataclass(frozen=True)
@@ -70,11 +65,11 @@ def _run_job(
     return audit_auto(job.template, pickers[AUTO], limits.render, on_pick, limits.scenarios, synthesizer)
 
 
-def _worker_main(
-    conn: Connection, models: dict[str, Any], limits: PoolLimits, synthesizer: Synthesizer | None = None
-) -> None:
-    """Messages to the parent: ("picked", tokenizer, reason) when auto picks, then ("done", index, result)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles ^C and kills us
+_WORKER: dict[str, Any] = {}  # in a worker: what it was forked with, and its picker
+
+
+def _worker_setup(models: dict[str, Any], limits: PoolLimits, synthesizer: Synthesizer | None) -> None:
+    """Once per worker, before its first template."""
     # What the fork inherited (the tokenizers, the imports) lives as long as this worker: out of the garbage
     # collector's passes, which would otherwise walk it again at every full collection and, by writing to each
     # object's header, copy the pages the worker shares with the parent.
@@ -87,51 +82,20 @@ def _worker_main(
     if limits.memory_bytes > 0:
         limit_process_memory(address_space_bytes() + limits.memory_bytes)
     keep_timer_handler()
-    pickers: dict[str, Picker] = {}
-    while True:
-        try:
-            job = conn.recv()
-        except (EOFError, OSError):
-            return
-        if job is None:
-            return
-        result = _run_job(job, models, limits, pickers, lambda c: conn.send(("picked", c.name, c.reason)), synthesizer)
-        conn.send(("done", job.index, result.to_dict()))
+    _WORKER.update(models=models, limits=limits, synthesizer=synthesizer, pickers={})
 
 
-class _Slot:
-    def __init__(self, ctx: Any, models: dict[str, Any], limits: PoolLimits, synthesizer: Any = None) -> None:
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, models, limits, synthesizer), daemon=True)
-        self.proc.start()
-        child.close()
-        self.job: Job | None = None
-        self.since = 0.0
-        self.cpu_since = 0.0
-
-    def give(self, job: Job) -> None:
-        self.job, self.since, self.cpu_since = job, time.monotonic(), self.cpu_seconds()
-        self.conn.send(job)
-
-    def cpu_seconds(self) -> float:
-        """The worker's CPU time (user + system) from /proc; 0 where unreadable (the wall backstop remains)."""
-        try:
-            with open(f"/proc/{self.proc.pid}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
-        except (OSError, ValueError, IndexError):
-            return 0.0
-
-    def past_deadline(self, elapsed: float, deadline_s: float) -> bool:
-        if elapsed <= deadline_s:
-            return False
-        return self.cpu_seconds() - self.cpu_since > deadline_s or elapsed > _WALL_BACKSTOP * deadline_s
-
-    def kill(self) -> None:
-        if self.proc.is_alive() and self.proc.pid is not None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.join(5)
-        self.conn.close()
+def _worker_job(job: Job) -> dict[str, Any]:
+    """One template in a worker; with auto, the tokenizer it picks is told to the parent before the audit."""
+    result = _run_job(
+        job,
+        _WORKER["models"],
+        _WORKER["limits"],
+        _WORKER["pickers"],
+        lambda c: tell((c.name, c.reason)),
+        _WORKER["synthesizer"],
+    )
+    return result.to_dict()
 
 
 def _failed(job: Job, cls: str, kind: str, reason: str, seconds: float) -> TemplateResult:
@@ -155,6 +119,20 @@ def _size(job: Job) -> int:
         return 0
 
 
+def _result(job: Job, event: Ended) -> TemplateResult:
+    """A template's result from the event that ended its job."""
+    if isinstance(event, Done):
+        return TemplateResult(**event.value)
+    if isinstance(event, Killed):
+        reason = f"killed after {event.deadline_s:g}s of CPU time (per-template deadline)"
+        return _failed(job, classify.LIMIT, "hard_timeout", reason, event.seconds)
+    if isinstance(event, Died):
+        reason = f"worker process died (exit code {event.exitcode})"
+    else:
+        reason = f"worker process failed: {type(event.error).__name__}: {event.error}".split("\n")[0]
+    return _failed(job, classify.WORKER_CRASH, "worker_died", reason, event.seconds)
+
+
 def run_jobs(
     jobs: Sequence[Job],
     models: dict[str, Any],
@@ -171,82 +149,43 @@ def run_jobs(
         results[index] = result
         if on_result is not None:
             on_result(result)
+        interrupt.check()  # a Ctrl-C swallowed in a destructor stops the scan here, this result kept
 
-    if limits.workers <= 0:
-        pickers: dict[str, Picker] = {}
-        for job in jobs:
-            done(job.index, _run_job(job, models, limits, pickers, None, synthesizer))
-        return [results[j.index] for j in jobs]
-
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    ctx = mp.get_context("fork")
-    pending = sorted(jobs, key=_size)  # popped from the end: the largest templates first, so none is left to run alone
-    slots = [_Slot(ctx, models, limits, synthesizer) for _ in range(min(limits.workers, max(1, len(jobs))))]
     try:
-        while pending or any(s.job for s in slots):
-            for i, slot in enumerate(slots):
-                if slot.job is None and pending:
-                    try:
-                        slot.give(pending[-1])
-                        pending.pop()
-                    except (BrokenPipeError, OSError):
-                        slot.kill()
-                        slots[i] = _Slot(ctx, models, limits, synthesizer)
-            busy = [s for s in slots if s.job is not None]
-            now = time.monotonic()
-            timeout = max(0.05, min(s.since + limits.deadline_s - now for s in busy)) if busy else 0.05
-            ready = wait([s.conn for s in busy] + [s.proc.sentinel for s in busy], timeout)
-            for i, slot in enumerate(slots):
-                current = slot.job
-                if current is None:
-                    continue
-                elapsed = time.monotonic() - slot.since
-                if slot.conn in ready:
-                    try:
-                        message = slot.conn.recv()
-                        if message[0] == "picked":  # the job's tokenizer, for a result if the worker dies
-                            slot.job = replace(current, tokenizer=message[1], reason=message[2])
-                            continue
-                        slot.job = None
-                        done(message[1], TemplateResult(**message[2]))
-                        continue
-                    except (EOFError, OSError):
-                        pass  # died mid-message: handled below
-                if slot.conn in ready or slot.proc.sentinel in ready:
-                    code = slot.proc.exitcode
-                    slot.kill()
-                    done(
-                        current.index,
-                        _failed(
-                            current,
-                            classify.WORKER_CRASH,
-                            "worker_died",
-                            f"worker process died (exit code {code})",
-                            elapsed,
-                        ),
-                    )
-                    slots[i] = _Slot(ctx, models, limits, synthesizer)
-                elif slot.past_deadline(elapsed, limits.deadline_s):
-                    slot.kill()
-                    done(
-                        current.index,
-                        _failed(
-                            current,
-                            classify.LIMIT,
-                            "hard_timeout",
-                            f"killed after {limits.deadline_s:g}s of CPU time (per-template deadline)",
-                            elapsed,
-                        ),
-                    )
-                    slots[i] = _Slot(ctx, models, limits, synthesizer)
-    finally:
-        for slot in slots:
-            try:
-                if slot.job is None:
-                    slot.conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
-        for slot in slots:
-            slot.proc.join(2)
-            slot.kill()
+        if limits.workers <= 0:
+            pickers: dict[str, Picker] = {}
+            for job in jobs:
+                done(job.index, _run_job(job, models, limits, pickers, None, synthesizer))
+        else:
+            _in_workers(jobs, models, limits, synthesizer, done)
+    except KeyboardInterrupt:
+        raise JobsInterrupted([results[j.index] for j in jobs if j.index in results]) from None
     return [results[j.index] for j in jobs]
+
+
+class JobsInterrupted(Exception):
+    """Ctrl-C during a scan: ``results`` holds the templates that finished, in job order; the workers are ended."""
+
+    def __init__(self, results: list[TemplateResult]) -> None:
+        super().__init__(f"interrupted after {len(results)} templates")
+        self.results = results
+
+
+def _in_workers(
+    jobs: Sequence[Job],
+    models: dict[str, Any],
+    limits: PoolLimits,
+    synthesizer: Synthesizer | None,
+    done: Callable[[int, TemplateResult], None],
+) -> None:
+    held = {job.index: job for job in jobs}  # each job as the parent knows it (with auto: once picked, its tokenizer)
+    workers = min(limits.workers, max(1, len(jobs)))
+    with WorkerPool(workers, _worker_setup, (models, limits, synthesizer), deadline_s=limits.deadline_s) as pool:
+        for job in reversed(sorted(jobs, key=_size)):  # the largest first, so that none is left to run alone
+            pool.submit(job.index, _worker_job, job)
+        for event in pool:
+            job = held[event.key]
+            if isinstance(event, Told):  # the job's tokenizer, for a result if the worker dies
+                held[event.key] = replace(job, tokenizer=event.message[0], reason=event.message[1])
+            else:
+                done(job.index, _result(job, event))

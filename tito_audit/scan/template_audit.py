@@ -108,6 +108,7 @@ def audit_auto(
     if on_pick is not None:
         on_pick(choice)
     result = audit_template(template, picker.models[choice.name], choice.reason, limits, scenarios, synthesizer)
+    result.stand_in = choice.score == 0 and result.tokenizer_kind == "real"
     result.seconds = round(time.perf_counter() - started, 4)
     return result
 

@@ -201,8 +201,8 @@ class TitoGuardMixin(_TrainerBase):
                 metadata = {**(ep.get("metadata") or {}), "step": self.state.global_step, "mode": mode}
                 try:
                     writer.write({**record, "id": eid, "input_ids": ids, "loss_mask": mask, "metadata": metadata})
-                except RecordError as exc:
-                    raise RecordError(f"TitoGuardMixin: episode {eid}: {exc}") from None
+                except RecordError as exc:  # the writer names the episode (its number, its id) and the log
+                    raise RecordError(f"TitoGuardMixin: {exc}") from None
         if writer is not None:
             writer.flush()
         output[EPISODE_FIELD] = attached  # a list per row: TRL's shuffle and split keep it with its row

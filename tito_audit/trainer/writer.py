@@ -7,7 +7,8 @@
         log.flush()  # e.g. once per step: what is flushed survives a crash
 
 One record per episode, in the schema ``tito-audit replay`` reads (``tito_audit.replay.schema``); each record is
-validated when it is written, so a loop that logs the wrong thing hears it at once, not at replay time.
+validated when it is written, so a loop that logs the wrong thing hears it at once, not at replay time. This module
+buffers, rotates and locks; what differs between the three containers is one class each in ``containers``.
 
 Why the log stays readable after a crash: records are buffered whole and every flush reaches the file in one
 ``write`` (JSONL: complete lines; gzip: one complete gzip member), so a process that dies anywhere outside that
@@ -34,56 +35,32 @@ that were pending). Only a process killed before either (SIGKILL, ``os._exit``) 
 from __future__ import annotations
 
 import atexit
-import gzip
-import json
 import os
 import re
 import threading
 import warnings
 import weakref
-import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
-from tito_audit.replay.reader import GZIP_MAGIC, PARQUET_MAGIC
 from tito_audit.replay.schema import NATIVE_FIELDS, Episode, RecordError, episode_from_native, episode_to_native
 from tito_audit.trainer.batch_item import ALIASES, MASK_FIELDS, BatchItemError, native_record
+from tito_audit.trainer.containers import (
+    FORMATS,
+    JSON_FIELDS,
+    LogFormat,
+    Part,
+    container,
+    format_of,
+    lock_exclusive,
+    split_name,
+)
 
-LogFormat = Literal["jsonl", "jsonl.gz", "parquet"]
-FORMATS: tuple[LogFormat, ...] = ("jsonl", "jsonl.gz", "parquet")
-JSON_FIELDS = ("messages", "tools", "chat_template_kwargs", "metadata")  # JSON text in Parquet (free-form objects)
-_JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson", ".jsonlines")
+__all__ = ["FORMATS", "JSON_FIELDS", "LogFormat", "LogWriter", "format_of", "per_rank_path"]
+
 _KNOWN_FIELDS = frozenset((*NATIVE_FIELDS, "metadata", *ALIASES, *MASK_FIELDS))
-
-try:
-    import fcntl
-except ImportError:  # not POSIX: no cross-process lock, one writer per file is then the caller's promise
-    fcntl = None  # type: ignore[assignment]
-
-
-def format_of(path: Path) -> LogFormat:
-    """The format a log name asks for: ``.parquet``, ``.gz`` (gzip JSONL), else ``.jsonl``/``.json``/``.ndjson``."""
-    name = path.name.lower()
-    if name.endswith(".parquet"):
-        return "parquet"
-    if name.endswith(".gz"):
-        return "jsonl.gz"
-    if name.endswith(_JSONL_SUFFIXES):
-        return "jsonl"
-    raise ValueError(f"{path}: cannot tell the log format from the name (.jsonl, .jsonl.gz or .parquet); pass format=")
-
-
-def _split_name(path: Path, fmt: LogFormat) -> tuple[str, str]:
-    """(stem, extension) with the whole format extension, e.g. ``rollouts`` + ``.jsonl.gz``."""
-    name = path.name
-    ext = {"parquet": ".parquet", "jsonl.gz": ".gz", "jsonl": ""}[fmt]
-    if fmt != "parquet":
-        inner = name[: len(name) - len(ext)] if ext else name
-        suffix = next((s for s in _JSONL_SUFFIXES if inner.lower().endswith(s)), "")
-        ext = suffix + ext
-    return name[: len(name) - len(ext)] if ext else name, ext
 
 
 def per_rank_path(path: str | os.PathLike[str], rank: int | None = None, world_size: int | None = None) -> Path:
@@ -97,7 +74,7 @@ def per_rank_path(path: str | os.PathLike[str], rank: int | None = None, world_s
         world_size = found_world if world_size is None else world_size
     if world_size <= 1:
         return path
-    stem, ext = _split_name(path, format_of(path))
+    stem, ext = split_name(path, format_of(path))
     return path.with_name(f"{stem}.rank{rank}{ext}")
 
 
@@ -114,202 +91,6 @@ def _distributed() -> tuple[int, int]:
         return 0, 1
 
 
-def _plain(value: Any) -> Any:
-    """``json.dumps`` fallback: tensors and numpy values as lists and numbers."""
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_plain)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
-def _last_newline(fd: int, size: int) -> int:
-    """Length of the file up to and including its last newline (0 if it has none)."""
-    end = size
-    while end > 0:
-        start = max(0, end - (1 << 16))
-        cut = os.pread(fd, end - start, start).rfind(b"\n")
-        if cut >= 0:
-            return start + cut + 1
-        end = start
-    return 0
-
-
-def _jsonl_end(fd: int, size: int, path: Path) -> tuple[int, bytes]:
-    """(length to keep, bytes to add) before appending to an existing JSONL file.
-
-    A last line without its newline is a record cut short by a crash (cut off), or a whole record from a writer
-    that does not end its lines (kept, and its newline added)."""
-    head = os.pread(fd, 4, 0)
-    if head.startswith((GZIP_MAGIC, PARQUET_MAGIC)):
-        raise ValueError(f"{path}: holds gzip or Parquet data, not JSONL text; not appending to it")
-    keep = _last_newline(fd, size)
-    if keep == size:
-        return size, b""
-    try:
-        json.loads(os.pread(fd, size - keep, keep))
-    except ValueError:
-        return keep, b""
-    return size, b"\n"
-
-
-def _gzip_end(fd: int, size: int, path: Path) -> tuple[int, bytes]:
-    """(length to keep, bytes to add) before appending to an existing gzip JSONL file.
-
-    A last gzip member cut short by a crash is cut off; a stream that is corrupt rather than short is refused (it
-    is not what a crash leaves, and cutting it could drop records)."""
-    if os.pread(fd, 2, 0) != GZIP_MAGIC:
-        raise ValueError(f"{path}: not gzip data; not appending to it")
-    good = offset = 0
-    inflater = zlib.decompressobj(31)
-    member_last, complete_last = b"", b"\n"  # the last byte of this member's text, of the last whole member's
-    while offset < size:
-        data = os.pread(fd, min(1 << 20, size - offset), offset)
-        base = offset
-        offset += len(data)
-        while data:
-            try:
-                out = inflater.decompress(data)
-            except zlib.error as exc:
-                raise ValueError(f"{path}: corrupt gzip data after byte {good} ({exc}); not appending to it") from None
-            member_last = out[-1:] or member_last
-            if not inflater.eof:
-                break
-            complete_last, member_last = member_last or complete_last, b""
-            rest = inflater.unused_data
-            good = base + len(data) - len(rest)
-            base, data = good, rest
-            inflater = zlib.decompressobj(31)
-    return good, (b"" if complete_last == b"\n" else gzip.compress(b"\n", mtime=0))
-
-
-def _lock_exclusive(fd: int, path: Path) -> None:
-    """An exclusive ``flock`` on ``fd`` (held until it is closed), or ``RuntimeError``: one writer per log. The lock
-    belongs to the open file, so a second ``LogWriter`` in the same process is refused like another process."""
-    if fcntl is None:
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise RuntimeError(
-            f"{path}: another writer (process or LogWriter) is writing this log; one writer per log: give each "
-            "rank or process its own name (tito_audit.replay.per_rank_path)"
-        ) from None
-
-
-class _JsonLines:
-    """One JSONL (or gzip JSONL) part, appended through an ``O_APPEND`` descriptor, one ``write`` per chunk."""
-
-    def __init__(self, path: Path, gz: bool, fsync: bool) -> None:
-        self.path, self.gz, self.fsync = path, gz, fsync
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            _lock_exclusive(self.fd, path)
-            size = os.fstat(self.fd).st_size
-            keep, close_line = (_gzip_end if gz else _jsonl_end)(self.fd, size, path) if size else (0, b"")
-            if keep < size:
-                os.ftruncate(self.fd, keep)
-            if close_line:
-                _write_all(self.fd, close_line)
-            self.repaired = size - keep
-        except BaseException:
-            os.close(self.fd)
-            raise
-
-    def size(self) -> int:
-        return os.fstat(self.fd).st_size
-
-    def write(self, lines: list[bytes]) -> None:
-        data = b"".join(lines)
-        _write_all(self.fd, gzip.compress(data, compresslevel=6, mtime=0) if self.gz else data)
-        if self.fsync:
-            os.fsync(self.fd)
-
-    def close(self) -> None:
-        os.close(self.fd)
-
-
-class _ParquetPart:
-    """One Parquet part, written as ``.NAME.partial`` and given its name NAME when sealed (footer written). It never
-    replaces a file: the part number is claimed with ``O_EXCL`` only where no part of that number exists, and the
-    sealed part is hard-linked to its name (which fails where a file is), so that even two writers without a lock
-    between them (not POSIX, a file system without ``flock``) cannot replace each other's parts."""
-
-    def __init__(self, path: Path, fsync: bool, free: Callable[[], Path]) -> None:
-        import pyarrow.parquet as pq
-
-        self.path, self.fsync, self.free = path, fsync, free
-        self.partial = path.with_name(f".{path.name}.partial")
-        if path.exists():
-            raise FileExistsError(path)
-        fd = os.open(self.partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)  # claims the part number
-        os.close(fd)
-        self.writer = pq.ParquetWriter(self.partial, _arrow_schema(), compression="zstd")
-        self.repaired = 0
-
-    def size(self) -> int:
-        return self.partial.stat().st_size
-
-    def write(self, records: list[dict[str, Any]]) -> None:
-        import pyarrow as pa
-
-        self.writer.write_table(pa.Table.from_pylist(records, schema=_arrow_schema()))
-
-    def close(self) -> None:
-        self.writer.close()
-        if self.fsync:
-            fd = os.open(self.partial, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        while True:
-            try:
-                os.link(self.partial, self.path)  # fails where a file is: nothing is ever replaced
-                break
-            except FileExistsError:
-                self.path = self.free()  # another writer sealed this number meanwhile: the next free one
-            except OSError:  # no hard links here: rename, after a check (a narrow race, only without a lock)
-                if self.path.exists():
-                    self.path = self.free()
-                    continue
-                os.rename(self.partial, self.path)
-                return
-        os.unlink(self.partial)
-
-
-_SCHEMA: Any = None
-
-
-def _arrow_schema() -> Any:
-    """Token columns as Arrow lists (what replay streams), free-form objects as JSON text."""
-    global _SCHEMA
-    if _SCHEMA is None:
-        import pyarrow as pa
-
-        ids = pa.list_(pa.int32())
-        turn = pa.struct([("ids", ids), ("logprobs", pa.list_(pa.float64())), ("prompt_ids", ids)])
-        _SCHEMA = pa.schema(
-            [
-                ("id", pa.string()),
-                ("turns", pa.list_(turn)),
-                ("input_ids", ids),
-                ("loss_mask", pa.list_(pa.int8())),
-                *[(name, pa.string()) for name in JSON_FIELDS],
-            ]
-        )
-    return _SCHEMA
-
-
 class LogWriter:
     """Append one native replay record per episode to a JSONL, gzip JSONL or Parquet log; see the module doc."""
 
@@ -324,29 +105,22 @@ class LogWriter:
     ) -> None:
         self.path = Path(path)
         self.format: LogFormat = format or format_of(self.path)
-        if self.format not in FORMATS:
-            raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {self.format!r}")
+        self._container = container(self.format)
         if max_bytes is not None and max_bytes <= 0:
             raise ValueError("max_bytes must be positive (or None: no rotation)")
-        if self.format == "parquet":
-            try:
-                import pyarrow  # noqa: F401
-            except ImportError:
-                raise ImportError(
-                    f"{self.path}: a Parquet log needs pyarrow (pip install 'tito-audit[parquet]'); or write .jsonl.gz"
-                ) from None
+        self._container.check_available(self.path)
         self.max_bytes = max_bytes
         # a chunk never exceeds a part, so parts stay within max_bytes (unless one record alone is larger)
         self.buffer_bytes = max(1, min(buffer_bytes, max_bytes) if max_bytes else buffer_bytes)
         self.fsync = fsync
-        self.parts = self.format == "parquet" or max_bytes is not None
-        self.stem, self.ext = _split_name(self.path, self.format)
+        self.parts = self._container.parts or max_bytes is not None
+        self.stem, self.ext = split_name(self.path, self.format)
         self.records = 0  # records written by this writer (flushed or buffered)
         self.repaired_bytes = 0  # bytes of a partial last record cut off when an existing log was reopened
         self._lock = threading.Lock()
-        self._pending: list[Any] = []  # JSONL: encoded lines; Parquet: row dicts
+        self._pending: list[Any] = []  # records as the container encodes them (JSONL: lines; Parquet: row dicts)
         self._pending_bytes = 0
-        self._sink: _JsonLines | _ParquetPart | None = None
+        self._sink: Part | None = None
         self._written: list[Path] = []
         self._closed = False
         self._lock_fd: int | None = None  # Parquet: the log's lock file, held from the first flush to close
@@ -366,28 +140,28 @@ class LogWriter:
             return 0
         pattern = re.compile(rf"\.?{re.escape(self.stem)}-(\d{{5,}}){re.escape(self.ext)}(\.partial)?")
         found = [int(m.group(1)) for p in self.path.parent.iterdir() if (m := pattern.fullmatch(p.name))]
-        if self.format == "parquet":
-            return max(found, default=-1)
-        return max(found, default=0)
+        return max(found, default=self._container.first_part)
 
-    def _open(self) -> _JsonLines | _ParquetPart:
-        if self.format == "parquet":
-            if self._lock_fd is None:
-                lock = self.path.with_name(f".{self.stem}{self.ext}.lock")
-                fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-                try:
-                    _lock_exclusive(fd, self.path)
-                except BaseException:
-                    os.close(fd)
-                    raise
-                self._lock_fd = fd
-                self._index = max(self._index, self._last_index())  # parts sealed before the lock was ours
-            return _ParquetPart(self._free_part(), self.fsync, self._free_part)
-        sink = _JsonLines(self._part(self._index), self.format == "jsonl.gz", self.fsync)
-        self.repaired_bytes += sink.repaired
-        if sink.path not in self._written:
-            self._written.append(sink.path)
-        return sink
+    def _open(self) -> Part:
+        """The part records go to now: JSONL goes on in the current part (its own lock on the file); a sealed
+        part is never reopened, so each new one takes the next free name (under the log's lock file)."""
+        if not self._container.seal_on_flush:
+            sink = self._container.open(self._part(self._index), self.fsync, self._free_part)
+            self.repaired_bytes += sink.repaired
+            if sink.path not in self._written:
+                self._written.append(sink.path)
+            return sink
+        if self._lock_fd is None:
+            lock = self.path.with_name(f".{self.stem}{self.ext}.lock")
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                lock_exclusive(fd, self.path)
+            except BaseException:
+                os.close(fd)
+                raise
+            self._lock_fd = fd
+            self._index = max(self._index, self._last_index())  # parts sealed before the lock was ours
+        return self._container.open(self._free_part(), self.fsync, self._free_part)
 
     def _free_part(self) -> Path:
         """The next Parquet part name that no file holds, sealed or partial (a crashed writer's, another's)."""
@@ -402,7 +176,7 @@ class LogWriter:
         if self._sink is not None:
             sink, self._sink = self._sink, None
             sink.close()
-            if self.format == "parquet":
+            if self._container.seal_on_flush:
                 self._written.append(sink.path)  # its name once sealed (another if its own was taken)
             elif self.parts:
                 self._index += 1
@@ -418,8 +192,29 @@ class LogWriter:
     def write(self, record: Mapping[str, Any] | Episode) -> None:
         """Append one episode: a native record (``record_from_trajectory``'s output, say) or an ``Episode``.
 
-        Raises ``RecordError`` (naming the field) for a record replay could not read; nothing is written then.
+        Raises ``RecordError`` naming the episode (its number in this writer, and its id) and the field, for a
+        record replay could not read or whose lengths disagree (a loss mask or log-probs that do not match the ids
+        they describe); nothing is written then.
         """
+        try:
+            ep, metadata = self._episode(record)
+        except RecordError as exc:
+            raise RecordError(f"{self._which(record)}: {exc}") from None
+        row = episode_to_native(ep)
+        if metadata is not None:
+            row["metadata"] = metadata
+        item, size = self._container.encode(row)
+        with self._lock:
+            if self._closed:
+                raise ValueError(f"{self.path}: write to a closed LogWriter")
+            self._pending.append(item)
+            self._pending_bytes += size
+            self.records += 1
+            if self._pending_bytes >= self.buffer_bytes:
+                self._drain(seal=False)
+
+    def _episode(self, record: Mapping[str, Any] | Episode) -> tuple[Episode, Any]:
+        """The episode a record holds and its metadata, checked as replay will read it."""
         if isinstance(record, Episode):
             ep, metadata = record, None
         else:
@@ -434,25 +229,18 @@ class LogWriter:
             except BatchItemError as exc:
                 raise RecordError(str(exc)) from None
             ep, metadata = episode_from_native(record), record.get("metadata")
-        row = episode_to_native(ep)
-        if metadata is not None:
-            row["metadata"] = metadata
-        if self.format == "parquet":
-            item: Any = self._parquet_row(row)
-            size = 4 * (len(ep.input_ids) + sum(len(t.ids) for t in ep.turns)) + sum(
-                len(item[k] or "") for k in JSON_FIELDS
-            )
-        else:
-            item = (_dumps(row) + "\n").encode("utf-8")
-            size = len(item)
-        with self._lock:
-            if self._closed:
-                raise ValueError(f"{self.path}: write to a closed LogWriter")
-            self._pending.append(item)
-            self._pending_bytes += size
-            self.records += 1
-            if self._pending_bytes >= self.buffer_bytes:
-                self._drain(seal=False)
+        if ep.loss_mask is not None and len(ep.loss_mask) != len(ep.input_ids):
+            raise RecordError(f"loss_mask has {len(ep.loss_mask)} values for {len(ep.input_ids)} input_ids")
+        for k, turn in enumerate(ep.turns):
+            if turn.logprobs is not None and len(turn.logprobs) != len(turn.ids):
+                raise RecordError(f"turns[{k}].logprobs has {len(turn.logprobs)} values for {len(turn.ids)} ids")
+        return ep, metadata
+
+    def _which(self, record: Mapping[str, Any] | Episode) -> str:
+        """The episode in words: its number among this writer's records, its id when it has one, the log."""
+        given = record.id if isinstance(record, Episode) else record.get("id") if isinstance(record, Mapping) else None
+        named = f" (id {given!r})" if given not in (None, "") else ""
+        return f"{self.path}: episode {self.records + 1}{named}"
 
     def write_episode(
         self,
@@ -471,12 +259,13 @@ class LogWriter:
         """Append one episode from what a loop holds: per assistant turn the sampled ids (and, if kept, their
         log-probs and the prompt ids the engine was given), the trained ids and loss mask, and the chat as the
         rollout code kept it. Lists, tuples, numpy arrays and tensors are all accepted."""
+        which = self._which({"id": id})
         if isinstance(sampled, (str, bytes)) or (not isinstance(sampled, Sequence) and not hasattr(sampled, "tolist")):
-            raise TypeError("sampled must be a list of per-turn id lists")
+            raise TypeError(f"{which}: sampled must be a list of per-turn id lists")
         per_turn = [sampled[k] for k in range(len(sampled))]
         for name, values in (("logprobs", logprobs), ("prompt_ids", prompt_ids)):
             if values is not None and len(values) != len(per_turn):
-                raise ValueError(f"{name} has {len(values)} entries for {len(per_turn)} sampled turns")
+                raise ValueError(f"{which}: {name} has {len(values)} entries for {len(per_turn)} sampled turns")
         turns = []
         for k, ids in enumerate(per_turn):
             turn: dict[str, Any] = {"ids": ids}
@@ -497,13 +286,6 @@ class LogWriter:
         record.update({k: v for k, v in optional.items() if v is not None})
         self.write(record)
 
-    @staticmethod
-    def _parquet_row(row: dict[str, Any]) -> dict[str, Any]:
-        out = {k: row.get(k) for k in ("id", "turns", "input_ids", "loss_mask")}
-        for k in JSON_FIELDS:
-            out[k] = _dumps(row[k]) if row.get(k) is not None else None
-        return out
-
     def _drain(self, seal: bool) -> None:
         """Write what is pending (lock held): one chunk into the current part, rotating first if it would not fit."""
         if self._pending:
@@ -518,7 +300,7 @@ class LogWriter:
             self._pending, self._pending_bytes = [], 0
             if self.max_bytes is not None and self._sink.size() >= self.max_bytes:
                 self._seal()
-        if seal and self.format == "parquet":
+        if seal and self._container.seal_on_flush:
             self._seal()
 
     def flush(self) -> None:
