@@ -71,7 +71,8 @@ MIXED = "mixed"  # answers end one way, tool-call turns the other
 class TurnRoles:
     """A template's control text by role (see the module's docstring); empty where a probe did not render."""
 
-    answer_end: str | None = None  # the control word an assistant answer ends with
+    answer_end: str | None = None  # the control word an assistant answer ends with (the last of its closers)
+    answer_closers: tuple[str, ...] = ()  # the control words that close an answer, in order (``<|END_RESPONSE|>``...)
     call_end: str | None = None  # the one a tool-call turn ends with
     deferred_end: str | None = None  # an answer's end that the template writes only once another message follows
     call_deferred_end: str | None = None  # the same after a tool-call turn
@@ -116,6 +117,17 @@ class TurnRoles:
             return self.user_opener if kind == ANSWER else self.tool_opener
         return self._closer(kind)
 
+    def closers_of(self, kind: str) -> tuple[str, ...]:
+        """The control words that close a turn of ``kind``, in order, its end the last: an engine stopping on any of
+        them stops within the turn's closing run, and the next message's delta starts after the one it stopped on
+        (Command-R's answers: ``<|END_RESPONSE|>``, ``<|END_OF_TURN_TOKEN|>``)."""
+        end = self.end_of(kind)
+        if end is None:
+            return ()
+        if kind == ANSWER and self.convention_of(kind) == AFTER_TURN and end == self.answer_end and self.answer_closers:
+            return self.answer_closers
+        return (end,)
+
     @property
     def convention(self) -> str:
         """``after_turn``: the template ends assistant turns with a control word of its own; ``next_opener``: it
@@ -134,7 +146,8 @@ class TurnRoles:
     def words(self) -> tuple[str, ...]:
         """Every control word the template writes in a role position, once each, in a stable order."""
         ends = (self.answer_end, self.call_end, self.deferred_end, self.call_deferred_end, self.user_end)
-        parts = (self.start, self.openers, tuple(w for w in ends if w), self.generation, self.call_wrappers)
+        parts = (self.start, self.openers, tuple(w for w in ends if w), self.answer_closers, self.generation)
+        parts = (*parts, self.call_wrappers)
         return tuple(dict.fromkeys(w for part in (*parts, self.reasoning) for w in part))
 
 
@@ -196,23 +209,25 @@ def _regions(probe: RoleProbe, user: dict[str, Any]) -> _Regions:
 def _read(probe: RoleProbe) -> TurnRoles:
     user = {"role": "user", "content": USER}
     r = _regions(probe, user)
-    # Turn ends: what follows the payload of an assistant turn that is the last message.
-    answer_end = first_word(r.answer_tail, after_text=True) if r.answer_tail else None
-    call_end, call_wrappers = _call_end(r.call_tail, r.to_tool, answer_end)
-    if r.called and r.prompt:
-        completion = rest(r.prompt, r.called)
-        cut = [i for i in (completion.find(TOOL), completion.find(ARGUMENT)) if i >= 0]
-        call_wrappers = (*control_words(completion[: min(cut)] if cut else ""), *call_wrappers)
     to_answer = between(r.answered, USER, ANSWER_TEXT) if r.answered else None
     user_next = first_word(to_answer or "")
     closers = _closers(r, user_next)
     generation, assistant_opener = _generation(r, closers, user_next)
+    # Turn ends: what follows the payload of an assistant turn that is the last message.
+    answer_closers = _closing_run(r.answer_tail, r.to_user, assistant_opener)
+    answer_end = answer_closers[-1] if answer_closers else None
+    call_end, call_wrappers = _call_end(r.call_tail, r.to_tool, answer_end, assistant_opener)
+    if r.called and r.prompt:
+        completion = rest(r.prompt, r.called)
+        cut = [i for i in (completion.find(TOOL), completion.find(ARGUMENT)) if i >= 0]
+        call_wrappers = (*control_words(completion[: min(cut)] if cut else ""), *call_wrappers)
     user_opener, deferred_end = _next_turn(r.answer_tail, r.to_user, closers, answer_end)
     tool_opener, call_deferred_end = _next_turn(r.call_tail, r.to_tool, closers, call_end)
     openers = tuple(dict.fromkeys(w for w in (user_opener, tool_opener, assistant_opener) if w))
     reasoning = reasoning_words(probe, user)
     return TurnRoles(
         answer_end=answer_end,
+        answer_closers=answer_closers,
         call_end=call_end,
         deferred_end=deferred_end,
         call_deferred_end=call_deferred_end,
@@ -276,16 +291,45 @@ def _start_words(bare: str | None, openers: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(control_words(head[:first])) if first > 0 else ()
 
 
-def _call_end(tail: str | None, to_tool: str | None, answer_end: str | None) -> tuple[str | None, tuple[str, ...]]:
+def _closing_run(tail: str | None, following: str | None, opener: str | None) -> tuple[str, ...]:
+    """The control words that close an assistant turn, from ``tail`` (what follows its payload when it is the last
+    message): its first control word (after any text the template writes there), then each that follows with only
+    whitespace between, as long as the template writes it in ``following`` too (the turn followed by a user turn:
+    an end it writes only when the turn is last, a final eos, is no turn end) and it opens no turn (``opener``, the
+    assistant's: a template that always ends its render with the assistant's opener). Command-R's answer closes
+    with ``<|END_RESPONSE|><|END_OF_TURN_TOKEN|>``; the turn ends at the last one, what its eos is."""
+    if not tail:
+        return ()
+    found = spans(tail, runs=True)
+    start = first_word(tail, after_text=True)
+    if start is None:
+        return ()
+    at = next(i for i, (_, _, w) in enumerate(found) if w == start)
+    run, end = [start], found[at][1]
+    limit = shared(tail, following) if following is not None else end
+    for a, b, word in found[at + 1 :]:
+        if b > limit or tail[end:a].strip() or word == opener:
+            break
+        run.append(word)
+        end = b
+    return tuple(run)
+
+
+def _call_end(
+    tail: str | None, to_tool: str | None, answer_end: str | None, opener: str | None = None
+) -> tuple[str | None, tuple[str, ...]]:
     """A call turn's end and the wrapper word right before it, from what follows the call's last argument.
 
-    The text both renders share (the call as the last message, and followed by its result) is the turn's own;
-    the answer's turn end there is the call's too, else its last control word is (a template that closes calls
-    with another token), unless the template closes no turn at all."""
+    The text both renders share (the call as the last message, and followed by its result) is the turn's own, up to
+    the assistant's ``opener`` (a template that always ends its render with it); the answer's turn end there is the
+    call's too, else its last control word is (a template that closes calls with another token), unless the
+    template closes no turn at all."""
     if tail is None:
         return None, ()
     own = tail[: shared(to_tool, tail)] if to_tool is not None else tail
     words = [w for _, _, w in spans(own, runs=True)]
+    if opener in words:
+        words = words[: words.index(opener)]
     if not words:
         return None, ()
     if answer_end is not None and answer_end in words:

@@ -159,11 +159,9 @@ def _seams(ctx: AuditContext, sim: Simulation, found: Collector, seen: _Seen) ->
         left = traj.input_ids[seg.start - 1 : seg.start] if seg.start else []
         if not left or left[0] not in ctx.stop_ids:
             continue
-        right = traj.input_ids[seg.start : seg.start + 6]
+        right = _whole_characters(ctx, traj.input_ids[seg.start : seg.start + 6])
         seen.compared += 1
-        joined = ctx.renderer.encode(
-            ctx.renderer.decode(left + right, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        )
+        joined = ctx.renderer.encode(_decoded(ctx, left + right))
         if joined != left + right:
             found.compare(
                 sim.scenario.id,
@@ -172,6 +170,18 @@ def _seams(ctx: AuditContext, sim: Simulation, found: Collector, seen: _Seen) ->
                 "the buffer/delta seam is not atomic: encoding the joined text gives other ids",
                 cls="stop_seam",
             )
+
+
+def _decoded(ctx: AuditContext, ids: list[int]) -> str:
+    return str(ctx.renderer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
+
+
+def _whole_characters(ctx: AuditContext, ids: list[int]) -> list[int]:
+    """``ids`` less the trailing ones that end inside a multi-byte character (a window cut there decodes to U+FFFD,
+    which encodes to other ids whatever the seam is)."""
+    while ids and _decoded(ctx, ids).endswith("\ufffd"):
+        ids = ids[:-1]
+    return ids
 
 
 def _convention_notes(convention: str, call_convention: str, deferred: bool) -> list[str]:
@@ -198,15 +208,18 @@ def _convention_notes(convention: str, call_convention: str, deferred: bool) -> 
 def _uncovered_turn_ends(ctx: AuditContext) -> list[Finding]:
     """Turn ends (per kind of turn: an answer's, a tool-call turn's, or the opener such a turn stops at) that the
     model's shipped metadata does not list as a stop: neither the tokenizer's eos nor generation_config's
-    ``eos_token_id``. An engine configured from that metadata runs past such a turn."""
+    ``eos_token_id`` is one of the words that close such a turn (``TurnRoles.closers_of``). An engine configured
+    from that metadata runs past such a turn."""
     tok, roles = ctx.tokenizer, turn_roles(ctx.renderer)
     shipped = {i for i in (tok.eos_token_id, *ctx.model.generation_eos_ids) if i is not None}
     ends = {kind: roles.end_of(kind) for kind in (ANSWER, CALL)}
     out: list[Finding] = []
     for kind, word in ends.items():
         tid = single_token(tok, word) if word else None
-        if tid is None or tid in shipped or (kind == CALL and word == ends[ANSWER]):
+        if tid is None or (kind == CALL and word == ends[ANSWER]):
             continue
+        if any(single_token(tok, w) in shipped for w in roles.closers_of(kind)):
+            continue  # an engine stops within the turn's closing run: the delta starts after the stop it meets
         whose = "turns" if ends[ANSWER] == ends[CALL] else ("answers" if kind == ANSWER else "tool-call turns")
         what = (
             f"{whose} end at the next turn's opener"
