@@ -146,8 +146,8 @@ class TurnRoles:
     def words(self) -> tuple[str, ...]:
         """Every control word the template writes in a role position, once each, in a stable order."""
         ends = (self.answer_end, self.call_end, self.deferred_end, self.call_deferred_end, self.user_end)
-        parts = (self.start, self.openers, tuple(w for w in ends if w), self.answer_closers, self.generation)
-        parts = (*parts, self.call_wrappers)
+        parts: tuple[tuple[str, ...], ...] = (self.start, self.openers, tuple(w for w in ends if w))
+        parts = (*parts, self.answer_closers, self.generation, self.call_wrappers)
         return tuple(dict.fromkeys(w for part in (*parts, self.reasoning) for w in part))
 
 
