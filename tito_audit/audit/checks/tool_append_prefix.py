@@ -69,8 +69,7 @@ def tool_append_prefix(ctx: AuditContext) -> Outcome:
                 sim.scenario.id,
                 error.before,
                 error.after,
-                f"appending {'+'.join(m['role'] for m in results)} after assistant "
-                f"message {idx} rewrites the history",
+                f"appending {'+'.join(m['role'] for m in results)} after assistant message {idx} rewrites the history",
             )
         found.compared(len(sim.trajectory.bridges) if sim.trajectory is not None else 0)
     for f in found.findings:
