@@ -22,6 +22,14 @@ def test_a_template_that_prints_the_time_is_tito_required() -> None:
     assert check.status == "warn" and check.findings[0].cls == "date"
 
 
+def test_the_time_in_the_generation_prompt_alone_is_read_too() -> None:
+    """`[12:00 PM]` written only in the generation prompt: the episode's render has no time, its last turn's prompt
+    has it."""
+    report = audit_of("qwen2.5-7b-instruct", CLOCK / "time_in_generation_prompt.jinja")
+    assert report.check("time_of_day").status == "warn"
+    assert "tito-required:time_of_day" in report.verdict_reasons
+
+
 def test_a_template_that_prints_only_the_date_keeps_its_verdict() -> None:
     """`Today: Thursday 15 January 2026`: the same at every time of the pinned day; time_invariance warns (another
     day renders another date), the verdict does not move."""

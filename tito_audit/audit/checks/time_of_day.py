@@ -41,9 +41,13 @@ def time_of_day(ctx: AuditContext) -> Outcome:
     found = Collector(ctx, "time_of_day")
     for sim in ctx.ok_simulations()[:3]:
         tools = list(sim.scenario.tools)
+        # the episode, and the prompt of its last turn (a template may print the time in its generation prompt)
+        last = max(i for i, m in enumerate(sim.messages) if m["role"] == "assistant")
+        renders = ((sim.messages, False), (sim.messages[:last], True))
         try:
-            a = ctx.renderer_for(sim.scenario).render_ids(sim.messages, tools=tools)
-            b = other.with_kwargs(**sim.scenario.kwargs).render_ids(sim.messages, tools=tools)
+            now, then = ctx.renderer_for(sim.scenario), other.with_kwargs(**sim.scenario.kwargs)
+            a = [i for ms, agp in renders for i in now.render_ids(ms, tools=tools, add_generation_prompt=agp)]
+            b = [i for ms, agp in renders for i in then.render_ids(ms, tools=tools, add_generation_prompt=agp)]
         except RenderError as err:
             found.failed(sim.scenario.id, err)
             continue
