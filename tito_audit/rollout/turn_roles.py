@@ -298,17 +298,14 @@ def _closing_run(tail: str | None, following: str | None, opener: str | None) ->
     an end it writes only when the turn is last, a final eos, is no turn end) and it opens no turn (``opener``, the
     assistant's: a template that always ends its render with the assistant's opener). Command-R's answer closes
     with ``<|END_RESPONSE|><|END_OF_TURN_TOKEN|>``; the turn ends at the last one, what its eos is."""
-    if not tail:
+    text = tail or ""
+    found = spans(text, runs=True)
+    if not found:
         return ()
-    found = spans(tail, runs=True)
-    start = first_word(tail, after_text=True)
-    if start is None:
-        return ()
-    at = next(i for i, (_, _, w) in enumerate(found) if w == start)
-    run, end = [start], found[at][1]
-    limit = shared(tail, following) if following is not None else end
-    for a, b, word in found[at + 1 :]:
-        if b > limit or tail[end:a].strip() or word == opener:
+    run, end = [found[0][2]], found[0][1]
+    limit = shared(text, following) if following is not None else end
+    for a, b, word in found[1:]:
+        if b > limit or text[end:a].strip() or word == opener:
             break
         run.append(word)
         end = b
