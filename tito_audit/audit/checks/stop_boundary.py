@@ -21,7 +21,7 @@ from tito_audit.rollout.turn_roles import ANSWER, CALL, MIXED, NEXT_OPENER, turn
     severity="warning",
     order=40,
     merge_dependent="the seam's atomicity depends on how the real merges split multi-byte and prefix-space text, "
-    "and its eos finding on shipped metadata (agreed on 11 of 16 models)",
+    "and its eos finding on shipped metadata (agreed on 15 of 16 models)",
     explanation="""
 An engine stops on a token and returns it; the template may render more after it (Qwen's `\\n` after
 `<|im_end|>`), close turns with a token that is not the tokenizer's eos (Gemma's `<end_of_turn>`), or not
