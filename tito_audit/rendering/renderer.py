@@ -87,6 +87,23 @@ def _where(frames: list[str]) -> str:
     return last
 
 
+def _cached_ids(
+    cache: dict[bytes | str, tuple[int, ...] | RenderError], key: bytes | str, compute: Callable[[], Sequence[int]]
+) -> list[int]:
+    """``compute()`` once per key; its ids are kept as a tuple of ints (never walked by the garbage collector), a
+    failure as the error, raised again on every later call."""
+    hit = cache.get(key)
+    if hit is None:
+        try:
+            hit = tuple(compute())
+        except RenderError as err:
+            hit = detached(err)
+        cache[key] = hit
+    if isinstance(hit, RenderError):
+        raise _again(hit)
+    return list(hit)
+
+
 def _again(cached: RenderError) -> RenderError:
     """A cached failure raised once more, as a copy: raising the cached one would give it a traceback through
     this renderer's frames, a reference cycle through its caches (``errors.detached``)."""
@@ -313,40 +330,25 @@ class Renderer:
         default.
         """
         key, tools = self._keyed(messages, tools, add_generation_prompt)
-        if not self.marks_control_tokens:
-            return self._plain_ids(key, messages, tools, add_generation_prompt)
-        cache = self._shared.ids
-        hit = cache.get(key)
-        if hit is None:
-            try:
-                try:
-                    out = self._sanitized(key, messages, tools, add_generation_prompt)
-                except RenderError as err:  # the template's own code failed on the marked content
-                    if err.kind not in ("type", "crash"):
-                        raise
-                    out = self.encode(self.render(messages, tools, add_generation_prompt))
-                hit = tuple(out)  # a tuple of ints: never walked by the garbage collector
-            except RenderError as err:
-                hit = detached(err)
-            cache[key] = hit
-        if isinstance(hit, RenderError):
-            raise _again(hit)
-        return list(hit)
+        if not self.marks_control_tokens:  # apply_chat_template(tokenize=True): the render encoded plainly
+            return _cached_ids(
+                self._shared.plain_ids, key, lambda: self._plain_ids(key, messages, tools, add_generation_prompt)
+            )
+        return _cached_ids(self._shared.ids, key, lambda: self._marked_ids(key, messages, tools, add_generation_prompt))
 
     def _plain_ids(self, key: bytes | str, messages: Sequence[Message], tools: Any, agp: bool) -> list[int]:
-        """``apply_chat_template(tokenize=True)``: the render (cached under the same key) encoded plainly."""
-        cache = self._shared.plain_ids
-        hit = cache.get(key)
-        if hit is None:
-            try:
-                text = self._render(key, messages, tools, agp)
-                hit = tuple(self._guarded(lambda: self.encode(text), template_code=False))
-            except RenderError as err:
-                hit = detached(err)
-            cache[key] = hit
-        if isinstance(hit, RenderError):
-            raise _again(hit)
-        return list(hit)
+        """The render (cached under the same key) encoded plainly."""
+        text = self._render(key, messages, tools, agp)
+        return list(self._guarded(lambda: self.encode(text), template_code=False))
+
+    def _marked_ids(self, key: bytes | str, messages: Sequence[Message], tools: Any, agp: bool) -> list[int]:
+        """``_sanitized``, or the plain encoding where the template's own code fails on the marked content."""
+        try:
+            return self._sanitized(key, messages, tools, agp)
+        except RenderError as err:
+            if err.kind not in ("type", "crash"):
+                raise
+            return self.encode(self.render(messages, tools, agp))
 
     def sanitized_ids(
         self, messages: Sequence[Message], tools: Any = None, add_generation_prompt: bool = False

@@ -89,32 +89,30 @@ def _keep(found: Collector, sim: Simulation, expected: Any, actual: Any, message
 
 
 def _compare_appends(found: Collector, sim: Simulation, marked: Simulation) -> None:
-    """A tool or user append that breaks buffer + delta on one path only."""
+    """A tool or user append that breaks buffer + delta on one path only, shown where it breaks."""
     plain_breaks, marked_breaks = _breaks(sim), _breaks(marked)
-    for idx in sorted(marked_breaks - plain_breaks):
-        error = dict(marked.bridge_errors)[idx]
-        f = _keep(
-            found,
+    sides = (
+        (
+            marked,
+            marked_breaks - plain_breaks,
+            "only_with_marking",
+            "breaks only with {m}: appending after assistant "
+            "message {i} rewrites the history there, while {p} keeps it exact",
+        ),
+        (
             sim,
-            error.before,
-            error.after,
-            f"buffer + delta breaks only with {MARKING}: appending after assistant message {idx} rewrites the "
-            f"history there, while {PLAIN} keeps it exact",
-        )
-        if f is not None:
-            f.reason = "only_with_marking"
-    for idx in sorted(plain_breaks - marked_breaks):
-        error = dict(sim.bridge_errors)[idx]
-        f = _keep(
-            found,
-            sim,
-            error.before,
-            error.after,
-            f"buffer + delta is exact only with {MARKING}: in {PLAIN} appending after assistant message {idx} "
-            "rewrites the history",
-        )
-        if f is not None:
-            f.reason = "only_without_marking"
+            plain_breaks - marked_breaks,
+            "only_without_marking",
+            "is exact only with {m}: in {p} appending after assistant message {i} rewrites the history",
+        ),
+    )
+    for broken, only, reason, how in sides:
+        for idx in sorted(only):
+            error = dict(broken.bridge_errors)[idx]
+            message = "buffer + delta " + how.format(m=MARKING, p=PLAIN, i=idx)
+            f = _keep(found, sim, error.before, error.after, message)
+            if f is not None:
+                f.reason = reason
 
 
 def _compare_rerender(found: Collector, sim: Simulation, marked: Simulation) -> None:

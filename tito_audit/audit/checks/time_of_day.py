@@ -5,10 +5,9 @@ from __future__ import annotations
 import datetime as dt
 
 from tito_audit.audit.checks.base import check
+from tito_audit.audit.clock_renders import clock_not_stopped, compare_at
 from tito_audit.audit.collector import Collector
 from tito_audit.audit.context import AuditContext
-from tito_audit.engines import wall_clock
-from tito_audit.errors import RenderError
 from tito_audit.report.findings import Outcome
 
 
@@ -37,37 +36,15 @@ keep it fixed for the episode; do not let the template read the clock.""",
 )
 def time_of_day(ctx: AuditContext) -> Outcome:
     later = other_time(ctx.options.date)
-    other = ctx.renderer.with_date(later)
     found = Collector(ctx, "time_of_day")
-    for sim in ctx.ok_simulations()[:3]:
-        tools = list(sim.scenario.tools)
-        # the episode, and the prompt of its last turn (a template may print the time in its generation prompt)
-        last = max(i for i, m in enumerate(sim.messages) if m["role"] == "assistant")
-        renders = ((sim.messages, False), (sim.messages[:last], True))
-        try:
-            now, then = ctx.renderer_for(sim.scenario), other.with_kwargs(**sim.scenario.kwargs)
-            a = [i for ms, agp in renders for i in now.render_ids(ms, tools=tools, add_generation_prompt=agp)]
-            b = [i for ms, agp in renders for i in then.render_ids(ms, tools=tools, add_generation_prompt=agp)]
-        except RenderError as err:
-            found.failed(sim.scenario.id, err)
-            continue
-        f = found.compare(
-            sim.scenario.id,
-            a,
-            b,
-            f"rendering at {ctx.options.date:%H:%M:%S} and at {later:%H:%M:%S} on the same day differs: the "
-            "template prints the time of day",
-            cls="date",
-        )
-        if f:
-            break
-    if not found.findings and not ctx.engine.is_template and not wall_clock.available():
-        return Outcome(
-            not_applicable=f"renderer {ctx.engine.name} renders alike at both times, but the wall clock its code "
-            "may read could not be stopped (pip install 'tito-audit[encoders]', time-machine): not checked",
-            comparisons=found.comparisons,
-            render_failures=found.render_failures,
-        )
+    message = (
+        f"rendering at {ctx.options.date:%H:%M:%S} and at {later:%H:%M:%S} on the same day differs: the template "
+        "prints the time of day"
+    )
+    compare_at(ctx, found, later, message, with_prompt=True)
+    not_checked = clock_not_stopped(ctx, found, "times")
+    if not_checked is not None:
+        return not_checked
     summary = (
         f"independent of the time of day ({found.comparisons} episodes)"
         if not found.findings
