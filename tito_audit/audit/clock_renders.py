@@ -9,20 +9,45 @@ that clock cannot be stopped and both renders agree, nothing was checked, and th
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
+from typing import Any
 
 from tito_audit.audit.collector import Collector
 from tito_audit.audit.context import AuditContext
+from tito_audit.audit.simulation import Simulation
 from tito_audit.engines import wall_clock
 from tito_audit.errors import RenderError
 from tito_audit.report.findings import Outcome
 
 
-def compare_at(ctx: AuditContext, found: Collector, later: dt.datetime, message: str, with_prompt: bool) -> None:
-    """Up to three played episodes rendered at the audit's instant and at ``later``, compared token for token, up
-    to the first that differs (a finding of class ``date`` with ``message``): each episode, and with ``with_prompt``
-    its last turn's prompt too (a template may write the clock only in its generation prompt)."""
+def first_episodes(ctx: AuditContext) -> list[Simulation]:
+    """The first three played episodes."""
+    return ctx.ok_simulations()[:3]
+
+
+def one_per_shape(ctx: AuditContext) -> list[Simulation]:
+    """One played episode per shape: the roles its messages have and the template kwargs it is played under (a
+    template may print the clock only in a system message, or only with reasoning on)."""
+    seen: dict[tuple[Any, ...], Simulation] = {}
+    for sim in ctx.ok_simulations():
+        shape = (frozenset(m["role"] for m in sim.messages), tuple(sorted(sim.scenario.kwargs.items(), key=str)))
+        seen.setdefault(shape, sim)
+    return list(seen.values())
+
+
+def compare_at(
+    ctx: AuditContext,
+    found: Collector,
+    later: dt.datetime,
+    message: str,
+    episodes: Sequence[Simulation],
+    with_prompt: bool,
+) -> None:
+    """``episodes`` rendered at the audit's instant and at ``later``, compared token for token, up to the first that
+    differs (a finding of class ``date`` with ``message``): each episode, and with ``with_prompt`` its last turn's
+    prompt too (a template may write the clock only in its generation prompt)."""
     other = ctx.renderer.with_date(later)
-    for sim in ctx.ok_simulations()[:3]:
+    for sim in episodes:
         tools = list(sim.scenario.tools)
         renders = [(sim.messages, False)]
         if with_prompt:

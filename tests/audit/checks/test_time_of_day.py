@@ -30,6 +30,13 @@ def test_the_time_in_the_generation_prompt_alone_is_read_too() -> None:
     assert "tito-required:time_of_day" in report.verdict_reasons
 
 
+def test_the_time_in_a_system_message_alone_is_read_too() -> None:
+    """A system message stamped `(sent 12:00)`: the first episodes played have no system message, one of the
+    episodes compared (one per shape: the roles it has, the kwargs it is played under) has."""
+    report = audit_of("qwen2.5-7b-instruct", CLOCK / "time_in_system_message.jinja")
+    assert report.verdict == "tito-required" and "tito-required:time_of_day" in report.verdict_reasons
+
+
 def test_a_template_that_prints_only_the_date_keeps_its_verdict() -> None:
     """`Today: Thursday 15 January 2026`: the same at every time of the pinned day; time_invariance warns (another
     day renders another date), the verdict does not move."""

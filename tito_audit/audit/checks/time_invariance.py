@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from tito_audit.audit.checks.base import check
-from tito_audit.audit.clock_renders import clock_not_stopped, compare_at
+from tito_audit.audit.clock_renders import clock_not_stopped, compare_at, first_episodes
 from tito_audit.audit.collector import Collector
 from tito_audit.audit.context import AuditContext
 from tito_audit.report.findings import Outcome
@@ -31,7 +31,8 @@ ids from the buffer instead of re-rendering.""",
 def time_invariance(ctx: AuditContext) -> Outcome:
     later = ctx.options.date + _OTHER_DATE_OFFSET
     found = Collector(ctx, "time_invariance")
-    compare_at(ctx, found, later, f"rendering on {ctx.options.date:%Y-%m-%d} and {later:%Y-%m-%d} differs", False)
+    message = f"rendering on {ctx.options.date:%Y-%m-%d} and {later:%Y-%m-%d} differs"
+    compare_at(ctx, found, later, message, first_episodes(ctx), with_prompt=False)
     not_checked = clock_not_stopped(ctx, found, "dates")
     if not_checked is not None:
         return not_checked

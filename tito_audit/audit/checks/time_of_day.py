@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from tito_audit.audit.checks.base import check
-from tito_audit.audit.clock_renders import clock_not_stopped, compare_at
+from tito_audit.audit.clock_renders import clock_not_stopped, compare_at, one_per_shape
 from tito_audit.audit.collector import Collector
 from tito_audit.audit.context import AuditContext
 from tito_audit.report.findings import Outcome
@@ -29,7 +29,8 @@ later: the prompt a rollout rendered is not what a re-render at training time (o
 naive re-rendering never reproduces the buffer, whatever else the template does. Unlike the date, which the audit
 pins (`--date`) and `time_invariance` reports, the time of day changes within every episode, so it makes the
 verdict at least `tito-required`. Compared on the same day at two times whose hour, minute, second and half of the
-day all differ; a renderer other than a template is given each time with Python's wall clock stopped at it.""",
+day all differ, on one played episode per shape (the roles it has, the template kwargs it is played under); a
+renderer other than a template is given each time with Python's wall clock stopped at it.""",
     fix_hint="""
 Keep the token buffer (the prompt ids of the rollout), or pass the time explicitly as a template variable and
 keep it fixed for the episode; do not let the template read the clock.""",
@@ -41,7 +42,7 @@ def time_of_day(ctx: AuditContext) -> Outcome:
         f"rendering at {ctx.options.date:%H:%M:%S} and at {later:%H:%M:%S} on the same day differs: the template "
         "prints the time of day"
     )
-    compare_at(ctx, found, later, message, with_prompt=True)
+    compare_at(ctx, found, later, message, one_per_shape(ctx), with_prompt=True)
     not_checked = clock_not_stopped(ctx, found, "times")
     if not_checked is not None:
         return not_checked
