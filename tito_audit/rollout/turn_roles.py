@@ -214,7 +214,9 @@ def _read(probe: RoleProbe) -> TurnRoles:
     closers = _closers(r, user_next)
     generation, assistant_opener = _generation(r, closers, user_next)
     # Turn ends: what follows the payload of an assistant turn that is the last message.
-    answer_closers = _closing_run(r.answer_tail, r.to_user, assistant_opener)
+    head = r.asked[: r.asked.find(USER)] if r.asked and USER in r.asked else ""
+    openers_seen = {w for w in (assistant_opener, *control_words(head)[-1:]) if w}  # the assistant's, the user's
+    answer_closers = _closing_run(r.answer_tail, r.to_user, openers_seen)
     answer_end = answer_closers[-1] if answer_closers else None
     call_end, call_wrappers = _call_end(r.call_tail, r.to_tool, answer_end, assistant_opener)
     if r.called and r.prompt:
@@ -291,13 +293,13 @@ def _start_words(bare: str | None, openers: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(control_words(head[:first])) if first > 0 else ()
 
 
-def _closing_run(tail: str | None, following: str | None, opener: str | None) -> tuple[str, ...]:
+def _closing_run(tail: str | None, following: str | None, openers: set[str]) -> tuple[str, ...]:
     """The control words that close an assistant turn, from ``tail`` (what follows its payload when it is the last
     message): its first control word (after any text the template writes there), then each that follows with only
     whitespace between, as long as the template writes it in ``following`` too (the turn followed by a user turn:
-    an end it writes only when the turn is last, a final eos, is no turn end) and it opens no turn (``opener``, the
-    assistant's: a template that always ends its render with the assistant's opener). Command-R's answer closes
-    with ``<|END_RESPONSE|><|END_OF_TURN_TOKEN|>``; the turn ends at the last one, what its eos is."""
+    an end it writes only when the turn is last, a final eos, is no turn end) and it opens no turn (``openers``: the
+    assistant's, for a template that always ends its render with it; the word right before a user's text). Command-R's
+    answer closes with ``<|END_RESPONSE|><|END_OF_TURN_TOKEN|>``; the turn ends at the last one, what its eos is."""
     text = tail or ""
     found = spans(text, runs=True)
     if not found:
@@ -305,7 +307,7 @@ def _closing_run(tail: str | None, following: str | None, opener: str | None) ->
     run, end = [found[0][2]], found[0][1]
     limit = shared(text, following) if following is not None else end
     for a, b, word in found[1:]:
-        if b > limit or text[end:a].strip() or word == opener:
+        if b > limit or text[end:a].strip() or word in openers:
             break
         run.append(word)
         end = b

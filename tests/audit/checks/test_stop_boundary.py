@@ -258,3 +258,10 @@ def test_the_scan_gives_a_synthesized_model_the_eos_that_closes_its_turns(tmp_pa
     [result] = json.loads(out.read_text())["results"]
     assert result["tokenizer_kind"] == "synthesized"
     assert result["verdict"] == "safe" and result["verdict_reasons"] == ["low_coverage:16/16"], result
+
+
+def test_the_users_opener_after_every_answer_is_no_turn_end(loaded) -> None:
+    """A template that writes the user's opener `<|user|>` right after each assistant turn's `<|end|>`, even after
+    the last: the word right before a user's text opens a turn, so the answer closes with `<|end|>` alone."""
+    roles = turn_roles(Renderer(loaded("phi-3-mini-4k-instruct").tokenizer, template("user_opener_after_answer")))
+    assert roles.answer_closers == ("<|end|>",) and roles.turn_ends == ("<|end|>",)
