@@ -47,9 +47,8 @@ def finding(check_id: str, reason: str | None = None, suppressed: bool = False) 
 
 
 def clean() -> list[CheckResult]:
-    return [
-        result(cid) for cid in ("tool_support", "tool_forms", "tool_append_prefix", "naive_rerender", "history_rewrite")
-    ]
+    checks = ("tool_support", "tool_forms", "tool_append_prefix", "naive_rerender", "history_rewrite", "time_of_day")
+    return [result(cid) for cid in checks]
 
 
 def with_result(checks: list[CheckResult], new: CheckResult) -> list[CheckResult]:

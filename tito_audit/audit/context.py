@@ -102,19 +102,17 @@ class AuditContext:
         self.tokenizer = model.tokenizer
         # A template that rejects tools in the OpenAI schema is given them in the first schema it reads
         # (``scenarios.adapt.TOOL_SCHEMAS``: an adaptation the rollout code must make too); other renderers take
-        # the tools as they are.
-        self.renderer: Renderer = self._tools_as_read(
-            self.engine, self.engine.renderer(model.tokenizer, options.template_kwargs, options.date, options.limits)
-        )
-        self.trainer_renderer: Renderer | None = (
-            None
-            if self.trainer is None
-            else self._tools_as_read(
-                self.trainer,
-                self.trainer.renderer(model.tokenizer, options.template_kwargs, options.date, options.limits),
-            )
-        )
+        # the tools as they are. Both sides render as a loop that calls ``apply_chat_template`` as usual does (no
+        # control-token marking): the verdict's path; ``marked_simulation`` plays a scenario as a marking loop
+        # would, for ``control_marking``.
+        engine = self.engine.renderer(model.tokenizer, options.template_kwargs, options.date, options.limits)
+        self.renderer: Renderer = self._tools_as_read(self.engine, engine.with_marking(False))
+        self.trainer_renderer: Renderer | None = None
+        if self.trainer is not None:
+            trainer = self.trainer.renderer(model.tokenizer, options.template_kwargs, options.date, options.limits)
+            self.trainer_renderer = self._tools_as_read(self.trainer, trainer.with_marking(False))
         self._simulations: dict[str, Simulation] = {}
+        self._marked: dict[str, Simulation] = {}
         self.not_probed_thinking: list[str] = []  # why a reasoning switch could not be probed (``thinking_switches``)
 
     @staticmethod
@@ -301,6 +299,18 @@ class AuditContext:
             except InternalError as exc:  # not the template's failure: kept, and raised to every check that reads it
                 sim = Simulation(scenario, [], (), internal=detached(exc))
             self._simulations[scenario.id] = sim
+        return sim
+
+    def marked_simulation(self, scenario: Scenario) -> Simulation:
+        """``scenario`` played as a loop that marks control-token text in the conversation renders it
+        (``apply_chat_template(..., sanitize_control_tokens=True)``, ``tito_audit.Trajectory``)."""
+        sim = self._marked.get(scenario.id)
+        if sim is None:
+            try:
+                sim = simulate(self.renderer.with_marking(True), scenario, self.stop_ids, self.shapes)
+            except InternalError as exc:
+                sim = Simulation(scenario, [], (), internal=detached(exc))
+            self._marked[scenario.id] = sim
         return sim
 
     @cached_property

@@ -8,6 +8,7 @@ from typing import Any
 from tito_audit.audit.checks import ordered_checks, run_check
 from tito_audit.audit.context import AuditContext, AuditOptions
 from tito_audit.errors import AuditError, LimitExceeded, TemplateAlwaysRaises, failed_every_conversation
+from tito_audit.report.check_result import CheckResult
 from tito_audit.report.model_report import ModelReport
 from tito_audit.report.verdict import MIN_COVERAGE
 from tito_audit.rollout.stop import stop_convention
@@ -39,11 +40,25 @@ def audit_context(ctx: AuditContext, started: float | None = None) -> ModelRepor
     """``audit_model`` on a context that may already hold renders (the scan's smoke renders): same checks, same
     verdict rule."""
     started = time.perf_counter() if started is None else started
-    model, options = ctx.model, ctx.options
-    report = ModelReport(model.name, "error", model.provenance, options=_options_dict(options))
-    sims = ctx.simulations
+    report = ModelReport(ctx.model.name, "error", ctx.model.provenance, options=_options_dict(ctx.options))
+    report.scenarios = _scenarios(ctx)
+    if _stopped(ctx, report, started) or _refused_every_conversation(ctx, report, started):
+        return report
+    report.checks = _run_checks(ctx)
+    _record_renderers(report, ctx)
+    if _stopped(ctx, report, started):
+        return report
+    report.decide()
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _scenarios(ctx: AuditContext) -> dict[str, Any]:
+    """What was played (the scenarios, their adaptations and failures, the thinking modes, the stop reading) and
+    what no scenario exercises (``not_probed``)."""
+    sims, model = ctx.simulations, ctx.model
     played = sum(1 for s in sims if s.ok)
-    report.scenarios = {
+    scenarios: dict[str, Any] = {
         "played": played,
         "catalogue": len(sims),
         "low_coverage": played < MIN_COVERAGE,
@@ -57,32 +72,37 @@ def audit_context(ctx: AuditContext, started: float | None = None) -> ModelRepor
     }
     not_probed = [*ctx.shapes.reasoning.not_probed, *ctx.not_probed]
     if not_probed:
-        report.scenarios["not_probed"] = not_probed
-    if _stopped(ctx, report, started):
-        return report
-    if sims and all(s.error is not None for s in sims):  # the template refused every one (not our failure)
-        first = next(s.error for s in sims if s.error is not None)
-        assert first is not None
-        kind, cause = failed_every_conversation(first, None if ctx.engine.is_template else ctx.engine.name)
-        err: AuditError = TemplateAlwaysRaises(model.name, cause)
-        report.error, report.error_kind = err.one_line(), kind or err.kind
-        _record_renderers(report, ctx)
-        report.seconds = time.perf_counter() - started
-        return report
+        scenarios["not_probed"] = not_probed
+    return scenarios
+
+
+def _refused_every_conversation(ctx: AuditContext, report: ModelReport, started: float) -> bool:
+    """Whether the template refused every scenario (not our failure): then the report is that error."""
+    sims = ctx.simulations
+    if not sims or any(s.error is None for s in sims):
+        return False
+    first = next(s.error for s in sims if s.error is not None)
+    assert first is not None
+    kind, cause = failed_every_conversation(first, None if ctx.engine.is_template else ctx.engine.name)
+    err: AuditError = TemplateAlwaysRaises(ctx.model.name, cause)
+    report.error, report.error_kind = err.one_line(), kind or err.kind
+    _record_renderers(report, ctx)
+    report.seconds = time.perf_counter() - started
+    return True
+
+
+def _run_checks(ctx: AuditContext) -> list[CheckResult]:
+    """Every registered check (those ``only_checks`` names and those the verdict needs), and the renderer pair's
+    check when a trainer renderer is given."""
     specs = ordered_checks()
-    if options.only_checks:  # filtering never changes the verdict: the checks it needs always run
-        specs = [s for s in specs if s.id in options.only_checks or s.verdict_bearing]
-    report.checks = [run_check(spec, ctx) for spec in specs]
+    if ctx.options.only_checks:  # filtering never changes the verdict: the checks it needs always run
+        specs = [s for s in specs if s.id in ctx.options.only_checks or s.verdict_bearing]
+    results = [run_check(spec, ctx) for spec in specs]
     if ctx.trainer is not None:
         from tito_audit.audit.checks.renderer_pair import PAIR
 
-        report.checks.append(run_check(PAIR, ctx))
-    _record_renderers(report, ctx)
-    if _stopped(ctx, report, started):
-        return report
-    report.decide()
-    report.seconds = time.perf_counter() - started
-    return report
+        results.append(run_check(PAIR, ctx))
+    return results
 
 
 def _record_renderers(report: ModelReport, ctx: AuditContext) -> None:

@@ -152,9 +152,17 @@ class EngineRenderer(Renderer):
         self.engine = engine
         self._engine_shared = shared
 
-    def _derive(self, template_kwargs: dict[str, Any], date: dt.datetime, tools_as: Any = None) -> Renderer:
+    def with_marking(self, marks: bool) -> Renderer:
+        """This renderer: ``render_ids`` is what the engine feeds the model whether or not a loop would mark
+        control-token text (``sanitized_ids`` holds it to the safe encoding)."""
+        return self
+
+    def _derive(
+        self, template_kwargs: dict[str, Any], date: dt.datetime, tools_as: Any = None, marks: bool | None = None
+    ) -> Renderer:
         """``Renderer._derive``; a library takes tool declarations as they are (``tools_as`` is the Jinja path's
-        adaptation for templates that read another schema: asking an engine for it is a bug)."""
+        adaptation for templates that read another schema: asking an engine for it is a bug), and renders its own
+        ids (``marks`` changes nothing)."""
         import json
 
         if tools_as is not None:

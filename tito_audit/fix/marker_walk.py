@@ -223,18 +223,14 @@ class _Planner:
             return state, open_  # definitions render nothing where they stand
         if node.keyword == "generation":
             raise _Abort(f"{self.where(node.first_tag.start)}: the template already has generation markers")
-        renders = any(isinstance(n, Leaf) and n.tag.kind in ("var", "raw") for n in walk([node])) or any(
-            isinstance(n, Data) and self.src.text[slice(*self.src.effective(n))] for n in walk([node])
-        )
-        if not renders:
+        if not self.renders(node):
             self.view.track_branch_sets(node)
             return state, open_
         if state.phase == "body" and not self.view.contains_stop(node):
             if not open_:
                 self.before(node.first_tag, "generation")
                 self.mark(exclusive)
-                open_ = True
-            return state, open_
+            return state, True
         if node.keyword != "if":
             raise _Abort(
                 f"{self.where(node.first_tag.start)}: the assistant "
@@ -242,28 +238,7 @@ class _Planner:
             )
         if open_:
             self.before(node.first_tag, "endgeneration")
-            open_ = False
-        results: list[_State] = []
-        certain = False
-        for br in node.branches:
-            decided = self.view.decide(br.tag.expr) if br.tag.keyword != "else" else True
-            if decided is False:
-                continue
-            excl = exclusive or (br.tag.keyword != "else" and self.view.assistant_only(br.tag.expr))
-            mark = (len(self.plan.inserts), {k: list(v) for k, v in self.plan.cuts.items()}, self.plan.shared)
-            try:
-                results.append(self.seq(br.body, br.tag, state, excl))
-            except _Raises:
-                # a branch that only raises renders nothing: drop whatever was planned inside it
-                self.plan.inserts = self.plan.inserts[: mark[0]]
-                self.plan.cuts, self.plan.shared = mark[1], mark[2]
-            if decided is True and (br.tag.keyword == "else" or self.view.decide(br.tag.expr) is True):
-                certain = True
-                break
-        if not certain and not (state.phase == "header" and state.rem == self.header and results):
-            # No branch taken. Ignored when nothing of the turn has rendered yet: such a path renders no
-            # assistant turn at all (the mask proof checks the turns that do render).
-            results.append(state)
+        results = self.branch_states(node, state, exclusive)
         if not results:
             raise _Raises(f"{self.where(node.first_tag.start)}: every branch raises")
         if len(set(results)) != 1:
@@ -272,6 +247,44 @@ class _Planner:
                 "its stop token at different places"
             )
         return results[0], False
+
+    def renders(self, node: Block) -> bool:
+        """The block writes output: an expression, raw text, or data that is not stripped away."""
+        return any(isinstance(n, Leaf) and n.tag.kind in ("var", "raw") for n in walk([node])) or any(
+            isinstance(n, Data) and self.src.text[slice(*self.src.effective(n))] for n in walk([node])
+        )
+
+    def branch_states(self, node: Block, state: _State, exclusive: bool) -> list[_State]:
+        """The state after each branch of an ``if`` that may be taken (up to the first one certain to be), and
+        ``state`` itself when no branch may be taken, except where nothing of the turn has rendered yet: such a path
+        renders no assistant turn at all (the mask proof checks the turns that do render)."""
+        results: list[_State] = []
+        certain = False
+        for br in node.branches:
+            decided = self.view.decide(br.tag.expr) if br.tag.keyword != "else" else True
+            if decided is False:
+                continue
+            excl = exclusive or (br.tag.keyword != "else" and self.view.assistant_only(br.tag.expr))
+            after = self.branch(br.body, br.tag, state, excl)
+            if after is not None:
+                results.append(after)
+            if decided is True and (br.tag.keyword == "else" or self.view.decide(br.tag.expr) is True):
+                certain = True
+                break
+        if not certain and not (state.phase == "header" and state.rem == self.header and results):
+            results.append(state)
+        return results
+
+    def branch(self, body: Sequence[Node], tag: Tag, state: _State, exclusive: bool) -> _State | None:
+        """The state after one branch, or None for a branch that only raises: it renders nothing, and whatever was
+        planned inside it is dropped."""
+        mark = (len(self.plan.inserts), {k: list(v) for k, v in self.plan.cuts.items()}, self.plan.shared)
+        try:
+            return self.seq(body, tag, state, exclusive)
+        except _Raises:
+            self.plan.inserts = self.plan.inserts[: mark[0]]
+            self.plan.cuts, self.plan.shared = mark[1], mark[2]
+            return None
 
 
 def plan_loop(src: Source, loop: Block, header: str, stops: Sequence[str], known: dict[str, str]) -> _Plan:

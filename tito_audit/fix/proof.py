@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tito_audit.errors import RenderError
+from tito_audit.fix.mask_proof import MaskProof, mask_proof, mask_reasons
 from tito_audit.fix.patch import AuditedTemplate, Patch
-from tito_audit.rollout.probes import CHAT
 from tito_audit.rollout.tokens import common_prefix_len, special_token_strings
-from tito_audit.scenarios.spec import Message, Scenario
 
 if TYPE_CHECKING:
     from tito_audit.report.model_report import ModelReport
@@ -126,24 +125,6 @@ class Equivalence:
 
 
 @dataclass
-class MaskProof:
-    episodes: int = 0
-    exact: int = 0
-    not_comparable: int = 0
-    mismatches: list[str] = field(default_factory=list)
-    by_mode: dict[str, list[int]] = field(default_factory=dict)  # mode -> [exact, compared]
-
-    @property
-    def holds(self) -> bool:
-        """Exact in every comparable episode of every thinking mode (and at least one of the default mode)."""
-        default = self.by_mode.get("default", [0, 0])
-        return default[1] > 0 and all(exact == total for exact, total in self.by_mode.values())
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "mismatches": self.mismatches[:20], "holds": self.holds}
-
-
-@dataclass
 class Proof:
     verdict_before: str
     verdict_after: str
@@ -181,10 +162,6 @@ class Proof:
             "flagged": self.flagged,
             "notes": self.notes,
         }
-
-
-def _mode_name(mode: dict[str, Any]) -> str:
-    return ",".join(f"{k}={json.dumps(v)}" for k, v in sorted(mode.items())) or "default"
 
 
 def _window(audited: AuditedTemplate, ids: Sequence[int], at: int) -> str:
@@ -349,86 +326,6 @@ def _compare(
     eq.differences.append(Difference(name, at, _window(audited, ids_o, at), _window(audited, ids_p, at), calls))
 
 
-# Conversations without tool calls: every template renders them, whatever it does with tools.
-_CHATS = tuple(
-    Scenario(name, "chat without tools", messages, (), frozenset({"chat"}))
-    for name, messages in (
-        ("chat/plain", CHAT),
-        ("chat_system/plain", ({"role": "system", "content": "Be brief."}, *CHAT)),
-    )
-)
-
-
-def expected_mask(audited: AuditedTemplate, renderer: Any, messages: list[Message], tools: Any) -> list[int] | None:
-    """1 on the tokens of the full render that the model sampled: each assistant turn from the end of its
-    generation prompt through its stop token (derived as the simulator derives sampled ids); None when a turn's
-    render is not a prefix of the full render (the template rewrites history, so there is no one answer)."""
-    from tito_audit.audit.simulation import derive_turn
-
-    full = renderer.render(messages, tools=tools)
-    _, offsets = renderer.encode_with_offsets(full)
-    spans = []
-    for i, m in enumerate(messages):
-        if m["role"] != "assistant":
-            continue
-        turn = derive_turn(renderer, messages, i, tools, audited.stop_ids)
-        start = len(turn.history_before)
-        if not turn.stop_rendered:
-            return None
-        stop = audited.model.tokenizer.decode([turn.stop_id], skip_special_tokens=False)
-        end = start + turn.completion_text.index(stop) + len(stop)
-        text = (turn.history_before + turn.completion_text)[:end]
-        if not full.startswith(text):
-            return None
-        spans.append((start, end))
-    return [1 if any(s <= a and b <= e for s, e in spans) and b > a else 0 for a, b in offsets]
-
-
-def mask_proof(audited: AuditedTemplate, patched: str) -> MaskProof:
-    """``return_assistant_tokens_mask`` against the sampled spans, episode by episode and mode by mode."""
-    from tito_audit.scenarios import build_scenarios
-
-    proof = MaskProof()
-    base = audited.renderer(patched)
-    built = build_scenarios(special_token_strings(audited.model.tokenizer), audited.thinking_modes)
-    plain = [*_CHATS, *(s for s in built if s.id.endswith("/plain") and "thinking" not in s.tags)]
-    scenarios = [s for s in built if "thinking" in s.tags and "special_text" not in s.tags] + plain
-    for mode in audited.thinking_modes:
-        if mode:  # answers without reasoning, played in every thinking mode too
-            suffix = "".join(f"[{k}={json.dumps(v)}]" for k, v in sorted(mode.items()))
-            scenarios += [replace(s, id=s.id + suffix, template_kwargs=tuple(sorted(mode.items()))) for s in plain]
-    for scenario in scenarios:
-        from tito_audit.audit.simulation import adapt_to_template
-
-        renderer = base.with_kwargs(**scenario.kwargs) if scenario.kwargs else base
-        messages, _, err = adapt_to_template(renderer, scenario)
-        tools = list(scenario.tools) or None
-        try:
-            if err is not None:
-                raise err
-            expected = expected_mask(audited, renderer, messages, tools)
-            ids, mask = renderer.render_with_mask(messages, tools=tools)
-        except RenderError:
-            expected = None
-        if expected is None or len(expected) != len(ids):
-            proof.not_comparable += 1
-            continue
-        proof.episodes += 1
-        counts = proof.by_mode.setdefault(_mode_name(scenario.kwargs), [0, 0])
-        counts[1] += 1
-        if mask == expected:
-            proof.exact += 1
-            counts[0] += 1
-            continue
-        at = next(i for i in range(len(ids)) if mask[i] != expected[i])
-        piece = audited.model.tokenizer.decode([ids[at]], skip_special_tokens=False)
-        proof.mismatches.append(
-            f"{scenario.id}: token {at} ({piece!r}) is {'in' if mask[at] else 'outside'} the mask, "
-            f"{'outside' if mask[at] else 'in'} the sampled span"
-        )
-    return proof
-
-
 def prove(
     audited: AuditedTemplate,
     patches: Sequence[Patch],
@@ -436,11 +333,34 @@ def prove(
     after: ModelReport,
     with_masks: bool,
 ) -> Proof:
+    """The three proofs of the module docstring, in order: the audit again, inference equivalence, masks."""
     before = audited.report
+    checks = compare_checks(before, after) if not after.error else []
+    reasons = _audit_reasons(before, after, patches, checks)
+    eq = inference_equivalence(audited, audited.model.chat_template, patched)
+    # Patches that declare an inference change may change assistant turns that call tools, nothing else.
+    declared = [p for p in patches if p.changes_inference]
+    diffs = eq.differences + eq.later_differences
+    outside = [d for d in diffs if not (declared and d.tool_call_turn)]
+    flagged = [c for p in declared for c in p.caveats] if diffs and declared else []
+    if outside:
+        reasons.append(
+            f"inference renders change in {len(eq.differences)} of {eq.compared} conversations and "
+            f"{len(eq.later_differences)} of {eq.later_compared} generated turns (first: {outside[0].conversation})"
+        )
+    masks = mask_proof(audited, patched) if with_masks else None
+    reasons += mask_reasons(masks)
+    return Proof(before.verdict, after.verdict, checks, eq, masks, reasons, flagged, [])
+
+
+def _audit_reasons(
+    before: ModelReport, after: ModelReport, patches: Sequence[Patch], checks: list[CheckChange]
+) -> list[str]:
+    """Why the patched template's audit does not prove the patches: it cannot be audited, a check regressed, a
+    patch's target did not improve (its first, required target must pass), or the verdict worsened."""
     reasons: list[str] = []
     if after.error:
         reasons.append(f"the patched template cannot be audited: {after.error}")
-    checks = compare_checks(before, after) if not after.error else []
     by_id = {c.id: c for c in checks}
     after_by_id = {c.id: c for c in after.checks}
     for c in checks:
@@ -459,27 +379,4 @@ def prove(
                 reasons.append(f"{p.id}: {target} not improved ({change.before} -> {change.after})")
     if VERDICT_RANK.get(after.verdict, 3) > VERDICT_RANK.get(before.verdict, 3):
         reasons.append(f"verdict worsened: {before.verdict} -> {after.verdict}")
-    eq = inference_equivalence(audited, audited.model.chat_template, patched)
-    # Patches that declare an inference change may change assistant turns that call tools, nothing else.
-    declared = [p for p in patches if p.changes_inference]
-    diffs = eq.differences + eq.later_differences
-    outside = [d for d in diffs if not (declared and d.tool_call_turn)]
-    flagged = [c for p in declared for c in p.caveats] if diffs and declared else []
-    if outside:
-        reasons.append(
-            f"inference renders change in {len(eq.differences)} of {eq.compared} conversations and "
-            f"{len(eq.later_differences)} of {eq.later_compared} generated turns (first: {outside[0].conversation})"
-        )
-    masks = mask_proof(audited, patched) if with_masks else None
-    notes: list[str] = []
-    if masks is not None and not masks.holds:
-        wrong = [(mode, exact, total) for mode, (exact, total) in masks.by_mode.items() if exact < total]
-        if not wrong:
-            reasons.append("assistant mask: no comparable episode in the default mode")
-        for mode, exact, total in wrong:
-            example = next((m for m in masks.mismatches if mode == "default" or mode in m), "")
-            reasons.append(
-                f"assistant mask differs from the sampled span in mode {mode}: exact in {exact} of {total} "
-                f"episodes ({example})"
-            )
-    return Proof(before.verdict, after.verdict, checks, eq, masks, reasons, flagged, notes)
+    return reasons

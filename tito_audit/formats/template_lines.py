@@ -2,8 +2,8 @@
 
 Token-level divergences have no line of their own; some root causes do, read statically from the template:
 the ``if`` that drops earlier reasoning depending on the turn's position (a history rewrite), the call that
-reads the date (``time_invariance``), the output of ``bos_token`` (``double_bos``). Used for SARIF regions; any
-other finding stays on the file.
+reads the date or the time (``time_invariance``, ``time_of_day``), the output of ``bos_token`` (``double_bos``).
+Used for SARIF regions; any other finding stays on the file.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def blame(text: str, check_id: str, cls: str) -> Blame | None:
         if conditions:
             line, cond = conditions[0]
             return Blame(line, f"`if {cond}` renders reasoning depending on the turn's position")
-    if check_id == "time_invariance":
+    if check_id in ("time_invariance", "time_of_day"):
         from tito_audit.rendering.analysis import hazards
 
         dated = [h for h in hazards(text) if h.kind == "reads_date" and h.line]

@@ -87,6 +87,23 @@ def _where(frames: list[str]) -> str:
     return last
 
 
+def _cached_ids(
+    cache: dict[bytes | str, tuple[int, ...] | RenderError], key: bytes | str, compute: Callable[[], Sequence[int]]
+) -> list[int]:
+    """``compute()`` once per key; its ids are kept as a tuple of ints (never walked by the garbage collector), a
+    failure as the error, raised again on every later call."""
+    hit = cache.get(key)
+    if hit is None:
+        try:
+            hit = tuple(compute())
+        except RenderError as err:
+            hit = detached(err)
+        cache[key] = hit
+    if isinstance(hit, RenderError):
+        raise _again(hit)
+    return list(hit)
+
+
 def _again(cached: RenderError) -> RenderError:
     """A cached failure raised once more, as a copy: raising the cached one would give it a traceback through
     this renderer's frames, a reference cycle through its caches (``errors.detached``)."""
@@ -99,7 +116,8 @@ class _Shared:
     def __init__(self, tokenizer: Any, chat_template: str, limits: RenderLimits | None = None) -> None:
         self.cache = tokenizer_cache(tokenizer)
         self.texts: dict[bytes | str, str | RenderError] = {}
-        self.ids: dict[bytes | str, tuple[int, ...] | RenderError] = {}
+        self.ids: dict[bytes | str, tuple[int, ...] | RenderError] = {}  # marked (``sanitize_control_tokens``)
+        self.plain_ids: dict[bytes | str, tuple[int, ...] | RenderError] = {}  # the render encoded plainly
         # held weakly: a derived renderer holds this, and a cycle would keep every cache of an audit alive until the
         # garbage collector finds it (one that is dropped is derived again, cheaply: the caches are here)
         self.derived: weakref.WeakValueDictionary[str, Renderer] = weakref.WeakValueDictionary()
@@ -146,6 +164,7 @@ class Renderer:
         limits: RenderLimits | None = None,
         _shared: _Shared | None = None,
         tools_as: ToolsAs | None = None,
+        marks_control_tokens: bool = True,
     ) -> None:
         self.tokenizer = tokenizer
         self.chat_template = chat_template
@@ -156,21 +175,36 @@ class Renderer:
         # (name, convert): the tool declarations every render passes are converted to the schema the template
         # reads (``scenarios.adapt.TOOL_SCHEMAS``); None: as given
         self.tools_as = tools_as
+        # ``render_ids`` as ``apply_chat_template(tokenize=True, sanitize_control_tokens=True)`` does (control-token
+        # text in every string of the conversation marked, encoded as text), or, False, as its default does (the
+        # render encoded plainly: what a loop that calls ``apply_chat_template`` as usual feeds the model)
+        self.marks_control_tokens = marks_control_tokens
         if _shared is None:
             prepare_for_renders(chat_template, self.limits)
             _shared = _Shared(tokenizer, chat_template, self.limits)
         self._shared = _shared
 
-    def _derive(self, template_kwargs: dict[str, Any], date: dt.datetime, tools_as: ToolsAs | None) -> Renderer:
+    def _derive(
+        self, template_kwargs: dict[str, Any], date: dt.datetime, tools_as: ToolsAs | None, marks: bool | None = None
+    ) -> Renderer:
+        marks = self.marks_control_tokens if marks is None else marks
         schema = tools_as[0] if tools_as else None
-        key = json.dumps([template_kwargs, date.isoformat(), schema], sort_keys=True, default=repr)
+        key = json.dumps([template_kwargs, date.isoformat(), schema, marks], sort_keys=True, default=repr)
         hit = self._shared.derived.get(key)
         if hit is None:
             hit = Renderer(
-                self.tokenizer, self.chat_template, template_kwargs, date, self.limits, self._shared, tools_as
+                self.tokenizer, self.chat_template, template_kwargs, date, self.limits, self._shared, tools_as, marks
             )
             self._shared.derived[key] = hit
         return hit
+
+    def with_marking(self, marks: bool) -> Renderer:
+        """This renderer with ``render_ids`` marking control-token text in the conversation (``marks``:
+        ``sanitize_control_tokens=True``) or encoding the render plainly (``apply_chat_template``'s default). Renders
+        and their caches are shared."""
+        if marks == self.marks_control_tokens:
+            return self
+        return self._derive(self.template_kwargs, self.date, self.tools_as, marks)
 
     def with_kwargs(self, **template_kwargs: Any) -> Renderer:
         return self._derive({**self.template_kwargs, **template_kwargs}, self.date, self.tools_as)
@@ -291,26 +325,30 @@ class Renderer:
         """Token ids of a render with control-token text in message content encoded as plain text.
 
         This is how environment messages must be encoded: a tool result that contains ``<|im_end|>`` must not
-        become the control token. Falls back to plain encoding where the tokenizer cannot sanitize.
+        become the control token. Falls back to plain encoding where the tokenizer cannot sanitize. A renderer
+        that does not mark (``with_marking(False)``) encodes the render plainly, as ``apply_chat_template`` does by
+        default.
         """
         key, tools = self._keyed(messages, tools, add_generation_prompt)
-        cache = self._shared.ids
-        hit = cache.get(key)
-        if hit is None:
-            try:
-                try:
-                    out = self._sanitized(key, messages, tools, add_generation_prompt)
-                except RenderError as err:  # the template's own code failed on the marked content
-                    if err.kind not in ("type", "crash"):
-                        raise
-                    out = self.encode(self.render(messages, tools, add_generation_prompt))
-                hit = tuple(out)  # a tuple of ints: never walked by the garbage collector
-            except RenderError as err:
-                hit = detached(err)
-            cache[key] = hit
-        if isinstance(hit, RenderError):
-            raise _again(hit)
-        return list(hit)
+        if not self.marks_control_tokens:  # apply_chat_template(tokenize=True): the render encoded plainly
+            return _cached_ids(
+                self._shared.plain_ids, key, lambda: self._plain_ids(key, messages, tools, add_generation_prompt)
+            )
+        return _cached_ids(self._shared.ids, key, lambda: self._marked_ids(key, messages, tools, add_generation_prompt))
+
+    def _plain_ids(self, key: bytes | str, messages: Sequence[Message], tools: Any, agp: bool) -> list[int]:
+        """The render (cached under the same key) encoded plainly."""
+        text = self._render(key, messages, tools, agp)
+        return list(self._guarded(lambda: self.encode(text), template_code=False))
+
+    def _marked_ids(self, key: bytes | str, messages: Sequence[Message], tools: Any, agp: bool) -> list[int]:
+        """``_sanitized``, or the plain encoding where the template's own code fails on the marked content."""
+        try:
+            return self._sanitized(key, messages, tools, agp)
+        except RenderError as err:
+            if err.kind not in ("type", "crash"):
+                raise
+            return self.encode(self.render(messages, tools, agp))
 
     def sanitized_ids(
         self, messages: Sequence[Message], tools: Any = None, add_generation_prompt: bool = False

@@ -69,26 +69,54 @@ def pick_class(
     mask_only: bool = False,
 ) -> str:
     """The finding class of a divergence between the runs ``ref`` and ``got`` (see the module docstring);
-    ``texts``: their texts as they read in place (None when no tokenizer is at hand)."""
+    ``texts``: their texts as they read in place (None when no tokenizer is at hand). The rules are tried in the
+    docstring's order: a loss-mask difference, then what the ids and the reasoning say, then what the texts say."""
     stops = set(stop_ids)
     if mask_only:
         return "stop_seam" if any(t in stops for t in ref) else "template"
+    text_ref, text_got = texts if texts is not None else (None, None)
+    found = _by_runs(ref, got, text_ref, text_got, stops, bos_id, reasoning)
+    if found is not None:
+        return found
+    if text_ref is None or text_got is None:
+        return "template"
+    return _by_text(ref, got, text_ref, text_got, set(special_ids))
+
+
+def _by_runs(
+    ref: Sequence[int],
+    got: Sequence[int],
+    text_ref: str | None,
+    text_got: str | None,
+    stops: set[int],
+    bos_id: int | None,
+    reasoning: ReasoningMarks | None,
+) -> str | None:
+    """The class the runs' ids decide (a doubled BOS, the same text with other ids, reasoning in either run, a run
+    inserted or dropped, stop tokens at the start or in other numbers), or None."""
     if bos_id is not None and not (ref and got) and [*ref, *got][:1] == [bos_id]:
         return "special_token"
-    text_ref, text_got = texts if texts is not None else (None, None)
     if ref and got and text_ref is not None and text_ref == text_got:
         return "non_canonical"
     if reasoning is not None and (reasoning.found_in(text_ref or "") or reasoning.found_in(text_got or "")):
         return "history_rewrite"
-    if not ref or not got:  # a run inserted or dropped
-        if all(t in stops for t in (*ref, *got)):
-            return "stop_seam"
-        run = text_ref or text_got
-        return "whitespace" if run and not run.strip() else "history_rewrite"
+    if not ref or not got:
+        return _inserted_or_dropped([*ref, *got], text_ref or text_got, stops)
     if ref[0] in stops or got[0] in stops or sum(t in stops for t in ref) != sum(t in stops for t in got):
         return "stop_seam"
-    if text_ref is None or text_got is None:
-        return "template"
+    return None
+
+
+def _inserted_or_dropped(run: Sequence[int], text: str | None, stops: set[int]) -> str:
+    """The class of a run one side has and the other lacks: only stop tokens, only whitespace, or content."""
+    if all(t in stops for t in run):
+        return "stop_seam"
+    return "whitespace" if text and not text.strip() else "history_rewrite"
+
+
+def _by_text(ref: Sequence[int], got: Sequence[int], text_ref: str, text_got: str, specials: set[int]) -> str:
+    """The class two differing runs' texts decide: whitespace at an edge, content one has beyond the other, other
+    JSON punctuation or spacing, other spacing, other control tokens; else a history rewrite."""
     if text_ref.strip() == text_got.strip():  # whitespace added or dropped at an edge
         return "whitespace"
     short, long = sorted((text_ref, text_got), key=len)
@@ -99,7 +127,6 @@ def pick_class(
         return "serialization"  # the same content, other JSON punctuation or spacing
     if _without(text_ref, frozenset()) == _without(text_got, frozenset()):
         return "whitespace"
-    specials = set(special_ids)
     if any(t in specials for t in (*ref, *got)) and [t for t in ref if t not in specials] == [
         t for t in got if t not in specials
     ]:

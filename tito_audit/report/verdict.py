@@ -67,6 +67,10 @@ _WORDS = {
     "tool_calls_with_content": "tool calls next to text content (the template drops them)",
     "parallel_calls": "parallel tool calls (the template drops all but the first)",
     "continue_final_message": "continuing a cut turn by re-rendering it (continue it from the buffer)",
+    "only_with_marking": "marking control-token text (sanitize_control_tokens=True, tito_audit.Trajectory): "
+    "buffer + delta or re-rendering breaks only with it",
+    "only_without_marking": "rendering without control-token marking: buffer + delta or re-rendering is exact only "
+    "with sanitize_control_tokens=True",
     "tool_as_user": "tool results sent as user turns",
     "system_into_user": "the system prompt merged into the first user turn",
     "arguments_string": "tool-call arguments as a JSON string",

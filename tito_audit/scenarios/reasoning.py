@@ -128,6 +128,29 @@ def derive_reasoning(
     pairs = delimiter_pairs(reads.tested_literals, "\n".join(literals))
     if not keys and not pairs:
         return Reasoning()
+    probe, shown = _shown_keys(renderer, tools, shape, keys, modes)
+    not_probed = [f"field:{k}" for k in keys if k not in shown]
+    field = probe.reasoning_field(shown, literals)
+    written = _written(probe, shown[field], field, literals) if field is not None else ("", "")
+    others, replacing = _other_fields(probe, keys, field, shown, written, literals)
+    not_probed += [f"replaces:{k}" for k in replacing]
+    if field is not None:
+        on_answers, on_calls = "a2" in shown[field], "c2" in shown[field]
+        if not (on_answers and on_calls) and not all(w.strip() for w in written):
+            not_probed.append("reasoning:" + ("answers" if not on_answers else "tool_calls"))
+        return Reasoning("field", field, written, on_answers, on_calls, others, tuple(not_probed))
+    return _inline_reasoning(probe, pairs, others, not_probed)
+
+
+def _shown_keys(
+    renderer: Renderer,
+    tools: Any,
+    shape: Callable[[list[Message]], list[Message]],
+    keys: Sequence[str],
+    modes: Sequence[dict[str, Any]],
+) -> tuple[_Probe, dict[str, dict[str, str]]]:
+    """Where each key shows (``_Probe.keys``): in the default renders, and a key that shows in none of them under
+    each of ``modes`` in turn. Returns the last probe rendered (the one later readings use) and the slots."""
     probe = _Probe(renderer, tools, shape, keys)
     shown = probe.keys()
     for kwargs in modes:
@@ -136,30 +159,47 @@ def derive_reasoning(
             continue
         probe = _Probe(renderer.with_kwargs(**kwargs), tools, shape, keys)
         shown.update((k, v) for k, v in probe.keys(hidden).items() if k in hidden)
-    not_probed = [f"field:{k}" for k in keys if k not in shown]
-    field = probe.reasoning_field(shown, literals)
-    written = ("", "")
-    if field is not None:
-        where = shown[field]
-        slot = next(s for s in ("a2", "c2", "a1", "c1") if s in where)
-        written = _around(where[slot], probe.bare(slot), probe.sentinel(field, slot), literals)
-    # other keys to play: each with the roles it renders for, but not another name for the reasoning field (one the
-    # template reads as ``reasoning or reasoning_content``, written between the same delimiters)
+    return probe, shown
+
+
+def _written(probe: _Probe, where: dict[str, str], field: str, literals: Sequence[str]) -> tuple[str, str]:
+    """The literals the template writes around the reasoning field's value, read on the last answer or call turn
+    where it shows, else an earlier one."""
+    slot = next(s for s in ("a2", "c2", "a1", "c1") if s in where)
+    return _around(where[slot], probe.bare(slot), probe.sentinel(field, slot), literals)
+
+
+def _other_fields(
+    probe: _Probe,
+    keys: Sequence[str],
+    field: str | None,
+    shown: dict[str, dict[str, str]],
+    written: tuple[str, str],
+    literals: Sequence[str],
+) -> tuple[tuple[tuple[str, tuple[str, ...]], ...], list[str]]:
+    """The other keys to play, each with the roles it renders for, and the keys that replace a standard part.
+
+    Not another name for the reasoning field (one the template reads as ``reasoning or reasoning_content``,
+    written between the same delimiters). A key whose value takes the place of what the turn says
+    (``function_calls`` instead of its tool calls) is another spelling of a standard part, not a field of its
+    own: played, it would read as the part dropped; it is returned apart, for ``not_probed``."""
     others_all = [
         (k, roles)
         for k in keys
         if k != field and (roles := _roles(shown.get(k, {}))) and not _same_block(probe, shown[k], k, written, literals)
     ]
-    # a key whose value takes the place of what the turn says (``function_calls`` instead of its tool calls) is
-    # another spelling of a standard part, not a field of its own: played, it would read as the part dropped
     replacing = [k for k, roles in others_all if "assistant" in roles and probe.replaces(k, shown[k])]
-    not_probed += [f"replaces:{k}" for k in replacing]
-    others = tuple((k, roles) for k, roles in others_all if k not in replacing)
-    if field is not None:
-        on_answers, on_calls = "a2" in where, "c2" in where
-        if not (on_answers and on_calls) and not all(w.strip() for w in written):
-            not_probed.append("reasoning:" + ("answers" if not on_answers else "tool_calls"))
-        return Reasoning("field", field, written, on_answers, on_calls, others, tuple(not_probed))
+    return tuple((k, roles) for k, roles in others_all if k not in replacing), replacing
+
+
+def _inline_reasoning(
+    probe: _Probe,
+    pairs: Sequence[tuple[str, str]],
+    others: tuple[tuple[str, tuple[str, ...]], ...],
+    not_probed: list[str],
+) -> Reasoning:
+    """Reasoning inline in content, between the first delimiter pair (of at most ``_MAX_PAIRS``) the template
+    treats; a pair neither probe renders is named as not probed."""
     for opener, closer in pairs[:_MAX_PAIRS]:
         mode = probe.inline(opener, closer)
         if mode == "failed":

@@ -191,3 +191,77 @@ def test_hermes_tool_use_template_has_no_stop_inside_its_turns(tmp_path: Path) -
     tool_append = next(c for c in model["checks"] if c["id"] == "tool_append_prefix")
     assert model["verdict"] == "tito-required" and "unsafe:stop_inside_turn" not in model["verdict_reasons"]
     assert tool_append["status"] == "pass", tool_append["summary"]
+
+
+COHERE_WORDS = (
+    "<BOS_TOKEN>",
+    "<|START_OF_TURN_TOKEN|>",
+    "<|END_OF_TURN_TOKEN|>",
+    "<|SYSTEM_TOKEN|>",
+    "<|USER_TOKEN|>",
+    "<|CHATBOT_TOKEN|>",
+    "<|START_RESPONSE|>",
+    "<|END_RESPONSE|>",
+    "<|START_ACTION|>",
+    "<|END_ACTION|>",
+    "<|START_TOOL_RESULT|>",
+    "<|END_TOOL_RESULT|>",
+)
+
+
+def command_r_folder(tmp_path: Path, loaded: Any) -> str:
+    """A model folder: Qwen2.5's tokenizer with Command-R's control tokens added as specials, its eos the turn end
+    `<|END_OF_TURN_TOKEN|>` (as Command-R7B's is), and the Command-R7B-style tool template."""
+    from tokenizers import AddedToken
+
+    from tito_audit.sources.synthesized import copy_tokenizer
+
+    tok = copy_tokenizer(loaded(QWEN25).tokenizer)
+    tok.add_tokens([AddedToken(w, special=True, normalized=False) for w in COHERE_WORDS], special_tokens=True)
+    tok.eos_token, tok.bos_token = "<|END_OF_TURN_TOKEN|>", "<BOS_TOKEN>"
+    tok.chat_template = template("turn_end_eos_opener_last")
+    tok.save_pretrained(tmp_path)
+    return str(tmp_path)
+
+
+def test_a_turn_closed_by_two_words_ends_at_the_last_one(tmp_path: Path, loaded) -> None:
+    """Issue 40, class 6: answers close with `<|END_RESPONSE|><|END_OF_TURN_TOKEN|>`, call turns with
+    `<|END_ACTION|><|END_OF_TURN_TOKEN|>`, and the render always ends with the assistant's opener
+    `<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>`. Both kinds of turn end at `<|END_OF_TURN_TOKEN|>` (the eos): the
+    opener that a tool result's render shares is no turn end, and an engine stopping on the eos runs past nothing."""
+    model = load(command_r_folder(tmp_path, loaded))
+    ctx = AuditContext(model, QUICK)
+    result = run_check(REGISTRY["stop_boundary"], ctx)
+    assert result.status == "pass", result.findings
+    ends = {kind: seen["end"] for kind, seen in result.data["by_turn_kind"].items()}
+    assert ends == {"answer": "<|END_OF_TURN_TOKEN|>", "call": "<|END_OF_TURN_TOKEN|>"}
+    assert stop_names(ctx.renderer) == ["<|END_OF_TURN_TOKEN|>"]
+    roles = turn_roles(ctx.renderer)
+    assert roles.turn_ends == ("<|END_OF_TURN_TOKEN|>",) and roles.convention == "after_turn"
+    assert "<|END_ACTION|>" in roles.call_wrappers and "<|START_OF_TURN_TOKEN|>" not in roles.turn_ends
+    assert roles.answer_closers == ("<|END_RESPONSE|>", "<|END_OF_TURN_TOKEN|>")
+
+
+def test_the_scan_gives_a_synthesized_model_the_eos_that_closes_its_turns(tmp_path: Path) -> None:
+    """Issue 40, class 6, where it gave a false UNSAFE: the scan audits the Command-R7B-style template on a
+    tokenizer synthesized from its control tokens, whose eos was the answer's first closer `<|END_RESPONSE|>`; a
+    call turn never writes it, so `tool_append_prefix` reported a stop seam for an engine that stops on the eos.
+    The synthesized eos is the turn's last closer, and buffer + delta is exact."""
+    from tests.conftest import invoke
+
+    folder = tmp_path / "templates"
+    folder.mkdir()
+    shutil.copy(DATA / "turn_end_eos_opener_last.jinja", folder)
+    out = tmp_path / "scan.json"
+    done = invoke("scan", folder, "--workers", "0", "--json", out, "--no-progress")
+    assert done.exit_code == 0, done.output
+    [result] = json.loads(out.read_text())["results"]
+    assert result["tokenizer_kind"] == "synthesized"
+    assert result["verdict"] == "safe" and result["verdict_reasons"] == ["low_coverage:16/16"], result
+
+
+def test_the_users_opener_after_every_answer_is_no_turn_end(loaded) -> None:
+    """A template that writes the user's opener `<|user|>` right after each assistant turn's `<|end|>`, even after
+    the last: the word right before a user's text opens a turn, so the answer closes with `<|end|>` alone."""
+    roles = turn_roles(Renderer(loaded("phi-3-mini-4k-instruct").tokenizer, template("user_opener_after_answer")))
+    assert roles.answer_closers == ("<|end|>",) and roles.turn_ends == ("<|end|>",)

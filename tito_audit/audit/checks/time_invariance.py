@@ -3,6 +3,11 @@
 The two dates are the pinned one (``--date``, default 2026-01-15) and one 400 days and 13 hours later. How a
 renderer's wall clock is stopped: [renderers.md](../renderers.md), "Dates and the wall clock".
 
+**The rule for dates.** A template that prints only the date is judged at the pinned date: every render of the
+audit sees the same day, the verdict does not move, and this check warns. A rollout that crosses midnight still
+re-renders another date, which is what the warning is for. What changes within a day is ``time_of_day``'s, and it
+moves the verdict.
+
 **Example** (``meta-llama/Llama-3.2-3B-Instruct``, ``single_call/plain``, class ``date``, first divergent token 24):
 ``rendering on 2026-01-15 and 2027-02-20 differs``.
 
@@ -15,10 +20,9 @@ from __future__ import annotations
 import datetime as dt
 
 from tito_audit.audit.checks.base import check
+from tito_audit.audit.clock_renders import clock_not_stopped, compare_at, first_episodes
 from tito_audit.audit.collector import Collector
 from tito_audit.audit.context import AuditContext
-from tito_audit.engines import wall_clock
-from tito_audit.errors import RenderError
 from tito_audit.report.findings import Outcome
 
 _OTHER_DATE_OFFSET = dt.timedelta(days=400, hours=13)
@@ -40,32 +44,13 @@ Pass the date explicitly (`date_string` or the template's own variable) from the
 ids from the buffer instead of re-rendering.""",
 )
 def time_invariance(ctx: AuditContext) -> Outcome:
-    other = ctx.renderer.with_date(ctx.options.date + _OTHER_DATE_OFFSET)
+    later = ctx.options.date + _OTHER_DATE_OFFSET
     found = Collector(ctx, "time_invariance")
-    for sim in ctx.ok_simulations()[:3]:
-        tools = list(sim.scenario.tools)
-        try:
-            a = ctx.renderer_for(sim.scenario).render_ids(sim.messages, tools=tools)
-            b = other.with_kwargs(**sim.scenario.kwargs).render_ids(sim.messages, tools=tools)
-        except RenderError as err:
-            found.failed(sim.scenario.id, err)
-            continue
-        f = found.compare(
-            sim.scenario.id,
-            a,
-            b,
-            f"rendering on {ctx.options.date:%Y-%m-%d} and {(ctx.options.date + _OTHER_DATE_OFFSET):%Y-%m-%d} differs",
-            cls="date",
-        )
-        if f:
-            break
-    if not found.findings and not ctx.engine.is_template and not wall_clock.available():
-        return Outcome(
-            not_applicable=f"renderer {ctx.engine.name} renders alike at both dates, but the wall clock its code may "
-            "read could not be stopped (pip install 'tito-audit[encoders]', time-machine): not checked",
-            comparisons=found.comparisons,
-            render_failures=found.render_failures,
-        )
+    message = f"rendering on {ctx.options.date:%Y-%m-%d} and {later:%Y-%m-%d} differs"
+    compare_at(ctx, found, later, message, first_episodes(ctx), with_prompt=False)
+    not_checked = clock_not_stopped(ctx, found, "dates")
+    if not_checked is not None:
+        return not_checked
     summary = (
         f"independent of the date ({found.comparisons} episodes)" if not found.findings else found.findings[0].message
     )

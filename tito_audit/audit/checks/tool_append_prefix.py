@@ -9,6 +9,11 @@ assistant message, before its own calls or answer (a reasoning block closed by t
 turn of its own), is a finding of its own (``unsafe:stop_inside_turn``): the engine ends the turn there, and a
 delta after it would hand the rest of the model's message to the environment.
 
+Only the tool results of an append block are judged: a system notice appended with them, or a block that holds no
+tool result, is ``append_matrix``'s concern, also where the template needs tool results as user turns
+(``adapt:tool_as_user``): the user turn a scenario's leading tool results became is the tool part, a user turn of
+the scenario's own is not.
+
 **Example** (``Qwen/Qwen3-0.6B``, ``probe/minimal``, class ``history_rewrite``, first divergent token 9): the
 template emits an empty think block only on the last assistant turn, so appending the tool result drops it.
 
@@ -52,8 +57,9 @@ When it does not, no delta is correct: the buffer and every later prompt disagre
 would show the model, and the gradient is computed on a context the model never sees at inference. The cut is
 the engine's stop token; when only the template (not the tokenizer's eos or generation_config) ends the turn,
 an engine samples on to the eos, and what the template writes after the turn must survive the append too.
-Only the tool results of an append block are judged here; system or user messages appended with them are
-`append_matrix`'s concern, and templates that drop tool messages altogether are `tool_support`'s.""",
+Only the tool results of an append block are judged here (where the template needs them as user turns, the user
+turn they became); system or user messages appended with them, or without them, are `append_matrix`'s concern,
+and templates that drop tool messages altogether are `tool_support`'s.""",
     fix_hint="""
 Patch the template so an assistant turn renders the same whether or not it is the last message (for example
 emit the empty `<think></think>` block on every turn, not only the last: `tito-audit fix`), or freeze the
@@ -73,9 +79,10 @@ def tool_append_prefix(ctx: AuditContext) -> Outcome:
     for sim in ctx.ok_simulations():
         for idx, bridge_error in sim.bridge_errors:
             block = _append_block(sim.messages, idx)
-            if not block or (block[0]["role"] != "tool" and "tool_as_user" not in sim.adapters):
-                continue
-            error = _tool_only_error(ctx, sim, idx, block, bridge_error)
+            results = _tool_results(sim, idx, block)
+            if not results:
+                continue  # no tool result leads the block: a system or user append, append_matrix's concern
+            error = _tool_only_error(ctx, sim, idx, block, results, bridge_error)
             if error is None:
                 continue  # the rewrite comes from a system/user message in the same block: append_matrix
             if error.inside_turn is not None:  # no rewrite: the engine's stop cuts the turn before its calls
@@ -91,8 +98,7 @@ def tool_append_prefix(ctx: AuditContext) -> Outcome:
                 sim.scenario.id,
                 error.before,
                 error.after,
-                f"appending {'+'.join(m['role'] for m in _leading_tools(block) or block)} after assistant "
-                f"message {idx} rewrites the history",
+                f"appending {'+'.join(m['role'] for m in results)} after assistant message {idx} rewrites the history",
             )
         found.compared(len(sim.trajectory.bridges) if sim.trajectory is not None else 0)
     for f in found.findings:
@@ -125,12 +131,34 @@ def _leading_tools(block: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _tool_results(sim: Any, idx: int, block: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tool results that lead the block appended after assistant message ``idx``, as played: its leading tool
+    messages, or, where the template needs results as user turns (``tool_as_user``, which merges a run of results
+    into one user message), that user message where the scenario's block starts with a tool result. A block that
+    starts with a system or user message of the scenario's own has none."""
+    leading = _leading_tools(block)
+    if leading or "tool_as_user" not in sim.adapters or not block or block[0]["role"] != "user":
+        return leading
+    original = sim.scenario.messages_list()
+    turn = sum(1 for m in sim.messages[: idx + 1] if m["role"] == "assistant")  # adapters keep assistant turns
+    turns = [i for i, m in enumerate(original) if m["role"] == "assistant"]
+    if turn > len(turns):
+        return []
+    sent = _append_block(original, turns[turn - 1])
+    return block[:1] if sent and sent[0]["role"] == "tool" else []
+
+
 def _tool_only_error(
-    ctx: AuditContext, sim: Any, idx: int, block: list[dict[str, Any]], error: BridgeError
+    ctx: AuditContext,
+    sim: Any,
+    idx: int,
+    block: list[dict[str, Any]],
+    tools_only: list[dict[str, Any]],
+    error: BridgeError,
 ) -> BridgeError | None:
-    """The break when only the block's tool results are appended; None when those alone are fine."""
-    tools_only = _leading_tools(block)
-    if not tools_only or len(tools_only) == len(block):
+    """The break when only the block's tool results (``tools_only``, its first messages) are appended; None when
+    those alone are fine."""
+    if len(tools_only) == len(block):
         return error
     try:
         compute_bridge(

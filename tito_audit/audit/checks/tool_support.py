@@ -5,6 +5,11 @@ found to need ([Coverage](../checks.md#coverage-and-adaptations)); a template th
 renders tool results as user turns is adapted, not failed (the verdict line says ``needs tool results sent as user
 turns``). Training tool use through a template that drops them teaches the model to act on calls it cannot see.
 
+An argument value counts as rendered in whatever form the template writes it: as it is, JSON-escaped, as Python's
+``repr`` of the dict writes it (``{{ arguments }}``), or in a form of the template's own (HTML-escaped elements...):
+the call rendered with a marker as that value shows the marker, and what the real render writes in the marker's
+place holds every letter and digit of the value, in order. A value the template cuts short or replaces is dropped.
+
 **Example** (``microsoft/Phi-3-mini-4k-instruct``, ``probe/canonical``, class ``template``, reason
 ``drops_tool_calls``): ``tool calls are not rendered in the canonical form (with the adaptations it needs:
 content_empty)`` and the same for tool results, then per scenario ``tool result (message 2) does not appear in the
@@ -22,23 +27,63 @@ from tito_audit.audit.collector import Collector
 from tito_audit.audit.context import AuditContext
 from tito_audit.errors import RenderError
 from tito_audit.report.findings import Outcome
-from tito_audit.scenarios.adapt import call_function, content_text
+from tito_audit.rollout.tokens import common_prefix_len
+from tito_audit.scenarios.adapt import call_function, content_text, with_arguments
 
 
-def _arg_values(arguments: object) -> list[str]:
+def _string_arguments(arguments: object) -> dict[str, str]:
+    """A call's top-level string argument values that hold text (from a dict, or a JSON string of one)."""
     if isinstance(arguments, str):
+        text = arguments
         try:
-            arguments = json.loads(arguments)
+            arguments = json.loads(text)
         except json.JSONDecodeError:
-            return [str(arguments)]
+            return {"": text} if text.strip() else {}
     if isinstance(arguments, dict):
-        return [v for v in arguments.values() if isinstance(v, str) and v.strip()]
-    return []
+        return {str(k): v for k, v in arguments.items() if isinstance(v, str) and v.strip()}
+    return {}
 
 
 def _shown(value: str, text: str) -> bool:
-    """Verbatim, or as a JSON string would escape it (``ensure_ascii`` or not)."""
-    return any(form in text for form in (value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]))
+    """Verbatim, as a JSON string would escape it (``ensure_ascii`` or not), or as Python's ``repr`` would (a
+    template that writes the arguments dict as it is)."""
+    forms = (value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1], repr(value)[1:-1])
+    return any(form in text for form in forms)
+
+
+_MARKER = "Zq9argument"  # alphanumeric: every serialization writes it as it is
+
+
+def _in_order(letters: str, text: str) -> bool:
+    """Every letter and digit of ``letters`` appears in ``text``, in order."""
+    it = iter(text)
+    return all(c in it for c in letters if c.isalnum())
+
+
+def _written_in_place(
+    renderer: Any, messages: list[dict[str, Any]], i: int, j: int, key: str, full: str, tools: Any
+) -> bool:
+    """Whether the render writes argument ``key`` of message ``i``'s call ``j`` in a form of its own (an encoding
+    ``_shown`` does not know): rendered with a marker as the value, the marker shows, and what the real render
+    writes in the marker's place holds every letter and digit of the value, in order. A value the template drops,
+    truncates or replaces fails; so does one whose call the template does not render at all."""
+    call = messages[i]["tool_calls"][j]
+    arguments = call_function(call)["arguments"]
+    as_string = isinstance(arguments, str)
+    parsed = json.loads(arguments) if as_string else arguments
+    value = parsed[key] if key else arguments
+    marked = {**parsed, key: _MARKER} if key else _MARKER
+    calls = list(messages[i]["tool_calls"])
+    calls[j] = with_arguments(call, json.dumps(marked) if as_string and key else marked)
+    try:
+        other = renderer.render([*messages[:i], {**messages[i], "tool_calls": calls}, *messages[i + 1 :]], tools=tools)
+    except RenderError:
+        return False
+    if _MARKER not in other:
+        return False
+    head = common_prefix_len(full, other)
+    tail = common_prefix_len(full[head:][::-1], other[head:][::-1])
+    return _in_order(value, full[head : len(full) - tail])
 
 
 def call_form(message: dict[str, Any], dropped: list[int], canonical_content: str | None = None) -> str | None:
@@ -97,8 +142,9 @@ def tool_support(ctx: AuditContext) -> Outcome:
             form = call_form(sim.messages[turn.index], turn.dropped_calls, shapes.canonical_content)
             if turn.tool_calls_dropped and form is None:
                 found.add(sim.scenario.id, "template", dropped_message(sim.messages, turn), reason="drops_tool_calls")
+        renderer, tools = ctx.renderer_for(sim.scenario), list(sim.scenario.tools)
         try:
-            full = ctx.renderer_for(sim.scenario).render(sim.messages, tools=list(sim.scenario.tools))
+            full = renderer.render(sim.messages, tools=tools)
         except RenderError as err:
             found.failed(sim.scenario.id, err)
             continue
@@ -112,8 +158,13 @@ def tool_support(ctx: AuditContext) -> Outcome:
                     f"tool result (message {i}) does not appear in the rendering",
                     reason="drops_tool_results",
                 )
-            for call in m.get("tool_calls") or []:
-                missing = [v for v in _arg_values(call_function(call)["arguments"]) if not _shown(v, full)]
+            for j, call in enumerate(m.get("tool_calls") or []):
+                values = _string_arguments(call_function(call)["arguments"])
+                missing = [
+                    v
+                    for k, v in values.items()
+                    if not _shown(v, full) and not _written_in_place(renderer, sim.messages, i, j, k, full, tools)
+                ]
                 if missing and not any(t.tool_calls_dropped for t in sim.turns if t.index == i):
                     found.add(
                         sim.scenario.id,

@@ -1,0 +1,36 @@
+"""tool_support calls arguments dropped only when the render does not hold them, in whatever form the template
+writes them (issue 40, class 5): JSON, Python's repr of the dict, an escaped form of its own. A value cut short
+is still dropped."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import DATA as TEST_DATA
+from tito_audit import audit_model, load
+from tito_audit.audit.context import AuditOptions
+
+DATA = TEST_DATA / "serialization"
+ONLY = AuditOptions(only_checks=("tool_support",))
+
+
+def _tool_support(name: str):  # type: ignore[no-untyped-def]
+    report = audit_model(load("qwen2.5-7b-instruct", chat_template_file=str(DATA / f"{name}.jinja")), ONLY)
+    return report, report.check("tool_support")
+
+
+@pytest.mark.parametrize("name", ["python_repr_arguments", "escaped_xml_arguments"])
+def test_arguments_written_in_another_form_are_not_dropped(name: str) -> None:
+    """Every argument value is in the render: as Python writes the dict (single quotes, `\\n` escapes, the code
+    argument's double quotes as they are), or HTML-escaped inside elements (`&#34;`). Neither is JSON."""
+    report, c = _tool_support(name)
+    assert c.status == "pass", [f.message for f in c.findings]
+    assert "unsafe:drops_arguments" not in report.verdict_reasons
+
+
+def test_an_argument_cut_short_is_dropped() -> None:
+    """The same elements, each string value cut to its first 12 characters: the long code argument is not all
+    there, whatever form the rest takes."""
+    report, c = _tool_support("truncated_arguments")
+    assert c.status == "fail" and "unsafe:drops_arguments" in report.verdict_reasons
+    assert any(f.reason == "drops_arguments" for f in c.findings)
