@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tito_audit.audit.checks import ordered_checks, run_check
+from tito_audit.audit.checks import CheckResult, CheckSpec, ordered_checks, run_check
 from tito_audit.audit.context import AuditContext, AuditOptions
+from tito_audit.audit.search import search_after_checks
 from tito_audit.errors import AuditError, LimitExceeded, TemplateAlwaysRaises, failed_every_conversation
 from tito_audit.report.model_report import ModelReport
 from tito_audit.report.verdict import MIN_COVERAGE
@@ -72,17 +73,38 @@ def audit_context(ctx: AuditContext, started: float | None = None) -> ModelRepor
     specs = ordered_checks()
     if options.only_checks:  # filtering never changes the verdict: the checks it needs always run
         specs = [s for s in specs if s.id in options.only_checks or s.verdict_bearing]
-    report.checks = [run_check(spec, ctx) for spec in specs]
-    if ctx.trainer is not None:
-        from tito_audit.audit.checks.renderer_pair import PAIR
-
-        report.checks.append(run_check(PAIR, ctx))
+    report.checks = _run_checks(ctx, specs)
+    _search(ctx, report, specs)
     _record_renderers(report, ctx)
     if _stopped(ctx, report, started):
         return report
     report.decide()
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _search(ctx: AuditContext, report: ModelReport, specs: list[CheckSpec]) -> None:
+    """The counterexample search after the checks (``audit.search``): what it found joins the scenarios and every
+    check runs again; what it could not search is named in ``not_probed``."""
+    searched = search_after_checks(ctx, report.checks, report.scenarios)
+    report.scenarios["search"] = searched.summary()
+    if searched.found:
+        ctx.add_simulations([p.simulation for p in searched.found])
+        report.scenarios["played"] += len(searched.found)
+        report.scenarios["catalogue"] += len(searched.found)
+        report.checks = _run_checks(ctx, specs)
+    missed = searched.not_probed()
+    if missed:
+        report.scenarios.setdefault("not_probed", []).append(missed)
+
+
+def _run_checks(ctx: AuditContext, specs: list[CheckSpec]) -> list[CheckResult]:
+    results = [run_check(spec, ctx) for spec in specs]
+    if ctx.trainer is not None:
+        from tito_audit.audit.checks.renderer_pair import PAIR
+
+        results.append(run_check(PAIR, ctx))
+    return results
 
 
 def _record_renderers(report: ModelReport, ctx: AuditContext) -> None:

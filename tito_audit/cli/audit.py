@@ -13,6 +13,8 @@ from tito_audit.cli.options import (
     debug_option,
     models_argument,
     offline_option,
+    search_option,
+    search_seed_option,
     template_kwarg_option,
     template_name_option,
     thinking_option,
@@ -139,6 +141,19 @@ def run_audit(
         )
 
 
+def _read_rl_dir(rl_dir: Path, fmt: str) -> Any:
+    """The RL run ``--rl-dir`` names (only with ``--format html``); exit 2 with one line when it cannot be read."""
+    from tito_audit.report.rl_artifacts import read_rl_dir
+
+    try:
+        if fmt != "html":
+            raise ValueError(f"--rl-dir needs --format html (got --format {fmt})")
+        return read_rl_dir(rl_dir)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(EXIT_OPERATIONAL) from None
+
+
 def register(app: typer.Typer) -> None:
     @app.command("audit")
     def audit_command(
@@ -187,6 +202,8 @@ def register(app: typer.Typer) -> None:
         ),
         template_kwarg: list[str] = template_kwarg_option(),
         thinking: str = thinking_option(),
+        search: int | None = search_option(),
+        search_seed: int = search_seed_option(),
         verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every finding with its token strip."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the verdict lines."),
         debug: bool = debug_option(),
@@ -209,6 +226,7 @@ def register(app: typer.Typer) -> None:
         """Audit chat templates for Token-In, Token-Out safety."""
         from tito_audit.audit.context import AuditOptions
         from tito_audit.audit.parallel import AuditInterrupted
+        from tito_audit.audit.search import DEFAULT_BUDGET
         from tito_audit.gate import Gate
         from tito_audit.sources.bundled import bundled_names
 
@@ -220,17 +238,7 @@ def register(app: typer.Typer) -> None:
             typer.echo("error: give at least one MODEL or --bundled", err=True)
             raise typer.Exit(EXIT_OPERATIONAL)
         when = dt.datetime.combine(parse_date(date), DEFAULT_DATE.time())
-        rl = None
-        if rl_dir is not None:  # checked before any model is audited
-            from tito_audit.report.rl_artifacts import read_rl_dir
-
-            try:
-                if fmt != "html":
-                    raise ValueError(f"--rl-dir needs --format html (got --format {fmt})")
-                rl = read_rl_dir(rl_dir)
-            except ValueError as exc:
-                typer.echo(f"error: {exc}", err=True)
-                raise typer.Exit(EXIT_OPERATIONAL) from None
+        rl = None if rl_dir is None else _read_rl_dir(rl_dir, fmt)  # checked before any model is audited
         from tito_audit.engines.resolve import check_name
 
         for flag, name in (("--renderer", renderer), ("--train-renderer", train_renderer)):
@@ -245,6 +253,8 @@ def register(app: typer.Typer) -> None:
             debug=debug,
             renderer=renderer,
             train_renderer=train_renderer,
+            search=DEFAULT_BUDGET if search is None else search,
+            search_seed=search_seed,
         )
         try:
             gate = Gate.load(suppressions, baseline)  # bad config fails before any model is audited

@@ -49,3 +49,19 @@ def thinking_option() -> Any:
 
 def debug_option() -> Any:
     return typer.Option(False, "--debug", help="Show tracebacks.")
+
+
+def search_option(default: str = "40") -> Any:
+    """``--search N`` of ``audit``, ``scan``, ``fix`` and ``rl``: conversations the counterexample search draws
+    (``AuditOptions.search``; None: the command's default)."""
+    return typer.Option(
+        None,
+        "--search",
+        min=0,
+        help=f"Conversations the counterexample search draws per template (default {default}; 0: off, said in the "
+        "report).",
+    )
+
+
+def search_seed_option() -> Any:
+    return typer.Option(0, "--search-seed", help="Seed of the counterexample search (the same seed, the same answer).")

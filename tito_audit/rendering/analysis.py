@@ -43,6 +43,7 @@ from tito_audit.rendering.guard import RenderLimits, RenderTimeout, harden_envir
 from tito_audit.rendering.hazards import Hazard, find_hazards
 from tito_audit.rendering.message_reads import MessageReads, read_messages
 from tito_audit.rendering.sandbox_decisions import memoize_decisions
+from tito_audit.rendering.switch_reads import read_switches
 
 # Every node type some reading of a template's code looks at (one walk of the tree finds them all, in order).
 ANALYSED_NODES = (nodes.Getattr, nodes.Getitem, nodes.Filter, nodes.Call, nodes.Name, nodes.Const, nodes.TemplateData)
@@ -58,6 +59,8 @@ class TemplateFacts:
     loaded_names: frozenset[str]  # every variable name it reads anywhere
     walked: bool = True
     reads: MessageReads = field(default_factory=MessageReads)  # the message keys it reads, the literals it tests
+    # every variable it compares or tests, with the values it tests it against (``switch_reads``)
+    switches: tuple[tuple[str, tuple[Any, ...]], ...] = ()
 
     @property
     def literal_text(self) -> str:
@@ -78,7 +81,7 @@ def read_tree(tree: nodes.Template) -> TemplateFacts:
     parts = [n.data for n in found if isinstance(n, nodes.TemplateData)]
     parts += [n.value for n in found if isinstance(n, nodes.Const) and isinstance(n.value, str)]
     names = frozenset(n.name for n in found if isinstance(n, nodes.Name) and n.ctx == "load")
-    return TemplateFacts(hazards, tuple(parts), names, reads=read_messages(tree))
+    return TemplateFacts(hazards, tuple(parts), names, reads=read_messages(tree), switches=read_switches(tree))
 
 
 class _Compile:
@@ -304,6 +307,15 @@ def loaded_names(template: str) -> frozenset[str]:
     """Every variable name the template reads anywhere (a superset of ``template_variables``); raises where the
     template does not parse or its tree cannot be walked."""
     return template_facts(template).checked().loaded_names
+
+
+def template_switches(template: str) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    """Every variable the template compares or tests, with the values it tests it against (``switch_reads``; the
+    caller keeps its context variables); nothing where it does not parse or its tree cannot be walked."""
+    try:
+        return template_facts(template).checked().switches
+    except Exception:
+        return ()
 
 
 def template_variables(template: str) -> frozenset[str]:

@@ -1,0 +1,229 @@
+"""The conversations the counterexample search draws: a hypothesis strategy over a ``SearchSpace``.
+
+A conversation is a system prompt (or none), then one or two user turns, each followed by tool cycles (an
+assistant turn of one to three calls, with or without text next to them, then one result per call) and an answer;
+an episode is short (one to three cycles) or long (``SearchSpace.cycles``, fifteen or more). Reasoning, where the
+template shows it, is on some turns or on every turn. Every choice is drawn simplest first, so hypothesis shrinks
+a counterexample to the fewest messages, calls and arguments, the plainest names and texts, and the switches
+unset, that still break the property.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import strategies as st
+
+from tito_audit.audit.search.space import (
+    ARGUMENT_KEYS,
+    CALL_TEXTS,
+    EDGES,
+    NAME_SHAPES,
+    REASONING,
+    SearchSpace,
+)
+from tito_audit.scenarios.spec import Scenario
+
+Message = dict[str, Any]
+UNSET = object()  # a switch left out of the template kwargs
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """One drawn conversation: its messages, the tool declarations of the names it calls, the template kwargs."""
+
+    messages: tuple[Message, ...]
+    tools: tuple[dict[str, Any], ...]
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def key(self) -> str:
+        """A key equal for equal conversations (the search's memo)."""
+        return json.dumps([self.messages, self.kwargs], sort_keys=True, default=repr)
+
+    def scenario(self, sid: str) -> Scenario:
+        tags = {"search", "tool"}
+        if any(m.get("reasoning_content") for m in self.messages):
+            tags.add("thinking")
+        if any(len(m.get("tool_calls") or []) > 1 for m in self.messages):
+            tags.add("parallel")
+        if self.messages and self.messages[0]["role"] == "system":
+            tags.add("system")
+        return Scenario(sid, self.describe(), self.messages, self.tools, frozenset(tags), self.kwargs)
+
+    def describe(self) -> str:
+        """A one-line summary: roles, calls, names, argument counts, switches."""
+        calls = [c["function"] for m in self.messages for c in m.get("tool_calls") or []]
+        names = sorted({c["name"] for c in calls})
+        parts = [f"{len(self.messages)} messages", f"{len(calls)} call(s)"]
+        if names:
+            parts.append("names " + ", ".join(names))
+        if calls:
+            parts.append(f"up to {max(len(c['arguments']) for c in calls)} argument(s)")
+        if any(m.get("reasoning_content") for m in self.messages):
+            parts.append("reasoning")
+        parts += [f"{k}={json.dumps(v)}" for k, v in self.kwargs]
+        return "searched: " + ", ".join(parts)
+
+
+def conversations(space: SearchSpace) -> st.SearchStrategy[Conversation]:
+    """Conversations over ``space`` (see the module docstring)."""
+    return _Strategies(space).conversation()
+
+
+class _Strategies:
+    """Every strategy a conversation is drawn with, built once per space (building one costs hypothesis more than
+    drawing from it)."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        self.space = space
+        edges = st.sampled_from(EDGES)
+        cores, short = st.sampled_from(space.texts), st.sampled_from(space.texts[:4])
+
+        def join(a: str, core: str, b: str) -> str:
+            return a + core + b
+
+        self.text = st.one_of(st.builds(join, edges, cores, edges), st.just(""))
+        self.text_full = st.builds(join, edges, cores, edges)  # never empty
+        # no whitespace at its start: the model writes it first in its turn, where whitespace merges with the
+        # generation prompt's last token (a seam stop_boundary reports; no canonical sample has it)
+        self.answer = st.builds(join, st.just(""), cores, edges)
+        self.short = st.one_of(st.builds(join, edges, short, edges), st.just(""))
+        self.reasoning = st.builds(join, edges, st.sampled_from(REASONING), edges)
+        scalar = st.one_of(
+            self.text,
+            st.integers(-5, 10**6),
+            st.booleans(),
+            st.none(),
+            st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False).map(lambda f: round(f, 3)),
+        )
+        nested = st.one_of(
+            st.lists(scalar, min_size=1, max_size=3),
+            st.dictionaries(st.sampled_from(ARGUMENT_KEYS), scalar, min_size=1, max_size=3),
+        )
+        self.value = st.one_of(scalar, nested)
+        self.name = st.sampled_from(NAME_SHAPES)
+        self.call_text = st.sampled_from((None, "", *CALL_TEXTS))
+        self.switches = [(name, st.sampled_from((UNSET, *values))) for name, values in space.switches]
+
+    def calls(self, draw: Any, compact: bool) -> list[dict[str, Any]]:
+        """One to three calls (their ids are given when the turn is placed); ``compact``: one call of at most two
+        short arguments (a long episode's turn: its length and its reasoning are what it tests)."""
+        calls = []
+        for _ in range(1 if compact else draw(st.integers(1, 3))):
+            name = draw(self.name)
+            n_args = draw(st.integers(0, 2 if compact else len(ARGUMENT_KEYS)))
+            value = self.short if compact else self.value
+            args = {key: draw(value) for key in ARGUMENT_KEYS[:n_args]}
+            calls.append({"type": "function", "function": {"name": name, "arguments": args}})
+        return calls
+
+    def call_turn(self, draw: Any, reasoning: bool, compact: bool = False) -> tuple[Message, list[str]]:
+        """An assistant turn of calls, and the text of each call's result (``compact``: see ``calls``)."""
+        turn: Message = {"role": "assistant", "content": draw(self.call_text), "tool_calls": self.calls(draw, compact)}
+        if reasoning:
+            turn["reasoning_content"] = draw(self.reasoning)
+        text = self.short if compact else self.text
+        return turn, [draw(text) for _ in turn["tool_calls"]]
+
+    def conversation(self) -> st.SearchStrategy[Conversation]:
+        return st.composite(self._draw)()
+
+    def _draw(self, draw: Any) -> Conversation:
+        space = self.space
+        kwargs = [(name, value) for name, values in self.switches if (value := draw(values)) is not UNSET]
+        every_turn = space.reasoning and draw(st.booleans())  # reasoning on every assistant turn of a short episode
+
+        def thinks() -> bool:
+            return every_turn or (space.reasoning and draw(st.booleans()))
+
+        messages: list[Message] = []
+        if draw(st.booleans()):
+            messages.append({"role": "system", "content": draw(self.text_full)})
+        counter = [0]
+        for _ in range(draw(st.integers(1, 2))):
+            messages.append({"role": "user", "content": draw(self.text_full)})
+            cycles = draw(st.one_of(st.integers(1, 3), st.integers(4, space.cycles + 2)))
+            if cycles > 3:  # a long episode: one compact turn, again and again, reasoning on every turn
+                turn, results = self.call_turn(draw, space.reasoning, compact=True)
+                turns = _varied(turn, cycles) if draw(st.booleans()) else [turn] * cycles
+                for each in turns:
+                    messages += _placed(each, results, counter)
+            else:
+                for _ in range(cycles):
+                    turn, results = self.call_turn(draw, thinks())
+                    messages += _placed(turn, results, counter)
+            answer: Message = {"role": "assistant", "content": draw(self.answer)}
+            if thinks():
+                answer["reasoning_content"] = draw(self.reasoning)
+            messages.append(answer)
+        for key, roles in space.fields:  # the other keys the template renders, on some messages of their roles
+            for i, m in enumerate(messages):
+                if m["role"] in roles and draw(st.booleans()):
+                    messages[i] = {**m, key: draw(self.text_full)}
+        return Conversation(tuple(messages), _declarations(messages), tuple(kwargs))
+
+
+def _varied(turn: Message, cycles: int) -> list[Message]:
+    """``cycles`` copies of ``turn`` that go through the name shapes, the texts next to calls and the whitespace at
+    reasoning's edges, one step per turn (a long episode that covers them all without drawing each)."""
+    out = []
+    for k in range(cycles):
+        call = turn["tool_calls"][0]
+        fn = {**call["function"], "name": NAME_SHAPES[k % len(NAME_SHAPES)]}
+        varied: Message = {**turn, "content": (None, *CALL_TEXTS)[k % 3], "tool_calls": [{**call, "function": fn}]}
+        if turn.get("reasoning_content"):
+            edge = EDGES[k % len(EDGES)]
+            varied["reasoning_content"] = edge + turn["reasoning_content"].strip() + edge
+        out.append(varied)
+    return out
+
+
+def _placed(turn: Message, results: list[str], counter: list[int]) -> list[Message]:
+    """``turn`` with fresh call ids, and its results."""
+    calls = []
+    for call in turn["tool_calls"]:
+        counter[0] += 1
+        calls.append({"id": f"call{counter[0]:05d}", **call})
+    out: list[Message] = [{**turn, "tool_calls": calls}]
+    for call, text in zip(calls, results, strict=True):
+        out.append({"role": "tool", "tool_call_id": call["id"], "name": call["function"]["name"], "content": text})
+    return out
+
+
+def _declarations(messages: list[Message]) -> tuple[dict[str, Any], ...]:
+    """A tool declaration for every name called, with the arguments it is called with (as a tool set would)."""
+    params: dict[str, dict[str, Any]] = {}
+    for m in messages:
+        for call in m.get("tool_calls") or []:
+            fn = call["function"]
+            props = params.setdefault(fn["name"], {})
+            for key, value in fn["arguments"].items():
+                props.setdefault(key, {"type": _json_type(value)})
+    return tuple(
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": f"The {name} tool.",
+                "parameters": {"type": "object", "properties": props, "required": list(props)[:1]},
+            },
+        }
+        for name, props in params.items()
+    )
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    if value is None:
+        return "null"
+    return "string"

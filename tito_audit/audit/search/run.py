@@ -1,0 +1,147 @@
+"""The counterexample search: hypothesis draws conversations, plays them, and shrinks the first that breaks.
+
+``hypothesis.find`` with a fixed seed (``random=Random(seed)``), no example database and no deadline, so that the
+same template, options and seed give the same counterexample on every run and machine. The budget is the number
+of conversations drawn before giving up (``max_examples``); shrinking a counterexample is bounded too
+(``SHRINK_PLAYS`` plays): a conversation played once is never played again (a memo by content), and past the
+bound every unplayed candidate counts as holding, which ends the shrink at the smallest counterexample so far.
+Where a safe template's first counterexample only breaks the re-render, the search goes on for one that breaks
+buffer + delta (the stronger finding) with the budget left, replaying what it drew from the memo.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from random import Random
+from typing import TYPE_CHECKING
+
+from tito_audit.audit.search.conversations import Conversation, conversations
+from tito_audit.audit.search.property import APPEND, KINDS, play
+from tito_audit.audit.search.result import SearchResult
+from tito_audit.audit.search.space import SearchSpace
+
+if TYPE_CHECKING:
+    from tito_audit.audit.context import AuditContext
+
+SHRINK_PLAYS = 100  # plays a shrink may take, per counterexample
+# The share of what is left of the template's budget (``rendering.budget``: render CPU, characters rendered) the
+# search may spend: the audit's own renders, and the checks that run again on a counterexample, keep the rest.
+BUDGET_SHARE = 0.5
+
+
+class _Spent(BaseException):
+    """The search has spent its share of the template's budget (a ``BaseException``: hypothesis lets it through
+    instead of shrinking it as a failure of the property)."""
+
+
+@dataclass
+class _State:
+    memo: dict[str, str | None] = field(default_factory=dict)
+    plays: int = 0
+    drawn: int = 0
+    rendered: int = 0
+    cap: int = 0
+    hit: bool = False  # the current find has met a counterexample (what follows is shrinking)
+    stopped: str | None = None
+
+
+def search(ctx: AuditContext, budget: int, seed: int, wanted: Sequence[str]) -> SearchResult:
+    """Counterexamples of the kinds ``wanted`` for ``ctx``'s template (see the module docstring)."""
+    result = SearchResult(budget, seed, tuple(k for k in KINDS if k in wanted))
+    space = SearchSpace.of(ctx)
+    state = _State(cap=budget + SHRINK_PLAYS)
+    allowance = _Allowance(ctx)
+    looking = list(result.wanted)
+    while looking:
+        try:
+            found = _find(ctx, space, budget, seed, tuple(looking), state, allowance)
+        except _Spent:
+            state.stopped = allowance.why
+            break
+        if found is None:
+            break
+        played = play(ctx, found, f"search/{len(result.found) + 1}")
+        result.found.append(played)
+        if played.kind == APPEND or APPEND not in looking:
+            break
+        looking = [APPEND]  # a re-render break found first: look on for the stronger one
+        state.cap += SHRINK_PLAYS
+    result.drawn, result.rendered, result.plays = state.drawn, state.rendered, state.plays
+    result.stopped = state.stopped
+    return result
+
+
+class _Allowance:
+    """The search's share of the template's budget, from what was left when it started."""
+
+    def __init__(self, ctx: AuditContext) -> None:
+        self.budget = ctx.renderer.budget
+        self.start = (self.budget.spent, self.budget.produced)
+        cpu, chars = self.budget.cpu_seconds, self.budget.output_chars
+        self.cpu = (cpu - self.start[0]) * BUDGET_SHARE if cpu else 0.0
+        self.chars = (chars - self.start[1]) * BUDGET_SHARE if chars else 0.0
+        self.why = ""
+
+    def spent(self) -> bool:
+        used_cpu = self.budget.spent - self.start[0]
+        used_chars = self.budget.produced - self.start[1]
+        if self.cpu and used_cpu > self.cpu:
+            self.why = f"its share of the template's render CPU ({self.cpu:.2f}s)"
+        elif self.chars and used_chars > self.chars:
+            self.why = f"its share of the characters the template may render ({self.chars:,.0f})"
+        return bool(self.why)
+
+
+def _find(
+    ctx: AuditContext,
+    space: SearchSpace,
+    budget: int,
+    seed: int,
+    wanted: tuple[str, ...],
+    state: _State,
+    allowance: _Allowance,
+) -> Conversation | None:
+    import warnings
+
+    from hypothesis import HealthCheck, Phase, Verbosity, find, settings
+    from hypothesis.errors import HypothesisWarning, NoSuchExample
+
+    state.hit = False
+
+    def breaks(conversation: Conversation) -> bool:
+        key = conversation.key
+        if key not in state.memo:
+            if state.plays >= state.cap or allowance.spent():
+                if not state.hit and allowance.why:
+                    raise _Spent
+                return False  # past the bound: the shrink stops at the smallest counterexample so far
+            played = play(ctx, conversation, "search/candidate")
+            state.plays += 1
+            if not state.hit:
+                state.drawn += 1
+                state.rendered += played.simulation.ok
+            state.memo[key] = played.kind
+        kind = state.memo[key]
+        if kind in wanted:
+            state.hit = True
+            return True
+        return False
+
+    config = settings(
+        max_examples=max(1, budget),
+        database=None,
+        deadline=None,
+        derandomize=False,
+        phases=(Phase.generate, Phase.target, Phase.shrink),
+        suppress_health_check=list(HealthCheck),
+        verbosity=Verbosity.quiet,
+        report_multiple_bugs=False,
+        print_blob=False,
+    )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", HypothesisWarning)  # the repr of a long counterexample
+            return find(conversations(space), breaks, settings=config, random=Random(seed))
+    except NoSuchExample:
+        return None
