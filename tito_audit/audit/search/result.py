@@ -11,8 +11,9 @@ from tito_audit.audit.search.property import Played
 @dataclass
 class SearchResult:
     """What one search did. ``budget``/``seed``: as asked; ``wanted``: the kinds it looked for (``property.KINDS``,
-    none when it did not run: ``skipped`` says why); ``drawn``: conversations drawn (at most ``budget``),
-    ``rendered``: of those, the ones the template rendered; ``plays``: every play, shrinking included; ``found``:
+    none when it did not run: ``skipped`` says why); ``drawn``: conversations drawn before the first counterexample
+    (at most ``budget``; hypothesis may draw one twice), ``rendered``: of the distinct ones, those the template
+    rendered; ``plays``: conversations played, shrinking included (each once); ``found``:
     the shrunk counterexamples, strongest kind first."""
 
     budget: int

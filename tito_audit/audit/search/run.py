@@ -111,16 +111,17 @@ def _find(
 
     def breaks(conversation: Conversation) -> bool:
         key = conversation.key
+        if not state.hit:
+            state.drawn += 1
         if key not in state.memo:
             if state.plays >= state.cap or allowance.spent():
                 if not state.hit and allowance.why:
+                    state.drawn -= 1
                     raise _Spent
                 return False  # past the bound: the shrink stops at the smallest counterexample so far
             played = play(ctx, conversation, "search/candidate")
             state.plays += 1
-            if not state.hit:
-                state.drawn += 1
-                state.rendered += played.simulation.ok
+            state.rendered += played.simulation.ok and not state.hit
             state.memo[key] = played.kind
         kind = state.memo[key]
         if kind in wanted:
