@@ -7,10 +7,11 @@ from typing import Any
 
 from tito_audit.audit.checks import CheckResult, CheckSpec, ordered_checks, run_check
 from tito_audit.audit.context import AuditContext, AuditOptions
+from tito_audit.audit.coverage import Coverage
 from tito_audit.audit.search import search_after_checks
 from tito_audit.errors import AuditError, LimitExceeded, TemplateAlwaysRaises, failed_every_conversation
 from tito_audit.report.model_report import ModelReport
-from tito_audit.report.verdict import MIN_COVERAGE
+from tito_audit.report.verdict import MIN_COVERAGE, decide
 from tito_audit.rollout.stop import stop_convention
 from tito_audit.sources.load import LoadedModel
 
@@ -84,18 +85,27 @@ def audit_context(ctx: AuditContext, started: float | None = None) -> ModelRepor
 
 
 def _search(ctx: AuditContext, report: ModelReport, specs: list[CheckSpec]) -> None:
-    """The counterexample search after the checks (``audit.search``): what it found joins the scenarios and every
-    check runs again; what it could not search is named in ``not_probed``."""
-    searched = search_after_checks(ctx, report.checks, report.scenarios)
+    """Template coverage and the counterexample search after the checks, where the verdict so far is ``safe`` or
+    ``tito-required`` (``audit.coverage``, ``audit.search``): what the search found joins the scenarios and every
+    check runs again; the arms no conversation took, and what the search could not draw, are named in
+    ``not_probed``."""
+    claims = decide(report.checks, report.scenarios).verdict in ("safe", "tito-required")
+    coverage = Coverage.of(ctx) if claims else None
+    if coverage is not None:
+        coverage.trace()
+    searched = search_after_checks(ctx, report.checks, report.scenarios, coverage)
     report.scenarios["search"] = searched.summary()
     if searched.found:
         ctx.add_simulations([p.simulation for p in searched.found])
         report.scenarios["played"] += len(searched.found)
         report.scenarios["catalogue"] += len(searched.found)
         report.checks = _run_checks(ctx, specs)
-    missed = searched.not_probed()
+    missed = [*([searched.not_probed()] if searched.not_probed() else [])]
+    if coverage is not None:
+        report.scenarios["coverage"] = coverage.summary()
+        missed += coverage.not_probed()
     if missed:
-        report.scenarios.setdefault("not_probed", []).append(missed)
+        report.scenarios.setdefault("not_probed", []).extend(missed)
 
 
 def _run_checks(ctx: AuditContext, specs: list[CheckSpec]) -> list[CheckResult]:

@@ -59,10 +59,14 @@ def unreachable_coverage(report: AuditReport, min_coverage: int) -> list[str]:
     ]
 
 
-def incomplete(report: AuditReport, allow_check_errors: bool = False, min_coverage: int = 0) -> list[str]:
+def incomplete(
+    report: AuditReport, allow_check_errors: bool = False, min_coverage: int = 0, allow_not_probed: bool = False
+) -> list[str]:
     """One line per thing the audit could not check: a check in ``error`` status (unless allowed), a verdict that
     is ``error`` (a check the verdict needs did not decide: never a pass, ``--allow-check-errors`` included), a
-    model that played fewer than ``min_coverage`` scenarios (of a catalogue that has that many)."""
+    model that played fewer than ``min_coverage`` scenarios (of a catalogue that has that many), a ``safe`` verdict
+    that names what it did not probe (``not_probed:*``: a template arm no conversation took, a switch, a search cut
+    short; unless ``allow_not_probed``): SAFE claims every conversation, so one with a gap is never a clean pass."""
     from tito_audit.report.verdict import describe_reason
 
     lines = []
@@ -74,6 +78,9 @@ def incomplete(report: AuditReport, allow_check_errors: bool = False, min_covera
         if m.verdict == "error":
             undecided = [describe_reason(r) for r in m.verdict_reasons if r.startswith("error:")]
             lines.append(f"{m.model}: verdict undecided ({'; '.join(undecided) or 'no reason recorded'})")
+        gaps = [describe_reason(r) for r in m.verdict_reasons if r.startswith("not_probed:")]
+        if m.verdict == "safe" and gaps and not allow_not_probed:
+            lines.append(f"{m.model}: SAFE does not cover what was not probed ({'; '.join(gaps)})")
         played = int(m.scenarios.get("played", 0))
         if played < min_coverage <= int(m.scenarios.get("catalogue", min_coverage)):
             lines.append(
@@ -83,15 +90,22 @@ def incomplete(report: AuditReport, allow_check_errors: bool = False, min_covera
     return lines
 
 
-def exit_code(report: AuditReport, fail_on: str, allow_check_errors: bool = False, min_coverage: int = 0) -> int:
-    """2 if any model could not be audited; 3 if a check errored (unless ``allow_check_errors``) or a model
-    played fewer than ``min_coverage`` scenarios; 1 if unsuppressed findings outside the baseline reach
-    ``fail_on``; else 0."""
+def exit_code(
+    report: AuditReport,
+    fail_on: str,
+    allow_check_errors: bool = False,
+    min_coverage: int = 0,
+    allow_not_probed: bool = False,
+) -> int:
+    """2 if any model could not be audited; 3 if a check errored (unless ``allow_check_errors``), a model
+    played fewer than ``min_coverage`` scenarios, or a SAFE names what it did not probe (unless
+    ``allow_not_probed``: under either ``fail_on``, since it is no finding); 1 if unsuppressed findings outside the
+    baseline reach ``fail_on``; else 0."""
     from tito_audit.gate import gating_findings
 
     if any(m.error for m in report.models) or unreachable_coverage(report, min_coverage):
         return EXIT_OPERATIONAL
-    if incomplete(report, allow_check_errors, min_coverage):
+    if incomplete(report, allow_check_errors, min_coverage, allow_not_probed):
         return EXIT_INCOMPLETE
     return EXIT_FINDINGS if gating_findings(report, fail_on) else EXIT_OK
 
@@ -181,6 +195,9 @@ def register(app: typer.Typer) -> None:
         ),
         allow_check_errors: bool = typer.Option(
             False, "--allow-check-errors", help="Do not exit 3 when a check could not run (status error)."
+        ),
+        allow_not_probed: bool = typer.Option(
+            False, "--allow-not-probed", help="Do not exit 3 when a SAFE names what it did not probe (not_probed)."
         ),
         min_coverage: int = typer.Option(
             0, "--min-coverage", min=0, help="Exit 3 when a model plays fewer than N scenarios."
@@ -292,11 +309,11 @@ def register(app: typer.Typer) -> None:
             emit(render_report(report, fmt, verbose=verbose, quiet=quiet, rl=rl), output)
         if not on_screen or debug:
             echo_model_errors(report.models, debug)
-        for line in gate_lines + incomplete(report, allow_check_errors, min_coverage):
+        for line in gate_lines + incomplete(report, allow_check_errors, min_coverage, allow_not_probed):
             typer.echo(line, err=True)
         for line in unreachable_coverage(report, min_coverage):
             typer.echo(line, err=True)
         if not report.complete:
             typer.echo(f"interrupted after {len(report.models)} of {report.requested} models", err=True)
             raise typer.Exit(EXIT_INTERRUPTED)
-        raise typer.Exit(exit_code(report, fail_on, allow_check_errors, min_coverage))
+        raise typer.Exit(exit_code(report, fail_on, allow_check_errors, min_coverage, allow_not_probed))

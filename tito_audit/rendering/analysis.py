@@ -90,6 +90,7 @@ class _Compile:
 
     into: dict[str, TemplateFacts] | None = None
     limits: RenderLimits | None = None
+    parsing: str | None = None  # the template whose tree the compile is generating code for
 
 
 class _ReadingEnvironment(ImmutableSandboxedEnvironment):
@@ -102,10 +103,17 @@ class _ReadingEnvironment(ImmutableSandboxedEnvironment):
         super().__init__(*args, **kwargs)
         self.optimized = False
 
+    def _generate(self, source: nodes.Template, *args: Any, **kwargs: Any) -> str:
+        code = super()._generate(source, *args, **kwargs)
+        if _Compile.into is not None and _Compile.parsing is not None:
+            _keep(_CODE, _Compile.parsing, code)  # the Python code it compiles to (``template_code``)
+        return code
+
     def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
         tree = super()._parse(source, name, filename)
         if _Compile.into is None:
             return tree
+        _Compile.parsing = source
         try:
             facts = read_tree(tree)
         except Exception:  # reading is best effort here (deep inside the compile): template_facts parses again
@@ -142,7 +150,7 @@ def _compiling(into: dict[str, TemplateFacts], limits: RenderLimits) -> Iterator
         yield
     finally:
         hook.module.ImmutableSandboxedEnvironment = hook.environment
-        _Compile.into = _Compile.limits = None
+        _Compile.into = _Compile.limits = _Compile.parsing = None
 
 
 # Compiling runs template code: jinja folds constant expressions (``'ab' * 10**9``) while it compiles. So a
@@ -151,6 +159,7 @@ def _compiling(into: dict[str, TemplateFacts], limits: RenderLimits) -> Iterator
 COMPILE_LIMITS = RenderLimits(seconds=10.0)
 _FAILED: dict[str, TemplateError] = {}  # templates whose compile hit a limit: not compiled again (last few kept)
 _PARSED: dict[str, TemplateFacts] = {}  # facts read while compiling, until ``template_facts`` takes them
+_CODE: dict[str, str] = {}  # the Python code the last few templates compiled to (``template_code``)
 _KEPT = 16
 _COMPILING = threading.Lock()  # the hooks are set on the environment class: one compile at a time
 
@@ -316,6 +325,18 @@ def template_switches(template: str) -> tuple[tuple[str, tuple[Any, ...]], ...]:
         return template_facts(template).checked().switches
     except Exception:
         return ()
+
+
+def template_code(template: str) -> str:
+    """The Python code jinja generated for the template's compile (kept from the compile itself; generated again,
+    by the environment it was compiled with, for a template compiled more than a few templates ago). Raises where
+    it does not compile."""
+    compiled = compiled_template(template)
+    code = _CODE.get(template)
+    if code is None:
+        code = compiled.environment.compile(template, raw=True)
+        _keep(_CODE, template, code)
+    return str(code)
 
 
 def template_variables(template: str) -> frozenset[str]:

@@ -23,6 +23,7 @@ from tito_audit.report.verdict import decide
 
 if TYPE_CHECKING:
     from tito_audit.audit.context import AuditContext
+    from tito_audit.audit.coverage import Coverage
 
 DEFAULT_BUDGET = 40  # conversations drawn by default (``--search``); 0 turns the search off
 OFF = "off (--search 0)"
@@ -34,22 +35,26 @@ def wanted(verdict: str) -> tuple[str, ...]:
 
 
 def search_after_checks(
-    ctx: AuditContext, checks: Sequence[CheckResult], coverage: Mapping[str, Any] | None
+    ctx: AuditContext,
+    checks: Sequence[CheckResult],
+    scenarios: Mapping[str, Any] | None,
+    coverage: Coverage | None = None,
 ) -> SearchResult:
     """The search for ``ctx`` given the checks' results on the scenarios played so far (see the module
-    docstring). A failure of our code or a library's is kept in ``skipped`` (``error: ...``): the caller names it,
-    since the verdict then rests on less than it claims."""
+    docstring). ``coverage``: the template's arms, traced as the search renders (it steers towards arms not yet
+    run). A failure of our code or a library's is kept in ``skipped`` (``error: ...``): the caller names it, since
+    the verdict then rests on less than it claims."""
     budget, seed = ctx.options.search, ctx.options.search_seed
     if budget <= 0:
         return SearchResult(0, seed, skipped=OFF)
-    verdict = decide(checks, coverage).verdict
+    verdict = decide(checks, scenarios).verdict
     kinds = wanted(verdict)
     if not kinds:
         return SearchResult(budget, seed, skipped=f"the scenarios already make the verdict {verdict}")
     from tito_audit.audit.search.run import search  # hypothesis is imported only when a search runs
 
     try:
-        return search(ctx, budget, seed, kinds)
+        return search(ctx, budget, seed, kinds, coverage)
     except InternalError as exc:
         if ctx.options.debug:
             raise

@@ -104,6 +104,10 @@ class _Strategies:
             st.dictionaries(st.sampled_from(ARGUMENT_KEYS), scalar, min_size=1, max_size=3),
         )
         self.value = st.one_of(scalar, nested)
+        self.result = self.text  # tool results are text: what the catalogue's adapters and payload reads take
+        # a user turn's content: text, or a list of text parts (what multimodal clients send)
+        parts = self.text_full.map(lambda t: [{"type": "text", "text": t}])
+        self.user = st.one_of(self.text_full, parts) if space.parts else self.text_full
         self.name = st.sampled_from(NAME_SHAPES)
         self.call_text = st.sampled_from((None, "", *CALL_TEXTS))
         self.switches = [(name, st.sampled_from((UNSET, *values))) for name, values in space.switches]
@@ -120,13 +124,13 @@ class _Strategies:
             calls.append({"type": "function", "function": {"name": name, "arguments": args}})
         return calls
 
-    def call_turn(self, draw: Any, reasoning: bool, compact: bool = False) -> tuple[Message, list[str]]:
+    def call_turn(self, draw: Any, reasoning: bool, compact: bool = False) -> tuple[Message, list[Any]]:
         """An assistant turn of calls, and the text of each call's result (``compact``: see ``calls``)."""
         turn: Message = {"role": "assistant", "content": draw(self.call_text), "tool_calls": self.calls(draw, compact)}
         if reasoning:
             turn["reasoning_content"] = draw(self.reasoning)
-        text = self.short if compact else self.text
-        return turn, [draw(text) for _ in turn["tool_calls"]]
+        result = self.short if compact else self.result
+        return turn, [draw(result) for _ in turn["tool_calls"]]
 
     def conversation(self) -> st.SearchStrategy[Conversation]:
         return st.composite(self._draw)()
@@ -144,7 +148,7 @@ class _Strategies:
             messages.append({"role": "system", "content": draw(self.text_full)})
         counter = [0]
         for _ in range(draw(st.integers(1, 2))):
-            messages.append({"role": "user", "content": draw(self.text_full)})
+            messages.append({"role": "user", "content": draw(self.user)})
             cycles = draw(st.one_of(st.integers(1, 3), st.integers(4, space.cycles + 2)))
             if cycles > 3:  # a long episode: one compact turn, again and again, reasoning on every turn
                 turn, results = self.call_turn(draw, space.reasoning, compact=True)
@@ -181,7 +185,7 @@ def _varied(turn: Message, cycles: int) -> list[Message]:
     return out
 
 
-def _placed(turn: Message, results: list[str], counter: list[int]) -> list[Message]:
+def _placed(turn: Message, results: list[Any], counter: list[int]) -> list[Message]:
     """``turn`` with fresh call ids, and its results."""
     calls = []
     for call in turn["tool_calls"]:

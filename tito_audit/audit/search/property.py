@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tito_audit.audit.simulation import Simulation, simulate
+from tito_audit.errors import InternalError
 from tito_audit.rollout.payloads import only_later_calls
 
 if TYPE_CHECKING:
@@ -42,7 +43,12 @@ class Played:
 def play(ctx: AuditContext, conversation: Conversation, sid: str) -> Played:
     """``conversation`` played as scenario ``sid`` in the shape the template accepts (``AuditContext.shapes``).
     Raises ``InternalError`` where our code or a library's fails (never a template's doing)."""
-    sim = simulate(ctx.renderer, conversation.scenario(sid), ctx.stop_ids, ctx.shapes)
+    try:
+        sim = simulate(ctx.renderer, conversation.scenario(sid), ctx.stop_ids, ctx.shapes)
+    except InternalError:
+        raise
+    except Exception as exc:  # our code failed on a drawn conversation: never the template's doing
+        raise InternalError(f"{type(exc).__name__}: {exc} (playing a searched conversation)") from exc
     if sim.internal is not None:
         raise sim.internal
     return Played(kind_of(sim), sim)

@@ -20,9 +20,11 @@ from tito_audit.audit.search.conversations import Conversation, conversations
 from tito_audit.audit.search.property import APPEND, KINDS, play
 from tito_audit.audit.search.result import SearchResult
 from tito_audit.audit.search.space import SearchSpace
+from tito_audit.errors import InternalError
 
 if TYPE_CHECKING:
     from tito_audit.audit.context import AuditContext
+    from tito_audit.audit.coverage import Coverage
 
 SHRINK_PLAYS = 100  # plays a shrink may take, per counterexample
 # The share of what is left of the template's budget (``rendering.budget``: render CPU, characters rendered) the
@@ -33,6 +35,15 @@ BUDGET_SHARE = 0.5
 class _Spent(BaseException):
     """The search has spent its share of the template's budget (a ``BaseException``: hypothesis lets it through
     instead of shrinking it as a failure of the property)."""
+
+
+class _Failed(BaseException):
+    """Our code or a library's failed on a drawn conversation (an ``InternalError``, carried past hypothesis as
+    ``_Spent`` is)."""
+
+    def __init__(self, error: InternalError) -> None:
+        super().__init__(error.message)
+        self.error = error
 
 
 @dataclass
@@ -46,8 +57,12 @@ class _State:
     stopped: str | None = None
 
 
-def search(ctx: AuditContext, budget: int, seed: int, wanted: Sequence[str]) -> SearchResult:
-    """Counterexamples of the kinds ``wanted`` for ``ctx``'s template (see the module docstring)."""
+def search(
+    ctx: AuditContext, budget: int, seed: int, wanted: Sequence[str], coverage: Coverage | None = None
+) -> SearchResult:
+    """Counterexamples of the kinds ``wanted`` for ``ctx``'s template (see the module docstring); ``coverage``:
+    the template's arms, traced as the conversations render: each drawn conversation is scored by the arms it
+    runs that none before it ran (``hypothesis.target``), which steers the draws towards arms not yet taken."""
     result = SearchResult(budget, seed, tuple(k for k in KINDS if k in wanted))
     space = SearchSpace.of(ctx)
     state = _State(cap=budget + SHRINK_PLAYS)
@@ -55,10 +70,12 @@ def search(ctx: AuditContext, budget: int, seed: int, wanted: Sequence[str]) -> 
     looking = list(result.wanted)
     while looking:
         try:
-            found = _find(ctx, space, budget, seed, tuple(looking), state, allowance)
+            found = _find(ctx, space, budget, seed, tuple(looking), state, allowance, coverage)
         except _Spent:
             state.stopped = allowance.why
             break
+        except _Failed as failed:
+            raise failed.error from None
         if found is None:
             break
         played = play(ctx, found, f"search/{len(result.found) + 1}")
@@ -101,10 +118,11 @@ def _find(
     wanted: tuple[str, ...],
     state: _State,
     allowance: _Allowance,
+    coverage: Coverage | None,
 ) -> Conversation | None:
     import warnings
 
-    from hypothesis import HealthCheck, Phase, Verbosity, find, settings
+    from hypothesis import HealthCheck, Phase, Verbosity, find, settings, target
     from hypothesis.errors import HypothesisWarning, NoSuchExample
 
     state.hit = False
@@ -119,7 +137,13 @@ def _find(
                     state.drawn -= 1
                     raise _Spent
                 return False  # past the bound: the shrink stops at the smallest counterexample so far
-            played = play(ctx, conversation, "search/candidate")
+            before = coverage.arms_run() if coverage is not None else 0
+            try:
+                played = play(ctx, conversation, "search/candidate")
+            except InternalError as exc:
+                raise _Failed(exc) from None
+            if coverage is not None and not state.hit:
+                target(float(coverage.arms_run() - before), label="template arms first run")
             state.plays += 1
             state.rendered += played.simulation.ok and not state.hit
             state.memo[key] = played.kind

@@ -13,6 +13,7 @@ shrinks a counterexample towards the first entries.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +64,7 @@ CALL_TEXTS: tuple[str, ...] = ("I'll check the weather.", "Let me look that up.\
 REASONING: tuple[str, ...] = ("The user wants the weather, so I call the tool.", "Check the forecast first.")
 LONG = 2_000  # characters of the long text every space has (past a template's own tests: ``lengths``)
 MAX_CYCLES = 24  # tool cycles of the longest episode drawn
+_TYPE_TEST = re.compile(r"\bis\s+(?:not\s+)?(?:string|iterable|mapping|sequence)\b")  # a template reading a type
 
 
 @dataclass(frozen=True)
@@ -71,13 +73,15 @@ class SearchSpace:
     first (the fixed ones, the template's tested literals, long texts); ``reasoning``: reasoning reaches the
     render; ``fields``: other message keys it renders, with the roles it renders each for; ``cycles``: the tool
     cycles of a long episode; ``switches``: each switch's played values (``kwargs`` are drawn from them, unset
-    first)."""
+    first); ``parts``: a user turn may send its text as a list of text parts, where the template tests a value's
+    type (``is string``, ``is iterable``...; elsewhere a template that concatenates content refuses parts)."""
 
     texts: tuple[str, ...] = TEXTS
     reasoning: bool = False
     fields: tuple[tuple[str, tuple[str, ...]], ...] = ()
     cycles: int = 16
     switches: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    parts: bool = False  # user content may be a list of text parts (the template tests what a value's type is)
 
     @classmethod
     def of(cls, ctx: AuditContext) -> SearchSpace:
@@ -93,4 +97,5 @@ class SearchSpace:
             fields=reasoning.fields,
             cycles=cycles,
             switches=tuple(ctx.switches.values().items()),
+            parts=bool(ctx.engine.is_template and _TYPE_TEST.search(ctx.model.chat_template or "")),
         )
