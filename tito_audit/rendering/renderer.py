@@ -310,7 +310,8 @@ class Renderer:
             try:
                 with recorder:
                     r._guarded(lambda r=r, m=messages, t=tools, a=agp: r._text(m, t, a, r.template_kwargs))
-            except RenderError:
+            except RenderError as err:
+                detached(err)  # its tracebacks would hold this audit's frames in a cycle
                 continue
         return len(pending)
 

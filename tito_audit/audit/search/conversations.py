@@ -11,6 +11,7 @@ unset, that still break the property.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,9 +69,17 @@ class Conversation:
         return "searched: " + ", ".join(parts)
 
 
-def conversations(space: SearchSpace) -> st.SearchStrategy[Conversation]:
-    """Conversations over ``space`` (see the module docstring)."""
-    return _Strategies(space).conversation()
+Drawn = tuple[tuple[Message, ...], tuple[dict[str, Any], ...], tuple[tuple[str, Any], ...]]
+
+
+def conversations(space: SearchSpace) -> tuple[st.SearchStrategy[Drawn], Callable[[], None]]:
+    """Conversations over ``space`` (see the module docstring), drawn as plain data (messages, tools, kwargs:
+    ``Conversation(*drawn)``), and a function that detaches the strategy from everything of this package: what a
+    search leaves behind in hypothesis' engine (its cycles, freed by the garbage collector) then holds none of an
+    audit's objects."""
+    box = [_Strategies(space)]
+    strategy = st.composite(lambda draw: box[0].draw(draw))()
+    return strategy, box.clear
 
 
 class _Strategies:
@@ -132,10 +141,7 @@ class _Strategies:
         result = self.short if compact else self.result
         return turn, [draw(result) for _ in turn["tool_calls"]]
 
-    def conversation(self) -> st.SearchStrategy[Conversation]:
-        return st.composite(self._draw)()
-
-    def _draw(self, draw: Any) -> Conversation:
+    def draw(self, draw: Any) -> Drawn:
         space = self.space
         kwargs = [(name, value) for name, values in self.switches if (value := draw(values)) is not UNSET]
         every_turn = space.reasoning and draw(st.booleans())  # reasoning on every assistant turn of a short episode
@@ -167,7 +173,7 @@ class _Strategies:
             for i, m in enumerate(messages):
                 if m["role"] in roles and draw(st.booleans()):
                     messages[i] = {**m, key: draw(self.text_full)}
-        return Conversation(tuple(messages), _declarations(messages), tuple(kwargs))
+        return tuple(messages), _declarations(messages), tuple(kwargs)
 
 
 def _varied(turn: Message, cycles: int) -> list[Message]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from random import Random
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tito_audit.audit.search.conversations import Conversation, conversations
 from tito_audit.audit.search.property import APPEND, KINDS, play
@@ -126,32 +126,12 @@ def _find(
     from hypothesis.errors import HypothesisWarning, NoSuchExample
 
     state.hit = False
+    # Everything the condition reads sits in a box emptied once the search is over: hypothesis' engine leaves
+    # cycles behind, and an audit's context must not be in them (it would wait for the garbage collector).
+    box: list[_Probe] = [_Probe(ctx, state, allowance, coverage, wanted, target)]
 
-    def breaks(conversation: Conversation) -> bool:
-        key = conversation.key
-        if not state.hit:
-            state.drawn += 1
-        if key not in state.memo:
-            if state.plays >= state.cap or allowance.spent():
-                if not state.hit and allowance.why:
-                    state.drawn -= 1
-                    raise _Spent
-                return False  # past the bound: the shrink stops at the smallest counterexample so far
-            before = coverage.arms_run() if coverage is not None else 0
-            try:
-                played = play(ctx, conversation, "search/candidate")
-            except InternalError as exc:
-                raise _Failed(exc) from None
-            if coverage is not None and not state.hit:
-                target(float(coverage.arms_run() - before), label="template arms first run")
-            state.plays += 1
-            state.rendered += played.simulation.ok and not state.hit
-            state.memo[key] = played.kind
-        kind = state.memo[key]
-        if kind in wanted:
-            state.hit = True
-            return True
-        return False
+    def breaks(drawn: Any) -> bool:
+        return box[0].breaks(Conversation(*drawn))
 
     config = settings(
         max_examples=max(1, budget),
@@ -164,9 +144,52 @@ def _find(
         report_multiple_bugs=False,
         print_blob=False,
     )
+    strategy, release = conversations(space)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", HypothesisWarning)  # the repr of a long counterexample
-            return find(conversations(space), breaks, settings=config, random=Random(seed))
+            return Conversation(*find(strategy, breaks, settings=config, random=Random(seed)))
     except NoSuchExample:
         return None
+    finally:
+        box.clear()
+        release()
+
+
+@dataclass
+class _Probe:
+    """What the search's condition reads."""
+
+    ctx: AuditContext
+    state: _State
+    allowance: _Allowance
+    coverage: Coverage | None
+    wanted: tuple[str, ...]
+    target: Any
+
+    def breaks(self, conversation: Conversation) -> bool:
+        """Whether ``conversation`` breaks the property in a way ``wanted`` (memoized; see the module docstring)."""
+        state, coverage = self.state, self.coverage
+        key = conversation.key
+        if not state.hit:
+            state.drawn += 1
+        if key not in state.memo:
+            if state.plays >= state.cap or self.allowance.spent():
+                if not state.hit and self.allowance.why:
+                    state.drawn -= 1
+                    raise _Spent
+                return False  # past the bound: the shrink stops at the smallest counterexample so far
+            before = coverage.arms_run() if coverage is not None else 0
+            try:
+                played = play(self.ctx, conversation, "search/candidate")
+            except InternalError as exc:
+                raise _Failed(exc) from None
+            if coverage is not None and not state.hit:
+                self.target(float(coverage.arms_run() - before), label="template arms first run")
+            state.plays += 1
+            state.rendered += played.simulation.ok and not state.hit
+            state.memo[key] = played.kind
+        if state.memo[key] in self.wanted:
+            state.hit = True
+            return True
+        return False

@@ -64,7 +64,8 @@ CALL_TEXTS: tuple[str, ...] = ("I'll check the weather.", "Let me look that up.\
 REASONING: tuple[str, ...] = ("The user wants the weather, so I call the tool.", "Check the forecast first.")
 LONG = 2_000  # characters of the long text every space has (past a template's own tests: ``lengths``)
 MAX_CYCLES = 24  # tool cycles of the longest episode drawn
-_TYPE_TEST = re.compile(r"\bis\s+(?:not\s+)?(?:string|iterable|mapping|sequence)\b")  # a template reading a type
+# a template testing the type of a message's content (``message.content is string``, ``m['content'] is iterable``)
+_TYPE_TEST = re.compile(r"content['\"]?\]?\s*(?:\|\s*\w+\s*)?\bis\s+(?:not\s+)?(?:string|iterable|mapping|sequence)\b")
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,8 @@ class SearchSpace:
     first (the fixed ones, the template's tested literals, long texts); ``reasoning``: reasoning reaches the
     render; ``fields``: other message keys it renders, with the roles it renders each for; ``cycles``: the tool
     cycles of a long episode; ``switches``: each switch's played values (``kwargs`` are drawn from them, unset
-    first); ``parts``: a user turn may send its text as a list of text parts, where the template tests a value's
-    type (``is string``, ``is iterable``...; elsewhere a template that concatenates content refuses parts)."""
+    first); ``parts``: a user turn may send its text as a list of text parts, where the template tests the type of
+    a message's content (``content is string``...; elsewhere a template that concatenates content refuses parts)."""
 
     texts: tuple[str, ...] = TEXTS
     reasoning: bool = False
