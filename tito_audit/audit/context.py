@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from tito_audit.audit.search import DEFAULT_BUDGET
 from tito_audit.audit.simulation import Simulation, simulate
 from tito_audit.engines.base import Engine
 from tito_audit.engines.resolve import engine_for
@@ -37,10 +36,12 @@ from tito_audit.scenarios.adapt import tools_as_read
 from tito_audit.scenarios.catalog import REASONING_TEXTS, SCENARIO_SETS, derived_scenarios
 from tito_audit.scenarios.reach import Reach, derive_reach
 from tito_audit.scenarios.reasoning import delimiter_pairs, reasoning_marks
+from tito_audit.scenarios.searched import Conversation
 from tito_audit.scenarios.shapes import Shapes, probe_shapes
 from tito_audit.scenarios.switches import Switches, candidate_switches, playable, switch_scenarios
 from tito_audit.sources.load import LoadedModel
 
+SEARCH_BUDGET = 40  # conversations the counterexample search draws by default (``--search``; 0: off)
 _THINKING_WORDS = ("think", "reason")
 THINKING = ("on", "off", "both", "unset")  # AuditOptions.thinking (``--thinking`` of audit and rl)
 
@@ -64,8 +65,11 @@ class AuditOptions:
     renderer: str | None = None
     train_renderer: str | None = None
     # The counterexample search (``audit.search``): conversations drawn (0: off), and its seed.
-    search: int = DEFAULT_BUDGET
+    search: int = SEARCH_BUDGET
     search_seed: int = 0
+    # Counterexamples another audit found (``scenarios.search.counterexamples`` of its report: messages, tools,
+    # template_kwargs), played here as scenarios ``search/replayed-N``: ``fix`` proves a patch on them too.
+    counterexamples: tuple[Mapping[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if self.scenarios not in SCENARIO_SETS:
@@ -331,7 +335,11 @@ class AuditContext:
         if self.switches.played:  # each switch value in the reasoning follow-up episode (``scenarios.switches``)
             base = build_scenarios(self.special_texts, [{}], only=("reasoning_followup/plain",))
             switched = switch_scenarios(self.switches, base[0])
-        return [*catalog, *derived, *switched]
+        replayed = [
+            Conversation.from_dict(c).scenario(f"search/replayed-{n}")
+            for n, c in enumerate(self.options.counterexamples, 1)
+        ]
+        return [*catalog, *derived, *switched, *replayed]
 
     @cached_property
     def reach(self) -> Reach:

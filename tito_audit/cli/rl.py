@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from tito_audit.cli.options import template_kwarg_option, thinking_option
+from tito_audit.cli.options import search_option, search_seed_option, template_kwarg_option, thinking_option
 from tito_audit.cli.params import one_of, parse_kwargs
 from tito_audit.errors import EXIT_OPERATIONAL, AuditError
 
@@ -250,6 +250,19 @@ def _print_verdict(con: Any, summary: dict[str, Any]) -> None:
         con.print(f"what to do: {line}", highlight=False, markup=False)
 
 
+def _rl_library() -> tuple[Any, Any]:
+    """``resolve_device`` and ``run_rl``, or exit 2 with one line naming the rl extra when torch is missing."""
+    try:
+        from tito_audit.policy.model import resolve_device
+        from tito_audit.rl import run_rl
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in RL_EXTRA:
+            raise
+        print(f"error: tito-audit rl needs {exc.name} (the rl extra): {RL_INSTALL}", file=sys.stderr)
+        raise typer.Exit(EXIT_OPERATIONAL) from None
+    return resolve_device, run_rl
+
+
 def rl(
     model: str = typer.Argument(..., help="Tokenizer/template: local folder, bundled name or Hub id."),
     steps: int = typer.Option(3, "--steps", help="Policy-gradient steps."),
@@ -296,6 +309,8 @@ def rl(
     ),
     thinking: str = thinking_option(),
     template_kwarg: list[str] = template_kwarg_option(),
+    search: int | None = search_option(),
+    search_seed: int = search_seed_option(),
     rollouts: str = typer.Option(
         "auto", "--rollouts", help="auto, sample (the policy samples) or template (the template's own turns)."
     ),
@@ -309,6 +324,7 @@ def rl(
 
     Exit 0 identical, 1 corrupted, 2 operational error, 3 undetermined, not applicable to tool turns, or --control.
     """
+    from tito_audit.audit.context import SEARCH_BUDGET
     from tito_audit.rl.config import RLConfig
 
     cfg = RLConfig(
@@ -336,6 +352,8 @@ def rl(
         scenarios=tuple(scenario),
         thinking=thinking,
         template_kwargs=parse_kwargs(template_kwarg),
+        search=SEARCH_BUDGET if search is None else search,
+        search_seed=search_seed,
         control=control,
         rollouts=rollouts,
         out_dir=str(out) if out else None,
@@ -345,14 +363,7 @@ def rl(
     except AuditError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         raise typer.Exit(EXIT_OPERATIONAL) from None
-    try:
-        from tito_audit.policy.model import resolve_device
-        from tito_audit.rl import run_rl
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").split(".")[0] not in RL_EXTRA:
-            raise
-        print(f"error: tito-audit rl needs {exc.name} (the rl extra): {RL_INSTALL}", file=sys.stderr)
-        raise typer.Exit(EXIT_OPERATIONAL) from None
+    resolve_device, run_rl = _rl_library()
     from rich.progress import Progress
 
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tito_audit.audit.context import SEARCH_BUDGET
 from tito_audit.audit.search.property import APPEND, KINDS, RERENDER
 from tito_audit.audit.search.result import SearchResult
 from tito_audit.errors import InternalError
@@ -24,8 +25,9 @@ from tito_audit.report.verdict import decide
 if TYPE_CHECKING:
     from tito_audit.audit.context import AuditContext
     from tito_audit.audit.coverage import Coverage
+    from tito_audit.scenarios.spec import Scenario
 
-DEFAULT_BUDGET = 40  # conversations drawn by default (``--search``); 0 turns the search off
+DEFAULT_BUDGET = SEARCH_BUDGET  # conversations drawn by default (``--search``); 0 turns the search off
 OFF = "off (--search 0)"
 
 
@@ -61,4 +63,28 @@ def search_after_checks(
         return SearchResult(budget, seed, skipped=f"error: {exc.message}")
 
 
-__all__ = ["APPEND", "DEFAULT_BUDGET", "KINDS", "OFF", "RERENDER", "SearchResult", "search_after_checks"]
+def counterexample_scenarios(ctx: AuditContext, budget: int, seed: int) -> tuple[list[Scenario], SearchResult]:
+    """The search for every kind of counterexample, whatever the scenarios say (what ``tito-audit rl`` plays: a
+    re-render break is a trained-token fact there), and the scenarios of what it found; an empty list with
+    ``skipped`` said when it is off or failed."""
+    if budget <= 0:
+        return [], SearchResult(0, seed, skipped=OFF)
+    from tito_audit.audit.search.run import search
+
+    try:
+        result = search(ctx, budget, seed, KINDS)
+    except InternalError as exc:
+        return [], SearchResult(budget, seed, skipped=f"error: {exc.message}")
+    return [p.simulation.scenario for p in result.found], result
+
+
+__all__ = [
+    "APPEND",
+    "DEFAULT_BUDGET",
+    "KINDS",
+    "OFF",
+    "RERENDER",
+    "SearchResult",
+    "counterexample_scenarios",
+    "search_after_checks",
+]

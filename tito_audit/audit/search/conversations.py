@@ -10,9 +10,7 @@ unset, that still break the property.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import strategies as st
@@ -25,48 +23,9 @@ from tito_audit.audit.search.space import (
     REASONING,
     SearchSpace,
 )
-from tito_audit.scenarios.spec import Scenario
+from tito_audit.scenarios.searched import Message
 
-Message = dict[str, Any]
 UNSET = object()  # a switch left out of the template kwargs
-
-
-@dataclass(frozen=True)
-class Conversation:
-    """One drawn conversation: its messages, the tool declarations of the names it calls, the template kwargs."""
-
-    messages: tuple[Message, ...]
-    tools: tuple[dict[str, Any], ...]
-    kwargs: tuple[tuple[str, Any], ...] = ()
-
-    @property
-    def key(self) -> str:
-        """A key equal for equal conversations (the search's memo)."""
-        return json.dumps([self.messages, self.kwargs], sort_keys=True, default=repr)
-
-    def scenario(self, sid: str) -> Scenario:
-        tags = {"search", "tool"}
-        if any(m.get("reasoning_content") for m in self.messages):
-            tags.add("thinking")
-        if any(len(m.get("tool_calls") or []) > 1 for m in self.messages):
-            tags.add("parallel")
-        if self.messages and self.messages[0]["role"] == "system":
-            tags.add("system")
-        return Scenario(sid, self.describe(), self.messages, self.tools, frozenset(tags), self.kwargs)
-
-    def describe(self) -> str:
-        """A one-line summary: roles, calls, names, argument counts, switches."""
-        calls = [c["function"] for m in self.messages for c in m.get("tool_calls") or []]
-        names = sorted({c["name"] for c in calls})
-        parts = [f"{len(self.messages)} messages", f"{len(calls)} call(s)"]
-        if names:
-            parts.append("names " + ", ".join(names))
-        if calls:
-            parts.append(f"up to {max(len(c['arguments']) for c in calls)} argument(s)")
-        if any(m.get("reasoning_content") for m in self.messages):
-            parts.append("reasoning")
-        parts += [f"{k}={json.dumps(v)}" for k, v in self.kwargs]
-        return "searched: " + ", ".join(parts)
 
 
 Drawn = tuple[tuple[Message, ...], tuple[dict[str, Any], ...], tuple[tuple[str, Any], ...]]

@@ -25,7 +25,7 @@ from tito_audit.rollout.payloads import only_later_calls
 
 if TYPE_CHECKING:
     from tito_audit.audit.context import AuditContext
-    from tito_audit.audit.search.conversations import Conversation
+    from tito_audit.scenarios.searched import Conversation
 
 APPEND = "append"
 RERENDER = "rerender"

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tito_audit.audit.search.property import Played
+from tito_audit.scenarios.searched import Conversation
 
 
 @dataclass
@@ -49,7 +50,12 @@ class SearchResult:
             plays=self.plays,
             **({"stopped": self.stopped} if self.stopped else {}),
             counterexamples=[
-                {"scenario": sim.scenario.id, "kind": p.kind, "conversation": sim.scenario.description}
+                {
+                    "scenario": sim.scenario.id,
+                    "kind": p.kind,
+                    "conversation": sim.scenario.description,
+                    **Conversation(sim.scenario.messages, sim.scenario.tools, sim.scenario.template_kwargs).as_dict(),
+                }
                 for p in self.found
                 for sim in (p.simulation,)
             ],

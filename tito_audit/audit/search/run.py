@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from random import Random
 from typing import TYPE_CHECKING, Any
 
-from tito_audit.audit.search.conversations import Conversation, conversations
+from tito_audit.audit.search.conversations import conversations
 from tito_audit.audit.search.property import APPEND, KINDS, play
 from tito_audit.audit.search.result import SearchResult
 from tito_audit.audit.search.space import SearchSpace
 from tito_audit.errors import InternalError
+from tito_audit.scenarios.searched import Conversation
 
 if TYPE_CHECKING:
     from tito_audit.audit.context import AuditContext
