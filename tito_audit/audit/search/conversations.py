@@ -1,11 +1,11 @@
 """The conversations the counterexample search draws: a hypothesis strategy over a ``SearchSpace``.
 
-A conversation is a system prompt (or none), then one or two user turns, each followed by tool cycles (an
-assistant turn of one to three calls, with or without text next to them, then one result per call) and an answer;
-an episode is short (one to three cycles) or long (``SearchSpace.cycles``, fifteen or more). Reasoning, where the
-template shows it, is on some turns or on every turn. Every choice is drawn simplest first, so hypothesis shrinks
-a counterexample to the fewest messages, calls and arguments, the plainest names and texts, and the switches
-unset, that still break the property.
+A conversation is a system prompt (or none), then one or two user turns, each followed by one to three tool cycles
+(an assistant turn of one to three calls, with or without text next to them, then one result per call), in one
+draw of three a long episode after them (``SearchSpace.cycles`` more cycles, fifteen or more, reasoning on every
+turn), and an answer. Reasoning, where the template shows it, is on some turns or on every turn. Every choice is
+drawn simplest first, so hypothesis shrinks a counterexample to the fewest messages, calls and arguments, the
+plainest names and texts, and the switches unset, that still break the property.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from tito_audit.audit.search.space import (
 from tito_audit.scenarios.searched import Message
 
 UNSET = object()  # a switch left out of the template kwargs
+SHORT = 60  # characters a text of a long episode's compact turns keeps
 
 
 Drawn = tuple[tuple[Message, ...], tuple[dict[str, Any], ...], tuple[tuple[str, Any], ...]]
@@ -48,7 +49,7 @@ class _Strategies:
     def __init__(self, space: SearchSpace) -> None:
         self.space = space
         edges = st.sampled_from(EDGES)
-        cores, short = st.sampled_from(space.texts), st.sampled_from(space.texts[:4])
+        cores = st.sampled_from(space.texts)
 
         def join(a: str, core: str, b: str) -> str:
             return a + core + b
@@ -58,7 +59,6 @@ class _Strategies:
         # no whitespace at its start: the model writes it first in its turn, where whitespace merges with the
         # generation prompt's last token (a seam stop_boundary reports; no canonical sample has it)
         self.answer = st.builds(join, st.just(""), cores, edges)
-        self.short = st.one_of(st.builds(join, edges, short, edges), st.just(""))
         self.reasoning = st.builds(join, edges, st.sampled_from(REASONING), edges)
         scalar = st.one_of(
             self.text,
@@ -79,26 +79,25 @@ class _Strategies:
         self.name = st.sampled_from(NAME_SHAPES)
         self.call_text = st.sampled_from((None, "", *CALL_TEXTS))
         self.switches = [(name, st.sampled_from((UNSET, *values))) for name, values in space.switches]
+        # the compact turns a long episode adds (none first: shrinking drops them): one in three draws is long
+        self.extra = st.sampled_from((0, 0, space.cycles))
 
-    def calls(self, draw: Any, compact: bool) -> list[dict[str, Any]]:
-        """One to three calls (their ids are given when the turn is placed); ``compact``: one call of at most two
-        short arguments (a long episode's turn: its length and its reasoning are what it tests)."""
+    def calls(self, draw: Any) -> list[dict[str, Any]]:
+        """One to three calls (their ids are given when the turn is placed)."""
         calls = []
-        for _ in range(1 if compact else draw(st.integers(1, 3))):
+        for _ in range(draw(st.integers(1, 3))):
             name = draw(self.name)
-            n_args = draw(st.integers(0, 2 if compact else len(ARGUMENT_KEYS)))
-            value = self.short if compact else self.value
-            args = {key: draw(value) for key in ARGUMENT_KEYS[:n_args]}
+            n_args = draw(st.integers(0, len(ARGUMENT_KEYS)))
+            args = {key: draw(self.value) for key in ARGUMENT_KEYS[:n_args]}
             calls.append({"type": "function", "function": {"name": name, "arguments": args}})
         return calls
 
-    def call_turn(self, draw: Any, reasoning: bool, compact: bool = False) -> tuple[Message, list[Any]]:
-        """An assistant turn of calls, and the text of each call's result (``compact``: see ``calls``)."""
-        turn: Message = {"role": "assistant", "content": draw(self.call_text), "tool_calls": self.calls(draw, compact)}
+    def call_turn(self, draw: Any, reasoning: bool) -> tuple[Message, list[Any]]:
+        """An assistant turn of calls, and the text of each call's result."""
+        turn: Message = {"role": "assistant", "content": draw(self.call_text), "tool_calls": self.calls(draw)}
         if reasoning:
             turn["reasoning_content"] = draw(self.reasoning)
-        result = self.short if compact else self.result
-        return turn, [draw(result) for _ in turn["tool_calls"]]
+        return turn, [draw(self.result) for _ in turn["tool_calls"]]
 
     def draw(self, draw: Any) -> Drawn:
         space = self.space
@@ -112,18 +111,19 @@ class _Strategies:
         if draw(st.booleans()):
             messages.append({"role": "system", "content": draw(self.text_full)})
         counter = [0]
-        for _ in range(draw(st.integers(1, 2))):
+        for segment in range(draw(st.integers(1, 2))):
             messages.append({"role": "user", "content": draw(self.user)})
-            cycles = draw(st.one_of(st.integers(1, 3), st.integers(4, space.cycles + 2)))
-            if cycles > 3:  # a long episode: one compact turn, again and again, reasoning on every turn
-                turn, results = self.call_turn(draw, space.reasoning, compact=True)
-                turns = _varied(turn, cycles) if draw(st.booleans()) else [turn] * cycles
-                for each in turns:
-                    messages += _placed(each, results, counter)
-            else:
-                for _ in range(cycles):
-                    turn, results = self.call_turn(draw, thinks())
-                    messages += _placed(turn, results, counter)
+            turns = [self.call_turn(draw, thinks()) for _ in range(draw(st.integers(1, 3)))]
+            for turn, results in turns:
+                messages += _placed(turn, results, counter)
+            # A long episode: the first turn, compacted, again and again with reasoning on every turn (drawn after
+            # the turns, and always with the same draws, so that shrinking it to none leaves the rest as it was).
+            extra, vary, thought = draw(self.extra), draw(st.booleans()), draw(self.reasoning)
+            if extra and segment == 0:  # one long episode at most: its renders grow with its square
+                compact = _compact(turns[0][0], thought if space.reasoning else None)
+                result = [str(turns[0][1][0])[:SHORT]]
+                for each in _varied(compact, extra) if vary else [compact] * extra:
+                    messages += _placed(each, result, counter)
             answer: Message = {"role": "assistant", "content": draw(self.answer)}
             if thinks():
                 answer["reasoning_content"] = draw(self.reasoning)
@@ -133,6 +133,24 @@ class _Strategies:
                 if m["role"] in roles and draw(st.booleans()):
                     messages[i] = {**m, key: draw(self.text_full)}
         return tuple(messages), _declarations(messages), tuple(kwargs)
+
+
+def _compact(turn: Message, reasoning: str | None) -> Message:
+    """``turn`` with its first call alone, of its first two arguments (texts cut to ``SHORT`` characters, objects
+    and lists left out), and ``reasoning`` (a long episode's turn: its length and its reasoning on every turn are
+    what it tests, and fifteen copies of a long argument would spend the template's budget on length alone)."""
+    call = turn["tool_calls"][0]
+    fn = call["function"]
+    args = {
+        k: v[:SHORT] if isinstance(v, str) else v
+        for k, v in list(fn["arguments"].items())[:2]
+        if not isinstance(v, dict | list)
+    }
+    out: Message = {**turn, "tool_calls": [{**call, "function": {**fn, "arguments": args}}]}
+    out.pop("reasoning_content", None)
+    if reasoning is not None:
+        out["reasoning_content"] = reasoning
+    return out
 
 
 def _varied(turn: Message, cycles: int) -> list[Message]:

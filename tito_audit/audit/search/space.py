@@ -80,7 +80,7 @@ class SearchSpace:
     texts: tuple[str, ...] = TEXTS
     reasoning: bool = False
     fields: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    cycles: int = 16
+    cycles: int = 15
     switches: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     parts: bool = False  # user content may be a list of text parts (the template tests what a value's type is)
 
@@ -91,7 +91,7 @@ class SearchSpace:
         literals = tuple(f"before {lit} after" for lit in reads.literals)
         lengths = (LONG, reads.length) if reads.length > LONG else (LONG,)
         longs = tuple(long_text(n, "Step") for n in lengths)
-        cycles = min(MAX_CYCLES, max(16, reads.cycles + 1))
+        cycles = min(MAX_CYCLES, max(15, reads.cycles + 1))
         return cls(
             texts=(*TEXTS, *literals, *longs),
             reasoning=bool(reasoning.mode),
