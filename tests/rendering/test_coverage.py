@@ -1,14 +1,12 @@
-"""The arms of a template read from the code jinja compiled it to, and the lines a render runs
-(rendering/coverage.py)."""
+"""The arms of a template read from the code jinja compiled it to, and which of them a render takes, counted by the
+template's instrumented copy (rendering/coverage.py)."""
 
 from __future__ import annotations
 
-import sys
-
 from tito_audit import load
-from tito_audit.rendering import Renderer
 from tito_audit.rendering.analysis import compiled_template, template_code
-from tito_audit.rendering.coverage import Recorder, TemplateBranches
+from tito_audit.rendering.coverage import PROBE, Recorder, TemplateBranches
+from tito_audit.rendering.template_inputs import render_compiled, render_text
 
 TEMPLATE = """{%- macro show(m) %}{% if m.name is defined %}[{{ m.name }}]{% endif %}{% endmacro %}
 {%- macro schema(t) %}{% if t.description %}{{ t.description }}{% endif %}{% endmacro %}
@@ -23,8 +21,7 @@ TEMPLATE = """{%- macro show(m) %}{% if m.name is defined %}[{{ m.name }}]{% end
 
 
 def branches() -> TemplateBranches:
-    compiled = compiled_template(TEMPLATE)
-    return TemplateBranches(template_code(TEMPLATE), compiled.root_render_func, compiled.debug_info)
+    return TemplateBranches(template_code(TEMPLATE), compiled_template(TEMPLATE).debug_info)
 
 
 def test_arms_are_read_with_their_line_test_and_reach() -> None:
@@ -37,29 +34,20 @@ def test_arms_are_read_with_their_line_test_and_reach() -> None:
     assert not arms[(10, "add_generation_prompt")].history
 
 
-def test_the_lines_a_render_runs_name_the_arms_it_did_not_take() -> None:
-    model = load("qwen3-0.6b")
-    renderer = Renderer(model.tokenizer, TEMPLATE)
+def test_the_instrumented_copy_renders_the_same_text_and_counts_the_arms_taken() -> None:
+    tokenizer = load("qwen3-0.6b").tokenizer
     found = branches()
-    recorder = Recorder(found.codes)
-    with recorder:
-        renderer.render([{"role": "user", "content": "hi"}], add_generation_prompt=True)
-    assert found.unexercised(recorder.ran) == []  # the elif's test never ran: nothing was decided there
-    with recorder:
-        renderer.render([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yes"}])
+    copy = found.instrumented(compiled_template(TEMPLATE))
+    recorder = Recorder()
+
+    def play(messages: list[dict[str, str]], agp: bool = False) -> None:
+        ours = render_compiled(copy, tokenizer, messages, None, agp, {}, {PROBE: recorder.probe})
+        assert ours == render_text(tokenizer, TEMPLATE, messages, None, agp, {})
+
+    play([{"role": "user", "content": "hi"}], agp=True)
+    # the messages' if was reached and its user arm taken; its assistant arm not yet (the macro's if not reached)
+    assert [b.test for b in found.unexercised(recorder.ran)] == ["(message.role == 'assistant')"]
+    play([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yes"}])
     assert [b.test for b in found.unexercised(recorder.ran)] == ["m.name is defined"]
-    with recorder:
-        renderer.render([{"role": "user", "content": "x"}, {"role": "assistant", "content": "y", "name": "n"}])
+    play([{"role": "user", "content": "x"}, {"role": "assistant", "content": "y", "name": "n"}])
     assert found.unexercised(recorder.ran) == []
-
-
-def test_nothing_is_recorded_under_another_tracer() -> None:
-    recorder = Recorder(branches().codes)
-    previous = sys.gettrace()
-    sys.settrace(lambda *a: None)
-    try:
-        with recorder:
-            pass
-    finally:
-        sys.settrace(previous)
-    assert recorder.blocked and not recorder.ran

@@ -249,7 +249,7 @@ class AuditContext:
         if not read:
             return Switches()
         skip = {*self.options.template_kwargs, *self.thinking_switches, *self.tokenizer.special_tokens_map}
-        candidates = candidate_switches(read, template_variables(template), skip)
+        candidates = candidate_switches(read, loaded_names(template), skip)
         if not candidates:
             return Switches()
         messages, agp = PROBES[0]

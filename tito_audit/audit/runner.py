@@ -102,6 +102,7 @@ def _search(ctx: AuditContext, report: ModelReport, specs: list[CheckSpec]) -> N
         report.checks = _run_checks(ctx, specs)
     missed = [*([searched.not_probed()] if searched.not_probed() else [])]
     if coverage is not None:
+        coverage.trace()  # what the search drew last, and the checks' renders of its counterexamples
         report.scenarios["coverage"] = coverage.summary()
         missed += coverage.not_probed()
     if missed:

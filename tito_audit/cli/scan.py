@@ -77,6 +77,15 @@ def scan(
             "synthesized from them (an approximate verdict, counted apart) instead of ending as missing_tokens."
         ),
     ] = True,
+    search: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Conversations the counterexample search draws per template (default 0: off, said per template; "
+            "a scan triages, `tito-audit audit` searches 40 by default).",
+        ),
+    ] = None,
+    search_seed: Annotated[int, typer.Option(help="Seed of the counterexample search.")] = 0,
     offline: Annotated[bool, typer.Option(help="Never touch the network.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
     fail_on: Annotated[
@@ -94,6 +103,7 @@ def scan(
     from tito_audit.formats.scan_text import scan_markdown, scan_table
     from tito_audit.rendering.guard import AUDIT_LIMITS
     from tito_audit.scan import PoolLimits
+    from tito_audit.scan.template_audit import SCAN_SEARCH
 
     check_output(json_out, "--json")
     check_output(markdown_out, "--markdown")
@@ -108,6 +118,8 @@ def scan(
             render=replace(AUDIT_LIMITS, seconds=render_timeout),
             scenarios=scenarios,
             synthesize=synthesize,
+            search=SCAN_SEARCH if search is None else search,
+            search_seed=search_seed,
         )
         summary = _run(folders, tokenizer, candidate or [], limits, offline, limit, progress and sys.stderr.isatty())
         if json_out is not None:

@@ -1,4 +1,4 @@
-"""Which of a template's branches ran: its ``{% if %}`` arms, traced in the code jinja compiled it to.
+"""Which of a template's branches ran: its ``{% if %}`` arms, counted in the code jinja compiled it to.
 
 A verdict earned on the conversations played says nothing about an arm of the template no conversation took: a
 ``{% elif message.role == 'developer' %}`` that rewrites history is as invisible to the catalogue as to the
@@ -7,23 +7,19 @@ search, unless it is named. jinja compiles every ``{% if %}``/``{% elif %}``/``{
 comes from (``debug_info``). So the arms are read from the compiled code itself (``TemplateBranches``: one pass
 over its lines, jinja's own ``if`` statements left out: the generator marker, a macro's default arguments, a
 namespace assignment's check, a loop's ``else`` flag, a filtered loop's test), each with its test written back in
-template syntax, and the lines that run are recorded with ``sys.settrace`` while the template renders
-(``Recorder``: the template's own code objects only, and only inside the renders it is given). An arm is
-*reachable by history* when it stands inside a loop over the messages or a macro; one whose test ran but which
-never did is named (``unexercised``). An arm that calls ``raise_exception`` is the template refusing an input and
-is not named.
-
-Where another tracer is active (a debugger, a coverage tool), nothing is recorded and ``Recorder.blocked`` says
-so: the caller names that instead of passing it.
+template syntax, and that same code is compiled once more with a probe in place of each arm's ``pass`` and before
+each ``if`` (``instrumented``: jinja's own code, in the template's own sandboxed environment, rendering the same
+text), which the renders an audit made are played through again to see which arms they take (``Recorder``). An
+arm is *reachable by history* when it stands inside a loop over the messages or a macro called from one; one whose
+``if`` was reached but which was never taken is named (``unexercised``). An arm that calls ``raise_exception`` is
+the template refusing an input, and is not named.
 """
 
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from types import CodeType, FrameType
 from typing import Any
 
 # ``if`` statements jinja writes for itself: the generator marker, a macro's default arguments, a namespace
@@ -31,13 +27,14 @@ from typing import Any
 _INTERNAL = re.compile(r"^(0|l_\d+_\w+ is missing|not isinstance\(.*Namespace\)|t_\d+|not t_\d+)$")
 _FUNCTION = re.compile(r"^t_(\d+) = environment\.(filters|tests)\[['\"]([^'\"]+)['\"]\]$")
 _MAX_TEST = 100  # characters of an arm's test shown
+PROBE = "__tito_arm__"  # the render variable an instrumented template's probes call
 
 
 @dataclass(frozen=True)
 class Branch:
     """One arm of an ``{% if %}``: its template line, its test in template syntax (``else of TEST`` for an else),
-    the compiled line of its test and of its body's first statement, whether history can reach it, whether it
-    raises."""
+    the compiled line of its chain's ``if`` and of its body's first statement, whether history can reach it,
+    whether it raises."""
 
     line: int
     test: str
@@ -56,63 +53,61 @@ class TemplateBranches:
     """The ``{% if %}`` arms of one compiled template. ``code``: the Python source jinja generated for it (the
     compile's own: ``analysis.template_code``); ``root``: the compiled template's root render function."""
 
-    def __init__(self, code: str, root: Any, debug_info: list[tuple[int, int]]) -> None:
-        self.codes = frozenset(_code_tree(root.__code__))
+    def __init__(self, code: str, debug_info: list[tuple[int, int]]) -> None:
+        self.code = code
         template_line = _line_map(debug_info)
         functions: dict[str, str] = {}
         self.branches: list[Branch] = []
         for arm in _arms(code.splitlines(), functions):
-            test, test_line, body_line, history, raises = arm
+            test, test_line, own_line, body_line, history, raises = arm
             text = _template_syntax(test, functions)[:_MAX_TEST]
             # an if/elif arm is where its test is; an else arm (jinja marks no line of its own) where it writes first
-            line = template_line(body_line, after=True) if test.startswith("else of ") else template_line(test_line)
+            line = template_line(body_line, after=True) if test.startswith("else of ") else template_line(own_line)
             self.branches.append(Branch(line, text, test_line, body_line, history, raises))
 
+    def instrumented(self, compiled: Any) -> Any:
+        """The compiled template once more, from the same code with a probe call in place of each arm's ``pass`` and
+        before each ``if`` (line numbers as in ``code``); render it with ``PROBE=recorder.probe``. None where an arm
+        does not start with jinja's ``pass`` (no code this reading knows)."""
+        lines = self.code.splitlines()
+        bodies = {b.body_line for b in self.branches}
+        tests = {b.test_line for b in self.branches}
+        out: list[str] = []
+        for number, line in enumerate(lines, 1):
+            text = line.lstrip()
+            indent = line[: len(line) - len(text)]
+            probe = f"{indent}context.get({PROBE!r})({number})"
+            if number in bodies:
+                if text != "pass":
+                    return None
+                out.append(probe)
+                continue
+            if number in tests:
+                out.append(probe)
+            out.append(line)
+        code = compile("\n".join(out), "<template>", "exec")
+        return compiled.environment.template_class.from_code(compiled.environment, code, compiled.globals)
+
     def unexercised(self, ran: set[int]) -> list[Branch]:
-        """The arms history can reach whose test ran and which never did (``ran``: compiled lines that ran)."""
+        """The arms history can reach whose ``if`` was reached and which were never taken (``ran``: the probes hit:
+        ``Recorder.ran``)."""
         return [
             b for b in self.branches if b.history and not b.raises and b.test_line in ran and b.body_line not in ran
         ]
 
 
 class Recorder:
-    """The compiled lines of ``codes`` that run inside ``with recorder:`` blocks, accumulated; ``blocked`` says why
-    nothing could be recorded (another tracer is active)."""
+    """The probes an instrumented template has hit (``TemplateBranches.instrumented``), accumulated over the renders
+    played through it: the compiled lines of the ``if`` statements reached and of the arms taken."""
 
-    def __init__(self, codes: frozenset[CodeType]) -> None:
-        self.codes = codes  # kept alive: their ids are what the tracer compares
-        self._ids = frozenset(id(c) for c in codes)
+    def __init__(self) -> None:
         self.ran: set[int] = set()
-        self.blocked: str | None = None
-        self._depth = 0
 
-    def __enter__(self) -> Recorder:
-        self._depth += 1
-        if self._depth == 1:
-            if sys.gettrace() is not None:
-                self.blocked = "another tracer (a debugger, a coverage tool) is active"
-            else:
-                sys.settrace(self._call)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._depth -= 1
-        if self._depth == 0 and sys.gettrace() == self._call:
-            sys.settrace(None)
-
-    def _call(self, frame: FrameType, event: str, arg: object) -> Any:
-        if id(frame.f_code) in self._ids:
-            self.ran.add(frame.f_lineno)
-            return self._line
-        return None
-
-    def _line(self, frame: FrameType, event: str, arg: object) -> Any:
-        if event == "line":
-            self.ran.add(frame.f_lineno)
-        return self._line
+    def probe(self, line: int) -> None:
+        self.ran.add(line)
 
 
-_Arm = tuple[str, int, int, bool, bool]  # test, test line, body line, history, raises
+_Arm = tuple[str, int, int, int, bool, bool]  # test, chain's if line, own line, body line, history, raises
 _MACRO = re.compile(r"= Macro\(environment, macro, '(\w+)'")
 
 
@@ -122,7 +117,7 @@ def _arms(lines: list[str], functions: dict[str, str]) -> Iterator[_Arm]:
     inside a macro called (directly or through another macro) from inside one."""
     history_lines = _history_lines(lines)
     stack: list[tuple[int, str]] = []  # (indent, what opened the block: "skip" for a filtered loop's generator)
-    chains: dict[int, str] = {}  # indent -> the tests of the if/elif chain open at that indent
+    chains: dict[int, tuple[int, str]] = {}  # indent -> the if/elif chain open there: its ``if`` line, its tests
     for number, line in enumerate(lines, 1):
         text = line.strip()
         if not text:
@@ -135,11 +130,10 @@ def _arms(lines: list[str], functions: dict[str, str]) -> Iterator[_Arm]:
             functions[f"t_{found[1]}"] = f"{found[2][:-1]}:{found[3]}"  # "filter:lower", "test:defined"
         if any(kind == "skip" for _, kind in stack):
             continue
-        arm = _arm(text, indent, chains)
+        arm = _arm(text, indent, chains, number)
         if arm is not None and not _INTERNAL.match(arm[0].removeprefix("else of ")):
-            test, is_else = arm
-            test_line = _last_test_line(lines, number, indent) if is_else else number
-            yield test, test_line, _body(lines, number), number in history_lines, _raises(lines, number, indent)
+            test, start = arm  # the line of the chain's ``if``: reached whenever any of its arms is decided
+            yield test, start, number, _body(lines, number), number in history_lines, _raises(lines, number, indent)
         if text.endswith(":"):
             stack.append((indent, "skip" if text.startswith("def t_") and "(fiter)" in text else ""))
 
@@ -183,16 +177,18 @@ def _block_end(lines: list[str], number: int) -> int:
     return len(lines) + 1
 
 
-def _arm(text: str, indent: int, chains: dict[int, str]) -> tuple[str, bool] | None:
-    """The test of an ``if``/``elif`` line, ``else of TESTS`` for an ``else:`` line, else None."""
+def _arm(text: str, indent: int, chains: dict[int, tuple[int, str]], number: int) -> tuple[str, int] | None:
+    """The test of an ``if``/``elif`` line (``else of TESTS`` for an ``else:`` line) and the line of its chain's
+    ``if``, else None."""
     if text.startswith("if ") and text.endswith(":"):
-        chains[indent] = text[3:-1]
-        return text[3:-1], False
+        chains[indent] = (number, text[3:-1])
+        return text[3:-1], number
+    start, tests = chains.get(indent, (number, ""))
     if text.startswith("elif ") and text.endswith(":"):
-        chains[indent] = chains.get(indent, "") + " / " + text[5:-1]
-        return text[5:-1], False
+        chains[indent] = (start, tests + " / " + text[5:-1])
+        return text[5:-1], start
     if text == "else:" and indent in chains:
-        return "else of " + chains[indent], True
+        return "else of " + tests, start
     return None
 
 
@@ -201,19 +197,6 @@ def _body(lines: list[str], number: int) -> int:
     for k in range(number, len(lines)):
         if lines[k].strip():
             return k + 1
-    return number
-
-
-def _last_test_line(lines: list[str], number: int, indent: int) -> int:
-    """The line of the last ``if``/``elif`` test before the ``else:`` at line ``number`` (it runs whenever the
-    else is decided)."""
-    for k in range(number - 2, -1, -1):
-        text = lines[k].strip()
-        k_indent = len(lines[k]) - len(lines[k].lstrip())
-        if k_indent == indent and (text.startswith("elif ") or text.startswith("if ")):
-            return k + 1
-        if k_indent < indent and text:
-            break
     return number
 
 
@@ -226,13 +209,6 @@ def _raises(lines: list[str], number: int, indent: int) -> bool:
         if "raise_exception" in text:
             return True
     return False
-
-
-def _code_tree(code: CodeType) -> Iterator[CodeType]:
-    yield code
-    for const in code.co_consts:
-        if isinstance(const, CodeType):
-            yield from _code_tree(const)
 
 
 def _line_map(debug_info: Iterable[tuple[int, int]]) -> Any:

@@ -109,11 +109,9 @@ class _Shared:
         self.chat_template = chat_template
         self._reads_tools: bool | None = None
         self.compiles_seen = transformers_compiles()  # the constructor has just prepared the template
-        # Template coverage (``rendering.coverage``): a recorder the text renders run under while it is set, and the
-        # text renders that ran without one (the kwargs and date of the renderer, and the inputs), to be traced
-        # again when coverage is asked for (``trace_untraced``). Only references: what a render was given, never
-        # copied, and no renderer (which holds this: a cycle would keep an audit's caches alive).
-        self.recorder: Any = None
+        # Template coverage (``rendering.coverage``): the text renders not yet played through its instrumented copy
+        # (the kwargs and date of the renderer, and the inputs; ``trace_untraced``). Only references: what a render
+        # was given, never copied, and no renderer (which holds this: a cycle would keep an audit's caches alive).
         self.untraced: list[tuple[dict[str, Any], dt.datetime, Sequence[Message], Any, bool]] = []
         limits = limits or RenderLimits()
         self.budget = TemplateBudget(
@@ -282,15 +280,9 @@ class Renderer:
         texts = self._shared.texts
         hit = texts.get(key)
         if hit is None:
-            shared = self._shared
-            run = lambda: self._text(messages, tools, add_generation_prompt, self.template_kwargs)  # noqa: E731
+            self._shared.untraced.append((self.template_kwargs, self.date, messages, tools, add_generation_prompt))
             try:
-                if shared.recorder is None:
-                    shared.untraced.append((self.template_kwargs, self.date, messages, tools, add_generation_prompt))
-                    hit = self._guarded(run)
-                else:
-                    with shared.recorder:
-                        hit = self._guarded(run)
+                hit = self._guarded(lambda: self._text(messages, tools, add_generation_prompt, self.template_kwargs))
             except RenderError as err:
                 hit = detached(err)  # kept: its traceback would keep this renderer's frames (and caches) alive
             texts[key] = hit
@@ -298,18 +290,21 @@ class Renderer:
             raise _again(hit)
         return hit
 
-    def trace_untraced(self, recorder: Any) -> int:
-        """Render again, under ``recorder`` (``coverage.Recorder``), every text render of this template that ran
-        without one, and from now on run them all under it; returns how many were rendered again. Their outputs
-        are already cached: only the lines they run are wanted (a failing one is traced as far as it goes)."""
-        shared = self._shared
-        pending, shared.untraced = shared.untraced, []
-        shared.recorder = recorder
+    def drop_untraced(self) -> int:
+        """Forget the renders not played through coverage's copy yet (they will not count); returns how many."""
+        dropped, self._shared.untraced = len(self._shared.untraced), []
+        return dropped
+
+    def trace_untraced(self, play: Callable[[Renderer, Sequence[Message], Any, bool], Any]) -> int:
+        """Play every text render of this template not played yet through ``play(renderer, messages, tools,
+        add_generation_prompt)`` (coverage's instrumented copy), under each render's limits and charged to the
+        template's budget; returns how many. Their outputs are already cached: only what they run is wanted (a
+        failing one counts as far as it goes)."""
+        pending, self._shared.untraced = self._shared.untraced, []
         for kwargs, date, messages, tools, agp in pending:
             r = self._derive(kwargs, date, self.tools_as)
             try:
-                with recorder:
-                    r._guarded(lambda r=r, m=messages, t=tools, a=agp: r._text(m, t, a, r.template_kwargs))
+                r._guarded(lambda r=r, m=messages, t=tools, a=agp: play(r, m, t, a))
             except RenderError as err:
                 detached(err)  # its tracebacks would hold this audit's frames in a cycle
                 continue

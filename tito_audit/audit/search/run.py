@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from tito_audit.audit.context import AuditContext
     from tito_audit.audit.coverage import Coverage
 
-SHRINK_PLAYS = 100  # plays a shrink may take, per counterexample
+SHRINK_PLAYS = 100  # plays a shrink may take at most, per counterexample (three per conversation of the budget)
+STEER_BUDGET = 20  # a search of this many conversations or more is steered by the template arms each one takes
 # The share of what is left of the template's budget (``rendering.budget``: render CPU, characters rendered) the
 # search may spend: the audit's own renders, and the checks that run again on a counterexample, keep the rest.
 BUDGET_SHARE = 0.5
@@ -62,16 +63,19 @@ def search(
     ctx: AuditContext, budget: int, seed: int, wanted: Sequence[str], coverage: Coverage | None = None
 ) -> SearchResult:
     """Counterexamples of the kinds ``wanted`` for ``ctx``'s template (see the module docstring); ``coverage``:
-    the template's arms, traced as the conversations render: each drawn conversation is scored by the arms it
-    runs that none before it ran (``hypothesis.target``), which steers the draws towards arms not yet taken."""
+    the template's arms. A search of ``STEER_BUDGET`` conversations or more plays each through the template's
+    instrumented copy and scores it by the arms it takes that none before it took (``hypothesis.target``), which
+    steers the draws towards arms not yet taken; a smaller one (a scan's) leaves its renders out of the coverage."""
     result = SearchResult(budget, seed, tuple(k for k in KINDS if k in wanted))
     space = SearchSpace.of(ctx)
-    state = _State(cap=budget + SHRINK_PLAYS)
+    shrink = min(SHRINK_PLAYS, 3 * budget)
+    state = _State(cap=budget + shrink)
+    steering = coverage if budget >= STEER_BUDGET else None
     allowance = _Allowance(ctx)
     looking = list(result.wanted)
     while looking:
         try:
-            found = _find(ctx, space, budget, seed, tuple(looking), state, allowance, coverage)
+            found = _find(ctx, space, budget, seed, tuple(looking), state, allowance, steering)
         except _Spent:
             state.stopped = allowance.why
             break
@@ -84,9 +88,11 @@ def search(
         if played.kind == APPEND or APPEND not in looking:
             break
         looking = [APPEND]  # a re-render break found first: look on for the stronger one
-        state.cap += SHRINK_PLAYS
+        state.cap += shrink
     result.drawn, result.rendered, result.plays = state.drawn, state.rendered, state.plays
     result.stopped = state.stopped
+    if coverage is not None and steering is None:
+        coverage.skip()  # a small search's renders are not counted (the counterexamples' are, by the checks)
     return result
 
 
@@ -186,6 +192,7 @@ class _Probe:
             except InternalError as exc:
                 raise _Failed(exc) from None
             if coverage is not None and not state.hit:
+                coverage.trace()  # the arms this conversation's renders take
                 self.target(float(coverage.arms_run() - before), label="template arms first run")
             state.plays += 1
             state.rendered += played.simulation.ok and not state.hit
