@@ -77,6 +77,7 @@ class _Strategies:
         parts = self.text_full.map(lambda t: [{"type": "text", "text": t}])
         self.user = st.one_of(self.text_full, parts) if space.parts else self.text_full
         self.name = st.sampled_from(NAME_SHAPES)
+        self.calls_per_turn = st.integers(1, 3) if space.parallel else st.just(1)
         self.call_text = st.sampled_from((None, "", *CALL_TEXTS))
         self.switches = [(name, st.sampled_from((UNSET, *values))) for name, values in space.switches]
         # the compact turns a long episode adds (none first: shrinking drops them): one in three draws is long
@@ -85,7 +86,7 @@ class _Strategies:
     def calls(self, draw: Any) -> list[dict[str, Any]]:
         """One to three calls (their ids are given when the turn is placed)."""
         calls = []
-        for _ in range(draw(st.integers(1, 3))):
+        for _ in range(draw(self.calls_per_turn)):
             name = draw(self.name)
             n_args = draw(st.integers(0, len(ARGUMENT_KEYS)))
             args = {key: draw(self.value) for key in ARGUMENT_KEYS[:n_args]}
@@ -121,8 +122,11 @@ class _Strategies:
             extra, vary, thought = draw(self.extra), draw(st.booleans()), draw(self.reasoning)
             if extra and segment == 0:  # one long episode at most: its renders grow with its square
                 compact = _compact(turns[0][0], thought if space.reasoning else None)
-                result = [str(turns[0][1][0])[:SHORT]]
-                for each in _varied(compact, extra) if vary else [compact] * extra:
+                # its results go through the texts (a template that cuts or drops older results past some length,
+                # context management, shows it on the long ones)
+                results = [[space.texts[k % len(space.texts)][:SHORT]] for k in range(extra)]
+                each_turn = _varied(compact, extra) if vary else [compact] * extra
+                for each, result in zip(each_turn, results, strict=True):
                     messages += _placed(each, result, counter)
             answer: Message = {"role": "assistant", "content": draw(self.answer)}
             if thinks():

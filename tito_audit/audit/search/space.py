@@ -75,7 +75,9 @@ class SearchSpace:
     render; ``fields``: other message keys it renders, with the roles it renders each for; ``cycles``: the tool
     cycles of a long episode; ``switches``: each switch's played values (``kwargs`` are drawn from them, unset
     first); ``parts``: a user turn may send its text as a list of text parts, where the template tests the type of
-    a message's content (``content is string``...; elsewhere a template that concatenates content refuses parts)."""
+    a message's content (``content is string``...; elsewhere a template that concatenates content refuses parts);
+    ``parallel``: a call turn may carry several calls, unless the template refused every catalogue scenario that
+    has some (it raises for them: every draw with one would be refused, and the budget spent on nothing)."""
 
     texts: tuple[str, ...] = TEXTS
     reasoning: bool = False
@@ -83,6 +85,7 @@ class SearchSpace:
     cycles: int = 15
     switches: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     parts: bool = False  # user content may be a list of text parts (the template tests what a value's type is)
+    parallel: bool = True  # a call turn may carry several calls (the template renders a catalogue scenario that does)
 
     @classmethod
     def of(cls, ctx: AuditContext) -> SearchSpace:
@@ -99,4 +102,5 @@ class SearchSpace:
             cycles=cycles,
             switches=tuple(ctx.switches.values().items()),
             parts=bool(ctx.engine.is_template and _TYPE_TEST.search(ctx.model.chat_template or "")),
+            parallel=any(s.ok for s in ctx.simulations if "parallel" in s.scenario.tags),
         )
