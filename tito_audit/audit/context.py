@@ -16,7 +16,13 @@ from tito_audit.engines.base import Engine
 from tito_audit.engines.resolve import engine_for
 from tito_audit.engines.seam import PROBES
 from tito_audit.errors import InternalError, RenderError, RendererUnavailable, detached
-from tito_audit.rendering.analysis import loaded_names, message_reads, template_literals, template_variables
+from tito_audit.rendering.analysis import (
+    loaded_names,
+    message_reads,
+    template_literals,
+    template_switches,
+    template_variables,
+)
 from tito_audit.rendering.clock import DEFAULT_DATE
 from tito_audit.rendering.guard import AUDIT_LIMITS, RenderLimits
 from tito_audit.rendering.renderer import Renderer
@@ -30,9 +36,12 @@ from tito_audit.scenarios.adapt import tools_as_read
 from tito_audit.scenarios.catalog import REASONING_TEXTS, SCENARIO_SETS, derived_scenarios
 from tito_audit.scenarios.reach import Reach, derive_reach
 from tito_audit.scenarios.reasoning import delimiter_pairs, reasoning_marks
+from tito_audit.scenarios.searched import Conversation
 from tito_audit.scenarios.shapes import Shapes, probe_shapes
+from tito_audit.scenarios.switches import Switches, candidate_switches, playable, switch_scenarios
 from tito_audit.sources.load import LoadedModel
 
+SEARCH_BUDGET = 40  # conversations the counterexample search draws by default (``--search``; 0: off)
 _THINKING_WORDS = ("think", "reason")
 THINKING = ("on", "off", "both", "unset")  # AuditOptions.thinking (``--thinking`` of audit and rl)
 
@@ -55,12 +64,20 @@ class AuditOptions:
     # re-renders with (None: no engine/trainer pair to compare).
     renderer: str | None = None
     train_renderer: str | None = None
+    # The counterexample search (``audit.search``): conversations drawn (0: off), and its seed.
+    search: int = SEARCH_BUDGET
+    search_seed: int = 0
+    # Counterexamples another audit found (``scenarios.search.counterexamples`` of its report: messages, tools,
+    # template_kwargs), played here as scenarios ``search/replayed-N``: ``fix`` proves a patch on them too.
+    counterexamples: tuple[Mapping[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if self.scenarios not in SCENARIO_SETS:
             raise ValueError(f"scenarios must be one of {', '.join(SCENARIO_SETS)}, not {self.scenarios!r}")
         if self.thinking not in (*THINKING, "default"):
             raise ValueError(f"thinking must be one of {', '.join(THINKING)}, not {self.thinking!r}")
+        if self.search < 0:
+            raise ValueError(f"search must be 0 (off) or a number of conversations, not {self.search}")
 
 
 def thinking_kwargs(template_variables: frozenset[str]) -> list[str]:
@@ -204,11 +221,45 @@ class AuditContext:
         """What the verdict does not cover (``not_probed:WHAT`` reasons): ``thinking_modes`` where a reasoning switch
         could not be enumerated or its values could not be found (``not_probed_thinking`` says which); what the
         template tests past every derived scenario's reach (``reach``: ``count:N``, ``length:N``, ``literal:TEXT``)."""
-        reach = list(self.reach.not_probed)
+        reach = [*self.reach.not_probed, *self.switches.not_probed, *self._switches_not_played()]
         if self.options.thinking in ("unset", "default"):
             return reach
         _ = self.thinking_switches
         return ["thinking_modes", *reach] if self.not_probed_thinking else reach
+
+    def _switches_not_played(self) -> list[str]:
+        """``switch:NAME=VALUE`` for a switch scenario the template refused (its probe rendered, the episode not)."""
+        return [
+            f"switch:{s.scenario.id.removeprefix('switch/')}"
+            for s in self._simulations.values()
+            if "switch" in s.scenario.tags and s.error is not None
+        ]
+
+    @cached_property
+    def switches(self) -> Switches:
+        """The template's switches (``scenarios.switches``: the context variables it compares or tests, other than
+        the reasoning switches ``thinking_modes`` plays and the kwargs given) and the values each is played at:
+        those a probe renders under."""
+        template = self.model.chat_template
+        if not self.engine.is_template or not template:
+            return Switches()
+        read = template_switches(template)
+        if not read:
+            return Switches()
+        skip = {*self.options.template_kwargs, *self.thinking_switches, *self.tokenizer.special_tokens_map}
+        candidates = candidate_switches(read, loaded_names(template), skip)
+        if not candidates:
+            return Switches()
+        messages, agp = PROBES[0]
+
+        def renders(kwargs: dict[str, Any]) -> bool:
+            try:
+                self.renderer.with_kwargs(**kwargs).render(list(messages), add_generation_prompt=agp)
+            except RenderError:
+                return False
+            return True
+
+        return playable(candidates, renders)
 
     def renderer_report(self, engine: Engine, renderer: Renderer) -> dict[str, Any]:
         """What the report says about one side: the engine's identity and how it really rendered, and ``notes``:
@@ -278,7 +329,15 @@ class AuditContext:
         """The catalog's scenarios, then those derived from what this template reads (``derived_scenarios``)."""
         catalog = build_scenarios(self.special_texts, self.thinking_modes, only=SCENARIO_SETS[self.options.scenarios])
         derived = derived_scenarios(self.shapes.reasoning, self.special_texts, self.thinking_modes, self.reach)
-        return [*catalog, *derived]
+        switched: list[Scenario] = []
+        if self.switches.played:  # each switch value in the reasoning follow-up episode (``scenarios.switches``)
+            base = build_scenarios(self.special_texts, [{}], only=("reasoning_followup/plain",))
+            switched = switch_scenarios(self.switches, base[0])
+        replayed = [
+            Conversation.from_dict(c).scenario(f"search/replayed-{n}")
+            for n, c in enumerate(self.options.counterexamples, 1)
+        ]
+        return [*catalog, *derived, *switched, *replayed]
 
     @cached_property
     def reach(self) -> Reach:
@@ -316,6 +375,14 @@ class AuditContext:
     @cached_property
     def simulations(self) -> list[Simulation]:
         return [self.simulation(s) for s in self.scenarios]
+
+    def add_simulations(self, sims: Sequence[Simulation]) -> None:
+        """Scenarios played outside the catalogue (the search's counterexamples), judged from now on by every check
+        like the others."""
+        for sim in sims:
+            self._simulations[sim.scenario.id] = sim
+            self.scenarios.append(sim.scenario)
+            self.simulations.append(sim)
 
     def ok_simulations(self, exclude_tags: Sequence[str] = ()) -> list[Simulation]:
         """The scenarios that played. Raises ``InternalError`` when one could not be played because of our code or a

@@ -7,10 +7,12 @@ from typing import Any
 
 from tito_audit.audit.checks import ordered_checks, run_check
 from tito_audit.audit.context import AuditContext, AuditOptions
+from tito_audit.audit.coverage import Coverage
+from tito_audit.audit.search import search_after_checks
 from tito_audit.errors import AuditError, LimitExceeded, TemplateAlwaysRaises, failed_every_conversation
 from tito_audit.report.check_result import CheckResult
 from tito_audit.report.model_report import ModelReport
-from tito_audit.report.verdict import MIN_COVERAGE
+from tito_audit.report.verdict import MIN_COVERAGE, decide
 from tito_audit.rollout.stop import stop_convention
 from tito_audit.sources.load import LoadedModel
 
@@ -45,6 +47,7 @@ def audit_context(ctx: AuditContext, started: float | None = None) -> ModelRepor
     if _stopped(ctx, report, started) or _refused_every_conversation(ctx, report, started):
         return report
     report.checks = _run_checks(ctx)
+    _search(ctx, report)
     _record_renderers(report, ctx)
     if _stopped(ctx, report, started):
         return report
@@ -89,6 +92,31 @@ def _refused_every_conversation(ctx: AuditContext, report: ModelReport, started:
     _record_renderers(report, ctx)
     report.seconds = time.perf_counter() - started
     return True
+
+
+def _search(ctx: AuditContext, report: ModelReport) -> None:
+    """Template coverage and the counterexample search after the checks, where the verdict so far is ``safe`` or
+    ``tito-required`` (``audit.coverage``, ``audit.search``): what the search found joins the scenarios and every
+    check runs again; the arms no conversation took, and what the search could not draw, are named in
+    ``not_probed``."""
+    claims = decide(report.checks, report.scenarios).verdict in ("safe", "tito-required")
+    coverage = Coverage.of(ctx) if claims else None
+    if coverage is not None:
+        coverage.trace()
+    searched = search_after_checks(ctx, report.checks, report.scenarios, coverage)
+    report.scenarios["search"] = searched.summary()
+    if searched.found:
+        ctx.add_simulations([p.simulation for p in searched.found])
+        report.scenarios["played"] += len(searched.found)
+        report.scenarios["catalogue"] += len(searched.found)
+        report.checks = _run_checks(ctx)
+    missed = [*([searched.not_probed()] if searched.not_probed() else [])]
+    if coverage is not None:
+        coverage.trace()  # what the search drew last, and the checks' renders of its counterexamples
+        report.scenarios["coverage"] = coverage.summary()
+        missed += coverage.not_probed()
+    if missed:
+        report.scenarios.setdefault("not_probed", []).extend(missed)
 
 
 def _run_checks(ctx: AuditContext) -> list[CheckResult]:

@@ -17,6 +17,8 @@ from tito_audit.cli.options import (
     debug_option,
     models_argument,
     offline_option,
+    search_option,
+    search_seed_option,
     template_kwarg_option,
     template_name_option,
     thinking_option,
@@ -80,10 +82,14 @@ def unreachable_coverage(report: AuditReport, min_coverage: int) -> list[str]:
     ]
 
 
-def incomplete(report: AuditReport, allow_check_errors: bool = False, min_coverage: int = 0) -> list[str]:
+def incomplete(
+    report: AuditReport, allow_check_errors: bool = False, min_coverage: int = 0, allow_not_probed: bool = False
+) -> list[str]:
     """One line per thing the audit could not check: a check in ``error`` status (unless allowed), a verdict that
     is ``error`` (a check the verdict needs did not decide: never a pass, ``--allow-check-errors`` included), a
-    model that played fewer than ``min_coverage`` scenarios (of a catalogue that has that many)."""
+    model that played fewer than ``min_coverage`` scenarios (of a catalogue that has that many), a ``safe`` verdict
+    that names what it did not probe (``not_probed:*``: a template arm no conversation took, a switch, a search cut
+    short; unless ``allow_not_probed``): SAFE claims every conversation, so one with a gap is never a clean pass."""
     from tito_audit.report.verdict import describe_reason
 
     lines = []
@@ -95,6 +101,9 @@ def incomplete(report: AuditReport, allow_check_errors: bool = False, min_covera
         if m.verdict == "error":
             undecided = [describe_reason(r) for r in m.verdict_reasons if r.startswith("error:")]
             lines.append(f"{m.model}: verdict undecided ({'; '.join(undecided) or 'no reason recorded'})")
+        gaps = [describe_reason(r) for r in m.verdict_reasons if r.startswith("not_probed:")]
+        if m.verdict == "safe" and gaps and not allow_not_probed:
+            lines.append(f"{m.model}: SAFE does not cover what was not probed ({'; '.join(gaps)})")
         played = int(m.scenarios.get("played", 0))
         if played < min_coverage <= int(m.scenarios.get("catalogue", min_coverage)):
             lines.append(
@@ -104,15 +113,22 @@ def incomplete(report: AuditReport, allow_check_errors: bool = False, min_covera
     return lines
 
 
-def exit_code(report: AuditReport, fail_on: str, allow_check_errors: bool = False, min_coverage: int = 0) -> int:
-    """2 if any model could not be audited; 3 if a check errored (unless ``allow_check_errors``) or a model
-    played fewer than ``min_coverage`` scenarios; 1 if unsuppressed findings outside the baseline reach
-    ``fail_on``; else 0."""
+def exit_code(
+    report: AuditReport,
+    fail_on: str,
+    allow_check_errors: bool = False,
+    min_coverage: int = 0,
+    allow_not_probed: bool = False,
+) -> int:
+    """2 if any model could not be audited; 3 if a check errored (unless ``allow_check_errors``), a model
+    played fewer than ``min_coverage`` scenarios, or a SAFE names what it did not probe (unless
+    ``allow_not_probed``: under either ``fail_on``, since it is no finding); 1 if unsuppressed findings outside the
+    baseline reach ``fail_on``; else 0."""
     from tito_audit.gate import gating_findings
 
     if any(m.error for m in report.models) or unreachable_coverage(report, min_coverage):
         return EXIT_OPERATIONAL
-    if incomplete(report, allow_check_errors, min_coverage):
+    if incomplete(report, allow_check_errors, min_coverage, allow_not_probed):
         return EXIT_INCOMPLETE
     return EXIT_FINDINGS if gating_findings(report, fail_on) else EXIT_OK
 
@@ -192,6 +208,9 @@ class AuditCommandOptions:
     allow_check_errors: bool = typer.Option(
         False, "--allow-check-errors", help="Do not exit 3 when a check could not run (status error)."
     )
+    allow_not_probed: bool = typer.Option(
+        False, "--allow-not-probed", help="Do not exit 3 when a SAFE names what it did not probe (not_probed)."
+    )
     min_coverage: int = typer.Option(
         0, "--min-coverage", help="Exit 3 when a model plays fewer than N scenarios.", callback=number(0, MAX_COUNT)
     )
@@ -212,6 +231,8 @@ class AuditCommandOptions:
     )
     template_kwarg: list[str] = template_kwarg_option()
     thinking: str = thinking_option()
+    search: int | None = search_option()
+    search_seed: int = search_seed_option()
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every finding with its token strip.")
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the verdict lines.")
     debug: bool = debug_option()
@@ -269,7 +290,7 @@ def audit_command(o: AuditCommandOptions, given: frozenset[str]) -> None:
     on_screen = _write_report(report, fmt, when, rl, o)
     if not on_screen or o.debug:
         echo_model_errors(report.models, o.debug)
-    for line in gate_lines + incomplete(report, o.allow_check_errors, o.min_coverage):
+    for line in gate_lines + incomplete(report, o.allow_check_errors, o.min_coverage, o.allow_not_probed):
         typer.echo(line, err=True)
     for line in unreachable_coverage(report, o.min_coverage):
         typer.echo(line, err=True)
@@ -277,7 +298,7 @@ def audit_command(o: AuditCommandOptions, given: frozenset[str]) -> None:
         done = f"interrupted after {len(report.models)} of {report.requested} models"
         typer.echo(f"{done}; {kept_line(o.output)}", err=True)
         raise typer.Exit(EXIT_INTERRUPTED)
-    raise typer.Exit(exit_code(report, o.fail_on, o.allow_check_errors, o.min_coverage))
+    raise typer.Exit(exit_code(report, o.fail_on, o.allow_check_errors, o.min_coverage, o.allow_not_probed))
 
 
 def _specs(o: AuditCommandOptions) -> list[str]:
@@ -306,6 +327,7 @@ def _rl_artifacts(o: AuditCommandOptions, fmt: str) -> Any:
 def _audit_options(o: AuditCommandOptions, when: dt.datetime) -> tuple[AuditOptions, Any]:
     """The audit's options and the gate, checked before any model is audited."""
     from tito_audit.audit.context import AuditOptions
+    from tito_audit.audit.search import DEFAULT_BUDGET
     from tito_audit.engines.resolve import check_name
     from tito_audit.gate import Gate
 
@@ -320,6 +342,8 @@ def _audit_options(o: AuditCommandOptions, when: dt.datetime) -> tuple[AuditOpti
         debug=o.debug,
         renderer=o.renderer,
         train_renderer=o.train_renderer,
+        search=DEFAULT_BUDGET if o.search is None else o.search,
+        search_seed=o.search_seed,
     )
     try:
         gate = Gate.load(o.suppressions, o.baseline)  # bad config fails before any model is audited

@@ -12,7 +12,14 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from tito_audit.cli.options import debug_option, offline_option, template_kwarg_option, template_name_option
+from tito_audit.cli.options import (
+    debug_option,
+    offline_option,
+    search_option,
+    search_seed_option,
+    template_kwarg_option,
+    template_name_option,
+)
 from tito_audit.cli.output import check_output, is_stdout, write_atomically
 from tito_audit.cli.params import one_of
 from tito_audit.errors import EXIT_INTERRUPTED, EXIT_OPERATIONAL, AuditError
@@ -160,6 +167,8 @@ def register(app: typer.Typer) -> None:
             None, "--chat-template", help="Fix this template file (with MODEL's tokenizer) instead."
         ),
         template_kwarg: list[str] = template_kwarg_option(),
+        search: int | None = search_option(),
+        search_seed: int = search_seed_option(),
         fmt: str = typer.Option(
             "terminal", "--format", "-f", help="terminal | json", callback=one_of(("terminal", "json"))
         ),
@@ -167,7 +176,7 @@ def register(app: typer.Typer) -> None:
         debug: bool = debug_option(),
     ) -> None:
         """Patch the chat template for the failures found, prove the patch, and print the diff."""
-        from tito_audit.audit.context import AuditOptions
+        from tito_audit.audit.context import SEARCH_BUDGET, AuditOptions
         from tito_audit.cli.params import parse_kwargs
         from tito_audit.fix import propose_fix
         from tito_audit.sources.load import load
@@ -181,7 +190,12 @@ def register(app: typer.Typer) -> None:
         show = fmt == "terminal" and err.is_terminal
         doing = ["loading"]
         try:
-            options = AuditOptions(template_kwargs=parse_kwargs(template_kwarg), debug=debug)
+            options = AuditOptions(
+                template_kwargs=parse_kwargs(template_kwarg),
+                debug=debug,
+                search=SEARCH_BUDGET if search is None else search,
+                search_seed=search_seed,
+            )
             loaded = load(model, offline=offline, template_name=template_name, chat_template_file=chat_template)
             with err.status("auditing", spinner="dots") if show else contextlib.nullcontext() as status:
 

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import typer
 
-from tito_audit.cli.params import check_kwargs, one_of
+from tito_audit.cli.params import MAX_COUNT, check_kwargs, number, one_of
 
 Options = TypeVar("Options")
 
@@ -92,3 +92,19 @@ def thinking_option() -> Any:
 
 def debug_option() -> Any:
     return typer.Option(False, "--debug", help="Show tracebacks.")
+
+
+def search_option(default: str = "40") -> Any:
+    """``--search N`` of ``audit``, ``scan``, ``fix`` and ``rl``: conversations the counterexample search draws
+    (``AuditOptions.search``; None: the command's default)."""
+    return typer.Option(
+        None,
+        "--search",
+        help=f"Conversations the counterexample search draws per template (default {default}; 0: off, said in the "
+        "report).",
+        callback=number(0, MAX_COUNT),
+    )
+
+
+def search_seed_option() -> Any:
+    return typer.Option(0, "--search-seed", help="Seed of the counterexample search (the same seed, the same answer).")

@@ -16,7 +16,7 @@ from typing import Any
 
 import typer
 
-from tito_audit.cli.options import command, template_kwarg_option, thinking_option
+from tito_audit.cli.options import command, search_option, search_seed_option, template_kwarg_option, thinking_option
 from tito_audit.cli.params import contradiction, folder_problem, number, one_of, parse_kwargs
 from tito_audit.errors import EXIT_INTERRUPTED, EXIT_OPERATIONAL, AuditError
 
@@ -334,6 +334,8 @@ class RLOptions:
     )
     thinking: str = thinking_option()
     template_kwarg: list[str] = template_kwarg_option()
+    search: int | None = search_option()
+    search_seed: int = search_seed_option()
     rollouts: str = typer.Option(
         "auto", "--rollouts", help="auto, sample (the policy samples) or template (the template's own turns)."
     )
@@ -349,6 +351,7 @@ def rl(o: RLOptions, given: frozenset[str]) -> None:
 
     Exit 0 identical, 1 corrupted, 2 operational error, 3 undetermined, not applicable to tool turns, or --control.
     """
+    from tito_audit.audit.context import SEARCH_BUDGET
     from tito_audit.cli.output import check_output_folder
     from tito_audit.rl.config import RLConfig
 
@@ -388,6 +391,8 @@ def rl(o: RLOptions, given: frozenset[str]) -> None:
         scenarios=tuple(o.scenario),
         thinking=o.thinking,
         template_kwargs=parse_kwargs(o.template_kwarg),
+        search=SEARCH_BUDGET if o.search is None else o.search,
+        search_seed=o.search_seed,
         control=o.control,
         rollouts=o.rollouts,
         out_dir=str(o.out) if o.out else None,

@@ -106,6 +106,15 @@ class ScanOptions:
             "synthesized from them (an approximate verdict, counted apart) instead of ending as missing_tokens."
         ),
     ] = True
+    search: Annotated[
+        int | None,
+        typer.Option(
+            help="Conversations the counterexample search draws per template (default 0: off, said per template; "
+            "a scan triages, `tito-audit audit` searches 40 by default).",
+            callback=number(0, MAX_COUNT),
+        ),
+    ] = None
+    search_seed: Annotated[int, typer.Option(help="Seed of the counterexample search.")] = 0
     offline: Annotated[bool, typer.Option(help="Never touch the network.")] = False
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True
     fail_on: Annotated[
@@ -153,6 +162,7 @@ def scan(o: ScanOptions, given: frozenset[str]) -> None:
     from tito_audit.formats.scan_text import scan_table
     from tito_audit.rendering.guard import AUDIT_LIMITS
     from tito_audit.scan import PoolLimits, ScanInterrupted
+    from tito_audit.scan.template_audit import SCAN_SEARCH
 
     _check_options(o, given)
     limits = PoolLimits(
@@ -162,6 +172,8 @@ def scan(o: ScanOptions, given: frozenset[str]) -> None:
         render=replace(AUDIT_LIMITS, seconds=o.render_timeout),
         scenarios=o.scenarios,
         synthesize=o.synthesize,
+        search=SCAN_SEARCH if o.search is None else o.search,
+        search_seed=o.search_seed,
     )
     table_to_stderr = any(is_stdout(getattr(o, name)) for name, _ in OUTPUTS)  # stdout holds a summary file
     try:

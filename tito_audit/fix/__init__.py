@@ -134,9 +134,16 @@ def audited_template(model: LoadedModel, options: AuditOptions, report: ModelRep
 
 
 def _prove(audited: AuditedTemplate, patches: list[Patch], text: str) -> tuple[Proof, ModelReport]:
+    """The patched template's audit, under the original's options and with the conversations the original's
+    counterexample search found (``AuditOptions.counterexamples``: the patch is proven on the same facts, and
+    searched again), and the proof read from it."""
+    from dataclasses import replace
+
     from tito_audit.audit.runner import audit_model
 
-    after = audit_model(audited.model.with_template(text, "tito-audit fix"), audited.options)
+    found = (audited.report.scenarios.get("search") or {}).get("counterexamples") or []
+    options = replace(audited.options, counterexamples=(*audited.options.counterexamples, *found))
+    after = audit_model(audited.model.with_template(text, "tito-audit fix"), options)
     with_masks = any(p.id in _MARKER_IDS for p in patches)
     return prove(audited, patches, text, after, with_masks), after
 

@@ -85,7 +85,24 @@ def coverage_text(m: ModelReport) -> str:
         text += f"; adaptations: {', '.join(s['adaptations'])}"
     if s.get("low_coverage"):
         text += f"; fewer than {MIN_COVERAGE} played: the verdict rests on few conversations"
-    return text
+    search = search_text(s.get("search"))
+    return f"{text}; {search}" if search else text
+
+
+def search_text(search: dict[str, Any] | None) -> str:
+    """What the counterexample search did (``scenarios.search``), in words ("" for a report without one)."""
+    if not search:
+        return ""
+    if "skipped" in search:
+        why = search["skipped"]
+        return "search off (--search 0)" if why.startswith("off") else f"no search: {why}"
+    found = search.get("counterexamples") or []
+    text = f"searched {search.get('drawn', 0)} conversations (seed {search.get('seed', 0)})"
+    if search.get("stopped"):
+        text += f", stopped at {search['stopped']}"
+    if not found:
+        return text + ": no counterexample"
+    return text + f": {len(found)} counterexample(s) ({', '.join(c['scenario'] for c in found)})"
 
 
 def short_revision(m: ModelReport, n: int = 7) -> str | None:

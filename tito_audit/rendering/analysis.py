@@ -43,6 +43,7 @@ from tito_audit.rendering.guard import RenderLimits, RenderTimeout, harden_envir
 from tito_audit.rendering.hazards import Hazard, find_hazards
 from tito_audit.rendering.message_reads import MessageReads, read_messages
 from tito_audit.rendering.sandbox_decisions import memoize_decisions
+from tito_audit.rendering.switch_reads import read_switches
 
 # Every node type some reading of a template's code looks at (one walk of the tree finds them all, in order).
 ANALYSED_NODES = (nodes.Getattr, nodes.Getitem, nodes.Filter, nodes.Call, nodes.Name, nodes.Const, nodes.TemplateData)
@@ -58,6 +59,8 @@ class TemplateFacts:
     loaded_names: frozenset[str]  # every variable name it reads anywhere
     walked: bool = True
     reads: MessageReads = field(default_factory=MessageReads)  # the message keys it reads, the literals it tests
+    # every variable it compares or tests, with the values it tests it against (``switch_reads``)
+    switches: tuple[tuple[str, tuple[Any, ...]], ...] = ()
 
     @property
     def literal_text(self) -> str:
@@ -78,7 +81,7 @@ def read_tree(tree: nodes.Template) -> TemplateFacts:
     parts = [n.data for n in found if isinstance(n, nodes.TemplateData)]
     parts += [n.value for n in found if isinstance(n, nodes.Const) and isinstance(n.value, str)]
     names = frozenset(n.name for n in found if isinstance(n, nodes.Name) and n.ctx == "load")
-    return TemplateFacts(hazards, tuple(parts), names, reads=read_messages(tree))
+    return TemplateFacts(hazards, tuple(parts), names, reads=read_messages(tree), switches=read_switches(tree))
 
 
 class _Compile:
@@ -87,6 +90,7 @@ class _Compile:
 
     into: dict[str, TemplateFacts] | None = None
     limits: RenderLimits | None = None
+    parsing: str | None = None  # the template whose tree the compile is generating code for
 
 
 class _ReadingEnvironment(ImmutableSandboxedEnvironment):
@@ -99,10 +103,17 @@ class _ReadingEnvironment(ImmutableSandboxedEnvironment):
         super().__init__(*args, **kwargs)
         self.optimized = False
 
+    def _generate(self, source: nodes.Template, *args: Any, **kwargs: Any) -> str:
+        code = super()._generate(source, *args, **kwargs)
+        if _Compile.into is not None and _Compile.parsing is not None:
+            _keep(_CODE, _Compile.parsing, code)  # the Python code it compiles to (``template_code``)
+        return code
+
     def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
         tree = super()._parse(source, name, filename)
         if _Compile.into is None:
             return tree
+        _Compile.parsing = source
         try:
             facts = read_tree(tree)
         except Exception:  # reading is best effort here (deep inside the compile): template_facts parses again
@@ -139,7 +150,7 @@ def _compiling(into: dict[str, TemplateFacts], limits: RenderLimits) -> Iterator
         yield
     finally:
         hook.module.ImmutableSandboxedEnvironment = hook.environment
-        _Compile.into = _Compile.limits = None
+        _Compile.into = _Compile.limits = _Compile.parsing = None
 
 
 # Compiling runs template code: jinja folds constant expressions (``'ab' * 10**9``) while it compiles. So a
@@ -148,6 +159,7 @@ def _compiling(into: dict[str, TemplateFacts], limits: RenderLimits) -> Iterator
 COMPILE_LIMITS = RenderLimits(seconds=10.0)
 _FAILED: dict[str, TemplateError] = {}  # templates whose compile hit a limit: not compiled again (last few kept)
 _PARSED: dict[str, TemplateFacts] = {}  # facts read while compiling, until ``template_facts`` takes them
+_CODE: dict[str, str] = {}  # the Python code the last few templates compiled to (``template_code``)
 _KEPT = 16
 _COMPILING = threading.Lock()  # the hooks are set on the environment class: one compile at a time
 
@@ -304,6 +316,27 @@ def loaded_names(template: str) -> frozenset[str]:
     """Every variable name the template reads anywhere (a superset of ``template_variables``); raises where the
     template does not parse or its tree cannot be walked."""
     return template_facts(template).checked().loaded_names
+
+
+def template_switches(template: str) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    """Every variable the template compares or tests, with the values it tests it against (``switch_reads``; the
+    caller keeps its context variables); nothing where it does not parse or its tree cannot be walked."""
+    try:
+        return template_facts(template).checked().switches
+    except Exception:
+        return ()
+
+
+def template_code(template: str) -> str:
+    """The Python code jinja generated for the template's compile (kept from the compile itself; generated again,
+    by the environment it was compiled with, for a template compiled more than a few templates ago). Raises where
+    it does not compile."""
+    compiled = compiled_template(template)
+    code = _CODE.get(template)
+    if code is None:
+        code = compiled.environment.compile(template, raw=True)
+        _keep(_CODE, template, code)
+    return str(code)
 
 
 def template_variables(template: str) -> frozenset[str]:

@@ -127,6 +127,10 @@ class _Shared:
         self.chat_template = chat_template
         self._reads_tools: bool | None = None
         self.compiles_seen = transformers_compiles()  # the constructor has just prepared the template
+        # Template coverage (``rendering.coverage``): the text renders not yet played through its instrumented copy
+        # (the kwargs and date of the renderer, and the inputs; ``trace_untraced``). Only references: what a render
+        # was given, never copied, and no renderer (which holds this: a cycle would keep an audit's caches alive).
+        self.untraced: list[tuple[dict[str, Any], dt.datetime, Sequence[Message], Any, bool]] = []
         limits = limits or RenderLimits()
         self.budget = TemplateBudget(
             limits.template_cpu_seconds, limits.template_limit_hits, limits.template_output_chars
@@ -310,6 +314,7 @@ class Renderer:
         texts = self._shared.texts
         hit = texts.get(key)
         if hit is None:
+            self._shared.untraced.append((self.template_kwargs, self.date, messages, tools, add_generation_prompt))
             try:
                 hit = self._guarded(lambda: self._text(messages, tools, add_generation_prompt, self.template_kwargs))
             except RenderError as err:
@@ -318,6 +323,26 @@ class Renderer:
         if isinstance(hit, RenderError):
             raise _again(hit)
         return hit
+
+    def drop_untraced(self) -> int:
+        """Forget the renders not played through coverage's copy yet (they will not count); returns how many."""
+        dropped, self._shared.untraced = len(self._shared.untraced), []
+        return dropped
+
+    def trace_untraced(self, play: Callable[[Renderer, Sequence[Message], Any, bool], Any]) -> int:
+        """Play every text render of this template not played yet through ``play(renderer, messages, tools,
+        add_generation_prompt)`` (coverage's instrumented copy), under each render's limits and charged to the
+        template's budget; returns how many. Their outputs are already cached: only what they run is wanted (a
+        failing one counts as far as it goes)."""
+        pending, self._shared.untraced = self._shared.untraced, []
+        for kwargs, date, messages, tools, agp in pending:
+            r = self._derive(kwargs, date, self.tools_as)
+            try:
+                r._guarded(lambda r=r, m=messages, t=tools, a=agp: play(r, m, t, a))
+            except RenderError as err:
+                detached(err)  # its tracebacks would hold this audit's frames in a cycle
+                continue
+        return len(pending)
 
     def render_ids(
         self, messages: Sequence[Message], tools: Any = None, add_generation_prompt: bool = False

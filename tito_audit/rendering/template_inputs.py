@@ -79,6 +79,21 @@ def render_text(
     return compiled.render(**_arguments(tokenizer, messages, tools, add_generation_prompt, kwargs, memo=True))
 
 
+def render_compiled(
+    compiled: Any,
+    tokenizer: Any,
+    messages: Sequence[Message],
+    tools: list[Any] | None,
+    add_generation_prompt: bool,
+    kwargs: dict[str, Any],
+    extra: dict[str, Any],
+) -> str:
+    """``compiled`` (a jinja template compiled in the chat template's own environment: coverage's instrumented
+    copy) rendered with the arguments ``render_text`` gives the chat template, and ``extra``."""
+    args = _arguments(tokenizer, messages, tools, add_generation_prompt, kwargs, memo=True)
+    return str(compiled.render(**args, **extra))
+
+
 def _utils() -> Any:
     """transformers' input preparation (``compat``'s ``fast_inputs``: probed once, on first use; importing this
     module imports no transformers)."""

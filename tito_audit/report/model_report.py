@@ -29,7 +29,11 @@ from tito_audit.sources.load import Provenance
 #      scenarios.stop_convention; adaptations named_call_ids, tools_described, tools_flat, tools_parameter_definitions
 #      scenarios.not_probed, scenarios.internal_errors; verdict_reasons not_probed:WHAT, error:CHECK:undecided,
 #      tito-required:suppressed:CHECK; check continuation; tool_call_serialization data drift_rate and friends
-SCHEMA_VERSION = "1.3"
+# 1.4: scenarios.search (the counterexample search: budget, seed, what it drew, its counterexamples with their
+#      messages) and scenarios.coverage (the template's arms history reaches, how many ran, which did not);
+#      not_probed reasons template_line:N: TEST, template_lines:+K, switch:NAME[=VALUE], search:DRAWN/BUDGET,
+#      search:failed; scenarios switch/NAME=VALUE, search/N, search/replayed-N
+SCHEMA_VERSION = "1.4"
 
 
 @dataclass

@@ -195,6 +195,15 @@ def describe_reason(reason: str) -> str:
             return f"texts longer than {name} characters not probed (the template tests it)"
         if what == "literal":
             return f"text holding {name!r} not probed (the template rewrites it; a control token's text)"
+        if what == "search":
+            if name == "failed":
+                return "the counterexample search failed (an error in tito-audit or a library, not the template)"
+            drawn, _, budget = name.partition("/")
+            return f"the counterexample search drew {drawn} of {budget} conversations (the template's budget ran out)"
+        if what == "switch":
+            if "=" in name:
+                return f"template switch {name} not played (the template refused it, or past the switch values played)"
+            return f"template switch {name!r} not probed (no value it is tested against renders)"
         if what == "replaces":
             return f"message field {name!r} not probed (it takes the place of what the turn says)"
         if name in ("answers", "tool_calls"):

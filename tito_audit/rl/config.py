@@ -43,6 +43,9 @@ class RLConfig:
     include_injection: bool = False  # scenarios with control-token text in content
     scenarios: tuple[str, ...] = ()  # scenario id prefixes: the scenarios played (token facts cover them all)
     thinking: str = "both"  # the reasoning modes played, as ``audit --thinking`` (AuditOptions.thinking)
+    # the counterexample search ``audit`` runs (``audit.search``): its conversations join the token facts
+    search: int = 40  # AuditOptions.search's default (SEARCH_BUDGET; a test holds them equal)
+    search_seed: int = 0
     template_kwargs: dict[str, Any] = field(default_factory=dict)  # ``-k KEY=VALUE``, passed to every render
     clip: float = 2.0  # truncated importance sampling C
     control: bool = False  # R := B (the exactness control)

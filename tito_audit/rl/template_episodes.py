@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tito_audit.audit.search import counterexample_scenarios
 from tito_audit.errors import UsageError
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.rl.config import RLConfig
@@ -46,6 +47,10 @@ class TemplateEpisodes:
         scenarios = build_scenarios(special_token_strings(tok)[:4], self.thinking_modes)
         if not cfg.include_injection:
             scenarios = [s for s in scenarios if "special_text" not in s.id]
+        # the conversations audit's counterexample search finds (same budget and seed): their facts are the
+        # template's too, so no run is "identical" where the search found one
+        found, self.search = counterexample_scenarios(audit, cfg.search, cfg.search_seed)
+        scenarios += found
         self.filter = tuple(cfg.scenarios)
         if self.filter and not any(self.selected(s.id) for s in scenarios):
             raise UsageError(cfg.model, "no scenario matches --scenario")
@@ -82,6 +87,7 @@ class TemplateEpisodes:
             "thinking_switches": list(self.thinking_switches),
             "thinking_modes": modes,
             "template_kwargs": dict(self.renderer.template_kwargs),
+            "search": self.search.summary(),
         }
 
 

@@ -25,7 +25,7 @@ from tito_audit.report import scan_classes as classify
 from tito_audit.report.scan_report import TemplateResult
 from tito_audit.scan.discover import TemplateFile
 from tito_audit.scan.pick import Picker
-from tito_audit.scan.template_audit import audit_auto, audit_template
+from tito_audit.scan.template_audit import SCAN_SEARCH, audit_auto, audit_template
 from tito_audit.sources.synthesized import Synthesizer
 from tito_audit.workers import Died, Done, Ended, Killed, Told, WorkerPool, interrupt, tell
 
@@ -48,6 +48,8 @@ class PoolLimits:
     render: RenderLimits = AUDIT_LIMITS  # per render, and each template's budget (``rendering.budget``)
     scenarios: str = "quick"  # AuditOptions.scenarios: "quick" (the scan's default) or "full" (what `audit` plays)
     synthesize: bool = True  # with auto: a template no candidate matches gets a synthesized tokenizer (approximate)
+    search: int = SCAN_SEARCH  # AuditOptions.search: conversations the counterexample search draws per template
+    search_seed: int = 0
 
 
 def _run_job(
@@ -59,10 +61,18 @@ def _run_job(
     synthesizer: Synthesizer | None = None,
 ) -> Any:
     if job.tokenizer != AUTO:
-        return audit_template(job.template, models[job.tokenizer], job.reason, limits.render, limits.scenarios)
+        return audit_template(
+            job.template,
+            models[job.tokenizer],
+            job.reason,
+            limits.render,
+            limits.scenarios,
+            search=(limits.search, limits.search_seed),
+        )
     if AUTO not in pickers:
         pickers[AUTO] = Picker(models)
-    return audit_auto(job.template, pickers[AUTO], limits.render, on_pick, limits.scenarios, synthesizer)
+    search = (limits.search, limits.search_seed)
+    return audit_auto(job.template, pickers[AUTO], limits.render, on_pick, limits.scenarios, synthesizer, search)
 
 
 _WORKER: dict[str, Any] = {}  # in a worker: what it was forked with, and its picker

@@ -28,6 +28,11 @@ if TYPE_CHECKING:
     from tito_audit.sources.synthesized import Synthesizer
 
 _SMOKE = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hello"}]
+# Conversations the counterexample search draws per template in a scan (``--search``): none by default. A scan
+# triages hundreds of templates; even four conversations a template cost the corpus scan about twice its CPU time
+# (docs/performance.md), so the search is `audit`'s (40 by default) and ``scan --search N``'s, and every scanned
+# report says it was off. Coverage and the template's switches are still played.
+SCAN_SEARCH = 0
 _OTHER_DATE = dt.datetime(1999, 12, 31, 23, 59, 0)
 
 
@@ -38,15 +43,17 @@ def audit_template(
     limits: RenderLimits | None = None,
     scenarios: str = "full",
     synthesizer: Synthesizer | None = None,
+    search: tuple[int, int] = (SCAN_SEARCH, 0),
 ) -> TemplateResult:
-    """One template's result; never raises for anything the template does. ``scenarios``: AuditOptions'.
+    """One template's result; never raises for anything the template does. ``scenarios``: AuditOptions';
+    ``search``: the counterexample search's budget and seed (AuditOptions.search, search_seed).
 
     With a ``synthesizer``, a template whose control tokens ``model`` lacks is audited on a tokenizer synthesized
     from them (``sources.synthesized``): an approximate verdict instead of ``missing_tokens``."""
     started = time.perf_counter()
     result = TemplateResult(template.name, str(template.path), model.name, cls="", tokenizer_reason=tokenizer_reason)
     try:
-        _audit(template, model, limits or RenderLimits(), result, scenarios, synthesizer)
+        _audit(template, model, limits or RenderLimits(), result, scenarios, synthesizer, search)
     except RenderError as err:  # a render outside the guarded scenario loop
         result.cls = classify.class_of_render_kind(err.kind) or classify.AUDIT_ERROR
         result.error_kind, result.reason = err.kind, err.message
@@ -90,6 +97,7 @@ def audit_auto(
     on_pick: Callable[[Choice], None] | None = None,
     scenarios: str = "full",
     synthesizer: Synthesizer | None = None,
+    search: tuple[int, int] = (SCAN_SEARCH, 0),
 ) -> TemplateResult:
     """``--tokenizer auto``: pick the candidate whose control tokens the template writes, then ``audit_template``.
 
@@ -107,7 +115,7 @@ def audit_auto(
     choice = picker.choose(literal)
     if on_pick is not None:
         on_pick(choice)
-    result = audit_template(template, picker.models[choice.name], choice.reason, limits, scenarios, synthesizer)
+    result = audit_template(template, picker.models[choice.name], choice.reason, limits, scenarios, synthesizer, search)
     result.stand_in = choice.score == 0 and result.tokenizer_kind == "real"
     result.seconds = round(time.perf_counter() - started, 4)
     return result
@@ -120,6 +128,7 @@ def _audit(
     result: TemplateResult,
     scenarios: str,
     synthesizer: Synthesizer | None = None,
+    search: tuple[int, int] = (SCAN_SEARCH, 0),
 ) -> None:
     from tito_audit.audit.checks import verdict_inputs
     from tito_audit.audit.context import AuditContext, AuditOptions
@@ -156,7 +165,14 @@ def _audit(
     started = time.perf_counter()
     # A scan keeps the verdict and its reasons, not the per-check report: only the checks the verdict reads, and
     # no count of the tokens a finding loses.
-    options = AuditOptions(limits=limits, scenarios=scenarios, only_checks=verdict_inputs(), count_lost_tokens=False)
+    options = AuditOptions(
+        limits=limits,
+        scenarios=scenarios,
+        only_checks=verdict_inputs(),
+        count_lost_tokens=False,
+        search=search[0],
+        search_seed=search[1],
+    )
     ctx = AuditContext(model.with_template(text, result.path), options)
     _dynamic_flags(ctx.renderer, result)
     result.engine = "audit_model"

@@ -1,0 +1,93 @@
+"""Issue 40, class 1: history rewrites that depend on values no catalogue scenario sends (tests/data/search/).
+
+Each template is a plain ChatML tool template with reasoning (``base.jinja``, SAFE with and without the search)
+plus one rewrite of earlier turns only, keyed on what real agent traffic sends: tool names in capitals or with
+dots, calls of more than three arguments, reasoning with whitespace at its edges, a one-line text next to a
+call, reasoning in a long episode. On 507ac91 (no search) each came out SAFE with no caveat; here the search finds
+a counterexample, shrinks it, and the checks judge it like any other scenario.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import DATA, audit_of
+
+TEMPLATES = DATA / "search"
+TOKENIZER = "qwen3-0.6b"  # has every control token the templates write (<|im_start|>, <tool_call>, <think>)
+
+
+def audited(name: str, **options: object):  # type: ignore[no-untyped-def]
+    return audit_of(TOKENIZER, TEMPLATES / f"{name}.jinja", scenarios="quick", **options)
+
+
+def counterexample(report, check: str):  # type: ignore[no-untyped-def]
+    """The search's counterexample (its scenario's messages) and the first finding the check made on it."""
+    found = [f for f in report.check(check).findings if f.scenario.startswith("search/")]
+    assert found, (check, report.verdict_reasons, report.scenarios.get("search"))
+    return found[0]
+
+
+def test_the_plain_template_stays_safe_under_the_search() -> None:
+    """The control: the same template without a rewrite draws every conversation and finds nothing."""
+    r = audited("base")
+    assert r.verdict == "safe", r.verdict_reasons
+    search = r.scenarios["search"]
+    assert search["drawn"] == search["budget"] and search["counterexamples"] == []
+    assert not any(x.startswith("search") for x in r.scenarios.get("not_probed", []))
+
+
+@pytest.mark.parametrize(
+    ("name", "verdict", "check", "shown", "without"),
+    [
+        # rewritten on every turn but the last: a tool append already rewrites it (buffer + delta breaks)
+        ("name_case", "unsafe", "tool_append_prefix", "weather", "safe"),
+        ("reserialized_args", "unsafe", "tool_append_prefix", None, "safe"),
+        ("call_text_dropped", "unsafe", "tool_append_prefix", None, "safe"),
+        # the catalogue's reasoning follow-up shows the re-render break; only a long episode with reasoning on
+        # every turn shows that a tool append already breaks buffer + delta
+        ("reasoning_window", "unsafe", "tool_append_prefix", None, "tito-required"),
+        # rewritten in the turns before the last user message: the re-render breaks, buffer + delta holds
+        ("mcp_names", "tito-required", "naive_rerender", "_", "safe"),
+        ("reasoning_trim", "tito-required", "naive_rerender", None, "safe"),
+    ],
+)
+def test_a_rewrite_of_earlier_turns_is_found_by_the_search(
+    name: str, verdict: str, check: str, shown: str | None, without: str
+) -> None:
+    r = audited(name)
+    assert r.verdict == verdict, r.verdict_reasons
+    finding = counterexample(r, check)
+    assert finding.index is not None  # shown at its first divergent token, like every finding
+    if shown is not None:
+        assert shown in "".join(finding.actual.tokens), finding.actual.tokens
+    # the same template without the search: what the catalogue alone says (what 507ac91 said)
+    assert audited(name, search=0).verdict == without
+
+
+def test_the_counterexample_is_shrunk_to_what_the_rewrite_needs() -> None:
+    """Four arguments are what ``arguments|length > 3`` needs: the minimal conversation is one call of four
+    arguments and its result, not the episode first drawn."""
+    search = audited("reserialized_args").scenarios["search"]
+    (found,) = search["counterexamples"]
+    assert found["kind"] == "append"
+    assert "4 messages, 1 call(s)" in found["conversation"] and "up to 4 argument(s)" in found["conversation"]
+    names = audited("mcp_names").scenarios["search"]["counterexamples"][0]["conversation"]
+    assert "mcp.weather.get_forecast" in names
+
+
+def test_the_same_seed_gives_the_same_counterexample_and_another_seed_still_finds_one() -> None:
+    first = audited("name_case").scenarios["search"]
+    again = audit_of(TOKENIZER, TEMPLATES / "name_case.jinja", scenarios="quick", search_seed=0, search=40)
+    assert again.scenarios["search"]["counterexamples"] == first["counterexamples"]
+    other = audited("name_case", search_seed=7)
+    assert other.verdict == "unsafe"
+    assert other.scenarios["search"]["seed"] == 7 and other.scenarios["search"]["counterexamples"]
+
+
+def test_search_off_is_said_and_a_verdict_already_unsafe_is_not_searched() -> None:
+    off = audited("base", search=0)
+    assert off.scenarios["search"] == {"budget": 0, "seed": 0, "skipped": "off (--search 0)"}
+    unsafe = audit_of(TOKENIZER)  # stock Qwen3: its catalogue already shows a rewrite on a tool append
+    assert unsafe.verdict == "unsafe"
+    assert unsafe.scenarios["search"]["skipped"] == "the scenarios already make the verdict unsafe"

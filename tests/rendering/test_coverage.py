@@ -1,0 +1,53 @@
+"""The arms of a template read from the code jinja compiled it to, and which of them a render takes, counted by the
+template's instrumented copy (rendering/coverage.py)."""
+
+from __future__ import annotations
+
+from tito_audit import load
+from tito_audit.rendering.analysis import compiled_template, template_code
+from tito_audit.rendering.coverage import PROBE, Recorder, TemplateBranches
+from tito_audit.rendering.template_inputs import render_compiled, render_text
+
+TEMPLATE = """{%- macro show(m) %}{% if m.name is defined %}[{{ m.name }}]{% endif %}{% endmacro %}
+{%- macro schema(t) %}{% if t.description %}{{ t.description }}{% endif %}{% endmacro %}
+{%- for t in tools or [] %}{{ schema(t) }}{% endfor %}
+{%- for message in messages %}
+{%- if message.role == 'user' %}U: {{ message.content }}
+{%- elif message.role == 'assistant' %}A: {{ show(message) }}{{ message.content | trim }}
+{%- else %}{{ raise_exception('unknown role') }}
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}A:{% endif %}"""
+
+
+def branches() -> TemplateBranches:
+    return TemplateBranches(template_code(TEMPLATE), compiled_template(TEMPLATE).debug_info)
+
+
+def test_arms_are_read_with_their_line_test_and_reach() -> None:
+    arms = {(b.line, b.test): b for b in branches().branches}
+    assert arms[(5, "(message.role == 'user')")].history
+    assert arms[(6, "(message.role == 'assistant')")].history
+    assert arms[(1, "m.name is defined")].history  # a macro called from the messages loop
+    assert not arms[(2, "t.description")].history  # a macro called only for tool declarations
+    assert arms[(7, "else of (message.role == 'user') / (message.role == 'assistant')")].raises
+    assert not arms[(10, "add_generation_prompt")].history
+
+
+def test_the_instrumented_copy_renders_the_same_text_and_counts_the_arms_taken() -> None:
+    tokenizer = load("qwen3-0.6b").tokenizer
+    found = branches()
+    copy = found.instrumented(compiled_template(TEMPLATE))
+    recorder = Recorder()
+
+    def play(messages: list[dict[str, str]], agp: bool = False) -> None:
+        ours = render_compiled(copy, tokenizer, messages, None, agp, {}, {PROBE: recorder.probe})
+        assert ours == render_text(tokenizer, TEMPLATE, messages, None, agp, {})
+
+    play([{"role": "user", "content": "hi"}], agp=True)
+    # the messages' if was reached and its user arm taken; its assistant arm not yet (the macro's if not reached)
+    assert [b.test for b in found.unexercised(recorder.ran)] == ["(message.role == 'assistant')"]
+    play([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yes"}])
+    assert [b.test for b in found.unexercised(recorder.ran)] == ["m.name is defined"]
+    play([{"role": "user", "content": "x"}, {"role": "assistant", "content": "y", "name": "n"}])
+    assert found.unexercised(recorder.ran) == []

@@ -1,0 +1,94 @@
+"""Template coverage for one audit: which ``{% if %}`` arms the conversations played took (``rendering.coverage``).
+
+Coverage is asked for only where it can change what the verdict claims: a template whose checks so far say
+``safe`` or ``tito-required`` (an ``unsafe`` one has no claim an untaken arm could weaken). Then every render the
+audit made is played once more, through the template's instrumented copy (``Renderer.trace_untraced``: the
+outputs are cached, only the arms they take are wanted), the search's as it goes (the arms each conversation takes
+first steer it: ``arms_run``), and the arms history can reach whose ``if`` was reached but which no conversation
+took are named: ``not_probed`` reasons ``template_line:N: TEST``, the first ``MAX_NAMED`` of them and a count of
+the rest. A SAFE with one is not a clean SAFE (``cli.audit``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tito_audit.rendering.analysis import compiled_template, template_code
+from tito_audit.rendering.coverage import PROBE, Branch, Recorder, TemplateBranches
+from tito_audit.rendering.template_inputs import render_compiled
+
+if TYPE_CHECKING:
+    from tito_audit.audit.context import AuditContext
+
+MAX_NAMED = 6  # unexercised arms named one by one in not_probed; the rest are counted
+
+
+class Coverage:
+    """The arms of a template (``branches``), the renderer its audit renders with, and the recorder of what ran."""
+
+    def __init__(self, branches: TemplateBranches, instrumented: Any, renderer: Any) -> None:
+        self.branches = branches
+        self.instrumented = instrumented
+        self.renderer = renderer
+        self.recorder = Recorder()
+        self.replayed = 0
+
+    @classmethod
+    def of(cls, ctx: AuditContext) -> Coverage | None:
+        """The coverage of ``ctx``'s template; None for a renderer that is not a Jinja template, or a template that
+        does not compile (it has no arms to take: its renders fail)."""
+        template = ctx.model.chat_template
+        if not ctx.engine.is_template or not template:
+            return None
+        try:
+            compiled = compiled_template(template)
+            branches = TemplateBranches(template_code(template), compiled.debug_info)
+            instrumented = branches.instrumented(compiled)
+        except Exception:
+            return None
+        if instrumented is None:
+            return None
+        return cls(branches, instrumented, ctx.renderer)
+
+    def trace(self) -> None:
+        """Play every render made since the last call through the instrumented copy."""
+        probe = {PROBE: self.recorder.probe}
+
+        def play(renderer: Any, messages: Any, tools: Any, agp: bool) -> str:
+            kwargs = renderer.template_kwargs
+            return render_compiled(self.instrumented, renderer.tokenizer, messages, tools, agp, kwargs, probe)
+
+        self.replayed += self.renderer.trace_untraced(play)
+
+    def skip(self) -> None:
+        """Leave the renders made since the last ``trace`` out of the coverage (a search too small to steer: its
+        arms are not counted, and cost nothing)."""
+        self.renderer.drop_untraced()
+
+    def arms_run(self) -> int:
+        """How many arms ran so far (the search's targeting score reads its growth)."""
+        ran = self.recorder.ran
+        return sum(b.body_line in ran for b in self.branches.branches)
+
+    def unexercised(self) -> list[Branch]:
+        return self.branches.unexercised(self.recorder.ran)
+
+    def not_probed(self) -> list[str]:
+        """``template_line:N: TEST`` for the first ``MAX_NAMED`` arms no conversation took, ``template_lines:+K`` for
+        the rest."""
+        missed = self.unexercised()
+        out = [b.name for b in missed[:MAX_NAMED]]
+        if len(missed) > MAX_NAMED:
+            out.append(f"template_lines:+{len(missed) - MAX_NAMED}")
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """The report's ``scenarios.coverage``: the arms history can reach, how many ran, which did not."""
+        history = [b for b in self.branches.branches if b.history and not b.raises]
+        missed = self.unexercised()
+        out: dict[str, Any] = {
+            "arms": len(history),
+            "ran": sum(b.body_line in self.recorder.ran for b in history),
+            "unexercised": [{"line": b.line, "test": b.test} for b in missed],
+        }
+        return out

@@ -1,0 +1,220 @@
+"""The conversations the counterexample search draws: a hypothesis strategy over a ``SearchSpace``.
+
+A conversation is a system prompt (or none), then one or two user turns, each followed by one to three tool cycles
+(an assistant turn of one to three calls, with or without text next to them, then one result per call), in one
+draw of three a long episode after them (``SearchSpace.cycles`` more cycles, fifteen or more, reasoning on every
+turn), and an answer. Reasoning, where the template shows it, is on some turns or on every turn. Every choice is
+drawn simplest first, so hypothesis shrinks a counterexample to the fewest messages, calls and arguments, the
+plainest names and texts, and the switches unset, that still break the property.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import strategies as st
+
+from tito_audit.audit.search.space import (
+    ARGUMENT_KEYS,
+    CALL_TEXTS,
+    EDGES,
+    NAME_SHAPES,
+    REASONING,
+    SearchSpace,
+)
+from tito_audit.scenarios.searched import Message
+
+UNSET = object()  # a switch left out of the template kwargs
+SHORT = 60  # characters a text of a long episode's compact turns keeps
+
+
+Drawn = tuple[tuple[Message, ...], tuple[dict[str, Any], ...], tuple[tuple[str, Any], ...]]
+
+
+def conversations(space: SearchSpace) -> tuple[st.SearchStrategy[Drawn], Callable[[], None]]:
+    """Conversations over ``space`` (see the module docstring), drawn as plain data (messages, tools, kwargs:
+    ``Conversation(*drawn)``), and a function that detaches the strategy from everything of this package: what a
+    search leaves behind in hypothesis' engine (its cycles, freed by the garbage collector) then holds none of an
+    audit's objects."""
+    box = [_Strategies(space)]
+    strategy = st.composite(lambda draw: box[0].draw(draw))()
+    return strategy, box.clear
+
+
+class _Strategies:
+    """Every strategy a conversation is drawn with, built once per space (building one costs hypothesis more than
+    drawing from it)."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        self.space = space
+        edges = st.sampled_from(EDGES)
+        cores = st.sampled_from(space.texts)
+
+        def join(a: str, core: str, b: str) -> str:
+            return a + core + b
+
+        self.text = st.one_of(st.builds(join, edges, cores, edges), st.just(""))
+        self.text_full = st.builds(join, edges, cores, edges)  # never empty
+        # no whitespace at its start: the model writes it first in its turn, where whitespace merges with the
+        # generation prompt's last token (a seam stop_boundary reports; no canonical sample has it)
+        self.answer = st.builds(join, st.just(""), cores, edges)
+        self.reasoning = st.builds(join, edges, st.sampled_from(REASONING), edges)
+        scalar = st.one_of(
+            self.text,
+            st.integers(-5, 10**6),
+            st.booleans(),
+            st.none(),
+            st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False).map(lambda f: round(f, 3)),
+        )
+        nested = st.one_of(
+            st.lists(scalar, min_size=1, max_size=3),
+            st.dictionaries(st.sampled_from(ARGUMENT_KEYS), scalar, min_size=1, max_size=3),
+        )
+        self.value = st.one_of(scalar, nested)
+        self.result = self.text  # tool results are text: what the catalogue's adapters and payload reads take
+        # a user turn's content: text, or a list of text parts (what multimodal clients send)
+        parts = self.text_full.map(lambda t: [{"type": "text", "text": t}])
+        self.user = st.one_of(self.text_full, parts) if space.parts else self.text_full
+        self.name = st.sampled_from(NAME_SHAPES)
+        self.calls_per_turn = st.integers(1, 3) if space.parallel else st.just(1)
+        self.call_text = st.sampled_from((None, "", *CALL_TEXTS))
+        self.switches = [(name, st.sampled_from((UNSET, *values))) for name, values in space.switches]
+        # the compact turns a long episode adds (none first: shrinking drops them): one in three draws is long
+        self.extra = st.sampled_from((0, 0, space.cycles))
+
+    def calls(self, draw: Any) -> list[dict[str, Any]]:
+        """One to three calls (their ids are given when the turn is placed)."""
+        calls = []
+        for _ in range(draw(self.calls_per_turn)):
+            name = draw(self.name)
+            n_args = draw(st.integers(0, len(ARGUMENT_KEYS)))
+            args = {key: draw(self.value) for key in ARGUMENT_KEYS[:n_args]}
+            calls.append({"type": "function", "function": {"name": name, "arguments": args}})
+        return calls
+
+    def call_turn(self, draw: Any, reasoning: bool) -> tuple[Message, list[Any]]:
+        """An assistant turn of calls, and the text of each call's result."""
+        turn: Message = {"role": "assistant", "content": draw(self.call_text), "tool_calls": self.calls(draw)}
+        if reasoning:
+            turn["reasoning_content"] = draw(self.reasoning)
+        return turn, [draw(self.result) for _ in turn["tool_calls"]]
+
+    def draw(self, draw: Any) -> Drawn:
+        space = self.space
+        kwargs = [(name, value) for name, values in self.switches if (value := draw(values)) is not UNSET]
+        every_turn = space.reasoning and draw(st.booleans())  # reasoning on every assistant turn of a short episode
+
+        def thinks() -> bool:
+            return every_turn or (space.reasoning and draw(st.booleans()))
+
+        messages: list[Message] = []
+        if draw(st.booleans()):
+            messages.append({"role": "system", "content": draw(self.text_full)})
+        counter = [0]
+        for segment in range(draw(st.integers(1, 2))):
+            messages.append({"role": "user", "content": draw(self.user)})
+            turns = [self.call_turn(draw, thinks()) for _ in range(draw(st.integers(1, 3)))]
+            for turn, results in turns:
+                messages += _placed(turn, results, counter)
+            # A long episode: the first turn, compacted, again and again with reasoning on every turn (drawn after
+            # the turns, and always with the same draws, so that shrinking it to none leaves the rest as it was).
+            extra, vary, thought = draw(self.extra), draw(st.booleans()), draw(self.reasoning)
+            if extra and segment == 0:  # one long episode at most: its renders grow with its square
+                compact = _compact(turns[0][0], thought if space.reasoning else None)
+                # its results go through the texts (a template that cuts or drops older results past some length,
+                # context management, shows it on the long ones)
+                results = [[space.texts[k % len(space.texts)][:SHORT]] for k in range(extra)]
+                each_turn = _varied(compact, extra) if vary else [compact] * extra
+                for each, result in zip(each_turn, results, strict=True):
+                    messages += _placed(each, result, counter)
+            answer: Message = {"role": "assistant", "content": draw(self.answer)}
+            if thinks():
+                answer["reasoning_content"] = draw(self.reasoning)
+            messages.append(answer)
+        for key, roles in space.fields:  # the other keys the template renders, on some messages of their roles
+            for i, m in enumerate(messages):
+                if m["role"] in roles and draw(st.booleans()):
+                    messages[i] = {**m, key: draw(self.text_full)}
+        return tuple(messages), _declarations(messages), tuple(kwargs)
+
+
+def _compact(turn: Message, reasoning: str | None) -> Message:
+    """``turn`` with its first call alone, of its first two arguments (texts cut to ``SHORT`` characters, objects
+    and lists left out), and ``reasoning`` (a long episode's turn: its length and its reasoning on every turn are
+    what it tests, and fifteen copies of a long argument would spend the template's budget on length alone)."""
+    call = turn["tool_calls"][0]
+    fn = call["function"]
+    args = {
+        k: v[:SHORT] if isinstance(v, str) else v
+        for k, v in list(fn["arguments"].items())[:2]
+        if not isinstance(v, dict | list)
+    }
+    out: Message = {**turn, "tool_calls": [{**call, "function": {**fn, "arguments": args}}]}
+    out.pop("reasoning_content", None)
+    if reasoning is not None:
+        out["reasoning_content"] = reasoning
+    return out
+
+
+def _varied(turn: Message, cycles: int) -> list[Message]:
+    """``cycles`` copies of ``turn`` that go through the name shapes, the texts next to calls and the whitespace at
+    reasoning's edges, one step per turn (a long episode that covers them all without drawing each)."""
+    out = []
+    for k in range(cycles):
+        call = turn["tool_calls"][0]
+        fn = {**call["function"], "name": NAME_SHAPES[k % len(NAME_SHAPES)]}
+        varied: Message = {**turn, "content": (None, *CALL_TEXTS)[k % 3], "tool_calls": [{**call, "function": fn}]}
+        if turn.get("reasoning_content"):
+            edge = EDGES[k % len(EDGES)]
+            varied["reasoning_content"] = edge + turn["reasoning_content"].strip() + edge
+        out.append(varied)
+    return out
+
+
+def _placed(turn: Message, results: list[Any], counter: list[int]) -> list[Message]:
+    """``turn`` with fresh call ids, and its results."""
+    calls = []
+    for call in turn["tool_calls"]:
+        counter[0] += 1
+        calls.append({"id": f"call{counter[0]:05d}", **call})
+    out: list[Message] = [{**turn, "tool_calls": calls}]
+    for call, text in zip(calls, results, strict=True):
+        out.append({"role": "tool", "tool_call_id": call["id"], "name": call["function"]["name"], "content": text})
+    return out
+
+
+def _declarations(messages: list[Message]) -> tuple[dict[str, Any], ...]:
+    """A tool declaration for every name called, with the arguments it is called with (as a tool set would)."""
+    params: dict[str, dict[str, Any]] = {}
+    for m in messages:
+        for call in m.get("tool_calls") or []:
+            fn = call["function"]
+            props = params.setdefault(fn["name"], {})
+            for key, value in fn["arguments"].items():
+                props.setdefault(key, {"type": _json_type(value)})
+    return tuple(
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": f"The {name} tool.",
+                "parameters": {"type": "object", "properties": props, "required": list(props)[:1]},
+            },
+        }
+        for name, props in params.items()
+    )
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    if value is None:
+        return "null"
+    return "string"

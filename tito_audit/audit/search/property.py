@@ -1,0 +1,67 @@
+"""The property the search looks for counterexamples to, exactly as the checks define it.
+
+A conversation is played through the audit's own simulator (``audit.simulation.simulate``: the template stands in
+for the model, the token buffer appends each delta, naive code re-renders the whole conversation), and breaks the
+property in one of two ways, the first outranking the second:
+
+- ``APPEND``: appending the tool results of a call turn rewrites the history, so no token delta is exact
+  (``tool_append_prefix``'s finding; the verdict is then ``unsafe``), or the engine's stop cuts the turn before
+  calls that are not merely later parallel ones (its stop seam);
+- ``RERENDER``: re-rendering the parsed conversation and re-encoding it departs from the buffer
+  (``naive_rerender``'s; the verdict is then at least ``tito-required``).
+
+The verdict is never decided here: a counterexample joins the audit's scenarios and the checks judge it like any
+other (``audit.search``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tito_audit.audit.simulation import Simulation, simulate
+from tito_audit.errors import InternalError
+from tito_audit.rollout.payloads import only_later_calls
+
+if TYPE_CHECKING:
+    from tito_audit.audit.context import AuditContext
+    from tito_audit.scenarios.searched import Conversation
+
+APPEND = "append"
+RERENDER = "rerender"
+KINDS = (APPEND, RERENDER)  # the stronger first
+
+
+@dataclass
+class Played:
+    """A conversation played: how it breaks the property (None: it holds, or the template refused it)."""
+
+    kind: str | None
+    simulation: Simulation
+
+
+def play(ctx: AuditContext, conversation: Conversation, sid: str) -> Played:
+    """``conversation`` played as scenario ``sid`` in the shape the template accepts (``AuditContext.shapes``).
+    Raises ``InternalError`` where our code or a library's fails (never a template's doing)."""
+    try:
+        sim = simulate(ctx.renderer, conversation.scenario(sid), ctx.stop_ids, ctx.shapes)
+    except InternalError:
+        raise
+    except Exception as exc:  # our code failed on a drawn conversation: never the template's doing
+        raise InternalError(f"{type(exc).__name__}: {exc} (playing a searched conversation)") from exc
+    if sim.internal is not None:
+        raise sim.internal
+    return Played(kind_of(sim), sim)
+
+
+def kind_of(sim: Simulation) -> str | None:
+    """How ``sim`` breaks the property (``APPEND`` before ``RERENDER``), or None."""
+    if not sim.ok or sim.trajectory is None or any(t.seam_merged for t in sim.turns):
+        return None  # refused, or no canonical sample (a token spans prompt and completion: stop_boundary's)
+    for idx, error in sim.bridge_errors:
+        turn = sim.messages[idx]
+        if not turn.get("tool_calls"):  # a user or system append: append_matrix's, seen by the re-render below
+            continue
+        if error.inside_turn is None or not only_later_calls(turn, error.inside_turn):
+            return APPEND
+    return RERENDER if list(sim.trajectory.input_ids) != list(sim.naive_ids) else None

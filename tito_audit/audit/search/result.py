@@ -1,0 +1,63 @@
+"""What one counterexample search did, as the report says it (``scenarios.search``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tito_audit.audit.search.property import Played
+from tito_audit.scenarios.searched import Conversation
+
+
+@dataclass
+class SearchResult:
+    """What one search did. ``budget``/``seed``: as asked; ``wanted``: the kinds it looked for (``property.KINDS``,
+    none when it did not run: ``skipped`` says why); ``drawn``: conversations drawn before the first counterexample
+    (at most ``budget``; hypothesis may draw one twice), ``rendered``: of the distinct ones, those the template
+    rendered; ``plays``: conversations played, shrinking included (each once); ``found``:
+    the shrunk counterexamples, strongest kind first."""
+
+    budget: int
+    seed: int
+    wanted: tuple[str, ...] = ()
+    drawn: int = 0
+    rendered: int = 0
+    plays: int = 0
+    found: list[Played] = field(default_factory=list)
+    skipped: str | None = None
+    stopped: str | None = None  # why the search stopped before its budget (its share of the template's budget)
+
+    def not_probed(self) -> str | None:
+        """``search:WHY`` where the search ran short of what was asked (it failed, or the template's budget stopped
+        it before it drew ``budget`` conversations): the verdict then rests on less than it claims. None otherwise
+        (a search turned off, or not needed, is said in ``summary`` and is no gap: off is the user's choice)."""
+        if self.skipped is not None and self.skipped.startswith("error"):
+            return "search:failed"
+        if self.stopped is not None and not self.found and self.drawn < self.budget:
+            return f"search:{self.drawn}/{self.budget}"
+        return None
+
+    def summary(self) -> dict[str, Any]:
+        """The report's ``scenarios.search``."""
+        out: dict[str, Any] = {"budget": self.budget, "seed": self.seed}
+        if self.skipped is not None:
+            out["skipped"] = self.skipped
+            return out
+        out.update(
+            looked_for=list(self.wanted),
+            drawn=self.drawn,
+            rendered=self.rendered,
+            plays=self.plays,
+            **({"stopped": self.stopped} if self.stopped else {}),
+            counterexamples=[
+                {
+                    "scenario": sim.scenario.id,
+                    "kind": p.kind,
+                    "conversation": sim.scenario.description,
+                    **Conversation(sim.scenario.messages, sim.scenario.tools, sim.scenario.template_kwargs).as_dict(),
+                }
+                for p in self.found
+                for sim in (p.simulation,)
+            ],
+        )
+        return out

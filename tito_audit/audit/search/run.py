@@ -1,0 +1,203 @@
+"""The counterexample search: hypothesis draws conversations, plays them, and shrinks the first that breaks.
+
+``hypothesis.find`` with a fixed seed (``random=Random(seed)``), no example database and no deadline, so that the
+same template, options and seed give the same counterexample on every run and machine. The budget is the number
+of conversations drawn before giving up (``max_examples``); shrinking a counterexample is bounded too
+(``SHRINK_PLAYS`` plays): a conversation played once is never played again (a memo by content), and past the
+bound every unplayed candidate counts as holding, which ends the shrink at the smallest counterexample so far.
+Where a safe template's first counterexample only breaks the re-render, the search goes on for one that breaks
+buffer + delta (the stronger finding) with the budget left, replaying what it drew from the memo.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from random import Random
+from typing import TYPE_CHECKING, Any
+
+from tito_audit.audit.search.conversations import conversations
+from tito_audit.audit.search.property import APPEND, KINDS, play
+from tito_audit.audit.search.result import SearchResult
+from tito_audit.audit.search.space import SearchSpace
+from tito_audit.errors import InternalError
+from tito_audit.scenarios.searched import Conversation
+
+if TYPE_CHECKING:
+    from tito_audit.audit.context import AuditContext
+    from tito_audit.audit.coverage import Coverage
+
+SHRINK_PLAYS = 100  # plays a shrink may take at most, per counterexample (three per conversation of the budget)
+STEER_BUDGET = 20  # a search of this many conversations or more is steered by the template arms each one takes
+# The share of what is left of the template's budget (``rendering.budget``: render CPU, characters rendered) the
+# search may spend: the audit's own renders, and the checks that run again on a counterexample, keep the rest.
+BUDGET_SHARE = 0.5
+
+
+class _Spent(BaseException):
+    """The search has spent its share of the template's budget (a ``BaseException``: hypothesis lets it through
+    instead of shrinking it as a failure of the property)."""
+
+
+class _Failed(BaseException):
+    """Our code or a library's failed on a drawn conversation (an ``InternalError``, carried past hypothesis as
+    ``_Spent`` is)."""
+
+    def __init__(self, error: InternalError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+@dataclass
+class _State:
+    memo: dict[str, str | None] = field(default_factory=dict)
+    plays: int = 0
+    drawn: int = 0
+    rendered: int = 0
+    cap: int = 0
+    hit: bool = False  # the current find has met a counterexample (what follows is shrinking)
+    stopped: str | None = None
+
+
+def search(
+    ctx: AuditContext, budget: int, seed: int, wanted: Sequence[str], coverage: Coverage | None = None
+) -> SearchResult:
+    """Counterexamples of the kinds ``wanted`` for ``ctx``'s template (see the module docstring); ``coverage``:
+    the template's arms. A search of ``STEER_BUDGET`` conversations or more plays each through the template's
+    instrumented copy and scores it by the arms it takes that none before it took (``hypothesis.target``), which
+    steers the draws towards arms not yet taken; a smaller one (a scan's) leaves its renders out of the coverage."""
+    result = SearchResult(budget, seed, tuple(k for k in KINDS if k in wanted))
+    space = SearchSpace.of(ctx)
+    shrink = min(SHRINK_PLAYS, 3 * budget)
+    state = _State(cap=budget + shrink)
+    steering = coverage if budget >= STEER_BUDGET else None
+    allowance = _Allowance(ctx)
+    looking = list(result.wanted)
+    while looking:
+        try:
+            found = _find(ctx, space, budget, seed, tuple(looking), state, allowance, steering)
+        except _Spent:
+            state.stopped = allowance.why
+            break
+        except _Failed as failed:
+            raise failed.error from None
+        if found is None:
+            break
+        played = play(ctx, found, f"search/{len(result.found) + 1}")
+        result.found.append(played)
+        if played.kind == APPEND or APPEND not in looking:
+            break
+        looking = [APPEND]  # a re-render break found first: look on for the stronger one
+        state.cap += shrink
+    result.drawn, result.rendered, result.plays = state.drawn, state.rendered, state.plays
+    result.stopped = state.stopped
+    if coverage is not None and steering is None:
+        coverage.skip()  # a small search's renders are not counted (the counterexamples' are, by the checks)
+    return result
+
+
+class _Allowance:
+    """The search's share of the template's budget, from what was left when it started."""
+
+    def __init__(self, ctx: AuditContext) -> None:
+        self.budget = ctx.renderer.budget
+        self.start = (self.budget.spent, self.budget.produced)
+        cpu, chars = self.budget.cpu_seconds, self.budget.output_chars
+        self.cpu = (cpu - self.start[0]) * BUDGET_SHARE if cpu else 0.0
+        self.chars = (chars - self.start[1]) * BUDGET_SHARE if chars else 0.0
+        self.why = ""
+
+    def spent(self) -> bool:
+        used_cpu = self.budget.spent - self.start[0]
+        used_chars = self.budget.produced - self.start[1]
+        if self.cpu and used_cpu > self.cpu:
+            self.why = f"its share of the template's render CPU ({self.cpu:.2f}s)"
+        elif self.chars and used_chars > self.chars:
+            self.why = f"its share of the characters the template may render ({self.chars:,.0f})"
+        return bool(self.why)
+
+
+def _find(
+    ctx: AuditContext,
+    space: SearchSpace,
+    budget: int,
+    seed: int,
+    wanted: tuple[str, ...],
+    state: _State,
+    allowance: _Allowance,
+    coverage: Coverage | None,
+) -> Conversation | None:
+    import warnings
+
+    from hypothesis import HealthCheck, Phase, Verbosity, find, settings, target
+    from hypothesis.errors import HypothesisWarning, NoSuchExample
+
+    state.hit = False
+    # Everything the condition reads sits in a box emptied once the search is over: hypothesis' engine leaves
+    # cycles behind, and an audit's context must not be in them (it would wait for the garbage collector).
+    box: list[_Probe] = [_Probe(ctx, state, allowance, coverage, wanted, target)]
+
+    def breaks(drawn: Any) -> bool:
+        return box[0].breaks(Conversation(*drawn))
+
+    config = settings(
+        max_examples=max(1, budget),
+        database=None,
+        deadline=None,
+        derandomize=False,
+        phases=(Phase.generate, Phase.target, Phase.shrink),
+        suppress_health_check=list(HealthCheck),
+        verbosity=Verbosity.quiet,
+        report_multiple_bugs=False,
+        print_blob=False,
+    )
+    strategy, release = conversations(space)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", HypothesisWarning)  # the repr of a long counterexample
+            return Conversation(*find(strategy, breaks, settings=config, random=Random(seed)))
+    except NoSuchExample:
+        return None
+    finally:
+        box.clear()
+        release()
+
+
+@dataclass
+class _Probe:
+    """What the search's condition reads."""
+
+    ctx: AuditContext
+    state: _State
+    allowance: _Allowance
+    coverage: Coverage | None
+    wanted: tuple[str, ...]
+    target: Any
+
+    def breaks(self, conversation: Conversation) -> bool:
+        """Whether ``conversation`` breaks the property in a way ``wanted`` (memoized; see the module docstring)."""
+        state, coverage = self.state, self.coverage
+        key = conversation.key
+        if not state.hit:
+            state.drawn += 1
+        if key not in state.memo:
+            if state.plays >= state.cap or self.allowance.spent():
+                if not state.hit and self.allowance.why:
+                    state.drawn -= 1
+                    raise _Spent
+                return False  # past the bound: the shrink stops at the smallest counterexample so far
+            before = coverage.arms_run() if coverage is not None else 0
+            try:
+                played = play(self.ctx, conversation, "search/candidate")
+            except InternalError as exc:
+                raise _Failed(exc) from None
+            if coverage is not None and not state.hit:
+                coverage.trace()  # the arms this conversation's renders take
+                self.target(float(coverage.arms_run() - before), label="template arms first run")
+            state.plays += 1
+            state.rendered += played.simulation.ok and not state.hit
+            state.memo[key] = played.kind
+        if state.memo[key] in self.wanted:
+            state.hit = True
+            return True
+        return False

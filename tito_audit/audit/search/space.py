@@ -1,0 +1,106 @@
+"""What the counterexample search varies, derived from the template: the space of conversations it draws from.
+
+The fixed part is what real agent traffic sends (``NAME_SHAPES``, ``ARGUMENT_KEYS``, ``TEXTS``, ``EDGES``): tool
+names in every common shape, calls of zero to ten top-level arguments with nested objects and arrays, text with
+quotes, newlines, backslashes and non-ASCII characters, with whitespace at its edges, empty, long. The part read
+from the template (``SearchSpace.of``): whether reasoning reaches its render (then every assistant turn may carry
+it, and a long episode carries it on every turn), the other message keys it renders (``Reasoning.fields``), the
+literals it rewrites text with and texts past the lengths it tests (``scenarios.reach``: control-token texts are
+never written, ``special_token_injection`` judges them), episodes past the conversation lengths it tests, and the
+values of its switches (``scenarios.switches``). Each list is ordered simplest first: the search
+shrinks a counterexample towards the first entries.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tito_audit.scenarios.reach import long_text
+
+if TYPE_CHECKING:
+    from tito_audit.audit.context import AuditContext
+
+# Tool names in the shapes real tool sets use: snake_case first (what the catalogue plays), then camelCase,
+# PascalCase, MCP-style dotted, dashed, upper case, non-ASCII.
+NAME_SHAPES: tuple[str, ...] = (
+    "get_weather",
+    "getWeather",
+    "GetWeather",
+    "mcp.weather.get_forecast",
+    "get-weather",
+    "GET_WEATHER",
+    "météo_du_jour",
+    "天気を取得",
+)
+# Top-level argument names, in the order a call takes them (a call of n arguments has the first n).
+ARGUMENT_KEYS: tuple[str, ...] = (
+    "city",
+    "unit",
+    "days",
+    "include_hourly",
+    "lang",
+    "filters",
+    "maxResults",
+    "query",
+    "sort-order",
+    "offset",
+)
+# Text cores: plain first, then quotes, newlines, a backslash, non-ASCII, JSON in a string, code.
+TEXTS: tuple[str, ...] = (
+    "Paris",
+    "Sunny, 21 C.",
+    'He said "hi" and left.',
+    "it's fine",
+    "line one\nline two",
+    "東京 — café 🌴",
+    "C:\\temp\\new",
+    '{"k": [1, 2], "ok": true}',
+    "def f(x):\n    return x  # done\n",
+)
+EDGES: tuple[str, ...] = ("", " ", "\n", "\n\n", "\t", "  \n")  # whitespace at the start or end of a text
+CALL_TEXTS: tuple[str, ...] = ("I'll check the weather.", "Let me look that up.\nOne moment.")  # text next to calls
+REASONING: tuple[str, ...] = ("The user wants the weather, so I call the tool.", "Check the forecast first.")
+LONG = 2_000  # characters of the long text every space has (past a template's own tests: ``lengths``)
+MAX_CYCLES = 24  # tool cycles of the longest episode drawn
+# a template testing the type of a message's content (``message.content is string``, ``m['content'] is iterable``)
+_TYPE_TEST = re.compile(r"content['\"]?\]?\s*(?:\|\s*\w+\s*)?\bis\s+(?:not\s+)?(?:string|iterable|mapping|sequence)\b")
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """What a conversation may hold for this template (see the module docstring). ``texts``: text cores, simplest
+    first (the fixed ones, the template's tested literals, long texts); ``reasoning``: reasoning reaches the
+    render; ``fields``: other message keys it renders, with the roles it renders each for; ``cycles``: the tool
+    cycles of a long episode; ``switches``: each switch's played values (``kwargs`` are drawn from them, unset
+    first); ``parts``: a user turn may send its text as a list of text parts, where the template tests the type of
+    a message's content (``content is string``...; elsewhere a template that concatenates content refuses parts);
+    ``parallel``: a call turn may carry several calls, unless the template refused every catalogue scenario that
+    has some (it raises for them: every draw with one would be refused, and the budget spent on nothing)."""
+
+    texts: tuple[str, ...] = TEXTS
+    reasoning: bool = False
+    fields: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    cycles: int = 15
+    switches: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    parts: bool = False  # user content may be a list of text parts (the template tests what a value's type is)
+    parallel: bool = True  # a call turn may carry several calls (the template renders a catalogue scenario that does)
+
+    @classmethod
+    def of(cls, ctx: AuditContext) -> SearchSpace:
+        reasoning = ctx.shapes.reasoning
+        reads = ctx.reach
+        literals = tuple(f"before {lit} after" for lit in reads.literals)
+        lengths = (LONG, reads.length) if reads.length > LONG else (LONG,)
+        longs = tuple(long_text(n, "Step") for n in lengths)
+        cycles = min(MAX_CYCLES, max(15, reads.cycles + 1))
+        return cls(
+            texts=(*TEXTS, *literals, *longs),
+            reasoning=bool(reasoning.mode),
+            fields=reasoning.fields,
+            cycles=cycles,
+            switches=tuple(ctx.switches.values().items()),
+            parts=bool(ctx.engine.is_template and _TYPE_TEST.search(ctx.model.chat_template or "")),
+            parallel=any(s.ok for s in ctx.simulations if "parallel" in s.scenario.tags),
+        )

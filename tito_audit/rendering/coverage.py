@@ -1,0 +1,261 @@
+"""Which of a template's branches ran: its ``{% if %}`` arms, counted in the code jinja compiled it to.
+
+A verdict earned on the conversations played says nothing about an arm of the template no conversation took: a
+``{% elif message.role == 'developer' %}`` that rewrites history is as invisible to the catalogue as to the
+search, unless it is named. jinja compiles every ``{% if %}``/``{% elif %}``/``{% else %}`` to a Python
+``if``/``elif``/``else`` whose body starts with a ``pass`` line, and marks which template line each compiled line
+comes from (``debug_info``). So the arms are read from the compiled code itself (``TemplateBranches``: one pass
+over its lines, jinja's own ``if`` statements left out: the generator marker, a macro's default arguments, a
+namespace assignment's check, a loop's ``else`` flag, a filtered loop's test), each with its test written back in
+template syntax, and that same code is compiled once more with a probe in place of each arm's ``pass`` and before
+each ``if`` (``instrumented``: jinja's own code, in the template's own sandboxed environment, rendering the same
+text), which the renders an audit made are played through again to see which arms they take (``Recorder``). An
+arm is *reachable by history* when it stands inside a loop over the messages or a macro called from one; one whose
+``if`` was reached but which was never taken is named (``unexercised``). An arm that calls ``raise_exception`` is
+the template refusing an input, and is not named.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+# ``if`` statements jinja writes for itself: the generator marker, a macro's default arguments, a namespace
+# assignment's check, a loop's ``else`` flag.
+_INTERNAL = re.compile(r"^(0|l_\d+_\w+ is missing|not isinstance\(.*Namespace\)|t_\d+|not t_\d+)$")
+_FUNCTION = re.compile(r"^t_(\d+) = environment\.(filters|tests)\[['\"]([^'\"]+)['\"]\]$")
+_MAX_TEST = 100  # characters of an arm's test shown
+PROBE = "__tito_arm__"  # the render variable an instrumented template's probes call
+
+
+@dataclass(frozen=True)
+class Branch:
+    """One arm of an ``{% if %}``: its template line, its test in template syntax (``else of TEST`` for an else),
+    the compiled line of its chain's ``if`` and of its body's first statement, whether history can reach it,
+    whether it raises."""
+
+    line: int
+    test: str
+    test_line: int
+    body_line: int
+    history: bool
+    raises: bool = False
+
+    @property
+    def name(self) -> str:
+        """``template_line:N: TEST`` (a ``not_probed`` reason)."""
+        return f"template_line:{self.line}: {self.test}"
+
+
+class TemplateBranches:
+    """The ``{% if %}`` arms of one compiled template. ``code``: the Python source jinja generated for it (the
+    compile's own: ``analysis.template_code``); ``root``: the compiled template's root render function."""
+
+    def __init__(self, code: str, debug_info: list[tuple[int, int]]) -> None:
+        self.code = code
+        template_line = _line_map(debug_info)
+        functions: dict[str, str] = {}
+        self.branches: list[Branch] = []
+        for arm in _arms(code.splitlines(), functions):
+            test, test_line, own_line, body_line, history, raises = arm
+            text = _template_syntax(test, functions)[:_MAX_TEST]
+            # an if/elif arm is where its test is; an else arm (jinja marks no line of its own) where it writes first
+            line = template_line(body_line, after=True) if test.startswith("else of ") else template_line(own_line)
+            self.branches.append(Branch(line, text, test_line, body_line, history, raises))
+
+    def instrumented(self, compiled: Any) -> Any:
+        """The compiled template once more, from the same code with a probe call in place of each arm's ``pass`` and
+        before each ``if`` (line numbers as in ``code``); render it with ``PROBE=recorder.probe``. None where an arm
+        does not start with jinja's ``pass`` (no code this reading knows)."""
+        lines = self.code.splitlines()
+        bodies = {b.body_line for b in self.branches}
+        tests = {b.test_line for b in self.branches}
+        out: list[str] = []
+        for number, line in enumerate(lines, 1):
+            text = line.lstrip()
+            indent = line[: len(line) - len(text)]
+            probe = f"{indent}context.get({PROBE!r})({number})"
+            if number in bodies:
+                if text != "pass":
+                    return None
+                out.append(probe)
+                continue
+            if number in tests:
+                out.append(probe)
+            out.append(line)
+        code = compile("\n".join(out), "<template>", "exec")
+        return compiled.environment.template_class.from_code(compiled.environment, code, compiled.globals)
+
+    def unexercised(self, ran: set[int]) -> list[Branch]:
+        """The arms history can reach whose ``if`` was reached and which were never taken (``ran``: the probes hit:
+        ``Recorder.ran``)."""
+        return [
+            b for b in self.branches if b.history and not b.raises and b.test_line in ran and b.body_line not in ran
+        ]
+
+
+class Recorder:
+    """The probes an instrumented template has hit (``TemplateBranches.instrumented``), accumulated over the renders
+    played through it: the compiled lines of the ``if`` statements reached and of the arms taken."""
+
+    def __init__(self) -> None:
+        self.ran: set[int] = set()
+
+    def probe(self, line: int) -> None:
+        self.ran.add(line)
+
+
+_Arm = tuple[str, int, int, int, bool, bool]  # test, chain's if line, own line, body line, history, raises
+_MACRO = re.compile(r"= Macro\(environment, macro, '(\w+)'")
+
+
+def _arms(lines: list[str], functions: dict[str, str]) -> Iterator[_Arm]:
+    """Every arm of the compiled code's template ``if`` statements (see the module docstring), one pass over its
+    lines with the stack of the blocks each stands in. History reaches an arm inside a loop over messages, or
+    inside a macro called (directly or through another macro) from inside one."""
+    history_lines = _history_lines(lines)
+    stack: list[tuple[int, str]] = []  # (indent, what opened the block: "skip" for a filtered loop's generator)
+    chains: dict[int, tuple[int, str]] = {}  # indent -> the if/elif chain open there: its ``if`` line, its tests
+    for number, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text:
+            continue
+        indent = len(line) - len(text)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        found = _FUNCTION.match(text)
+        if found:
+            functions[f"t_{found[1]}"] = f"{found[2][:-1]}:{found[3]}"  # "filter:lower", "test:defined"
+        if any(kind == "skip" for _, kind in stack):
+            continue
+        arm = _arm(text, indent, chains, number)
+        if arm is not None and not _INTERNAL.match(arm[0].removeprefix("else of ")):
+            test, start = arm  # the line of the chain's ``if``: reached whenever any of its arms is decided
+            yield test, start, number, _body(lines, number), number in history_lines, _raises(lines, number, indent)
+        if text.endswith(":"):
+            stack.append((indent, "skip" if text.startswith("def t_") and "(fiter)" in text else ""))
+
+
+def _history_lines(lines: list[str]) -> set[int]:
+    """The compiled lines history reaches: those inside a loop over messages, and those of the macros called from
+    such a line (or from such a macro)."""
+    loops: list[range] = []
+    macros: dict[str, range] = {}
+    for number, line in enumerate(lines, 1):
+        text = line.strip()
+        if text.startswith("for ") and "message" in text.split(" in ", 1)[-1]:
+            loops.append(range(number, _block_end(lines, number)))
+        elif text.startswith("def macro("):
+            end = _block_end(lines, number)
+            named = next((m for line in lines[end - 1 : end + 2] if (m := _MACRO.search(line))), None)
+            if named:  # the Macro(...) that binds it follows the block (after an export line)
+                macros[named[1]] = range(number, end)
+    reached: set[int] = {n for loop in loops for n in loop}
+    for _ in range(len(macros) + 1):  # macros called from history, to a fixed point
+        grown = False
+        for name, span in macros.items():
+            if span.start in reached:
+                continue
+            called = re.compile(rf"\bl_\d+_{name}\b|name='{name}'")
+            if any(called.search(lines[n - 1]) for n in reached if n not in span):
+                reached.update(span)
+                grown = True
+        if not grown:
+            break
+    return reached
+
+
+def _block_end(lines: list[str], number: int) -> int:
+    """The line after the block the line ``number`` opens (the first later line indented no deeper)."""
+    indent = len(lines[number - 1]) - len(lines[number - 1].lstrip())
+    for k in range(number, len(lines)):
+        text = lines[k].strip()
+        if text and len(lines[k]) - len(text) <= indent:
+            return k + 1
+    return len(lines) + 1
+
+
+def _arm(text: str, indent: int, chains: dict[int, tuple[int, str]], number: int) -> tuple[str, int] | None:
+    """The test of an ``if``/``elif`` line (``else of TESTS`` for an ``else:`` line) and the line of its chain's
+    ``if``, else None."""
+    if text.startswith("if ") and text.endswith(":"):
+        chains[indent] = (number, text[3:-1])
+        return text[3:-1], number
+    start, tests = chains.get(indent, (number, ""))
+    if text.startswith("elif ") and text.endswith(":"):
+        chains[indent] = (start, tests + " / " + text[5:-1])
+        return text[5:-1], start
+    if text == "else:" and indent in chains:
+        return "else of " + tests, start
+    return None
+
+
+def _body(lines: list[str], number: int) -> int:
+    """The line of the first statement after line ``number`` (jinja writes ``pass`` first in every arm)."""
+    for k in range(number, len(lines)):
+        if lines[k].strip():
+            return k + 1
+    return number
+
+
+def _raises(lines: list[str], number: int, indent: int) -> bool:
+    """The arm's body calls ``raise_exception`` (the template refusing an input)."""
+    for line in lines[number:]:
+        text = line.strip()
+        if text and len(line) - len(text) <= indent:
+            return False
+        if "raise_exception" in text:
+            return True
+    return False
+
+
+def _line_map(debug_info: Iterable[tuple[int, int]]) -> Any:
+    """Compiled line -> template line (jinja's ``debug_info``: the template line of each marked compiled line):
+    that of the last mark at or before the line, or with ``after`` of the first at or after it."""
+    marks = sorted((code, template) for template, code in debug_info)
+
+    def template_line(code_line: int, after: bool = False) -> int:
+        if after:
+            return next((template for code, template in marks if code >= code_line), 0) or template_line(code_line)
+        found = 0
+        for code, template in marks:
+            if code > code_line:
+                break
+            found = template
+        return found
+
+    return template_line
+
+
+_REWRITES = (
+    (re.compile(r"\(undefined\(name='(\w+)'\) if l_\d+_\w+ is missing else l_\d+_\w+\)"), r"\1"),
+    (re.compile(r"environment\.getattr\(([^(),]+), '(\w+)'\)"), r"\1.\2"),
+    (re.compile(r"environment\.getitem\(([^(),]+), ([^(),]+)\)"), r"\1[\2]"),
+    (re.compile(r"\bl_\d+_(\w+)"), r"\1"),
+)
+
+
+def _template_syntax(test: str, functions: dict[str, str]) -> str:
+    """A compiled test written back near template syntax: ``message.role == 'tool'``, ``content|trim``,
+    ``tools is defined``."""
+    out = test
+    for _ in range(4):  # nested reads unfold from the inside out
+        before = out
+        for pattern, repl in _REWRITES:
+            out = pattern.sub(repl, out)
+        out = re.sub(r"\bt_\d+\(([^()]*)\)", lambda m: _function(m, functions), out)
+        if out == before:
+            break
+    return out
+
+
+def _function(match: re.Match[str], functions: dict[str, str]) -> str:
+    name = match.group(0).split("(", 1)[0]
+    kind, _, what = functions.get(name, "filter:" + name).partition(":")
+    args = match.group(1)
+    head, _, rest = args.partition(", ")
+    if kind == "test":
+        return f"{head} is {what}" + (f" {rest}" if rest else "")
+    return f"{head}|{what}" + (f"({rest})" if rest else "")
