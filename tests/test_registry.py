@@ -95,7 +95,7 @@ def test_what_is_registered_matches_the_package() -> None:
     )
     assert [e.name for e in LOG_FORMATS.ordered()] == ["native", "vllm", "skyrl"]
     assert [e.name for e in OUTPUT_FORMATS.ordered()] == ["terminal", "json", "markdown", "html", "sarif"]
-    assert len(CHECKS) == 16 and all(e.doc for e in CHECKS)  # every check carries its module's documentation
+    assert len(CHECKS) == 18 and all(e.doc for e in CHECKS)  # every check carries its module's documentation
 
 
 def test_every_extra_a_renderer_names_is_declared() -> None:

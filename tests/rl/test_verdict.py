@@ -89,11 +89,12 @@ def test_a_batch_that_compared_nothing_is_undetermined():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--steps", "0"], "--steps must be >= 1"),
+        (["--steps", "0"], "invalid value for '--steps': 0 is out of range"),
         (["--device", "gpu"], "--device must be auto, cpu, cuda or cuda:N"),
         (["--warmup", "1", "--generation-kwargs", "{oops"], "--generation-kwargs is not JSON"),
         (["--warmup", "1", "--generation-kwargs", '{"beam": 2}'], "unsupported key(s) beam"),
-        (["--ref", "/x"], "--ref is the reference of the KL section"),
+        (["--ref", "org/model"], "--ref is the reference of the KL section"),
+        (["--ref", "/x"], "/x: cannot load weights: no such folder (--ref)"),
     ],
 )
 def test_options_are_checked_before_the_model_is_loaded(args, message):

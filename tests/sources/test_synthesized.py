@@ -117,7 +117,7 @@ def test_scan_counts_approximate_verdicts_apart_and_names_rejected_shapes(tmp_pa
     assert foreign.tokenizer == f"synthesized:{foreign.tokenizer_base}" and not foreign.missing_tokens
     assert not by["benign_chatml"].approximate and by["benign_chatml"].verdict
     assert s.approximate_counts == {foreign.cls: 1}
-    assert s.to_dict()["verdicts"] == {"real": 1, "approximate": 1}
+    assert s.to_dict()["verdicts"] == {"real": 1, "approximate": 1, "stand_in": 0}
     assert "1 approximate" in scan_markdown(s)
     raising = by["raises_always"]
     assert raising.cls == "always_raises" and raising.rejected

@@ -17,6 +17,7 @@ the template refusing an input, and is not named.
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -24,7 +25,9 @@ from typing import Any
 
 # ``if`` statements jinja writes for itself: the generator marker, a macro's default arguments, a namespace
 # assignment's check, a loop's ``else`` flag.
-_INTERNAL = re.compile(r"^(0|l_\d+_\w+ is missing|not isinstance\(.*Namespace\)|t_\d+|not t_\d+)$")
+_INTERNAL = re.compile(
+    r"^(0|l_\d+_\w+ is missing|not isinstance\(.*Namespace\)|t_\d+|not t_\d+|context\.eval_ctx\.autoescape)$"
+)
 _FUNCTION = re.compile(r"^t_(\d+) = environment\.(filters|tests)\[['\"]([^'\"]+)['\"]\]$")
 _MAX_TEST = 100  # characters of an arm's test shown
 PROBE = "__tito_arm__"  # the render variable an instrumented template's probes call
@@ -64,6 +67,18 @@ class TemplateBranches:
             # an if/elif arm is where its test is; an else arm (jinja marks no line of its own) where it writes first
             line = template_line(body_line, after=True) if test.startswith("else of ") else template_line(own_line)
             self.branches.append(Branch(line, text, test_line, body_line, history, raises))
+        history_lines = _history_lines(code.splitlines())
+        for k, node in enumerate(_inline_conditions(ast.parse(code))):
+            # an inline ``A if TEST else B`` (a value, a slice bound, a filter's argument...): its two arms, each
+            # named by keys no compiled line has (negative), probed by the test's own call (``_Probed``)
+            source = ast.get_source_segment(code, node.test) or ast.unparse(node.test)
+            test = _template_syntax(source, functions)[:_MAX_TEST]
+            line, history = template_line(node.lineno), node.lineno in history_lines
+            reached, taken, other = -(3 * k + 1), -(3 * k + 2), -(3 * k + 3)
+            body_raises = "raise_exception" in ast.unparse(node.body)
+            else_raises = "raise_exception" in ast.unparse(node.orelse)
+            self.branches.append(Branch(line, test, reached, taken, history, body_raises))
+            self.branches.append(Branch(line, "else of " + test, reached, other, history, else_raises))
 
     def instrumented(self, compiled: Any) -> Any:
         """The compiled template once more, from the same code with a probe call in place of each arm's ``pass`` and
@@ -85,7 +100,8 @@ class TemplateBranches:
             if number in tests:
                 out.append(probe)
             out.append(line)
-        code = compile("\n".join(out), "<template>", "exec")
+        tree = _Probed().visit(ast.parse("\n".join(out)))
+        code = compile(ast.fix_missing_locations(tree), "<template>", "exec")
         return compiled.environment.template_class.from_code(compiled.environment, code, compiled.globals)
 
     def unexercised(self, ran: set[int]) -> list[Branch]:
@@ -103,8 +119,60 @@ class Recorder:
     def __init__(self) -> None:
         self.ran: set[int] = set()
 
-    def probe(self, line: int) -> None:
+    def probe(self, line: int, *value: Any) -> Any:
+        """A compiled line reached; with a ``value``, an inline condition's test (``_Probed``): ``line`` is its key,
+        the arm its value takes is recorded too, and the value is returned unchanged."""
         self.ran.add(line)
+        if value:
+            self.ran.add(line - 1 if value[0] else line - 2)
+            return value[0]
+        return None
+
+
+def _inline_conditions(tree: ast.AST) -> list[ast.IfExp]:
+    """The inline conditional expressions of the template in the compiled code, in source order: those inside a
+    render function (where ``context`` is, for the probe) whose test is the template's, not jinja's own (a missing
+    variable's lookup, autoescape)."""
+    found: list[ast.IfExp] = []
+
+    class Finder(ast.NodeVisitor):
+        def __init__(self) -> None:
+            self.scopes: list[bool] = []
+
+        def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+            has = any(a.arg == "context" for a in node.args.args) or bool(self.scopes and self.scopes[-1])
+            self.scopes.append(has)
+            self.generic_visit(node)
+            self.scopes.pop()
+
+        def visit_IfExp(self, node: ast.IfExp) -> None:
+            self.generic_visit(node)
+            if self.scopes and self.scopes[-1] and not _INTERNAL.match(ast.unparse(node.test)):
+                found.append(node)
+
+    Finder().visit(tree)
+    return found
+
+
+class _Probed(ast.NodeTransformer):
+    """The compiled code with each of the template's inline conditions (``_inline_conditions``, the same order)
+    testing ``context.get(PROBE)(KEY, TEST)`` instead of ``TEST``: the same value, and the arm it takes recorded."""
+
+    keys: dict[int, int]
+
+    def visit_Module(self, node: ast.Module) -> Any:
+        targets = _inline_conditions(node)
+        self.keys = {id(n): -(3 * k + 1) for k, n in enumerate(targets)}
+        return self.generic_visit(node)
+
+    def visit_IfExp(self, node: ast.IfExp) -> Any:
+        self.generic_visit(node)
+        key = self.keys.get(id(node))
+        if key is None:
+            return node
+        probe = ast.Call(ast.Attribute(ast.Name("context", ast.Load()), "get", ast.Load()), [ast.Constant(PROBE)], [])
+        node.test = ast.Call(probe, [ast.Constant(key), node.test], [])
+        return node
 
 
 _Arm = tuple[str, int, int, int, bool, bool]  # test, chain's if line, own line, body line, history, raises

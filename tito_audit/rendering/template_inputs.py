@@ -24,9 +24,11 @@ corpus to apply_chat_template's.
 from __future__ import annotations
 
 import inspect
+import json
 import threading
 from collections.abc import Sequence
 from functools import lru_cache
+from types import SimpleNamespace
 from typing import Any
 
 from tito_audit import compat
@@ -96,8 +98,20 @@ def render_compiled(
 
 def _utils() -> Any:
     """transformers' input preparation (``compat``'s ``fast_inputs``: probed once, on first use; importing this
-    module imports no transformers)."""
-    return compat.pieces("fast_inputs")
+    module imports no transformers). Where that piece is unavailable (its fallback), transformers 5.23's own
+    preparation: plain JSON data, each message without its None-valued keys. Only ``render_compiled`` gets here
+    then (every other render goes through ``apply_chat_template``): coverage's instrumented copy, which only
+    records which arms the template takes."""
+    pieces = compat.pieces("fast_inputs")
+    if pieces is None:
+        return SimpleNamespace(
+            plain=_plain_json, alias=lambda conversation: conversation, normalize=compat._drop_none_keys
+        )
+    return pieces
+
+
+def _plain_json(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
 
 
 def _arguments(

@@ -289,16 +289,7 @@ def _gzip_lines(path: Path, max_record_bytes: int) -> Iterator[tuple[int, bytes 
             tainted = tainted or (bad_lines == 0 and not member.trusted and bool(line or skipped >= 0)) or open_tail
             bad_lines, open_tail = 0, False
             if member.in_trailer and not tainted and skipped < 0:  # every record whole: the last one too
-                if line.strip():
-                    n += 1
-                    yield n, bytes(line)
-                yield (
-                    max(n, 1),
-                    UncheckedTail(
-                        f"the log ends inside its last gzip trailer (a crash while writing?): the {n} line(s) before "
-                        "it were read whole, but their checksum (CRC32, length) could not be checked"
-                    ),
-                )
+                yield from _unchecked_tail(n, line)
                 return
             if member.fatal:
                 yield n + 1, RecordError(why)
@@ -335,6 +326,21 @@ def _gzip_lines(path: Path, max_record_bytes: int) -> Iterator[tuple[int, bytes 
         yield n + 1, RecordError("its gzip member fails its checksum (CRC32 or length): the data is corrupt")
     elif line.strip():
         yield n + 1, bytes(line)
+
+
+def _unchecked_tail(n: int, line: bytearray) -> Iterator[tuple[int, bytes | RecordError]]:
+    """A log cut inside its last gzip trailer, after ``n`` whole lines and ``line`` (the last record, unended): the
+    records are given, then one ``UncheckedTail`` (their checksum could not be checked), counted as no record."""
+    if line.strip():
+        n += 1
+        yield n, bytes(line)
+    yield (
+        max(n, 1),
+        UncheckedTail(
+            f"the log ends inside its last gzip trailer (a crash while writing?): the {n} line(s) before "
+            "it were read whole, but their checksum (CRC32, length) could not be checked"
+        ),
+    )
 
 
 def _skip_line(stream: Any) -> int:

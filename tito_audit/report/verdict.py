@@ -108,57 +108,75 @@ def decide(
     ``expected``: the ids of the checks the verdict needs (default: every registered verdict-bearing or
     error-severity check); one missing from ``checks`` makes the verdict ``error`` (``not_run``).
     """
-    unsafe: list[str] = []
-    undecided: list[str] = []
-    buffer: list[str] = []
-    notes: list[str] = []
+    found = _Reasons()
     by_id = {c.id: c for c in checks}
-    needed = (
-        list(expected)
-        if expected is not None
-        else [
-            e.name
-            for e in registry.CHECKS.require()
-            if e.meta["verdict"] in ("unsafe", "tito-required") or e.meta["severity"] == "error"
-        ]
-    )
-    for cid in needed:
+    for cid in _needed(expected):
         if cid not in by_id:
-            _add(undecided, f"error:{cid}:not_run")
+            _add(found.undecided, f"error:{cid}:not_run")
     for c in checks:
+        found.read(c)
+    found.note_coverage(coverage or {})
+    if found.unsafe:
+        return Decision("unsafe", [*found.unsafe, *found.undecided, *found.notes])
+    if found.undecided:
+        return Decision("error", [*found.undecided, *found.notes])
+    if found.buffer:
+        return Decision("tito-required", [*found.buffer, *found.notes])
+    return Decision("safe", found.notes)
+
+
+def _needed(expected: Sequence[str] | None) -> list[str]:
+    """The checks the verdict needs: ``expected``, else every registered verdict-bearing or error-severity one."""
+    if expected is not None:
+        return list(expected)
+    return [
+        e.name
+        for e in registry.CHECKS.require()
+        if e.meta["verdict"] in ("unsafe", "tito-required") or e.meta["severity"] == "error"
+    ]
+
+
+@dataclass
+class _Reasons:
+    """The reasons ``decide`` collects, by the verdict they lead to, each once and in the order met."""
+
+    unsafe: list[str] = field(default_factory=list)
+    undecided: list[str] = field(default_factory=list)
+    buffer: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def read(self, c: CheckResult) -> None:
+        """One check: whether it decided (a verdict-bearing check that errored or compared nothing did not), and
+        its findings by the check's role."""
         bearing = c.verdict_role in ("unsafe", "tito-required") or c.severity == "error"
         if c.status == "error" and bearing:
-            _add(undecided, f"error:{c.id}:check_error")
+            _add(self.undecided, f"error:{c.id}:check_error")
         elif c.status == "not_applicable" and bearing:
-            _add(undecided, f"error:{c.id}:{'undecided' if c.comparisons else 'compared_nothing'}")
+            _add(self.undecided, f"error:{c.id}:{'undecided' if c.comparisons else 'compared_nothing'}")
         active = {f.reason or c.id for f in c.findings if not f.suppressed}
         for f in c.findings:
             what = f.reason or c.id
             if c.verdict_role == "unsafe":
                 if f.suppressed:
-                    _add(buffer, f"tito-required:suppressed:{what}")
+                    _add(self.buffer, f"tito-required:suppressed:{what}")
                 else:
-                    _add(unsafe, f"unsafe:{what}")
+                    _add(self.unsafe, f"unsafe:{what}")
             elif c.verdict_role == "tito-required":
                 # a suppressed finding keeps the verdict (the template still rewrites), said as suppressed
-                _add(buffer, f"tito-required:{what}" if what in active else f"tito-required:suppressed:{what}")
+                _add(self.buffer, f"tito-required:{what}" if what in active else f"tito-required:suppressed:{what}")
             elif c.verdict_role == "caveat" and not f.suppressed:
-                _add(notes, f"avoid:{what}")
-    for name in (coverage or {}).get("adaptations", []) or []:
-        _add(notes, f"adapt:{name}")
-    for what in (coverage or {}).get("not_probed", []) or []:
-        _add(notes, f"not_probed:{what}")
-    if coverage and coverage.get("catalogue"):
-        played, total = int(coverage.get("played", 0)), int(coverage["catalogue"])
-        if played < MIN_COVERAGE:
-            _add(notes, f"low_coverage:{played}/{total}")
-    if unsafe:
-        return Decision("unsafe", [*unsafe, *undecided, *notes])
-    if undecided:
-        return Decision("error", [*undecided, *notes])
-    if buffer:
-        return Decision("tito-required", [*buffer, *notes])
-    return Decision("safe", notes)
+                _add(self.notes, f"avoid:{what}")
+
+    def note_coverage(self, coverage: Mapping[str, Any]) -> None:
+        """Adaptations the scenarios needed, what they did not probe, and a catalogue played too thinly."""
+        for name in coverage.get("adaptations", []) or []:
+            _add(self.notes, f"adapt:{name}")
+        for what in coverage.get("not_probed", []) or []:
+            _add(self.notes, f"not_probed:{what}")
+        if coverage.get("catalogue"):
+            played, total = int(coverage.get("played", 0)), int(coverage["catalogue"])
+            if played < MIN_COVERAGE:
+                _add(self.notes, f"low_coverage:{played}/{total}")
 
 
 def describe_reason(reason: str) -> str:
@@ -204,6 +222,11 @@ def describe_reason(reason: str) -> str:
             if "=" in name:
                 return f"template switch {name} not played (the template refused it, or past the switch values played)"
             return f"template switch {name!r} not probed (no value it is tested against renders)"
+        if what == "template_line":
+            line, _, test = name.partition(": ")
+            return f"template line {line} not exercised by any conversation played ({test})"
+        if what == "template_lines":
+            return f"{name.lstrip('+')} more template lines not exercised"
         if what == "replaces":
             return f"message field {name!r} not probed (it takes the place of what the turn says)"
         if name in ("answers", "tool_calls"):

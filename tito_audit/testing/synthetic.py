@@ -405,9 +405,12 @@ def played_episodes(
     ctx = AuditContext(model, AuditOptions() if date is None else AuditOptions(date=date))
     rng = random.Random(seed)
     split = Splitter(model.tokenizer)
+    # as tito_audit.Trajectory renders (the loop these logs stand for): control-token text in the conversation
+    # marked, so a tool result that holds '<|im_end|>' stays text (the audit's verdict path renders plainly)
+    renderer = ctx.renderer.with_marking(True)
     out = []
     for sc in scenarios if scenarios is not None else [s for s in ctx.scenarios if "derived" not in s.tags]:
-        p = play(ctx.renderer, sc, ctx.stop_ids, rate, rng, split)
+        p = play(renderer, sc, ctx.stop_ids, rate, rng, split)
         if p is not None:
             out.append(p)
     return out

@@ -27,10 +27,14 @@ def test_a_template_that_drops_leading_reasoning_from_history_is_unsafe_as_a_pla
 def test_a_template_that_drops_only_misplaced_reasoning_is_safe_as_a_plain_loop_sees_it() -> None:
     """Reasoning written anywhere but first is dropped once a message follows; a model writes it first, so a plain
     loop's history is never rewritten (safe). Marked, `startswith('<think>')` is false and the leading block is
-    dropped: the break is reported as one of marking's, not the verdict's."""
+    dropped: the break is reported as one of marking's, not the verdict's. The arm that drops misplaced reasoning
+    is one no played conversation takes (a plain loop's content never holds reasoning after text): template
+    coverage names it, so this SAFE is not a clean pass (exit 3 unless --allow-not-probed)."""
     report = audit_of("qwen3-0.6b", MARKING / "think_elsewhere_dropped.jinja")
     assert report.verdict == "safe", report.verdict_reasons
-    assert report.verdict_reasons == ["avoid:only_with_marking"]
+    marking_reason, *gaps = report.verdict_reasons
+    assert marking_reason == "avoid:only_with_marking"
+    assert len(gaps) == 1 and gaps[0].startswith("not_probed:template_line:7: "), gaps
     assert report.check("tool_append_prefix").status == "pass"
     marking = report.check("control_marking")
     assert marking.findings and {f.reason for f in marking.findings} == {"only_with_marking"}

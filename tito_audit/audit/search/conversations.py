@@ -78,7 +78,10 @@ class _Strategies:
         self.user = st.one_of(self.text_full, parts) if space.parts else self.text_full
         self.name = st.sampled_from(NAME_SHAPES)
         self.calls_per_turn = st.integers(1, 3) if space.parallel else st.just(1)
-        self.call_text = st.sampled_from((None, "", *CALL_TEXTS))
+        # text next to calls: none, the usual one-liners, or any text (a URL, a code block, a long sentence...)
+        self.call_text = st.one_of(st.sampled_from((None, "", *CALL_TEXTS)), self.text_full)
+        # call ids as loops send them: short counters, OpenAI/vLLM's long ones, or none at all
+        self.id_style = st.sampled_from(("short", "long", "none"))
         self.switches = [(name, st.sampled_from((UNSET, *values))) for name, values in space.switches]
         # the compact turns a long episode adds (none first: shrinking drops them): one in three draws is long
         self.extra = st.sampled_from((0, 0, space.cycles))
@@ -112,11 +115,16 @@ class _Strategies:
         if draw(st.booleans()):
             messages.append({"role": "system", "content": draw(self.text_full)})
         counter = [0]
+        ids = draw(self.id_style)
         for segment in range(draw(st.integers(1, 2))):
+            if segment and draw(st.booleans()):  # a system message in the middle (a notice, a context summary)
+                messages.append({"role": "system", "content": draw(self.text_full)})
             messages.append({"role": "user", "content": draw(self.user)})
+            if draw(st.booleans()):  # two user messages in a row (a follow-up before the model answered)
+                messages.append({"role": "user", "content": draw(self.user)})
             turns = [self.call_turn(draw, thinks()) for _ in range(draw(st.integers(1, 3)))]
             for turn, results in turns:
-                messages += _placed(turn, results, counter)
+                messages += _placed(turn, results, counter, ids)
             # A long episode: the first turn, compacted, again and again with reasoning on every turn (drawn after
             # the turns, and always with the same draws, so that shrinking it to none leaves the rest as it was).
             extra, vary, thought = draw(self.extra), draw(st.booleans()), draw(self.reasoning)
@@ -127,7 +135,7 @@ class _Strategies:
                 results = [[space.texts[k % len(space.texts)][:SHORT]] for k in range(extra)]
                 each_turn = _varied(compact, extra) if vary else [compact] * extra
                 for each, result in zip(each_turn, results, strict=True):
-                    messages += _placed(each, result, counter)
+                    messages += _placed(each, result, counter, ids)
             answer: Message = {"role": "assistant", "content": draw(self.answer)}
             if thinks():
                 answer["reasoning_content"] = draw(self.reasoning)
@@ -172,15 +180,23 @@ def _varied(turn: Message, cycles: int) -> list[Message]:
     return out
 
 
-def _placed(turn: Message, results: list[Any], counter: list[int]) -> list[Message]:
-    """``turn`` with fresh call ids, and its results."""
+def _placed(turn: Message, results: list[Any], counter: list[int], ids: str = "short") -> list[Message]:
+    """``turn`` with fresh call ids (``ids``: ``short`` counters, ``long`` ones as OpenAI and vLLM write them, or
+    ``none``: calls and results without ids), and its results."""
     calls = []
     for call in turn["tool_calls"]:
         counter[0] += 1
-        calls.append({"id": f"call{counter[0]:05d}", **call})
+        if ids == "none":
+            calls.append(dict(call))
+        else:
+            tag = f"call{counter[0]:05d}" if ids == "short" else f"call_{counter[0]:024d}"
+            calls.append({"id": tag, **call})
     out: list[Message] = [{**turn, "tool_calls": calls}]
     for call, text in zip(calls, results, strict=True):
-        out.append({"role": "tool", "tool_call_id": call["id"], "name": call["function"]["name"], "content": text})
+        result: Message = {"role": "tool", "name": call["function"]["name"], "content": text}
+        if "id" in call:
+            result = {"role": "tool", "tool_call_id": call["id"], **{k: v for k, v in result.items() if k != "role"}}
+        out.append(result)
     return out
 
 

@@ -54,9 +54,16 @@ def play(ctx: AuditContext, conversation: Conversation, sid: str) -> Played:
     return Played(kind_of(sim), sim)
 
 
+def judged(played: Played) -> bool:
+    """Whether the property was judged on the conversation: the template rendered it and a canonical sample exists
+    (no token spans prompt and completion: that seam is stop_boundary's). Template coverage counts only these."""
+    sim = played.simulation
+    return sim.ok and sim.trajectory is not None and not any(t.seam_merged for t in sim.turns)
+
+
 def kind_of(sim: Simulation) -> str | None:
     """How ``sim`` breaks the property (``APPEND`` before ``RERENDER``), or None."""
-    if not sim.ok or sim.trajectory is None or any(t.seam_merged for t in sim.turns):
+    if not judged(Played(None, sim)) or sim.trajectory is None:
         return None  # refused, or no canonical sample (a token spans prompt and completion: stop_boundary's)
     for idx, error in sim.bridge_errors:
         turn = sim.messages[idx]

@@ -17,7 +17,7 @@ from random import Random
 from typing import TYPE_CHECKING, Any
 
 from tito_audit.audit.search.conversations import conversations
-from tito_audit.audit.search.property import APPEND, KINDS, play
+from tito_audit.audit.search.property import APPEND, KINDS, judged, play
 from tito_audit.audit.search.result import SearchResult
 from tito_audit.audit.search.space import SearchSpace
 from tito_audit.errors import InternalError
@@ -192,8 +192,11 @@ class _Probe:
             except InternalError as exc:
                 raise _Failed(exc) from None
             if coverage is not None and not state.hit:
-                coverage.trace()  # the arms this conversation's renders take
-                self.target(float(coverage.arms_run() - before), label="template arms first run")
+                if judged(played):
+                    coverage.trace()  # the arms this conversation's renders take
+                    self.target(float(coverage.arms_run() - before), label="template arms first run")
+                else:  # refused, or not judged (no canonical sample): the arms it took prove nothing
+                    coverage.skip()
             state.plays += 1
             state.rendered += played.simulation.ok and not state.hit
             state.memo[key] = played.kind

@@ -33,6 +33,7 @@ NAME_SHAPES: tuple[str, ...] = (
     "GET_WEATHER",
     "météo_du_jour",
     "天気を取得",
+    "search_knowledge_base_documents",  # long: past a length a template may cut names at
 )
 # Top-level argument names, in the order a call takes them (a call of n arguments has the first n).
 ARGUMENT_KEYS: tuple[str, ...] = (
@@ -46,8 +47,10 @@ ARGUMENT_KEYS: tuple[str, ...] = (
     "query",
     "sort-order",
     "offset",
+    "API_KEY",
 )
-# Text cores: plain first, then quotes, newlines, a backslash, non-ASCII, JSON in a string, code.
+# Text cores: plain first, then quotes, newlines, a backslash, non-ASCII, JSON in a string, code, a URL, a code
+# fence, an emoji, an error a tool returns, a sentence of about a hundred characters.
 TEXTS: tuple[str, ...] = (
     "Paris",
     "Sunny, 21 C.",
@@ -58,6 +61,11 @@ TEXTS: tuple[str, ...] = (
     "C:\\temp\\new",
     '{"k": [1, 2], "ok": true}',
     "def f(x):\n    return x  # done\n",
+    "See https://example.com/docs?id=7&lang=en.",
+    "Here it is:\n```python\nprint(1)\n```",
+    "On it ☀️",
+    "Error: city not found",
+    "The forecast for the next three days shows light rain in the morning and clear skies after noon.",
 )
 EDGES: tuple[str, ...] = ("", " ", "\n", "\n\n", "\t", "  \n")  # whitespace at the start or end of a text
 CALL_TEXTS: tuple[str, ...] = ("I'll check the weather.", "Let me look that up.\nOne moment.")  # text next to calls
