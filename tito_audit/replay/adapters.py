@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tito_audit.policy.view import mask_runs
 from tito_audit.replay.schema import Episode, RecordError, SampledTurn, _floats, _ids, _mask, episode_from_native
 
 ADAPTERS = ("auto", "native", "vllm", "skyrl")
@@ -126,20 +127,6 @@ def _vllm(record: Any, line: int) -> list[Episode]:
 # -- SkyRL -----------------------------------------------------------------------------------------------------
 
 
-def _mask_runs(mask: Sequence[int]) -> list[tuple[int, int]]:
-    runs: list[tuple[int, int]] = []
-    start = None
-    for i, m in enumerate(mask):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            runs.append((start, i))
-            start = None
-    if start is not None:
-        runs.append((start, len(mask)))
-    return runs
-
-
 def _skyrl_one(prompt: Any, response: Any, mask: Any, logprobs: Any, line: int, where: str, rid: Any) -> Episode:
     p = _ids(prompt, f"{where}prompt_token_ids")
     r = _ids(response, f"{where}response_ids")
@@ -153,7 +140,7 @@ def _skyrl_one(prompt: Any, response: Any, mask: Any, logprobs: Any, line: int, 
     if lps is not None and len(lps) != len(r):
         notes.append(f"rollout_logprobs has {len(lps)} values for {len(r)} response ids")
         lps = None
-    turns = [SampledTurn(r[a:b], lps[a:b] if lps is not None else None) for a, b in _mask_runs(m[: len(r)])]
+    turns = [SampledTurn(r[a:b], lps[a:b] if lps is not None else None) for a, b in mask_runs(m[: len(r)])]
     return Episode(
         turns=turns,
         input_ids=[*p, *r],

@@ -32,14 +32,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tito_audit.errors import RenderError
+from tito_audit.policy.view import mask_runs
 from tito_audit.rendering.guard import REPLAY_LIMITS
 from tito_audit.rendering.renderer import Renderer
-from tito_audit.replay.compare import Comparison, against_reference, against_sampled, mask_runs
+from tito_audit.replay.compare import Comparison, against_reference, against_sampled
 from tito_audit.replay.divergence import Divergence
 from tito_audit.replay.drift import date_positions, drift
 from tito_audit.replay.engine import engine_buffer, exact, has_engine_prompts, prompt_departures
 from tito_audit.replay.id_diff import align
 from tito_audit.replay.schema import Episode, RecordError
+from tito_audit.report.finding_class import ReasoningMarks
 from tito_audit.rollout.bridge import AppendRefused, BridgeError
 from tito_audit.rollout.buffer import Trajectory
 from tito_audit.rollout.stop import stop_token_ids
@@ -379,58 +381,102 @@ def other_tokenizer(ctx: ReplayContext) -> str:
     )
 
 
-def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
-    """Replay one episode; never raises for what is in the log (problems become the result)."""
+def _counted(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
+    """The episode's counts and shape notes, before any comparison."""
     res = EpisodeResult(ep.line, ep.id, ep.source, len(ep.turns), sum(len(t.ids) for t in ep.turns), file=ep.file)
     res.trained_tokens = sum(ep.loss_mask) if ep.loss_mask is not None else 0
     res.shape = _shape(ep)
     stops = set(ctx.stop_ids)
     res.stop_turns = sum(1 for t in ep.turns if t.ids and t.ids[-1] in stops)
     res.marks = not ctx.marks or not ctx.marks.isdisjoint(ep.input_ids[:MARK_WINDOW])
-    if not res.marks and not res.stop_turns and any(t.ids for t in ep.turns):  # another tokenizer's episode
-        res.error = other_tokenizer(ctx)
-        return res
+    return res
+
+
+def _rebuilt(ep: Episode, ctx: ReplayContext, res: EpisodeResult, engine: bool) -> tuple[Trajectory | None, str | None]:
+    """The template's buffer, when the episode has messages and something needs it (the reference without engine
+    prompts, the what-if, the drift); else None, with why the template could not build it."""
+    if ep.messages is None or not ep.turns or (engine and not ctx.whatif and not ctx.drift):
+        return None, None
+    try:
+        traj, res.notes = rebuild_buffer(ep, ctx)
+    except (RenderError, AppendRefused, ValueError) as exc:
+        return None, f"the template does not render this episode ({type(exc).__name__}: {exc})"
+    return traj, None
+
+
+def _compared(
+    ep: Episode,
+    ctx: ReplayContext,
+    res: EpisodeResult,
+    traj: Trajectory | None,
+    template_error: str | None,
+    marks: ReasoningMarks,
+) -> tuple[Comparison, list[int] | None]:
+    """The TITO check against the best reference the log allows (the engine's prompts, the rebuilt buffer, or the
+    sampled turns alone); also the loop's own buffer when the engine's prompts built it (for the drift)."""
     kw = ctx.compare_kwargs()
-    marks = reasoning_marks(ctx.renderer.chat_template, ep.messages)  # tells reasoning from content
-    engine = has_engine_prompts(ep)
-    traj: Trajectory | None = None
-    template_error: str | None = None
-    if ep.messages is not None and ep.turns and (not engine or ctx.whatif or ctx.drift):
-        try:
-            traj, res.notes = rebuild_buffer(ep, ctx)
-        except (RenderError, AppendRefused, ValueError) as exc:
-            template_error = f"the template does not render this episode ({type(exc).__name__}: {exc})"
-    loop: list[int] | None = None
-    if engine:
+    if has_engine_prompts(ep):
         res.reference = "engine"
-        cmp, loop = _against_engine(ep, ctx)
-    elif traj is not None:
+        return _against_engine(ep, ctx)
+    if traj is not None:
         res.reference = "buffer"
+        spans = traj.sampled_spans()
         cmp = against_reference(
-            traj.input_ids,
-            traj.loss_mask,
-            traj.logprobs,
-            traj.sampled_spans(),
-            ep.input_ids,
-            ep.loss_mask,
-            **kw,
-            reasoning=marks,
+            traj.input_ids, traj.loss_mask, traj.logprobs, spans, ep.input_ids, ep.loss_mask, **kw, reasoning=marks
         )
     else:
         if template_error is not None:  # no reference to check the context against: not checked, and said so
             res.error = f"reference buffer not rebuilt: {template_error}"
-        cmp = against_sampled(
-            [t.ids for t in ep.turns],
-            [t.logprobs for t in ep.turns],
-            ep.input_ids,
-            ep.loss_mask,
-            **kw,
-            reasoning=marks,
-        )
-    if not engine and any(t.prompt_ids is not None for t in ep.turns):
+        turns, lps = [t.ids for t in ep.turns], [t.logprobs for t in ep.turns]
+        cmp = against_sampled(turns, lps, ep.input_ids, ep.loss_mask, **kw, reasoning=marks)
+    if any(t.prompt_ids is not None for t in ep.turns):
         # some turns carry the engine's prompt: each is checked against the trained sequence (the context the turn
         # is trained in), the earlier place per turn wins
         _earliest(cmp, prompt_departures(ep, **kw))
+    return cmp, None
+
+
+def _noncanonical_turns(ep: Episode, ctx: ReplayContext, res: EpisodeResult, traj: Trajectory | None) -> None:
+    """Each sampled turn re-encoded after the id that preceded it where the engine or the buffer says what it was."""
+    if has_engine_prompts(ep):
+        before: list[int | None] = [t.prompt_ids[-1] if t.prompt_ids else None for t in ep.turns]
+    else:
+        spans, ref = (traj.sampled_spans(), traj.input_ids) if traj is not None else (_located(ep), ep.input_ids)
+        before = [ref[a - 1] if a > 0 else None for a, _ in spans]
+    res.noncanonical_turns, res.noncanonical_tokens = noncanonical(ep, ctx, before)
+    res.noncanonical_checked = True
+
+
+def _what_if(
+    ep: Episode, ctx: ReplayContext, res: EpisodeResult, traj: Trajectory | None, marks: ReasoningMarks
+) -> None:
+    """Naive re-tokenization of the parsed conversation against the template's buffer."""
+    if traj is None:
+        res.whatif_failed = True
+        return
+    try:
+        naive = naive_ids(ep, ctx, traj)
+    except RenderError as exc:
+        res.whatif_failed = True
+        res.notes.append(f"what-if: the template does not re-render this conversation ({exc.kind}: {exc.message})")
+        return
+    spans = traj.sampled_spans()
+    kw = ctx.compare_kwargs()
+    what = against_reference(traj.input_ids, traj.loss_mask, traj.logprobs, spans, naive, None, **kw, reasoning=marks)
+    res.whatif = what.divergences
+    res.whatif_tokens = what.sampled_not_trained
+
+
+def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
+    """Replay one episode; never raises for what is in the log (problems become the result)."""
+    res = _counted(ep, ctx)
+    if not res.marks and not res.stop_turns and any(t.ids for t in ep.turns):  # another tokenizer's episode
+        res.error = other_tokenizer(ctx)
+        return res
+    marks = reasoning_marks(ctx.renderer.chat_template, ep.messages)  # tells reasoning from content
+    engine = has_engine_prompts(ep)
+    traj, template_error = _rebuilt(ep, ctx, res, engine)
+    cmp, loop = _compared(ep, ctx, res, traj, template_error, marks)
     _merge(res, cmp)
     res.unmasked = ep.loss_mask is None
     res.no_trainer = not ep.trainer_logged
@@ -441,35 +487,7 @@ def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
     if engine and traj is not None and ctx.drift and loop is not None:
         _drift(ep, ctx, traj, loop, res)
     if ctx.noncanonical:
-        if engine:
-            before: list[int | None] = [t.prompt_ids[-1] if t.prompt_ids else None for t in ep.turns]
-        else:
-            spans, ref = (traj.sampled_spans(), traj.input_ids) if traj is not None else (_located(ep), ep.input_ids)
-            before = [ref[a - 1] if a > 0 else None for a, _ in spans]
-        res.noncanonical_turns, res.noncanonical_tokens = noncanonical(ep, ctx, before)
-        res.noncanonical_checked = True
+        _noncanonical_turns(ep, ctx, res, traj)
     if ctx.whatif and ep.messages is not None and ep.turns:
-        if traj is None:
-            res.whatif_failed = True
-        else:
-            try:
-                naive = naive_ids(ep, ctx, traj)
-            except RenderError as exc:
-                res.whatif_failed = True
-                res.notes.append(
-                    f"what-if: the template does not re-render this conversation ({exc.kind}: {exc.message})"
-                )
-            else:
-                what = against_reference(
-                    traj.input_ids,
-                    traj.loss_mask,
-                    traj.logprobs,
-                    traj.sampled_spans(),
-                    naive,
-                    None,
-                    **kw,
-                    reasoning=marks,
-                )
-                res.whatif = what.divergences
-                res.whatif_tokens = what.sampled_not_trained
+        _what_if(ep, ctx, res, traj, marks)
     return res

@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tito_audit.policy.view import mask_runs
 from tito_audit.replay.divergence import Divergence, classify, run_text, window
 from tito_audit.replay.id_diff import align
 from tito_audit.report.align import IdMatcher
@@ -37,23 +38,6 @@ class Comparison:
     @property
     def ok(self) -> bool:
         return not self.divergences
-
-
-def mask_runs(mask: Sequence[int]) -> list[tuple[int, int]]:
-    """``(start, end)`` of every run of 1s; bytes.find keeps it O(runs) in Python."""
-    try:
-        b = bytes(mask)
-    except (ValueError, TypeError):
-        b = bytes(1 if m else 0 for m in mask)
-    runs = []
-    pos = b.find(1)
-    while pos != -1:
-        end = b.find(0, pos)
-        if end == -1:
-            end = len(b)
-        runs.append((pos, end))
-        pos = b.find(1, end)
-    return runs
 
 
 class _Turns:

@@ -18,9 +18,11 @@ from typing import Any
 import torch
 
 from tito_audit.policy.gradients import gather_log_softmax
+from tito_audit.policy.kl_bias import position_expectations
 from tito_audit.policy.model import VocabMap
+from tito_audit.policy.view import turn_offsets
 from tito_audit.replay.weights.attribution import AttributionTotals, EpisodeAttribution, attribute
-from tito_audit.replay.weights.estimators import BiasTotals, position_expectations
+from tito_audit.replay.weights.estimators import BiasTotals
 from tito_audit.replay.weights.gradient import (
     GradientTotals,
     compare_pair,
@@ -77,16 +79,6 @@ class Policy:
                 p.requires_grad_(False)
         limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
         return cls(model, vmap, ref, max_positions=int(limit) if isinstance(limit, int) else None, **kw)
-
-
-def _turn_offsets(pair: Pair, positions: Sequence[int]) -> tuple[list[int], list[int]]:
-    """Per sampled position: ids of its turn before it, and where its turn starts (the prompt it continued)."""
-    steps, prompts = [], []
-    for j in positions:
-        a = next((a for a, b in pair.spans if a <= j < b), j)
-        steps.append(j - a)
-        prompts.append(a)
-    return steps, prompts
 
 
 def _forward_chunk(
@@ -167,7 +159,7 @@ def _bias(
     for i in wanted:
         pair = pairs[owner[i][0]]
         assert pair.settings is not None
-        steps, prompts = _turn_offsets(pair, rows[i].positions)
+        steps, prompts = turn_offsets(pair.spans, rows[i].positions)
         found = position_expectations(
             logits[i], ref_logits.get(i), pair.settings, steps, prompts, policy.vmap, policy.stop_ids
         )
