@@ -6,7 +6,8 @@
 One concept per module: ``schema`` (the native record), ``reader`` (bounded streaming of JSONL/gz/Parquet),
 ``mapping`` (``--map``), ``adapters`` (vLLM, SkyRL), ``compare`` and ``divergence`` (token-level comparison and
 classes), ``engine`` (the engine's prompts as the reference), ``drift`` (the loop's context against the
-template's), ``columns`` (the engine check on Arrow buffers), ``analyze`` (one episode), ``aggregate`` (the
+template's), ``columns`` (the engine check on Arrow buffers), ``context`` (what replay needs from the model),
+``analyze`` (one episode), ``aggregate`` (the
 streamed totals), ``report`` (the checks and the report; the verdict's rule is
 ``tito_audit.report.loop_verdict``), ``run`` (whole logs, with workers), ``distributed`` (Parquet shards on Ray),
 ``record`` (writing native records from a ``Trajectory``), ``weights/`` (``--weights``: what the log's
@@ -16,7 +17,8 @@ divergences do to the policy's log-probs and gradient). What runs inside a train
 
 from tito_audit.replay.adapters import ADAPTERS, detect, to_episodes
 from tito_audit.replay.aggregate import ReplayTotals
-from tito_audit.replay.analyze import EpisodeResult, ReplayContext, analyze
+from tito_audit.replay.analyze import EpisodeResult, analyze
+from tito_audit.replay.context import ReplayContext
 from tito_audit.replay.mapping import FieldMap, MapError
 from tito_audit.replay.reader import LogError, iter_records
 from tito_audit.replay.record import record_from_trajectory

@@ -26,31 +26,23 @@ ids are also decoded and re-encoded: a turn whose ids come back different was sa
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from tito_audit.errors import RenderError
 from tito_audit.policy.view import mask_runs
-from tito_audit.rendering.guard import REPLAY_LIMITS
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.replay.compare import Comparison, against_reference, against_sampled
+from tito_audit.replay.context import MARK_WINDOW, ReplayContext, other_tokenizer
 from tito_audit.replay.divergence import Divergence
 from tito_audit.replay.drift import date_positions, drift
 from tito_audit.replay.engine import engine_buffer, exact, has_engine_prompts, prompt_departures
 from tito_audit.replay.id_diff import align
-from tito_audit.replay.schema import Episode, RecordError
+from tito_audit.replay.schema import Episode
 from tito_audit.report.finding_class import ReasoningMarks
 from tito_audit.rollout.bridge import AppendRefused, BridgeError
 from tito_audit.rollout.buffer import Trajectory
-from tito_audit.rollout.stop import stop_token_ids
 from tito_audit.scenarios.reasoning import reasoning_marks
-
-_MARK_PROBES: tuple[list[dict[str, Any]], ...] = (
-    [{"role": "user", "content": "Hi"}],
-    [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}],
-)
 
 
 @dataclass
@@ -90,130 +82,6 @@ class EpisodeResult:
     @property
     def diverged(self) -> bool:
         return bool(self.divergences or self.shape)
-
-
-@dataclass
-class ReplayContext:
-    """Everything the analysis needs from the model, built once per process.
-
-    ``whatif``, ``drift`` and ``noncanonical`` switch the per-episode work beyond the TITO check: with all three
-    off, an episode with engine prompts costs a few slice comparisons (no render, no tokenizer call)."""
-
-    renderer: Renderer
-    stop_ids: list[int]
-    special_ids: list[int]
-    bos_id: int | None
-    whatif: bool = True
-    drift: bool = True
-    noncanonical: bool = True
-    bos_ids: tuple[int, ...] = ()  # every id that begins a sequence: the tokenizer's own and the template's
-    vocab_size: int | None = None  # ids at or above it are outside the tokenizer
-    marks: frozenset[int] = frozenset()  # control ids the template opens a conversation with
-    date: dt.datetime | None = None  # the date renders see when a record does not say (--date)
-    dated: bool = False  # the template's prompt shows the render date
-    model: str = ""
-
-    @classmethod
-    def from_model(
-        cls,
-        model: Any,
-        whatif: bool = True,
-        *,
-        drift: bool = True,
-        noncanonical: bool = True,
-        date: dt.datetime | None = None,
-    ) -> ReplayContext:
-        renderer = Renderer(model.tokenizer, model.chat_template, limits=REPLAY_LIMITS)
-        if date is not None:
-            renderer = renderer.with_date(date)
-        stops = list(stop_token_ids(model.tokenizer, renderer, getattr(model, "generation_eos_ids", None) or ()))
-        tok = model.tokenizer
-        return cls(
-            renderer,
-            stops,
-            sorted(set(tok.all_special_ids or [])),
-            tok.bos_token_id,
-            whatif,
-            drift,
-            noncanonical,
-            bos_ids=beginning_ids(tok, renderer),
-            vocab_size=len(tok),
-            marks=template_marks(renderer),
-            date=date,
-            dated=date_positions(renderer, _MARK_PROBES[0], None) is not None,
-            model=getattr(model, "name", ""),
-        )
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self.renderer.decode(list(ids), skip_special_tokens=False)
-
-    def compare_kwargs(self) -> dict[str, Any]:
-        return dict(
-            decode=self.decode,
-            stop_ids=self.stop_ids,
-            special_ids=self.special_ids,
-            bos_id=self.bos_id,
-            bos_ids=self.bos_ids,
-        )
-
-    def renderer_for(self, ep: Episode) -> Renderer:
-        """The renderer the engine used for this episode: its template kwargs and date, when the record has them."""
-        r = self.renderer.with_kwargs(**ep.template_kwargs) if ep.template_kwargs else self.renderer
-        return r.with_date(ep.date) if ep.date is not None else r
-
-    def check_ids(self, ep: Episode) -> None:
-        """``RecordError`` for an id this tokenizer does not have (the log was written with another one)."""
-        if self.vocab_size is None:
-            return
-        for where, ids in (("input_ids", ep.input_ids), *((f"turns[{k}].ids", t.ids) for k, t in enumerate(ep.turns))):
-            if ids and max(ids) >= self.vocab_size:
-                raise RecordError(
-                    f"{where} holds id {max(ids)}, outside {self.model or 'the model'}'s tokenizer "
-                    f"({self.vocab_size} ids): was the log written with another tokenizer?"
-                )
-
-
-def beginning_ids(tokenizer: Any, renderer: Renderer) -> tuple[int, ...]:
-    """The ids a sequence begins with: what the tokenizer itself adds in front of a text, its ``bos_token``, and
-    the first id of the template's rendering when that is the ``bos_token`` it printed."""
-    out: list[int] = []
-    plain = renderer.encode("x")
-    added = renderer.encode("x", add_special_tokens=True)
-    if len(added) > len(plain) and added[len(added) - len(plain) :] == plain:
-        out.extend(added[: len(added) - len(plain)])
-    if tokenizer.bos_token_id is not None:
-        out.append(int(tokenizer.bos_token_id))
-    bos_text = tokenizer.bos_token
-    if isinstance(bos_text, str) and bos_text:
-        try:
-            text = renderer.render(_MARK_PROBES[0], add_generation_prompt=True)
-        except RenderError:
-            text = ""
-        if text.startswith(bos_text):
-            first = renderer.encode(text)[:1]
-            out.extend(first)
-    return tuple(dict.fromkeys(out))
-
-
-MARK_WINDOW = 8  # a log's sequence opens with the template's first control token within this many ids
-
-
-def template_marks(renderer: Renderer) -> frozenset[int]:
-    """The special ids the template opens a conversation with (its BOS or first role marker), from renders of
-    probe conversations: a log written with this tokenizer and template has one among its first ``MARK_WINDOW``
-    ids; one written with another tokenizer, whose ids mean other tokens, has none there. Only the opening is
-    looked at: a special id of this vocabulary can be an ordinary token of another, anywhere in a sequence."""
-    specials = set(renderer.tokenizer.all_special_ids or []) | {
-        i for i, t in renderer.tokenizer.added_tokens_decoder.items() if t.special
-    }
-    found: set[int] = set()
-    for probe in _MARK_PROBES:
-        try:
-            ids = renderer.render_ids(probe, add_generation_prompt=probe[-1]["role"] == "user")
-        except RenderError:
-            continue
-        found.update(next(([i] for i in ids[:MARK_WINDOW] if i in specials), []))
-    return frozenset(found)
 
 
 def _shape(ep: Episode) -> list[str]:
@@ -370,15 +238,6 @@ def _drift(ep: Episode, ctx: ReplayContext, traj: Trajectory, loop: list[int], r
         if dates is not None:
             found = drift(template, spans, loop, **kw, dates=dates)
     res.drift, res.drift_tokens = found.divergences, found.tokens
-
-
-def other_tokenizer(ctx: ReplayContext) -> str:
-    """Why an episode is refused: it reads as another tokenizer's (replayed, its ids would be another text)."""
-    return (
-        f"not checked: the episode does not read as {ctx.model or 'the model'}'s tokenizer: its ids open with none "
-        f"of the template's control tokens and none of its sampled turns ends with a stop token (written with "
-        "another model's tokenizer?)"
-    )
 
 
 def _counted(ep: Episode, ctx: ReplayContext) -> EpisodeResult:

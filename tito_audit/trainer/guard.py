@@ -365,7 +365,8 @@ def _check_item(
 
 def _with_renders(n: int, item: Mapping[str, Any], renderer: Any) -> GuardFailure | None:
     """Full replay of one item against the rebuilt buffer (renders; asked for with ``renderer=``)."""
-    from tito_audit.replay.analyze import ReplayContext, analyze
+    from tito_audit.replay.analyze import analyze
+    from tito_audit.replay.context import ReplayContext
     from tito_audit.replay.schema import episode_from_native
     from tito_audit.rollout.stop import stop_token_ids
 
