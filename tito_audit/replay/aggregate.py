@@ -67,7 +67,8 @@ class ReplayTotals:
     trained_not_sampled: int = 0
     sampled_not_trained: int = 0
     mask_flips: int = 0
-    by_class: Counter[str] = field(default_factory=Counter)
+    by_class: Counter[str] = field(default_factory=Counter)  # per class, the diverged turns holding it
+    multi_class_turns: int = 0  # diverged turns holding more than one class (counted in each)
     context_divergences: int = 0  # turns whose engine prompt did not hold the buffer so far
     shape_episodes: int = 0
     logprob_mass: float = 0.0
@@ -139,7 +140,8 @@ class ReplayTotals:
             self.diverged_episodes += 1
             self.diverged_turns += len(res.divergences)
             for d in res.divergences:
-                self.by_class[d.cls] += 1
+                self.by_class.update(d.classes)  # every class the turn holds: none hides another
+                self.multi_class_turns += len(d.classes) > 1
                 self.context_divergences += d.kind == "context"
                 self._keep("replay_divergence", kept(d.turn, d))
         self.trained_not_sampled += res.trained_not_sampled
@@ -162,7 +164,7 @@ class ReplayTotals:
                 self.whatif_diverged += 1
                 self.whatif_turns += len(res.whatif)
                 for d in res.whatif:
-                    self.whatif_by_class[d.cls] += 1
+                    self.whatif_by_class.update(d.classes)
                     self._keep("replay_naive_what_if", kept(d.turn, d))
             self.whatif_tokens += res.whatif_tokens
         if res.drift is not None:
@@ -172,7 +174,7 @@ class ReplayTotals:
                 self.drift_diverged += 1
                 self.drift_turns += len(res.drift)
                 for d in res.drift:
-                    self.drift_by_class[d.cls] += 1
+                    self.drift_by_class.update(d.classes)
                     self._keep("replay_context_drift", kept(d.turn, d))
         self.noncanonical_checked += res.noncanonical_checked
         self.noncanonical_turns += res.noncanonical_turns

@@ -37,6 +37,7 @@ from tito_audit.replay.context import MARK_WINDOW, ReplayContext, other_tokenize
 from tito_audit.replay.divergence import Divergence
 from tito_audit.replay.drift import date_positions, drift
 from tito_audit.replay.engine import engine_buffer, exact, has_engine_prompts, prompt_departures
+from tito_audit.replay.environment import environment_divergences
 from tito_audit.replay.id_diff import align
 from tito_audit.replay.schema import Episode
 from tito_audit.report.finding_class import ReasoningMarks
@@ -213,6 +214,26 @@ def _earliest(cmp: Comparison, found: Sequence[Divergence]) -> None:
     cmp.divergences = [first[k] for k in sorted(first)]
 
 
+def _environment(ep: Episode, ctx: ReplayContext, cmp: Comparison, renders: bool) -> None:
+    """Environment ids logged as sampled and trained (``tito_audit.replay.environment``): a divergence of the turn,
+    the earlier place per turn wins and the turn holds both classes; their ids count as trained never sampled where
+    the comparison had not counted them (no divergence of its own in that turn)."""
+    renderer = ctx.renderer_for(ep) if renders else None
+    found = environment_divergences(ep, renderer, ctx.control_ids, ctx.header_ids, ctx.stop_ids, ctx.decode)
+    by_turn = {d.turn: d for d in cmp.divergences}
+    for env in found:
+        cur = by_turn.get(env.turn)
+        if cur is None:
+            cmp.trained_not_sampled += env.tokens
+            by_turn[env.turn] = env
+        elif cur.index is not None and env.index is not None and env.index < cur.index:
+            env.classes += [c for c in cur.classes if c not in env.classes]
+            by_turn[env.turn] = env
+        elif "environment" not in cur.classes:
+            cur.classes.append("environment")
+    cmp.divergences = [by_turn[k] for k in sorted(by_turn)]
+
+
 def _unchecked(ep: Episode, res: EpisodeResult) -> str | None:
     """Why an episode whose comparison ran still proves nothing about the loop, or None."""
     if ep.turns_from_mask:
@@ -336,6 +357,7 @@ def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
     engine = has_engine_prompts(ep)
     traj, template_error = _rebuilt(ep, ctx, res, engine)
     cmp, loop = _compared(ep, ctx, res, traj, template_error, marks)
+    _environment(ep, ctx, cmp, renders=ep.messages is not None and (ctx.whatif or ctx.drift or not engine))
     _merge(res, cmp)
     res.unmasked = ep.loss_mask is None
     res.no_trainer = not ep.trainer_logged

@@ -44,6 +44,8 @@ class ReplayContext:
     date: dt.datetime | None = None  # the date renders see when a record does not say (--date)
     dated: bool = False  # the template's prompt shows the render date
     model: str = ""
+    control_ids: frozenset[int] = frozenset()  # the tokenizer's control tokens (special ids)
+    header_ids: frozenset[int] = frozenset()  # control ids the template opens a message with, never in a sampled turn
 
     @classmethod
     def from_model(
@@ -74,6 +76,8 @@ class ReplayContext:
             date=date,
             dated=date_positions(renderer, _MARK_PROBES[0], None) is not None,
             model=getattr(model, "name", ""),
+            control_ids=control_ids(tok),
+            header_ids=header_ids(renderer, stops),
         )
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -127,6 +131,26 @@ def beginning_ids(tokenizer: Any, renderer: Renderer) -> tuple[int, ...]:
     return tuple(dict.fromkeys(out))
 
 
+def control_ids(tokenizer: Any) -> frozenset[int]:
+    """The tokenizer's control tokens: its special ids and its added tokens marked special."""
+    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    return frozenset(tokenizer.all_special_ids or []) | {i for i, t in added.items() if t.special}
+
+
+def header_ids(renderer: Renderer, stop_ids: Sequence[int]) -> frozenset[int]:
+    """The control ids the template writes around a user message and never inside the assistant turn that follows
+    it (role headers such as ``<|im_start|>``), less the stop ids and BOS: what a policy does not sample in its turn
+    (``tito_audit.replay.environment``). From renders of the probe conversations, never from a model name."""
+    control = control_ids(renderer.tokenizer)
+    try:
+        head = renderer.render_ids(_MARK_PROBES[0], add_generation_prompt=True)
+        full = renderer.render_ids(_MARK_PROBES[1])
+    except RenderError:
+        return frozenset()
+    turn = full[len(head) :] if full[: len(head)] == head else full
+    return frozenset(i for i in head if i in control) - set(turn) - set(stop_ids) - {renderer.tokenizer.bos_token_id}
+
+
 MARK_WINDOW = 8  # a log's sequence opens with the template's first control token within this many ids
 
 
@@ -135,9 +159,7 @@ def template_marks(renderer: Renderer) -> frozenset[int]:
     probe conversations: a log written with this tokenizer and template has one among its first ``MARK_WINDOW``
     ids; one written with another tokenizer, whose ids mean other tokens, has none there. Only the opening is
     looked at: a special id of this vocabulary can be an ordinary token of another, anywhere in a sequence."""
-    specials = set(renderer.tokenizer.all_special_ids or []) | {
-        i for i, t in renderer.tokenizer.added_tokens_decoder.items() if t.special
-    }
+    specials = control_ids(renderer.tokenizer)
     found: set[int] = set()
     for probe in _MARK_PROBES:
         try:

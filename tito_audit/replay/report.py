@@ -26,11 +26,12 @@ def _finding(check: str, label: str, item: Divergence | str, texts: Any) -> Find
         # an episode not checked names itself in the message too: formats without a location column show it
         message = f"{label}: {item}" if check == "replay_incomplete" else item
         return Finding(check, label, kept_class(check, item), message)
+    also = f" (this turn also: {', '.join(item.folded)})" if item.folded else ""
     return Finding(
         check=check,
         scenario=label,
         cls=item.cls,
-        message=item.message,
+        message=item.message + also,
         index=item.index,
         context_start=item.context_start,
         expected=TokenSide(item.expected, texts(item.expected)) if texts else None,
@@ -156,9 +157,10 @@ def _divergence(t: ReplayTotals, texts: Any) -> CheckResult:
         else ""
     )
     ctx = f", {t.context_divergences} in the engine's prompts" if t.context_divergences else ""
+    several = f"; {t.multi_class_turns} turn(s) counted in each of their classes" if t.multi_class_turns else ""
     summary = (
         f"diverged: {_pct(t.diverged_episodes, t.checked_episodes)} episodes, {t.diverged_turns} of {t.turns} "
-        f"turns ({_classes(t.by_class)}){ctx}; trained never sampled {t.trained_not_sampled}, sampled not "
+        f"turns ({_classes(t.by_class)}{several}){ctx}; trained never sampled {t.trained_not_sampled}, sampled not "
         f"trained {t.sampled_not_trained}, mask flips {t.mask_flips}{lp}; against {_against(t)}"
     )
     data = {

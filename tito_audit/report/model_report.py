@@ -29,7 +29,10 @@ from tito_audit.sources.load import Provenance
 #      scenarios.stop_convention; adaptations named_call_ids, tools_described, tools_flat, tools_parameter_definitions
 #      scenarios.not_probed, scenarios.internal_errors; verdict_reasons not_probed:WHAT, error:CHECK:undecided,
 #      tito-required:suppressed:CHECK; check continuation; tool_call_serialization data drift_rate and friends
-SCHEMA_VERSION = "1.3"
+# 1.4: finding classes environment (replay: environment ids logged and trained as sampled) and logprob_alignment
+#      (replay --weights: the check replay_logprob_alignment, models[].replay.weights.alignment); replay totals
+#      by_class count a turn in every class it holds, multi_class_turns
+SCHEMA_VERSION = "1.4"
 
 
 @dataclass

@@ -26,7 +26,6 @@ not checked said once), or ``"return"`` (just the ``GuardResult``).
 from __future__ import annotations
 
 import logging
-from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -35,6 +34,7 @@ from tito_audit.replay.compare import against_sampled
 from tito_audit.replay.divergence import Divergence, classify, run_text, window
 from tito_audit.replay.id_diff import align
 from tito_audit.replay.schema import SampledTurn
+from tito_audit.rollout.tokens import find_run
 from tito_audit.trainer.batch_item import MASK_FIELDS, BatchItem, BatchItemError, native_record, read_item
 
 OnFail = Literal["raise", "log", "return"]
@@ -143,20 +143,6 @@ def _rows(batch: Any) -> list[Any]:
     return list(batch)
 
 
-def _find(ids: Sequence[int], run: Sequence[int], start: int) -> int | None:
-    """First position >= ``start`` where ``run`` sits in ``ids`` (a byte search, not a Python loop)."""
-    if not run:
-        return start if start <= len(ids) else None
-    try:
-        hay, needle = array("q", ids).tobytes(), array("q", run).tobytes()
-    except OverflowError:
-        return None
-    at = hay.find(needle, start * 8)
-    while at != -1 and at % 8:
-        at = hay.find(needle, at + 1)
-    return at // 8 if at != -1 else None
-
-
 def _context_divergence(
     k: int,
     turn: SampledTurn,
@@ -174,7 +160,7 @@ def _context_divergence(
         return None
     ref = prompt + turn.ids
     # where the turn was trained (if anywhere): the trained context is everything before it
-    at = _find(ids, turn.ids, 0)
+    at = find_run(ids, turn.ids, 0)
     got = ids[: at + len(turn.ids)] if at is not None else ids[: len(ref)]
     for tag, i1, i2, j1, j2 in align(ref, got):
         if tag == "equal":
