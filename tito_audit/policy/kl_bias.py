@@ -27,7 +27,15 @@ from tito_audit.policy.sampler_distribution import mask_padding, process_logits
 
 FIELDS = ("kl", "e_k1", "e_k2", "e_k3", "truncated_mass")
 
-__all__ = ["FIELDS", "K3_CLAMP", "LOG_RATIO_CLAMP", "blocked_ids", "estimator_expectations", "position_expectations"]
+__all__ = [
+    "FIELDS",
+    "K3_CLAMP",
+    "LOG_RATIO_CLAMP",
+    "blocked_ids",
+    "estimator_expectations",
+    "position_expectations",
+    "processed_logps",
+]
 
 
 def estimator_expectations(
@@ -107,3 +115,30 @@ def blocked_ids(settings: GenerationSettings, vmap: VocabMap, width: int, device
         blocked[rows(settings.allowed_token_ids)] = False
     blocked[rows(settings.banned_token_ids)] = True
     return blocked
+
+
+@torch.no_grad()
+def processed_logps(
+    logits: torch.Tensor,
+    tokens: Sequence[int],
+    settings: GenerationSettings,
+    steps: Sequence[int],
+    prompts: Sequence[int],
+    vmap: VocabMap,
+    stop_ids: Sequence[int],
+) -> torch.Tensor:
+    """Per position (float64, host): log q(token), q the sampler's processed distribution at that position (what an
+    engine logs in its processed-log-probs mode); -inf where q never draws the token. ``tokens``: model ids."""
+    suppress = torch.tensor([s < settings.min_new(p) for s, p in zip(steps, prompts, strict=True)])
+    stops = stop_model_ids(vmap, stop_ids)
+    never = [vmap.unk] if vmap.unk is not None else []
+    blocked = blocked_ids(settings, vmap, logits.shape[-1], logits.device)
+    y = torch.tensor(list(tokens), device=logits.device)
+    rows = max(1, SOFTMAX_CHUNK_ELEMENTS // 4 // max(1, logits.shape[-1]))
+    parts = []
+    for i in range(0, logits.shape[0], rows):
+        sl = slice(i, i + rows)
+        x = mask_padding(logits[sl].double(), vmap.valid)
+        q = torch.log_softmax(process_logits(x, settings, suppress[sl].to(x.device), stops, never, blocked), -1)
+        parts.append(q.gather(1, y[sl, None])[:, 0].cpu())
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)

@@ -15,7 +15,8 @@ in them:
 The rule, over the replay's checks (``tito_audit.replay.checks``), in order:
 
 1. ``unsafe``: ``replay_divergence`` or ``replay_shape`` failed (an active finding: the loop trains on tokens it
-   never sampled, drops sampled ones, or pairs weights with the wrong ids). A suppressed one reads
+   never sampled, drops sampled ones, or pairs weights with the wrong ids), or, under ``--weights``,
+   ``replay_logprob_alignment`` (its logger pairs each token with another token's log-prob). A suppressed one reads
    ``tito-required:suppressed:CHECK``: a suppression accepts a divergence, it does not make the loop exact.
 2. ``error``: ``replay_divergence`` compared nothing (no episode could be checked), unless 1. holds.
 3. ``tito-required``: anything named: episodes not checked (``replay_incomplete``), records not read
@@ -24,8 +25,8 @@ The rule, over the replay's checks (``tito_audit.replay.checks``), in order:
    (``replay_noncanonical``: re-tokenization would change them), the what-if not run on every episode.
 4. ``safe``: none of these: the loop is exact on every episode, and so would naive re-tokenization be.
 
-The ``--weights`` checks (``replay_numeric_drift``, ``replay_gradient``, ``replay_kl_estimators``) are warnings
-that never change the verdict.
+The other ``--weights`` checks (``replay_numeric_drift``, ``replay_gradient``, ``replay_kl_estimators``) are
+warnings that never change the verdict.
 """
 
 from __future__ import annotations
@@ -42,7 +43,10 @@ LOOP_VERDICTS = {
     "error": "nothing in the log could be checked",
 }
 
-PROVING = ("replay_divergence", "replay_shape")  # a finding of these proves the loop wrong
+# a finding of these proves the loop wrong: it trains on other tokens, or pairs them with other tokens' log-probs
+# the unsafe verdict's words when a misaligned log-prob array is all that proves it
+MISALIGNED = "the loop pairs its sampled tokens with log-probs that are not theirs: fix its logger"
+PROVING = ("replay_divergence", "replay_shape", "replay_logprob_alignment")
 NO_LOSS_MASK = "error:replay_divergence:no_loss_mask"
 TURNS_ONLY = "error:replay_divergence:turns_only"
 MALFORMED = "error:replay_records:malformed"

@@ -13,6 +13,7 @@ from tito_audit.report.loop_verdict import (
     INCOMPLETE,
     LOOP_VERDICTS,
     MALFORMED,
+    MISALIGNED,
     NAIVE_NOTHING,
     NAIVE_PROVEN,
     NO_LOSS_MASK,
@@ -33,6 +34,9 @@ class ReplayModelReport(ModelReport):
     def verdict_explanation(self) -> str:
         base = LOOP_VERDICTS[self.verdict]
         reasons = self.verdict_reasons
+        unsafe = [r for r in reasons if r.startswith("unsafe:")]
+        if unsafe == ["unsafe:replay_logprob_alignment"]:
+            base = MISALIGNED
         if self.verdict == "tito-required":
             base = f"{self._loop(reasons)}; {self._naive(reasons)}"
         unchecked = [self._unchecked(r) for r in reasons if r in UNCHECKED]
