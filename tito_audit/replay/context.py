@@ -139,8 +139,9 @@ def control_ids(tokenizer: Any) -> frozenset[int]:
 
 def header_ids(renderer: Renderer, stop_ids: Sequence[int]) -> frozenset[int]:
     """The control ids the template writes around a user message and never inside the assistant turn that follows
-    it (role headers such as ``<|im_start|>``), less the stop ids and BOS: what a policy does not sample in its turn
-    (``tito_audit.replay.environment``). From renders of the probe conversations, never from a model name."""
+    it (role headers such as ``<|im_start|>``, a BOS), less the stop ids: what a policy does not sample in its turn
+    (``tito_audit.replay.environment``). From renders of the probe conversations, never from a model name (SmolLM2's
+    BOS is its role header ``<|im_start|>``)."""
     control = control_ids(renderer.tokenizer)
     try:
         head = renderer.render_ids(_MARK_PROBES[0], add_generation_prompt=True)
@@ -148,7 +149,7 @@ def header_ids(renderer: Renderer, stop_ids: Sequence[int]) -> frozenset[int]:
     except RenderError:
         return frozenset()
     turn = full[len(head) :] if full[: len(head)] == head else full
-    return frozenset(i for i in head if i in control) - set(turn) - set(stop_ids) - {renderer.tokenizer.bos_token_id}
+    return frozenset(i for i in head if i in control) - set(turn) - set(stop_ids)
 
 
 MARK_WINDOW = 8  # a log's sequence opens with the template's first control token within this many ids
