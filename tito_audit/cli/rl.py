@@ -361,7 +361,7 @@ def rl(
             task = bar.add_task("RL steps", total=steps)
             result = run_rl(
                 cfg,
-                log=lambda m: bar.console.print(m),
+                log=(lambda m: print(m, file=sys.stderr)) if json_out else bar.console.print,  # --json: JSON alone
                 progress=lambda done, total: bar.update(task, completed=done),
             )
     except AuditError as exc:
