@@ -14,9 +14,9 @@ trainer's log p of token i of a turn is compared with the turn's logged array un
 Each hypothesis's mean |Delta log p| is compared with the logged alignment's on the same positions. A hypothesis
 *explains the mismatch far better* (``explains``) when its mean is at most ``1 / FAR`` of the logged one and
 lower by at least the numeric-drift threshold, over at least ``MIN_POSITIONS`` positions. ``FAR`` comes from
-measurement on real logs (``scripts/real_policy_figures.py``, ``benchmarks/results/real-policy.json``): on logs
-sampled from SmolLM2-135M-Instruct, the right alignment's mean |Delta| is 1e-5 (a float32 engine) to 0.04 (a
-bfloat16 engine), every wrong one's 1.5 to 3.5, a separation of 37 times or more in both directions; 10 sits
+measurement on real logs (``scripts/real_policy_figures.py``, ``benchmarks/results/real-policy/alignment.json``):
+on logs sampled from SmolLM2-135M-Instruct by four engines, the right alignment's mean |Delta| is 8e-6 (a float32
+engine) to 0.042 (a bfloat16 engine), every wrong one's 1.3 to 3.6, a separation of 34 times or more; 10 sits
 between with room on each side, and the absolute margin keeps two noise-level means from ever naming a bug.
 
 A shift or the reversal that explains the mismatch is a logging bug (``replay_logprob_alignment`` fails: the
