@@ -114,6 +114,23 @@ def test_shifted_log_probs_are_named_misaligned_not_numeric(tmp_path, real, engi
     assert "not numeric drift" in drift["summary"]
 
 
+def test_a_logger_shifted_in_one_episode_only_is_named_with_that_episode(tmp_path, real):
+    """One episode of four logged one position late (one code path of the logger): the log-wide means fit neither
+    alignment (the shifted episode's error dilutes into the others), so only the episode on its own shows it."""
+    rows = logged(real, "float32", "correct")
+    rows[2] = log_episode(real["episodes"]["float32"][2], "logprobs_shifted", "float32-2", shift=1)
+    code, m = replay(tmp_path, real, rows, "--weights", real["folder"], "--no-gradient")
+    aligned = checks(m)["replay_logprob_alignment"]
+    assert code == 1 and m["verdict"] == "unsafe" and aligned["status"] == "fail"
+    assert "one position late" in aligned["findings"][0]["message"]
+    assert (
+        aligned["findings"][0]["scenario"].startswith("1 of 4 episode(s)")
+        and "line 3" in aligned["findings"][0]["scenario"]
+    )
+    whole = m["replay"]["weights"]["alignment"]["hypotheses"]["shift +1"]
+    assert whole["mean_abs_dlogp"] * 10 > whole["logged_mean_abs_dlogp"]  # the log-wide rule alone would not see it
+
+
 def test_environment_tokens_logged_as_sampled_are_unsafe_without_weights(tmp_path, real):
     rows = logged(real, "float32", "environment_as_sampled")
     code, m = replay(tmp_path, real, rows)

@@ -19,6 +19,10 @@ on logs sampled from SmolLM2-135M-Instruct by four engines, the right alignment'
 engine) to 0.042 (a bfloat16 engine), every wrong one's 1.3 to 3.6, a separation of 34 times or more; 10 sits
 between with room on each side, and the absolute margin keeps two noise-level means from ever naming a bug.
 
+The rule is applied to the whole log, then to each episode with at least ``MIN_POSITIONS`` positions on its own: a
+logger wrong in some episodes only (one code path, one worker) is diluted in the log-wide means, where neither the
+logged alignment nor any shift fits, and would read as numeric drift.
+
 A shift or the reversal that explains the mismatch is a logging bug (``replay_logprob_alignment`` fails: the
 trainer's importance ratios pair each token with another token's log-prob); the processed distribution is the
 engine's documented option (vLLM's ``logprobs_mode``), named, not a bug.
@@ -63,6 +67,11 @@ class Hypothesis:
         self.sum_abs += abs(delta)
         self.logged_sum_abs += abs(logged_delta)
 
+    def merge(self, other: Hypothesis) -> None:
+        self.positions += other.positions
+        self.sum_abs += other.sum_abs
+        self.logged_sum_abs += other.logged_sum_abs
+
     @property
     def mean(self) -> float | None:
         return self.sum_abs / self.positions if self.positions else None
@@ -79,17 +88,47 @@ class Hypothesis:
         return mean * FAR <= logged and logged - mean >= threshold
 
 
+def _fresh() -> dict[str, Hypothesis]:
+    return {h: Hypothesis() for h in HYPOTHESES}
+
+
 @dataclass
 class AlignmentTotals:
-    """The logged alignment and every hypothesis, over the numeric positions of every episode attributed."""
+    """The logged alignment and every hypothesis, over the numeric positions of every episode attributed; and, per
+    episode, the logging bugs that explain that episode's mismatch far better on their own (a logger that is wrong
+    in some episodes only, one code path or one worker, is diluted in the log-wide means: ``episode_bugs``)."""
 
     positions: int = 0
     logged_sum_abs: float = 0.0
-    hypotheses: dict[str, Hypothesis] = field(default_factory=lambda: {h: Hypothesis() for h in HYPOTHESES})
+    hypotheses: dict[str, Hypothesis] = field(default_factory=_fresh)
+    tested_episodes: int = 0  # episodes with at least MIN_POSITIONS positions
+    # bug -> [(episode label, that episode's hypothesis)] where it passes the ratio test (the threshold is applied
+    # when read: ``episode_bugs``)
+    candidates: dict[str, list[tuple[str, Hypothesis]]] = field(default_factory=dict)
 
     def add(self, pair: Pair, logp: Mapping[int, float], processed: Mapping[int, float] | None = None) -> None:
         """The numeric positions of ``pair`` (``logp``: the trainer's log p; ``processed``: its log q under the
         sampler, when known and not pure)."""
+        mine = _fresh()
+        before = self.positions
+        self._add(pair, logp, processed, mine)
+        for name, h in mine.items():
+            self.hypotheses[name].merge(h)
+        if self.positions - before < MIN_POSITIONS:
+            return
+        self.tested_episodes += 1
+        label = f"line {pair.line} ({pair.id})"
+        for name, h in mine.items():
+            if name in BUGS and h.explains(0.0):
+                self.candidates.setdefault(name, []).append((label, h))
+
+    def _add(
+        self,
+        pair: Pair,
+        logp: Mapping[int, float],
+        processed: Mapping[int, float] | None,
+        hypotheses: dict[str, Hypothesis],
+    ) -> None:
         t, tm = pair.trained_ids, pair.trained_mask
         for seq, start, lps in pair.sampled:
             if lps is None:
@@ -105,20 +144,45 @@ class AlignmentTotals:
                 self.logged_sum_abs += abs(logged)
                 for s in SHIFTS:
                     if 0 <= i - s < n:
-                        self.hypotheses[f"shift {s:+d}"].add(logp[j] - lps[i - s], logged)
+                        hypotheses[f"shift {s:+d}"].add(logp[j] - lps[i - s], logged)
                 if n > 1:
-                    self.hypotheses["reversed"].add(logp[j] - lps[n - 1 - i], logged)
+                    hypotheses["reversed"].add(logp[j] - lps[n - 1 - i], logged)
                 if processed is not None and j in processed:
-                    self.hypotheses["processed"].add(processed[j] - lps[i], logged)
+                    hypotheses["processed"].add(processed[j] - lps[i], logged)
 
     @property
     def logged_mean(self) -> float | None:
         return self.logged_sum_abs / self.positions if self.positions else None
 
     def bug(self, threshold: float) -> str | None:
-        """The logging bug that explains the mismatch far better than the logged alignment (the best such), or None."""
+        """The logging bug that explains the mismatch far better than the logged alignment: over the whole log (the
+        best such), else in the most episodes on their own; or None."""
         found = [(h.mean, name) for name, h in self.hypotheses.items() if name in BUGS and h.explains(threshold)]
-        return min(found)[1] if found else None
+        if found:
+            return min(found)[1]
+        per = self.episode_bugs(threshold)
+        return max(per, key=lambda name: len(per[name][0])) if per else None
+
+    def episode_bugs(self, threshold: float) -> dict[str, tuple[list[str], Hypothesis]]:
+        """Per logging bug: the episodes whose own mismatch it explains far better (labels, in log order) and its
+        evidence summed over them."""
+        out: dict[str, tuple[list[str], Hypothesis]] = {}
+        for name, found in self.candidates.items():
+            kept = [(label, h) for label, h in found if h.explains(threshold)]
+            if kept:
+                total = Hypothesis()
+                for _, h in kept:
+                    total.merge(h)
+                out[name] = ([label for label, _ in kept], total)
+        return out
+
+    def evidence(self, bug: str, threshold: float) -> tuple[Hypothesis, list[str] | None]:
+        """``bug``'s evidence: log-wide (episodes None) when it explains the whole log, else over its episodes."""
+        h = self.hypotheses[bug]
+        if h.explains(threshold):
+            return h, None
+        episodes, total = self.episode_bugs(threshold)[bug]
+        return total, episodes
 
     def processed_explains(self, threshold: float) -> bool:
         return self.hypotheses["processed"].explains(threshold)
@@ -131,6 +195,7 @@ class AlignmentTotals:
                 name: {"positions": h.positions, "mean_abs_dlogp": h.mean, "logged_mean_abs_dlogp": h.logged_mean}
                 for name, h in self.hypotheses.items()
             },
+            "tested_episodes": self.tested_episodes,
             "far": FAR,
             "min_positions": MIN_POSITIONS,
         }

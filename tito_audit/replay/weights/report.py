@@ -183,7 +183,11 @@ def _means(al: AlignmentTotals) -> str:
 def logprob_alignment(t: WeightsTotals, threshold: float, setup: Setup | None = None) -> CheckResult:
     """Which positions the logged log-probs belong to (``alignment``): fails on a logging bug, with the evidence."""
     al = t.alignment
-    data = al.to_dict() | {"threshold": threshold}
+    per = al.episode_bugs(threshold)
+    data = al.to_dict() | {
+        "threshold": threshold,
+        "episode_bugs": {b: {"episodes": len(e), "first": e[0], "mean_abs_dlogp": h.mean} for b, (e, h) in per.items()},
+    }
     if al.positions < MIN_POSITIONS:
         why = (
             f"{al.positions} sampled position(s) with an engine log-prob in their sampled context, fewer than "
@@ -197,16 +201,21 @@ def logprob_alignment(t: WeightsTotals, threshold: float, setup: Setup | None = 
     )
     findings: list[Finding] = []
     if bug is not None:
-        h = al.hypotheses[bug]
-        summary = f"{BUGS[bug]}; " + summary
+        h, episodes = al.evidence(bug, threshold)
+        where = (
+            "all episodes"
+            if episodes is None
+            else f"{len(episodes)} of {al.tested_episodes} episode(s) tested one by one, first {episodes[0]}"
+        )
+        summary = f"{BUGS[bug]} ({where}); " + summary
         findings.append(
             Finding(
                 "replay_logprob_alignment",
-                "all episodes",
+                where,
                 "logprob_alignment",
                 f"{BUGS[bug]}: realigned so, the mean |Δ log p| against the policy's own log-probs is {_g(h.mean)} "
-                f"instead of {_g(h.logged_mean)} as logged ({h.positions} position(s)); the trainer pairs each token "
-                f"with another token's log-prob. Every hypothesis: {_means(al)}",
+                f"instead of {_g(h.logged_mean)} as logged ({h.positions} position(s) of {where}); the trainer pairs "
+                f"each token with another token's log-prob. Every hypothesis over the whole log: {_means(al)}",
                 affected_trainable=h.positions,
             )
         )
