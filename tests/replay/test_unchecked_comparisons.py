@@ -297,7 +297,7 @@ def test_a_forced_adapter_that_does_not_fit_is_a_malformed_record(qwen, tmp_path
 def test_turns_only_replay_does_not_call_the_loop_exact(qwen, tmp_path):
     """Without prompt_ids and messages only the sampled turns are looked for: a loop that drops the tool result
     between two turns trains every sampled id where it was sampled, and replay says the context was not checked."""
-    from tito_audit.replay.compare import mask_runs
+    from tito_audit.policy.view import mask_runs
 
     model, ctx, plays = qwen
     rows = []

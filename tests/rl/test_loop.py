@@ -161,8 +161,9 @@ def test_warmup_sampling_save_and_reload_weights(tmp_path):
         ],
     )
     assert r2.exit_code == 1, r2.output
-    # stderr (a weights-loading progress bar) is mixed into the runner's output: take the JSON object.
-    summary = json.loads(r2.output[r2.output.index('{"setup"') :].splitlines()[0])
+    # --json: stdout is the JSON object alone, the withheld-diagnostics note on stderr (it came first on stdout)
+    summary = json.loads(r2.stdout)
+    assert "probability diagnostics withheld" in r2.stderr
     assert summary["setup"]["policy"].startswith("weights")
     # The reloaded 15-step policy samples (pure) and is judged by the same gates.
     assert summary["setup"]["sampling"]["pure"] and not summary["setup"]["quality_gates"]["passed"]

@@ -1,8 +1,8 @@
 """``tito-audit rl MODEL``: a short GRPO-style loop comparing the buffered and the re-tokenized gradient.
 
 Exit codes: 0 identical, 1 corrupted, 2 operational error (bad option, model not found, the rl extra missing),
-3 undetermined, not applicable to tool turns, or a ``--control`` run (``rl/verdict.py``). Options are checked before
-torch or the model is loaded.
+3 undetermined, not applicable to tool turns, or a ``--control`` run (``report/rl_verdict.py``). Options are
+checked before torch or the model is loaded.
 """
 
 # ruff: noqa: RUF009  (the options dataclass's defaults are typer declarations: see RLOptions)
@@ -61,7 +61,7 @@ def _print_summary(result: Any) -> None:
 
 def _facts_scope(setup: dict[str, Any]) -> str:
     """Which scenarios the facts line covers: all the template renders (whatever --scenario plays), or the sampled."""
-    from tito_audit.rl.verdict import kwargs_line
+    from tito_audit.report.rl_verdict import kwargs_line
 
     if "sampled_token_facts" in setup:
         return "the sampled episodes"
@@ -419,7 +419,7 @@ def rl(o: RLOptions, given: frozenset[str]) -> None:
             task = bar.add_task("RL steps", total=o.steps)
             result = run_rl(
                 cfg,
-                log=lambda m: bar.console.print(m),
+                log=(lambda m: print(m, file=sys.stderr)) if o.json_out else bar.console.print,  # --json: JSON alone
                 progress=lambda done, total: bar.update(task, completed=done),
             )
     except AuditError as exc:

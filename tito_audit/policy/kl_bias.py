@@ -19,13 +19,23 @@ from collections.abc import Sequence
 
 import torch
 
+from tito_audit.policy.clamps import K3_CLAMP, LOG_RATIO_CLAMP
 from tito_audit.policy.generation import GenerationSettings
+from tito_audit.policy.gradients import SOFTMAX_CHUNK_ELEMENTS
+from tito_audit.policy.model import VocabMap, stop_model_ids
 from tito_audit.policy.sampler_distribution import mask_padding, process_logits
 
 FIELDS = ("kl", "e_k1", "e_k2", "e_k3", "truncated_mass")
 
-LOG_RATIO_CLAMP = 20.0  # verl clamps log-ratios to +-20
-K3_CLAMP = 10.0  # and k3 to [-10, 10]; unclamped k3 overflowed to ~1e29 on a peaky output layer
+__all__ = [
+    "FIELDS",
+    "K3_CLAMP",
+    "LOG_RATIO_CLAMP",
+    "blocked_ids",
+    "estimator_expectations",
+    "position_expectations",
+    "processed_logps",
+]
 
 
 def estimator_expectations(
@@ -57,3 +67,78 @@ def estimator_expectations(
     out["e_k3"] = (q * (log_r.exp().sub_(1).sub_(log_r)).clamp_(-K3_CLAMP, K3_CLAMP)).sum(-1)
     out["truncated_mass"] = torch.where(support, 0.0, pi).sum(-1)
     return out
+
+
+@torch.no_grad()
+def position_expectations(
+    logits: torch.Tensor,
+    logits_ref: torch.Tensor | None,
+    settings: GenerationSettings,
+    steps: Sequence[int],
+    prompts: Sequence[int],
+    vmap: VocabMap,
+    stop_ids: Sequence[int],
+) -> dict[str, torch.Tensor]:
+    """Per position (float64, host): ``kl_bias.FIELDS``. ``steps[i]``: ids of its turn before it; ``prompts[i]``:
+    the length of what the turn continued (for ``min_length``). Without a reference only the truncated mass means
+    anything (the others are computed against the policy itself: 0)."""
+    suppress = torch.tensor([s < settings.min_new(p) for s, p in zip(steps, prompts, strict=True)])
+    stops = stop_model_ids(vmap, stop_ids)
+    never = [vmap.unk] if vmap.unk is not None else []
+    blocked = blocked_ids(settings, vmap, logits.shape[-1], logits.device)
+    rows = max(1, SOFTMAX_CHUNK_ELEMENTS // 4 // max(1, logits.shape[-1]))
+    parts: dict[str, list[torch.Tensor]] = {k: [] for k in FIELDS}
+    for i in range(0, logits.shape[0], rows):
+        sl = slice(i, i + rows)
+        lg = logits[sl]
+        lr = logits_ref[sl].to(lg.device) if logits_ref is not None else lg
+        found = estimator_expectations(lg, lr, settings, suppress[sl].to(lg.device), stops, never, vmap.valid, blocked)
+        for k in FIELDS:
+            parts[k].append(found[k].cpu())
+    return {k: torch.cat(v) if v else torch.zeros(0, dtype=torch.float64) for k, v in parts.items()}
+
+
+def blocked_ids(settings: GenerationSettings, vmap: VocabMap, width: int, device: torch.device) -> torch.Tensor | None:
+    """[width] bool, True at the model ids the settings forbid (outside ``allowed_token_ids``, single-token bad
+    words); None when they forbid nothing. A forbidden id the compacted vocabulary lacks was never drawable."""
+    if settings.allowed_token_ids is None and not settings.banned_token_ids:
+        return None
+    size = vmap.valid if vmap.valid is not None else width
+
+    def rows(ids: Sequence[int]) -> list[int]:
+        known = [i for i in ids if 0 <= i < size] if vmap.model_to_tok is None else list(ids)
+        return [m for m in vmap.to_model(known) if m != vmap.unk and 0 <= m < width]
+
+    blocked = torch.zeros(width, dtype=torch.bool, device=device)
+    if settings.allowed_token_ids is not None:
+        blocked[:] = True
+        blocked[rows(settings.allowed_token_ids)] = False
+    blocked[rows(settings.banned_token_ids)] = True
+    return blocked
+
+
+@torch.no_grad()
+def processed_logps(
+    logits: torch.Tensor,
+    tokens: Sequence[int],
+    settings: GenerationSettings,
+    steps: Sequence[int],
+    prompts: Sequence[int],
+    vmap: VocabMap,
+    stop_ids: Sequence[int],
+) -> torch.Tensor:
+    """Per position (float64, host): log q(token), q the sampler's processed distribution at that position (what an
+    engine logs in its processed-log-probs mode); -inf where q never draws the token. ``tokens``: model ids."""
+    suppress = torch.tensor([s < settings.min_new(p) for s, p in zip(steps, prompts, strict=True)])
+    stops = stop_model_ids(vmap, stop_ids)
+    never = [vmap.unk] if vmap.unk is not None else []
+    blocked = blocked_ids(settings, vmap, logits.shape[-1], logits.device)
+    y = torch.tensor(list(tokens), device=logits.device)
+    rows = max(1, SOFTMAX_CHUNK_ELEMENTS // 4 // max(1, logits.shape[-1]))
+    parts = []
+    for i in range(0, logits.shape[0], rows):
+        sl = slice(i, i + rows)
+        x = mask_padding(logits[sl].double(), vmap.valid)
+        q = torch.log_softmax(process_logits(x, settings, suppress[sl].to(x.device), stops, never, blocked), -1)
+        parts.append(q.gather(1, y[sl, None])[:, 0].cpu())
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)

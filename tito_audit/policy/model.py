@@ -75,6 +75,14 @@ class VocabMap:
         return self.model_to_tok is None or int(tok_id) in self._tok_to_model()
 
 
+def stop_model_ids(vmap: VocabMap, stop_ids: Sequence[int]) -> list[int]:
+    """The model ids of the tokenizer's stop ids (a compacted vocabulary keeps only those it has rows for)."""
+    stops = set(stop_ids)
+    if vmap.is_full:
+        return [int(t) for t in stops if int(t) < vmap.size]
+    return [i for i, t in enumerate(vmap.model_to_tok or []) if t in stops]
+
+
 ARCHS = ("qwen2", "llama")
 
 

@@ -7,7 +7,9 @@ One concept per module: ``schema`` (the native record), ``reader`` (bounded stre
 ``mapping`` (``--map``), ``log_formats/`` (native, vLLM, SkyRL: one module each) and ``adapters`` (detecting a
 record's format), ``compare`` and ``divergence`` (token-level comparison and classes), ``engine`` (the engine's
 prompts as the reference), ``drift`` (the loop's context against the template's), ``columns`` (the engine check on
-Arrow buffers), ``analyze`` (one episode), ``aggregate`` (totals, verdict and the report), ``run`` (whole logs, with
+Arrow buffers), ``context`` (what replay needs from the model), ``analyze`` (one episode), ``aggregate`` (the
+streamed totals), ``report`` (the checks and the report; the verdict's rule is ``tito_audit.report.loop_verdict``),
+``run`` (whole logs, with
 workers), ``distributed`` (Parquet shards on Ray), ``record`` (writing native records from a ``Trajectory``),
 ``weights/`` (``--weights``: what the log's divergences do to the policy's log-probs and gradient). What runs
 inside a trainer (the run-time guard, ``LogWriter``) is ``tito_audit.trainer``.
@@ -27,9 +29,9 @@ _EXPORTS = {
     "detect": "tito_audit.replay.adapters",
     "to_episodes": "tito_audit.replay.adapters",
     "ReplayTotals": "tito_audit.replay.aggregate",
-    "build_report": "tito_audit.replay.aggregate",
+    "build_report": "tito_audit.replay.report",
     "EpisodeResult": "tito_audit.replay.analyze",
-    "ReplayContext": "tito_audit.replay.analyze",
+    "ReplayContext": "tito_audit.replay.context",
     "analyze": "tito_audit.replay.analyze",
     "FieldMap": "tito_audit.replay.mapping",
     "MapError": "tito_audit.replay.mapping",
@@ -47,11 +49,13 @@ _EXPORTS = {
 
 if TYPE_CHECKING:
     from tito_audit.replay.adapters import ADAPTERS, detect, to_episodes
-    from tito_audit.replay.aggregate import ReplayTotals, build_report
-    from tito_audit.replay.analyze import EpisodeResult, ReplayContext, analyze
+    from tito_audit.replay.aggregate import ReplayTotals
+    from tito_audit.replay.analyze import EpisodeResult, analyze
+    from tito_audit.replay.context import ReplayContext
     from tito_audit.replay.mapping import FieldMap, MapError
     from tito_audit.replay.reader import LogError, iter_records
     from tito_audit.replay.record import record_from_trajectory
+    from tito_audit.replay.report import build_report
     from tito_audit.replay.run import TokenizerMismatch, replay_batch, replay_log
     from tito_audit.replay.schema import Episode, RecordError, SampledTurn, episode_from_native
 

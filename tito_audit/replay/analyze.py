@@ -26,29 +26,24 @@ ids are also decoded and re-encoded: a turn whose ids come back different was sa
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from tito_audit.errors import RenderError
-from tito_audit.rendering.guard import REPLAY_LIMITS
+from tito_audit.policy.view import mask_runs
 from tito_audit.rendering.renderer import Renderer
-from tito_audit.replay.compare import Comparison, against_reference, against_sampled, mask_runs
+from tito_audit.replay.compare import Comparison, against_reference, against_sampled
+from tito_audit.replay.context import MARK_WINDOW, ReplayContext, other_tokenizer
 from tito_audit.replay.divergence import Divergence
 from tito_audit.replay.drift import date_positions, drift
 from tito_audit.replay.engine import engine_buffer, exact, has_engine_prompts, prompt_departures
+from tito_audit.replay.environment import environment_divergences
 from tito_audit.replay.id_diff import align
-from tito_audit.replay.schema import Episode, RecordError
+from tito_audit.replay.schema import Episode
+from tito_audit.report.finding_class import ReasoningMarks
 from tito_audit.rollout.bridge import AppendRefused, BridgeError
 from tito_audit.rollout.buffer import Trajectory
-from tito_audit.rollout.stop import stop_token_ids
 from tito_audit.scenarios.reasoning import reasoning_marks
-
-_MARK_PROBES: tuple[list[dict[str, Any]], ...] = (
-    [{"role": "user", "content": "Hi"}],
-    [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}],
-)
 
 
 @dataclass
@@ -88,130 +83,6 @@ class EpisodeResult:
     @property
     def diverged(self) -> bool:
         return bool(self.divergences or self.shape)
-
-
-@dataclass
-class ReplayContext:
-    """Everything the analysis needs from the model, built once per process.
-
-    ``whatif``, ``drift`` and ``noncanonical`` switch the per-episode work beyond the TITO check: with all three
-    off, an episode with engine prompts costs a few slice comparisons (no render, no tokenizer call)."""
-
-    renderer: Renderer
-    stop_ids: list[int]
-    special_ids: list[int]
-    bos_id: int | None
-    whatif: bool = True
-    drift: bool = True
-    noncanonical: bool = True
-    bos_ids: tuple[int, ...] = ()  # every id that begins a sequence: the tokenizer's own and the template's
-    vocab_size: int | None = None  # ids at or above it are outside the tokenizer
-    marks: frozenset[int] = frozenset()  # control ids the template opens a conversation with
-    date: dt.datetime | None = None  # the date renders see when a record does not say (--date)
-    dated: bool = False  # the template's prompt shows the render date
-    model: str = ""
-
-    @classmethod
-    def from_model(
-        cls,
-        model: Any,
-        whatif: bool = True,
-        *,
-        drift: bool = True,
-        noncanonical: bool = True,
-        date: dt.datetime | None = None,
-    ) -> ReplayContext:
-        renderer = Renderer(model.tokenizer, model.chat_template, limits=REPLAY_LIMITS)
-        if date is not None:
-            renderer = renderer.with_date(date)
-        stops = list(stop_token_ids(model.tokenizer, renderer, getattr(model, "generation_eos_ids", None) or ()))
-        tok = model.tokenizer
-        return cls(
-            renderer,
-            stops,
-            sorted(set(tok.all_special_ids or [])),
-            tok.bos_token_id,
-            whatif,
-            drift,
-            noncanonical,
-            bos_ids=beginning_ids(tok, renderer),
-            vocab_size=len(tok),
-            marks=template_marks(renderer),
-            date=date,
-            dated=date_positions(renderer, _MARK_PROBES[0], None) is not None,
-            model=getattr(model, "name", ""),
-        )
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self.renderer.decode(list(ids), skip_special_tokens=False)
-
-    def compare_kwargs(self) -> dict[str, Any]:
-        return dict(
-            decode=self.decode,
-            stop_ids=self.stop_ids,
-            special_ids=self.special_ids,
-            bos_id=self.bos_id,
-            bos_ids=self.bos_ids,
-        )
-
-    def renderer_for(self, ep: Episode) -> Renderer:
-        """The renderer the engine used for this episode: its template kwargs and date, when the record has them."""
-        r = self.renderer.with_kwargs(**ep.template_kwargs) if ep.template_kwargs else self.renderer
-        return r.with_date(ep.date) if ep.date is not None else r
-
-    def check_ids(self, ep: Episode) -> None:
-        """``RecordError`` for an id this tokenizer does not have (the log was written with another one)."""
-        if self.vocab_size is None:
-            return
-        for where, ids in (("input_ids", ep.input_ids), *((f"turns[{k}].ids", t.ids) for k, t in enumerate(ep.turns))):
-            if ids and max(ids) >= self.vocab_size:
-                raise RecordError(
-                    f"{where} holds id {max(ids)}, outside {self.model or 'the model'}'s tokenizer "
-                    f"({self.vocab_size} ids): was the log written with another tokenizer?"
-                )
-
-
-def beginning_ids(tokenizer: Any, renderer: Renderer) -> tuple[int, ...]:
-    """The ids a sequence begins with: what the tokenizer itself adds in front of a text, its ``bos_token``, and
-    the first id of the template's rendering when that is the ``bos_token`` it printed."""
-    out: list[int] = []
-    plain = renderer.encode("x")
-    added = renderer.encode("x", add_special_tokens=True)
-    if len(added) > len(plain) and added[len(added) - len(plain) :] == plain:
-        out.extend(added[: len(added) - len(plain)])
-    if tokenizer.bos_token_id is not None:
-        out.append(int(tokenizer.bos_token_id))
-    bos_text = tokenizer.bos_token
-    if isinstance(bos_text, str) and bos_text:
-        try:
-            text = renderer.render(_MARK_PROBES[0], add_generation_prompt=True)
-        except RenderError:
-            text = ""
-        if text.startswith(bos_text):
-            first = renderer.encode(text)[:1]
-            out.extend(first)
-    return tuple(dict.fromkeys(out))
-
-
-MARK_WINDOW = 8  # a log's sequence opens with the template's first control token within this many ids
-
-
-def template_marks(renderer: Renderer) -> frozenset[int]:
-    """The special ids the template opens a conversation with (its BOS or first role marker), from renders of
-    probe conversations: a log written with this tokenizer and template has one among its first ``MARK_WINDOW``
-    ids; one written with another tokenizer, whose ids mean other tokens, has none there. Only the opening is
-    looked at: a special id of this vocabulary can be an ordinary token of another, anywhere in a sequence."""
-    specials = set(renderer.tokenizer.all_special_ids or []) | {
-        i for i, t in renderer.tokenizer.added_tokens_decoder.items() if t.special
-    }
-    found: set[int] = set()
-    for probe in _MARK_PROBES:
-        try:
-            ids = renderer.render_ids(probe, add_generation_prompt=probe[-1]["role"] == "user")
-        except RenderError:
-            continue
-        found.update(next(([i] for i in ids[:MARK_WINDOW] if i in specials), []))
-    return frozenset(found)
 
 
 def _shape(ep: Episode) -> list[str]:
@@ -343,6 +214,26 @@ def _earliest(cmp: Comparison, found: Sequence[Divergence]) -> None:
     cmp.divergences = [first[k] for k in sorted(first)]
 
 
+def _environment(ep: Episode, ctx: ReplayContext, cmp: Comparison, renders: bool) -> None:
+    """Environment ids logged as sampled and trained (``tito_audit.replay.environment``): a divergence of the turn,
+    the earlier place per turn wins and the turn holds both classes; their ids count as trained never sampled where
+    the comparison had not counted them (no divergence of its own in that turn)."""
+    renderer = ctx.renderer_for(ep) if renders else None
+    found = environment_divergences(ep, renderer, ctx.control_ids, ctx.header_ids, ctx.stop_ids, ctx.decode)
+    by_turn = {d.turn: d for d in cmp.divergences}
+    for env in found:
+        cur = by_turn.get(env.turn)
+        if cur is None:
+            cmp.trained_not_sampled += env.tokens
+            by_turn[env.turn] = env
+        elif cur.index is not None and env.index is not None and env.index < cur.index:
+            env.classes += [c for c in cur.classes if c not in env.classes]
+            by_turn[env.turn] = env
+        elif "environment" not in cur.classes:
+            cur.classes.append("environment")
+    cmp.divergences = [by_turn[k] for k in sorted(by_turn)]
+
+
 def _unchecked(ep: Episode, res: EpisodeResult) -> str | None:
     """Why an episode whose comparison ran still proves nothing about the loop, or None."""
     if ep.turns_from_mask:
@@ -370,67 +261,103 @@ def _drift(ep: Episode, ctx: ReplayContext, traj: Trajectory, loop: list[int], r
     res.drift, res.drift_tokens = found.divergences, found.tokens
 
 
-def other_tokenizer(ctx: ReplayContext) -> str:
-    """Why an episode is refused: it reads as another tokenizer's (replayed, its ids would be another text)."""
-    return (
-        f"not checked: the episode does not read as {ctx.model or 'the model'}'s tokenizer: its ids open with none "
-        f"of the template's control tokens and none of its sampled turns ends with a stop token (written with "
-        "another model's tokenizer?)"
-    )
-
-
-def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
-    """Replay one episode; never raises for what is in the log (problems become the result)."""
+def _counted(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
+    """The episode's counts and shape notes, before any comparison."""
     res = EpisodeResult(ep.line, ep.id, ep.source, len(ep.turns), sum(len(t.ids) for t in ep.turns), file=ep.file)
     res.trained_tokens = sum(ep.loss_mask) if ep.loss_mask is not None else 0
     res.shape = _shape(ep)
     stops = set(ctx.stop_ids)
     res.stop_turns = sum(1 for t in ep.turns if t.ids and t.ids[-1] in stops)
     res.marks = not ctx.marks or not ctx.marks.isdisjoint(ep.input_ids[:MARK_WINDOW])
-    if not res.marks and not res.stop_turns and any(t.ids for t in ep.turns):  # another tokenizer's episode
-        res.error = other_tokenizer(ctx)
-        return res
+    return res
+
+
+def _rebuilt(ep: Episode, ctx: ReplayContext, res: EpisodeResult, engine: bool) -> tuple[Trajectory | None, str | None]:
+    """The template's buffer, when the episode has messages and something needs it (the reference without engine
+    prompts, the what-if, the drift); else None, with why the template could not build it."""
+    if ep.messages is None or not ep.turns or (engine and not ctx.whatif and not ctx.drift):
+        return None, None
+    try:
+        traj, res.notes = rebuild_buffer(ep, ctx)
+    except (RenderError, AppendRefused, ValueError) as exc:
+        return None, f"the template does not render this episode ({type(exc).__name__}: {exc})"
+    return traj, None
+
+
+def _compared(
+    ep: Episode,
+    ctx: ReplayContext,
+    res: EpisodeResult,
+    traj: Trajectory | None,
+    template_error: str | None,
+    marks: ReasoningMarks,
+) -> tuple[Comparison, list[int] | None]:
+    """The TITO check against the best reference the log allows (the engine's prompts, the rebuilt buffer, or the
+    sampled turns alone); also the loop's own buffer when the engine's prompts built it (for the drift)."""
     kw = ctx.compare_kwargs()
-    marks = reasoning_marks(ctx.renderer.chat_template, ep.messages)  # tells reasoning from content
-    engine = has_engine_prompts(ep)
-    traj: Trajectory | None = None
-    template_error: str | None = None
-    if ep.messages is not None and ep.turns and (not engine or ctx.whatif or ctx.drift):
-        try:
-            traj, res.notes = rebuild_buffer(ep, ctx)
-        except (RenderError, AppendRefused, ValueError) as exc:
-            template_error = f"the template does not render this episode ({type(exc).__name__}: {exc})"
-    loop: list[int] | None = None
-    if engine:
+    if has_engine_prompts(ep):
         res.reference = "engine"
-        cmp, loop = _against_engine(ep, ctx)
-    elif traj is not None:
+        return _against_engine(ep, ctx)
+    if traj is not None:
         res.reference = "buffer"
+        spans = traj.sampled_spans()
         cmp = against_reference(
-            traj.input_ids,
-            traj.loss_mask,
-            traj.logprobs,
-            traj.sampled_spans(),
-            ep.input_ids,
-            ep.loss_mask,
-            **kw,
-            reasoning=marks,
+            traj.input_ids, traj.loss_mask, traj.logprobs, spans, ep.input_ids, ep.loss_mask, **kw, reasoning=marks
         )
     else:
         if template_error is not None:  # no reference to check the context against: not checked, and said so
             res.error = f"reference buffer not rebuilt: {template_error}"
-        cmp = against_sampled(
-            [t.ids for t in ep.turns],
-            [t.logprobs for t in ep.turns],
-            ep.input_ids,
-            ep.loss_mask,
-            **kw,
-            reasoning=marks,
-        )
-    if not engine and any(t.prompt_ids is not None for t in ep.turns):
+        turns, lps = [t.ids for t in ep.turns], [t.logprobs for t in ep.turns]
+        cmp = against_sampled(turns, lps, ep.input_ids, ep.loss_mask, **kw, reasoning=marks)
+    if any(t.prompt_ids is not None for t in ep.turns):
         # some turns carry the engine's prompt: each is checked against the trained sequence (the context the turn
         # is trained in), the earlier place per turn wins
         _earliest(cmp, prompt_departures(ep, **kw))
+    return cmp, None
+
+
+def _noncanonical_turns(ep: Episode, ctx: ReplayContext, res: EpisodeResult, traj: Trajectory | None) -> None:
+    """Each sampled turn re-encoded after the id that preceded it where the engine or the buffer says what it was."""
+    if has_engine_prompts(ep):
+        before: list[int | None] = [t.prompt_ids[-1] if t.prompt_ids else None for t in ep.turns]
+    else:
+        spans, ref = (traj.sampled_spans(), traj.input_ids) if traj is not None else (_located(ep), ep.input_ids)
+        before = [ref[a - 1] if a > 0 else None for a, _ in spans]
+    res.noncanonical_turns, res.noncanonical_tokens = noncanonical(ep, ctx, before)
+    res.noncanonical_checked = True
+
+
+def _what_if(
+    ep: Episode, ctx: ReplayContext, res: EpisodeResult, traj: Trajectory | None, marks: ReasoningMarks
+) -> None:
+    """Naive re-tokenization of the parsed conversation against the template's buffer."""
+    if traj is None:
+        res.whatif_failed = True
+        return
+    try:
+        naive = naive_ids(ep, ctx, traj)
+    except RenderError as exc:
+        res.whatif_failed = True
+        res.notes.append(f"what-if: the template does not re-render this conversation ({exc.kind}: {exc.message})")
+        return
+    spans = traj.sampled_spans()
+    kw = ctx.compare_kwargs()
+    what = against_reference(traj.input_ids, traj.loss_mask, traj.logprobs, spans, naive, None, **kw, reasoning=marks)
+    res.whatif = what.divergences
+    res.whatif_tokens = what.sampled_not_trained
+
+
+def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
+    """Replay one episode; never raises for what is in the log (problems become the result)."""
+    res = _counted(ep, ctx)
+    if not res.marks and not res.stop_turns and any(t.ids for t in ep.turns):  # another tokenizer's episode
+        res.error = other_tokenizer(ctx)
+        return res
+    marks = reasoning_marks(ctx.renderer.chat_template, ep.messages)  # tells reasoning from content
+    engine = has_engine_prompts(ep)
+    traj, template_error = _rebuilt(ep, ctx, res, engine)
+    cmp, loop = _compared(ep, ctx, res, traj, template_error, marks)
+    _environment(ep, ctx, cmp, renders=ep.messages is not None and (ctx.whatif or ctx.drift or not engine))
     _merge(res, cmp)
     res.unmasked = ep.loss_mask is None
     res.no_trainer = not ep.trainer_logged
@@ -441,35 +368,7 @@ def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
     if engine and traj is not None and ctx.drift and loop is not None:
         _drift(ep, ctx, traj, loop, res)
     if ctx.noncanonical:
-        if engine:
-            before: list[int | None] = [t.prompt_ids[-1] if t.prompt_ids else None for t in ep.turns]
-        else:
-            spans, ref = (traj.sampled_spans(), traj.input_ids) if traj is not None else (_located(ep), ep.input_ids)
-            before = [ref[a - 1] if a > 0 else None for a, _ in spans]
-        res.noncanonical_turns, res.noncanonical_tokens = noncanonical(ep, ctx, before)
-        res.noncanonical_checked = True
+        _noncanonical_turns(ep, ctx, res, traj)
     if ctx.whatif and ep.messages is not None and ep.turns:
-        if traj is None:
-            res.whatif_failed = True
-        else:
-            try:
-                naive = naive_ids(ep, ctx, traj)
-            except RenderError as exc:
-                res.whatif_failed = True
-                res.notes.append(
-                    f"what-if: the template does not re-render this conversation ({exc.kind}: {exc.message})"
-                )
-            else:
-                what = against_reference(
-                    traj.input_ids,
-                    traj.loss_mask,
-                    traj.logprobs,
-                    traj.sampled_spans(),
-                    naive,
-                    None,
-                    **kw,
-                    reasoning=marks,
-                )
-                res.whatif = what.divergences
-                res.whatif_tokens = what.sampled_not_trained
+        _what_if(ep, ctx, res, traj, marks)
     return res

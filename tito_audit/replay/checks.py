@@ -103,6 +103,20 @@ CHECKS: tuple[ReplayCheck, ...] = (
         "engine's and the trainer's precision and kernels. TITO: keep a token buffer (replay_divergence says where).",
     ),
     ReplayCheck(
+        "replay_logprob_alignment",
+        "Log-prob alignment",
+        "error",
+        "Which positions the logged log-probs belong to, tested against the policy's own (--weights) at every "
+        "sampled token trained in the very context it was sampled in: the logged alignment against each hypothesis "
+        "of a logger's mistake (the array shifted by one or two positions either way, reversed within a turn) and "
+        "against the sampler's processed distribution. When a mistake explains the mismatch far better than the "
+        "logged alignment (its mean |delta log p| at most a tenth, and lower by the numeric-drift threshold), the "
+        "trainer pairs each token with another token's log-prob: its importance ratios and KL terms are wrong. "
+        "The evidence is each hypothesis's mean |delta log p|.",
+        "Fix the logger so that logprobs[k] is the engine's log-prob of ids[k] (the sampled token at k), then log "
+        "again; the mean |delta log p| of the right alignment is the numeric drift that remains.",
+    ),
+    ReplayCheck(
         "replay_gradient",
         "Gradient effect on your weights",
         "warning",

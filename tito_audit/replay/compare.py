@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tito_audit.policy.view import mask_runs
 from tito_audit.replay.divergence import Divergence, classify, run_text, window
 from tito_audit.replay.id_diff import align
 from tito_audit.report.align import IdMatcher
@@ -37,23 +38,6 @@ class Comparison:
     @property
     def ok(self) -> bool:
         return not self.divergences
-
-
-def mask_runs(mask: Sequence[int]) -> list[tuple[int, int]]:
-    """``(start, end)`` of every run of 1s; bytes.find keeps it O(runs) in Python."""
-    try:
-        b = bytes(mask)
-    except (ValueError, TypeError):
-        b = bytes(1 if m else 0 for m in mask)
-    runs = []
-    pos = b.find(1)
-    while pos != -1:
-        end = b.find(0, pos)
-        if end == -1:
-            end = len(b)
-        runs.append((pos, end))
-        pos = b.find(1, end)
-    return runs
 
 
 class _Turns:
@@ -97,79 +81,156 @@ def against_reference(
 ) -> Comparison:
     """``got`` (and its mask) against a rebuilt buffer ``ref`` whose sampled runs are ``spans``. ``bos_ids``: every
     id that begins a sequence (the tokenizer's and the template's), so that a doubled one is named whatever
-    ``bos_id`` says. ``reasoning``: what reasoning looks like in this episode (its classes tell it from content)."""
-    out = Comparison()
-    turns = _Turns(spans)
-    first: dict[int, Divergence] = {}
-    n_got_mask = len(got_mask) if got_mask is not None else 0
-    ref_mask_l, got_mask_l = list(ref_mask), list(got_mask) if got_mask is not None else []
+    ``bos_id`` says. ``reasoning``: what reasoning looks like in this episode (its classes tell it from content).
 
-    def gmask(j: int) -> int:
-        return got_mask[j] if got_mask is not None and j < n_got_mask else 0
-
-    def affected(i: int) -> None:
-        lp = ref_logprobs[i] if ref_logprobs is not None and i < len(ref_logprobs) else None
-        if lp is not None:
-            out.logprob_mass += lp
-            out.logprob_tokens += 1
-
-    def note(turn: int, d: Divergence, sampled: int) -> None:
-        cur = first.get(turn)
-        if cur is None:
-            first[turn] = d
-            cur = d
-        cur.tokens += sampled
-
+    Per turn the first divergence is kept, with every class the turn's differing runs hold (``Divergence.classes``):
+    a turn re-encoded and cut at its stop token counts as both, so that no class hides another."""
+    walk = _Walk(ref, ref_mask, ref_logprobs, spans, got, got_mask,
+                 _Classes(decode, stop_ids, special_ids, bos_id, bos_ids, reasoning))  # fmt: skip
     for tag, i1, i2, j1, j2 in align(ref, got):
         if tag == "equal":
-            run_mask = got_mask_l[j1:j2]
-            if got_mask is None or ref_mask_l[i1:i2] == run_mask + [0] * (j2 - j1 - len(run_mask)):
-                continue
-            for off in range(i2 - i1):
-                rm, gm = ref_mask[i1 + off], gmask(j1 + off)
-                if rm == gm:
-                    continue
-                out.mask_flips += 1
-                if rm:
-                    out.sampled_not_trained += 1
-                    affected(i1 + off)
-                else:
-                    out.trained_not_sampled += 1
-                turn = turns.of(i1 + off)
-                if turn not in first:
-                    cls = classify([ref[i1 + off]], [], texts=None, stop_ids=stop_ids, mask_only=True)
-                    _back, exp, act, start = window(ref, got, i1 + off, j1 + off)
-                    what = "sampled id not trained" if rm else "trained id that was never sampled"
-                    tok = decode([ref[i1 + off]]) if decode else str(ref[i1 + off])
-                    first[turn] = Divergence(
-                        turn, j1 + off, cls, "mask", f"{what}: {tok!r} has loss_mask {gm}", i1 + off, exp, act, start
-                    )
-                first[turn].tokens += rm
-            continue
-        sampled = sum(ref_mask[i1:i2])
-        out.sampled_not_trained += sampled
-        for i in range(i1, i2):
-            if ref_mask[i]:
-                affected(i)
-        out.trained_not_sampled += sum(gmask(j) for j in range(j1, j2)) if got_mask is not None else 0
-        turn = turns.of(i1)
-        if turn in first:
-            first[turn].tokens += sampled
-            continue
+            walk.equal_run(i1, i2, j1, j2)
+        else:
+            walk.differing_run(i1, i2, j1, j2)
+    walk.out.divergences = [walk.first[k] for k in sorted(walk.first)]
+    return walk.out
+
+
+@dataclass
+class _Classes:
+    """How the runs of a comparison are named: the audit's rule (``classify``) on the ids and their texts."""
+
+    decode: Callable[[Sequence[int]], str] | None
+    stop_ids: Sequence[int]
+    special_ids: Sequence[int]
+    bos_id: int | None
+    bos_ids: Collection[int]
+    reasoning: ReasoningMarks | None
+
+    def texts(
+        self, ref: Sequence[int], i1: int, i2: int, got: Sequence[int], j1: int, j2: int
+    ) -> tuple[str, str] | None:
+        return (run_text(self.decode, ref, i1, i2), run_text(self.decode, got, j1, j2)) if self.decode else None
+
+    def of_run(self, ref: Sequence[int], i1: int, i2: int, got: Sequence[int], j1: int, j2: int) -> list[str]:
+        """The class of ``ref[i1:i2]`` against ``got[j1:j2]``, then the class of what remains once the stop ids at
+        the run's edges are set apart (a turn re-encoded whose stop token was also cut is ``stop_seam`` and
+        ``non_canonical``), when something differs there."""
         r_ids, g_ids = list(ref[i1:i2]), list(got[j1:j2])
-        texts = (run_text(decode, ref, i1, i2), run_text(decode, got, j1, j2)) if decode else None
-        bos = bos_of(r_ids, g_ids, bos_id, bos_ids)
-        cls = classify(
-            r_ids, g_ids, texts=texts, stop_ids=stop_ids, special_ids=special_ids, bos_id=bos, reasoning=reasoning
-        )
-        r_text = run_text(decode, ref, i1, min(i2, i1 + 24)) if decode else None
-        g_text = run_text(decode, got, j1, min(j2, j1 + 24)) if decode else None
-        _back, exp, act, start = window(ref, got, i1, j1)
-        note(
-            turn, Divergence(turn, j1, cls, "ids", _describe("ids", cls, r_text, g_text), i1, exp, act, start), sampled
-        )
-    out.divergences = [first[k] for k in sorted(first)]
-    return out
+        bos = bos_of(r_ids, g_ids, self.bos_id, self.bos_ids)
+        cls = classify(r_ids, g_ids, texts=self.texts(ref, i1, i2, got, j1, j2), stop_ids=self.stop_ids,
+                       special_ids=self.special_ids, bos_id=bos, reasoning=self.reasoning)  # fmt: skip
+        if cls != "stop_seam":
+            return [cls]
+        a1, a2 = _inside_stops(ref, i1, i2, self.stop_ids)
+        b1, b2 = _inside_stops(got, j1, j2, self.stop_ids)
+        if (a1, a2, b1, b2) == (i1, i2, j1, j2) or list(ref[a1:a2]) == list(got[b1:b2]) or not (a2 > a1 and b2 > b1):
+            return [cls]
+        rest = classify(list(ref[a1:a2]), list(got[b1:b2]), texts=self.texts(ref, a1, a2, got, b1, b2),
+                        stop_ids=self.stop_ids, special_ids=self.special_ids, bos_id=self.bos_id,
+                        reasoning=self.reasoning)  # fmt: skip
+        return [cls] if rest == cls else [cls, rest]
+
+
+def _inside_stops(seq: Sequence[int], i1: int, i2: int, stop_ids: Collection[int]) -> tuple[int, int]:
+    """``seq[i1:i2]`` without the stop ids at its two edges."""
+    stops = set(stop_ids)
+    while i1 < i2 and seq[i1] in stops:
+        i1 += 1
+    while i2 > i1 and seq[i2 - 1] in stops:
+        i2 -= 1
+    return i1, i2
+
+
+class _Walk:
+    """One pass over the alignment of ``got`` with ``ref``: the counts, and per turn the first divergence with every
+    class its runs hold."""
+
+    def __init__(
+        self,
+        ref: Sequence[int],
+        ref_mask: Sequence[int],
+        ref_logprobs: Sequence[float | None] | None,
+        spans: Sequence[tuple[int, int]],
+        got: Sequence[int],
+        got_mask: Sequence[int] | None,
+        classes: _Classes,
+    ) -> None:
+        self.ref, self.ref_mask, self.ref_logprobs, self.got, self.got_mask = ref, ref_mask, ref_logprobs, got, got_mask
+        self.ref_mask_l = list(ref_mask)
+        self.got_mask_l = list(got_mask) if got_mask is not None else []
+        self.turns = _Turns(spans)
+        self.classes = classes
+        self.out = Comparison()
+        self.first: dict[int, Divergence] = {}
+
+    def gmask(self, j: int) -> int:
+        return self.got_mask_l[j] if j < len(self.got_mask_l) else 0
+
+    def affected(self, i: int) -> None:
+        lp = self.ref_logprobs[i] if self.ref_logprobs is not None and i < len(self.ref_logprobs) else None
+        if lp is not None:
+            self.out.logprob_mass += lp
+            self.out.logprob_tokens += 1
+
+    def note(self, turn: int, classes: list[str], make: Callable[[str], Divergence]) -> Divergence:
+        """The turn's first divergence (made with the first class when the turn has none yet), holding ``classes``."""
+        cur = self.first.get(turn)
+        if cur is None:
+            cur = self.first[turn] = make(classes[0])
+        for c in classes:
+            if c not in cur.classes:
+                cur.classes.append(c)
+        return cur
+
+    def equal_run(self, i1: int, i2: int, j1: int, j2: int) -> None:
+        """Equal ids: only their loss mask can differ (a mask flip)."""
+        run_mask = self.got_mask_l[j1:j2]
+        if self.got_mask is None or self.ref_mask_l[i1:i2] == run_mask + [0] * (j2 - j1 - len(run_mask)):
+            return
+        ref, got = self.ref, self.got
+        for off in range(i2 - i1):
+            i, j = i1 + off, j1 + off
+            rm, gm = self.ref_mask[i], self.gmask(j)
+            if rm == gm:
+                continue
+            self.out.mask_flips += 1
+            if rm:
+                self.out.sampled_not_trained += 1
+                self.affected(i)
+            else:
+                self.out.trained_not_sampled += 1
+            cls = classify([ref[i]], [], texts=None, stop_ids=self.classes.stop_ids, mask_only=True)
+
+            def make(c: str, i: int = i, j: int = j, rm: int = rm, gm: int = gm) -> Divergence:
+                _back, exp, act, start = window(ref, got, i, j)
+                what = "sampled id not trained" if rm else "trained id that was never sampled"
+                decode = self.classes.decode
+                tok = decode([ref[i]]) if decode else str(ref[i])
+                return Divergence(
+                    self.turns.of(i), j, c, "mask", f"{what}: {tok!r} has loss_mask {gm}", i, exp, act, start
+                )
+
+            self.note(self.turns.of(i), [cls], make).tokens += rm
+
+    def differing_run(self, i1: int, i2: int, j1: int, j2: int) -> None:
+        """Ids inserted, dropped or replaced: every sampled id of the reference run is not trained as sampled."""
+        sampled = sum(self.ref_mask[i1:i2])
+        self.out.sampled_not_trained += sampled
+        for i in range(i1, i2):
+            if self.ref_mask[i]:
+                self.affected(i)
+        self.out.trained_not_sampled += sum(self.gmask(j) for j in range(j1, j2)) if self.got_mask is not None else 0
+        ref, got, decode = self.ref, self.got, self.classes.decode
+        turn = self.turns.of(i1)
+
+        def make(cls: str) -> Divergence:
+            r_text = run_text(decode, ref, i1, min(i2, i1 + 24)) if decode else None
+            g_text = run_text(decode, got, j1, min(j2, j1 + 24)) if decode else None
+            _back, exp, act, start = window(ref, got, i1, j1)
+            return Divergence(turn, j1, cls, "ids", _describe("ids", cls, r_text, g_text), i1, exp, act, start)
+
+        self.note(turn, self.classes.of_run(ref, i1, i2, got, j1, j2), make).tokens += sampled
 
 
 def against_sampled(

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from tito_audit.report.finding_class import pick_class, run_text
 from tito_audit.report.findings import FINDING_CLASSES
 
-Kind = Literal["ids", "mask", "shape", "missing", "context", "drift", "logprobs"]
+Kind = Literal["ids", "mask", "shape", "missing", "context", "drift", "logprobs", "environment"]
 classify = pick_class  # the audit's rule (``tito_audit.report.finding_class``): one rule names every divergence
 __all__ = ["Divergence", "classify", "run_text", "window"]
 
@@ -37,9 +37,18 @@ class Divergence:
     context_start: int | None = None  # position of expected[0] / actual[0] (both sides aligned there)
     tokens: int = 0  # sampled tokens affected in this turn
     logprob_mass: float | None = None  # sum of the engine's log-probs over those tokens, when the log has them
+    # every class the turn's differing runs hold, ``cls`` first: a turn counts in each (no class hides another)
+    classes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        assert self.cls in FINDING_CLASSES, self.cls
+        if self.cls not in self.classes:
+            self.classes.insert(0, self.cls)
+        assert all(c in FINDING_CLASSES for c in self.classes), self.classes
+
+    @property
+    def folded(self) -> list[str]:
+        """The turn's classes other than ``cls`` (the finding is named by ``cls``; these are counted too)."""
+        return [c for c in self.classes if c != self.cls]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
-from tito_audit.replay.compare import bos_of, mask_runs
+from tito_audit.policy.view import mask_runs
+from tito_audit.replay.compare import bos_of
 from tito_audit.replay.divergence import Divergence, classify, run_text, window
 from tito_audit.replay.id_diff import Opcode, align
 from tito_audit.replay.schema import Episode
@@ -46,7 +47,7 @@ def sampled_runs(ep: Episode) -> list[tuple[int, int]]:
 def exact(ep: Episode, trained_runs: Callable[[Sequence[int]], list[tuple[int, int]]]) -> bool:
     """True when the loop is exact on this episode: every prompt extends the previous prompt + its samples, the
     trained sequence starts with the last prompt + its samples, and the mask is 1 on exactly the sampled ids.
-    ``trained_runs``: the runs of 1s of a mask (``compare.mask_runs``)."""
+    ``trained_runs``: the runs of 1s of a mask (``policy.view.mask_runs``)."""
     prev_p: list[int] | None = None
     prev_ids: list[int] = []
     for t in ep.turns:

@@ -26,6 +26,8 @@ FINDING_CLASSES = (
     "template",
     "numeric",  # replay --weights: engine and trainer log-probs differ on the same token in the same context
     "sampler",  # replay --weights: a sampler that is not pure biases the KL estimators
+    "environment",  # replay: ids the environment wrote (a tool result) logged and trained as sampled
+    "logprob_alignment",  # replay --weights: logged log-probs that belong to other positions than their tokens
 )
 
 

@@ -1,4 +1,5 @@
-"""From check results to one word per model, and the short reasons behind it: the only place the rule lives.
+"""From check results to one word per model, and the short reasons behind it: the only place the audit's rule lives
+(``replay``'s and ``rl``'s, which judge a loop and a gradient, are ``loop_verdict`` and ``rl_verdict`` beside it).
 
 ``decide`` reads each check's role from its result (``verdict_role``, declared on the check's spec with
 ``@check(verdict=...)``), never a check id, and the results as they are after suppressions:

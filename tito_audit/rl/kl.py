@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from tito_audit.policy.kl_bias import K3_CLAMP, LOG_RATIO_CLAMP
+from tito_audit.policy.clamps import K3_CLAMP, LOG_RATIO_CLAMP
 from tito_audit.rl.stats import CONFIDENCE, clustered_mean, student_t_quantile, upper_bound
 
 NONPURE_EXPLANATION = (

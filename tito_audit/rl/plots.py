@@ -15,22 +15,21 @@ def _batch_axis(ax: Any, steps: list[dict[str, Any]]) -> None:
     ax.set_xlabel("batch")
 
 
-def write_plots(result: RLResult, out: Path) -> list[Path]:
-    import matplotlib
+class _Saver:
+    """Lays out, writes and closes each figure into ``out``, keeping the list of files written."""
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    def __init__(self, plt: Any, out: Path) -> None:
+        self.plt, self.out = plt, out
+        self.files: list[Path] = []
 
-    files: list[Path] = []
-    steps = result.steps
-    title = result.config["model"]
-
-    def save(fig: Any, name: str) -> None:
+    def __call__(self, fig: Any, name: str) -> None:
         fig.tight_layout()
-        files.append(out / name)
-        fig.savefig(files[-1], dpi=100)
-        plt.close(fig)
+        self.files.append(self.out / name)
+        fig.savefig(self.files[-1], dpi=100)
+        self.plt.close(fig)
 
+
+def _token_facts(plt: Any, save: _Saver, result: RLResult, title: str) -> None:
     facts = result.setup.get("sampled_token_facts") or result.setup["token_facts"]
     rows = facts["by_scenario"]
     names = list(rows)
@@ -50,6 +49,9 @@ def write_plots(result: RLResult, out: Path) -> list[Path]:
     ax.legend(fontsize=7)
     save(fig, "token_facts.png")
 
+
+def _gradient(plt: Any, save: _Saver, result: RLResult, title: str) -> None:
+    steps = result.steps
     fig, ax = plt.subplots(figsize=(6, 3.5))
     errs = [s["gradient"]["rel_error"] for s in steps]
     tol = result.summary.get("identical_tolerance", 0.0)
@@ -70,7 +72,9 @@ def write_plots(result: RLResult, out: Path) -> list[Path]:
     ax.legend(fontsize=7)
     save(fig, "gradient.png")
 
-    vals = [v for s in steps for v in s.get("dlogp_values", [])]
+
+def _dlogp(plt: Any, save: _Saver, result: RLResult, title: str) -> None:
+    vals = [v for s in result.steps for v in s.get("dlogp_values", [])]
     fig, ax = plt.subplots(figsize=(6, 3.5))
     if vals:
         ax.hist(vals, bins=50)
@@ -80,49 +84,73 @@ def write_plots(result: RLResult, out: Path) -> list[Path]:
     ax.set_title(f"{title}: log-prob mismatch")
     save(fig, "dlogp_hist.png")
 
-    if steps and all("kl" in s for s in steps):
-        fig, ax = plt.subplots(figsize=(7, 3.5))
-        bars = [("k1", "k1 token mean"), ("k3", "k3 token mean"), ("exact", "exact KL")]
-        width = 0.8 / (len(bars) + 1)
-        for i, (k, label) in enumerate(bars):
-            ax.bar(
-                [s["step"] - 0.4 + (i + 0.5) * width for s in steps],
-                [s["kl"][f"{k}_mean"] for s in steps],
-                width,
-                yerr=[(s["kl"]["t_quantile"] or 0.0) * s["kl"][f"{k}_se"] for s in steps],
-                label=f"{label} (± t SE)",
-            )
+
+def _kl(plt: Any, save: _Saver, result: RLResult, title: str) -> None:
+    steps = result.steps
+    if not steps or not all("kl" in s for s in steps):
+        return
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    bars = [("k1", "k1 token mean"), ("k3", "k3 token mean"), ("exact", "exact KL")]
+    width = 0.8 / (len(bars) + 1)
+    for i, (k, label) in enumerate(bars):
         ax.bar(
-            [s["step"] - 0.4 + (len(bars) + 0.5) * width for s in steps],
-            [s["kl"].get("bias", {}).get("expected_k3", 0.0) for s in steps],
+            [s["step"] - 0.4 + (i + 0.5) * width for s in steps],
+            [s["kl"][f"{k}_mean"] for s in steps],
             width,
-            label="E_q[k3] under the sampler (exact)",
+            yerr=[(s["kl"]["t_quantile"] or 0.0) * s["kl"][f"{k}_se"] for s in steps],
+            label=f"{label} (± t SE)",
         )
-        ax.axhline(0, color="grey", lw=0.5)
-        if all(s["kl"]["exact_mean"] == 0.0 for s in steps):
-            ax.text(
-                0.5,
-                0.5,
-                "exact KL 0 in every batch: the reference is the policy (give --ref)",
-                transform=ax.transAxes,
-                ha="center",
-                fontsize=8,
-            )
-        _batch_axis(ax, steps)
-        ax.set_title(f"{title}: KL to reference")
-        ax.legend(fontsize=7)
-        save(fig, "kl.png")
-    if steps and all("positive" in s.get("low_prob", {}) for s in steps):
-        fig, axes = plt.subplots(len(steps), 2, figsize=(9, 2.6 * len(steps) + 0.6), squeeze=False, sharey=True)
-        for row, s in zip(axes, steps, strict=True):
-            for ax, sign, label in ((row[0], "positive", "A > 0"), (row[1], "negative", "A < 0")):
-                qs = s["low_prob"][sign]["quartiles"]
-                ax.bar(range(len(qs)), [q["mean_grad_norm"] for q in qs], 0.6)
-                if not qs:
-                    ax.text(0.5, 0.5, f"no token with {label}", transform=ax.transAxes, ha="center", fontsize=8)
-                ax.set_xticks(range(len(qs)), [f"p {q['p_min']:.3g}-{q['p_max']:.3g}" for q in qs], fontsize=7)
-                ax.set_title(f"batch {s['step']}, {label}: quartiles of p", fontsize=9)
-            row[0].set_ylabel("mean ||e_y - pi||")
-        fig.suptitle(f"{title}: per-token logit gradient by p quartile (real p ranges)", fontsize=10)
-        save(fig, "quartiles.png")
-    return files
+    ax.bar(
+        [s["step"] - 0.4 + (len(bars) + 0.5) * width for s in steps],
+        [s["kl"].get("bias", {}).get("expected_k3", 0.0) for s in steps],
+        width,
+        label="E_q[k3] under the sampler (exact)",
+    )
+    ax.axhline(0, color="grey", lw=0.5)
+    if all(s["kl"]["exact_mean"] == 0.0 for s in steps):
+        ax.text(
+            0.5,
+            0.5,
+            "exact KL 0 in every batch: the reference is the policy (give --ref)",
+            transform=ax.transAxes,
+            ha="center",
+            fontsize=8,
+        )
+    _batch_axis(ax, steps)
+    ax.set_title(f"{title}: KL to reference")
+    ax.legend(fontsize=7)
+    save(fig, "kl.png")
+
+
+def _quartiles(plt: Any, save: _Saver, result: RLResult, title: str) -> None:
+    steps = result.steps
+    if not steps or not all("positive" in s.get("low_prob", {}) for s in steps):
+        return
+    fig, axes = plt.subplots(len(steps), 2, figsize=(9, 2.6 * len(steps) + 0.6), squeeze=False, sharey=True)
+    for row, s in zip(axes, steps, strict=True):
+        for ax, sign, label in ((row[0], "positive", "A > 0"), (row[1], "negative", "A < 0")):
+            qs = s["low_prob"][sign]["quartiles"]
+            ax.bar(range(len(qs)), [q["mean_grad_norm"] for q in qs], 0.6)
+            if not qs:
+                ax.text(0.5, 0.5, f"no token with {label}", transform=ax.transAxes, ha="center", fontsize=8)
+            ax.set_xticks(range(len(qs)), [f"p {q['p_min']:.3g}-{q['p_max']:.3g}" for q in qs], fontsize=7)
+            ax.set_title(f"batch {s['step']}, {label}: quartiles of p", fontsize=9)
+        row[0].set_ylabel("mean ||e_y - pi||")
+    fig.suptitle(f"{title}: per-token logit gradient by p quartile (real p ranges)", fontsize=10)
+    save(fig, "quartiles.png")
+
+
+PLOTS = (_token_facts, _gradient, _dlogp, _kl, _quartiles)
+
+
+def write_plots(result: RLResult, out: Path) -> list[Path]:
+    """Every plot the run's figures allow, in ``out``; the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    save = _Saver(plt, out)
+    for plot in PLOTS:
+        plot(plt, save, result, result.config["model"])
+    return list(save.files)

@@ -16,11 +16,10 @@ import torch
 
 from tito_audit.policy.generation import GenerationSettings
 from tito_audit.policy.gradients import SOFTMAX_CHUNK_ELEMENTS, position_logits, trained_positions
-from tito_audit.policy.kl_bias import estimator_expectations
+from tito_audit.policy.kl_bias import position_expectations
 from tito_audit.policy.model import VocabMap
 from tito_audit.policy.sampler_distribution import mask_padding
-from tito_audit.policy.view import View
-from tito_audit.rl.sampling import stop_model_ids
+from tito_audit.policy.view import View, turn_offsets
 
 
 @dataclass
@@ -43,16 +42,6 @@ class PositionStats:
         return (1.0 - 2.0 * self.p + self.sum_p2).clamp_min(0.0).sqrt()
 
 
-def _turn_offsets(view: View, positions: Sequence[int]) -> tuple[list[int], list[int]]:
-    """For each position: its index in its sampled turn and the length of the prompt that turn continued."""
-    steps, prompts = [], []
-    for t in positions:
-        a = next((a for a, e in view.turns if a <= t < e), t)
-        steps.append(t - a)
-        prompts.append(a)
-    return steps, prompts
-
-
 @torch.no_grad()
 def position_stats(
     policy: object,
@@ -70,10 +59,7 @@ def position_stats(
     lg = position_logits(policy, vmap, view, positions)
     lr = position_logits(ref, vmap, view, positions).to(lg.device)
     y = torch.tensor(vmap.to_model([view.ids[t] for t in positions]), device=lg.device)
-    steps, prompts = _turn_offsets(view, positions)
-    suppress = torch.tensor([s < settings.min_new(a) for s, a in zip(steps, prompts, strict=True)], device=lg.device)
-    stops = stop_model_ids(vmap, stop_ids)
-    never = [vmap.unk] if vmap.unk is not None else []
+    steps, prompts = turn_offsets(view.turns, positions)
     parts: dict[str, list[torch.Tensor]] = {}
     rows = max(1, SOFTMAX_CHUNK_ELEMENTS // 4 // lg.shape[-1])
     for i in range(0, len(positions), rows):
@@ -87,11 +73,10 @@ def position_stats(
             "entropy_ref": -torch.where(pr > 0, pr * lq, torch.zeros_like(pr)).sum(-1),
             "sum_p2": (pi * pi).sum(-1),
         }
-        found |= estimator_expectations(lg[sl], lr[sl], settings, suppress[sl], stops, never, vmap.valid)
         for k, v in found.items():
             parts.setdefault(k, []).append(v.cpu())
     cat = {k: torch.cat(v) for k, v in parts.items()}
-    expectations = {k: cat[k] for k in ("kl", "e_k1", "e_k2", "e_k3", "truncated_mass")}
+    expectations = position_expectations(lg, lr, settings, steps, prompts, vmap, stop_ids)
     return PositionStats(
-        positions, cat["logp"], cat["logp_ref"], cat["kl"], cat["entropy_ref"], cat["sum_p2"], expectations
+        positions, cat["logp"], cat["logp_ref"], expectations["kl"], cat["entropy_ref"], cat["sum_p2"], expectations
     )

@@ -26,7 +26,7 @@ import torch
 
 from tito_audit.errors import RenderError
 from tito_audit.policy.generation import GenerationSettings
-from tito_audit.policy.model import VocabMap
+from tito_audit.policy.model import VocabMap, stop_model_ids
 from tito_audit.policy.sampler_distribution import mask_padding, process_logits
 from tito_audit.policy.view import View
 from tito_audit.rendering.renderer import Renderer
@@ -51,13 +51,6 @@ def _cache_kwarg(forward: Any) -> str:
 def _cache_of(output: Any) -> Any:
     cache = getattr(output, "cache", None)
     return cache if cache is not None else getattr(output, "past_key_values", None)
-
-
-def stop_model_ids(vmap: VocabMap, stop_ids: Sequence[int]) -> list[int]:
-    stops = set(stop_ids)
-    if vmap.is_full:
-        return [int(t) for t in stops if int(t) < vmap.size]
-    return [i for i, t in enumerate(vmap.model_to_tok or []) if t in stops]
 
 
 @torch.no_grad()

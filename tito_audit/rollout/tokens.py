@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,3 +34,18 @@ def special_token_strings(tokenizer: Any) -> list[str]:
     """Text of the tokenizer's special added tokens, longest first (ties by text, so every run agrees); computed
     once per tokenizer (``TokenizerCache.special_texts``)."""
     return list(tokenizer_cache(tokenizer).special_texts)
+
+
+def find_run(ids: Sequence[int], run: Sequence[int], start: int) -> int | None:
+    """First position >= ``start`` where ``run`` sits in ``ids``. Hand-written: a byte search over the ids packed
+    as 64-bit integers runs in C, where a Python loop over a long sequence costs one step per id."""
+    if not run:
+        return start if start <= len(ids) else None
+    try:
+        hay, needle = array("q", ids).tobytes(), array("q", run).tobytes()
+    except OverflowError:
+        return None
+    at = hay.find(needle, start * 8)
+    while at != -1 and at % 8:
+        at = hay.find(needle, at + 1)
+    return at // 8 if at != -1 else None

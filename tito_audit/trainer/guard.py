@@ -26,7 +26,6 @@ not checked said once), or ``"return"`` (just the ``GuardResult``).
 from __future__ import annotations
 
 import logging
-from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -35,6 +34,7 @@ from tito_audit.replay.compare import against_sampled
 from tito_audit.replay.divergence import Divergence, classify, run_text, window
 from tito_audit.replay.id_diff import align
 from tito_audit.replay.schema import SampledTurn
+from tito_audit.rollout.tokens import find_run
 from tito_audit.trainer.batch_item import MASK_FIELDS, BatchItem, BatchItemError, native_record, read_item
 
 OnFail = Literal["raise", "log", "return"]
@@ -143,20 +143,6 @@ def _rows(batch: Any) -> list[Any]:
     return list(batch)
 
 
-def _find(ids: Sequence[int], run: Sequence[int], start: int) -> int | None:
-    """First position >= ``start`` where ``run`` sits in ``ids`` (a byte search, not a Python loop)."""
-    if not run:
-        return start if start <= len(ids) else None
-    try:
-        hay, needle = array("q", ids).tobytes(), array("q", run).tobytes()
-    except OverflowError:
-        return None
-    at = hay.find(needle, start * 8)
-    while at != -1 and at % 8:
-        at = hay.find(needle, at + 1)
-    return at // 8 if at != -1 else None
-
-
 def _context_divergence(
     k: int,
     turn: SampledTurn,
@@ -174,7 +160,7 @@ def _context_divergence(
         return None
     ref = prompt + turn.ids
     # where the turn was trained (if anywhere): the trained context is everything before it
-    at = _find(ids, turn.ids, 0)
+    at = find_run(ids, turn.ids, 0)
     got = ids[: at + len(turn.ids)] if at is not None else ids[: len(ref)]
     for tag, i1, i2, j1, j2 in align(ref, got):
         if tag == "equal":
@@ -210,38 +196,45 @@ def _mask_missing() -> BatchItemError:
     )
 
 
-def check_batch(
-    batch: Any,
-    *,
-    on_fail: OnFail = "raise",
-    tokenizer: Any = None,
-    stop_ids: Sequence[int] = (),
-    logger: logging.Logger | None = None,
-    renderer: Any = None,
-) -> GuardResult:
-    """Check one training batch; see the module docstring. Returns the ``GuardResult`` unless it raises."""
-    if on_fail not in ("raise", "log", "return"):
-        raise ValueError(f"on_fail must be 'raise', 'log' or 'return', not {on_fail!r}")
-    decode = None
-    specials: list[int] = []
-    bos = None
-    if tokenizer is not None:
-        decode = lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False)  # noqa: E731
-        specials = list(getattr(tokenizer, "all_special_ids", []) or [])
-        bos = getattr(tokenizer, "bos_token_id", None)
+@dataclass
+class _Decoding:
+    """What naming a divergence needs from the tokenizer (nothing without one: the ids alone are compared)."""
+
+    decode: Callable[[Sequence[int]], str] | None = None
+    stop_ids: Sequence[int] = ()
+    specials: list[int] = field(default_factory=list)
+    bos: int | None = None
+
+    @classmethod
+    def of(cls, tokenizer: Any, stop_ids: Sequence[int]) -> _Decoding:
+        if tokenizer is None:
+            return cls(stop_ids=stop_ids)
         if not stop_ids and getattr(tokenizer, "eos_token_id", None) is not None:
             stop_ids = [tokenizer.eos_token_id]
-    result = GuardResult()
-    try:
-        rows = _rows(batch)
-    except BatchItemError as exc:
-        rows = []
-        result.errors.append(str(exc))
-    unmasked, turns_total, turns_without_context = 0, 0, 0
+        return cls(
+            lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False),
+            stop_ids,
+            list(getattr(tokenizer, "all_special_ids", []) or []),
+            getattr(tokenizer, "bos_token_id", None),
+        )
+
+
+@dataclass
+class _Counts:
+    """What the items checked left unchecked: episodes without a mask, turns without ``prompt_ids``."""
+
+    unmasked: int = 0
+    turns: int = 0
+    turns_without_context: int = 0
+
+
+def _check_rows(rows: list[Any], result: GuardResult, on_fail: OnFail, renderer: Any, dec: _Decoding) -> _Counts:
+    """Check every item into ``result``; an item that cannot be read raises (``on_fail="raise"``) or is named."""
+    counts = _Counts()
     for n, raw in enumerate(rows):
         if renderer is not None and isinstance(raw, Mapping) and raw.get("messages") is not None:
             result.episodes += 1
-            unmasked += not any(raw.get(k) is not None for k in MASK_FIELDS)
+            counts.unmasked += not any(raw.get(k) is not None for k in MASK_FIELDS)
             failure = _with_renders(n, raw, renderer)
             if failure is not None:
                 result.failures.append(failure)
@@ -256,24 +249,65 @@ def check_batch(
             result.errors.append(f"item {n}: {exc}")
             continue
         result.episodes += 1
-        failure = _check_item(n, item, decode, stop_ids, specials, bos)
+        failure = _check_item(n, item, dec.decode, dec.stop_ids, dec.specials, dec.bos)
         if failure is not None:
             result.failures.append(failure)
         if item.loss_mask is None and item.mask_source is None:
-            unmasked += 1
-        turns_total += len(item.turns)
-        turns_without_context += sum(t.prompt_ids is None for t in item.turns)
-    result.unmasked = unmasked
-    if unmasked:
+            counts.unmasked += 1
+        counts.turns += len(item.turns)
+        counts.turns_without_context += sum(t.prompt_ids is None for t in item.turns)
+    return counts
+
+
+def _say_unchecked(result: GuardResult, counts: _Counts) -> None:
+    """``not_checked``: the mask of unmasked episodes, the context of turns without ``prompt_ids``."""
+    result.unmasked = counts.unmasked
+    if counts.unmasked:
         result.not_checked.append(
-            f"{MASK_NOT_CHECKED} on {unmasked} of {result.episodes} episode(s): no {', '.join(MASK_FIELDS)} (the "
-            "sampled ids were found in input_ids; which tokens are trained was not compared)"
+            f"{MASK_NOT_CHECKED} on {counts.unmasked} of {result.episodes} episode(s): no {', '.join(MASK_FIELDS)} "
+            "(the sampled ids were found in input_ids; which tokens are trained was not compared)"
         )
-    if turns_without_context:
+    if counts.turns_without_context:
         result.not_checked.append(
-            f"{CONTEXT_NOT_CHECKED} on {turns_without_context} of {turns_total} turn(s): no prompt_ids (a context the "
-            "engine never saw, such as a tool result dropped between turns, passes)"
+            f"{CONTEXT_NOT_CHECKED} on {counts.turns_without_context} of {counts.turns} turn(s): no prompt_ids (a "
+            "context the engine never saw, such as a tool result dropped between turns, passes)"
         )
+
+
+def _log(result: GuardResult, logger: logging.Logger | None) -> None:
+    """``on_fail="log"``: one warning per failure and per error, each thing not checked once per process."""
+    log = logger or _LOG
+    for f in result.failures:
+        log.warning("TITO guard: %s", f)
+    for e in result.errors:
+        log.warning("TITO guard: nothing checked: %s", e)
+    for note in result.not_checked:
+        kind = note.split(" on ", 1)[0]
+        if (id(log), kind) not in _SAID:  # once per process: it holds for every batch of the run
+            _SAID.add((id(log), kind))
+            log.warning("TITO guard: %s", note)
+
+
+def check_batch(
+    batch: Any,
+    *,
+    on_fail: OnFail = "raise",
+    tokenizer: Any = None,
+    stop_ids: Sequence[int] = (),
+    logger: logging.Logger | None = None,
+    renderer: Any = None,
+) -> GuardResult:
+    """Check one training batch; see the module docstring. Returns the ``GuardResult`` unless it raises."""
+    if on_fail not in ("raise", "log", "return"):
+        raise ValueError(f"on_fail must be 'raise', 'log' or 'return', not {on_fail!r}")
+    dec = _Decoding.of(tokenizer, stop_ids)
+    result = GuardResult()
+    try:
+        rows = _rows(batch)
+    except BatchItemError as exc:
+        rows = []
+        result.errors.append(str(exc))
+    _say_unchecked(result, _check_rows(rows, result, on_fail, renderer, dec))
     if not rows and not result.errors:
         result.errors.append("the batch has no episodes")
     if result.errors and on_fail == "raise":
@@ -281,16 +315,7 @@ def check_batch(
     if result.failures and on_fail == "raise":
         raise TitoGuardError(result)
     if on_fail == "log":
-        log = logger or _LOG
-        for f in result.failures:
-            log.warning("TITO guard: %s", f)
-        for e in result.errors:
-            log.warning("TITO guard: nothing checked: %s", e)
-        for note in result.not_checked:
-            kind = note.split(" on ", 1)[0]
-            if (id(log), kind) not in _SAID:  # once per process: it holds for every batch of the run
-                _SAID.add((id(log), kind))
-                log.warning("TITO guard: %s", note)
+        _log(result, logger)
     return result
 
 
@@ -326,7 +351,8 @@ def _check_item(
 
 def _with_renders(n: int, item: Mapping[str, Any], renderer: Any) -> GuardFailure | None:
     """Full replay of one item against the rebuilt buffer (renders; asked for with ``renderer=``)."""
-    from tito_audit.replay.analyze import ReplayContext, analyze
+    from tito_audit.replay.analyze import analyze
+    from tito_audit.replay.context import ReplayContext
     from tito_audit.replay.schema import episode_from_native
     from tito_audit.rollout.stop import stop_token_ids
 

@@ -14,9 +14,10 @@ ids per turn (``examples/skyrl_generator.py`` writes native records) or pair the
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
+from tito_audit.policy.view import mask_runs
 from tito_audit.registry import LOG_FORMATS
 from tito_audit.replay.schema import Episode, RecordError, SampledTurn, _floats, _ids, _mask, is_list
 
@@ -28,20 +29,6 @@ def recognises(record: Any) -> bool:
         and "response_ids" in record
         and ("prompt_token_ids" in record or "prompt_ids" in record)
     )
-
-
-def _mask_runs(mask: Sequence[int]) -> list[tuple[int, int]]:
-    runs: list[tuple[int, int]] = []
-    start = None
-    for i, m in enumerate(mask):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            runs.append((start, i))
-            start = None
-    if start is not None:
-        runs.append((start, len(mask)))
-    return runs
 
 
 def _one(prompt: Any, response: Any, mask: Any, logprobs: Any, line: int, where: str, rid: Any) -> Episode:
@@ -57,7 +44,7 @@ def _one(prompt: Any, response: Any, mask: Any, logprobs: Any, line: int, where:
     if lps is not None and len(lps) != len(r):
         notes.append(f"rollout_logprobs has {len(lps)} values for {len(r)} response ids")
         lps = None
-    turns = [SampledTurn(r[a:b], lps[a:b] if lps is not None else None) for a, b in _mask_runs(m[: len(r)])]
+    turns = [SampledTurn(r[a:b], lps[a:b] if lps is not None else None) for a, b in mask_runs(m[: len(r)])]
     return Episode(
         turns=turns,
         input_ids=[*p, *r],

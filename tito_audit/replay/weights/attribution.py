@@ -22,30 +22,22 @@ Every trained position j (loss mask 1, j > 0) of the trained sequence t gets one
   whose divergent positions lack log-probs cannot be called numeric (``report.numeric_drift``).
 
 Per class, with Delta = log p_train - log p_engine as log r for samples drawn by the engine: k1 = -log r and
-k3 = r - 1 - log r (the trainer's clamps, ``tito_audit.rl.kl``), per unit and per sequence (log r summed over the
-class's units of an episode); the share of the total |Delta| over all units.
+k3 = r - 1 - log r (the trainer's clamps, ``tito_audit.policy.clamps``), per unit and per sequence (log r summed
+over the class's units of an episode); the share of the total |Delta| over all units.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tito_audit.policy.clamps import k1_k3
 from tito_audit.replay.id_diff import align
 from tito_audit.replay.weights.pairs import Pair
 from tito_audit.rollout.tokens import common_prefix_len
 
 CLASSES = ("numeric", "tito", "never_sampled")
-LOG_RATIO_CLAMP = 20.0  # tito_audit.rl.kl (verl's clamps); not imported: this module stays torch-free
-K3_CLAMP = 10.0
-
-
-def k1_k3(log_r: float) -> tuple[float, float]:
-    """k1 and k3 of one log-ratio, with the trainer's clamps."""
-    x = max(-LOG_RATIO_CLAMP, min(LOG_RATIO_CLAMP, log_r))
-    return -x, max(-K3_CLAMP, min(K3_CLAMP, math.expm1(x) - x))
 
 
 @dataclass
@@ -65,9 +57,9 @@ class EpisodeAttribution:
         return [(d, 1) for d in getattr(self, cls).values()]
 
 
-def attribute(pair: Pair, logp: Mapping[int, float]) -> EpisodeAttribution:
-    """Classify every trained position of ``pair`` (``logp``: the trainer's log p at each of them)."""
-    out = EpisodeAttribution()
+def _numeric(pair: Pair, logp: Mapping[int, float], out: EpisodeAttribution) -> set[int]:
+    """The trained positions that hold a sampled id in the very context it was sampled in (``numeric``, or no
+    log-prob when its turn has none); returns them."""
     t, tm = pair.trained_ids, pair.trained_mask
     claimed: dict[int, float | None] = {}
     for seq, start, lps in pair.sampled:
@@ -80,34 +72,56 @@ def attribute(pair: Pair, logp: Mapping[int, float]) -> EpisodeAttribution:
             out.no_logprob["numeric"].append(j)
         else:
             out.numeric[j] = logp[j] - e
-    rest = [j for j in pair.trained_positions if j not in claimed]
-    if not rest:
-        return out
-    left = set(rest)
-    b, bm, be = pair.buffer_ids, pair.buffer_mask, pair.engine_logprobs
-    for tag, i1, i2, j1, j2 in align(b, t):
-        if tag == "equal":
-            for off in range(j2 - j1):
-                j, i = j1 + off, i1 + off
-                if j not in left:
-                    continue
-                if not bm[i]:
-                    out.never_sampled[j] = logp[j]
-                elif be[i] is None:
-                    out.no_logprob["tito"].append(j)
-                else:
-                    out.tito[j] = logp[j] - float(be[i])  # type: ignore[arg-type]
+    return set(claimed)
+
+
+def _equal_run(
+    pair: Pair, logp: Mapping[int, float], left: set[int], i1: int, j1: int, n: int, out: EpisodeAttribution
+) -> None:
+    """Trained positions aligned with equal buffer ids: a sampled id out of its context (``tito``), or a template
+    id of the buffer the trainer trained (``never_sampled``)."""
+    bm, be = pair.buffer_mask, pair.engine_logprobs
+    for off in range(n):
+        j, i = j1 + off, i1 + off
+        if j not in left:
             continue
-        trained = [j for j in range(j1, j2) if j in left]
-        for j in trained:
+        if not bm[i]:
             out.never_sampled[j] = logp[j]
-        sampled = [i for i in range(i1, i2) if bm[i]]
-        if trained and sampled and all(be[i] is not None for i in sampled):
-            engine = [float(x) for i in sampled if (x := be[i]) is not None]
-            delta = sum(logp[j] for j in trained) - sum(engine)
-            out.never_sampled_runs.append((delta, len(trained)))
-        elif trained and sampled:
-            out.no_logprob["never_sampled"].extend(trained)
+        elif be[i] is None:
+            out.no_logprob["tito"].append(j)
+        else:
+            out.tito[j] = logp[j] - float(be[i])  # type: ignore[arg-type]
+
+
+def _replaced_run(
+    pair: Pair, logp: Mapping[int, float], trained: list[int], i1: int, i2: int, out: EpisodeAttribution
+) -> None:
+    """Trained ids no sampled id accounts for (``never_sampled``), compared as one unit with the sampled run they
+    replace when every sampled id of it has an engine log-prob."""
+    bm, be = pair.buffer_mask, pair.engine_logprobs
+    for j in trained:
+        out.never_sampled[j] = logp[j]
+    sampled = [i for i in range(i1, i2) if bm[i]]
+    if trained and sampled and all(be[i] is not None for i in sampled):
+        engine = [float(x) for i in sampled if (x := be[i]) is not None]
+        delta = sum(logp[j] for j in trained) - sum(engine)
+        out.never_sampled_runs.append((delta, len(trained)))
+    elif trained and sampled:
+        out.no_logprob["never_sampled"].extend(trained)
+
+
+def attribute(pair: Pair, logp: Mapping[int, float]) -> EpisodeAttribution:
+    """Classify every trained position of ``pair`` (``logp``: the trainer's log p at each of them)."""
+    out = EpisodeAttribution()
+    claimed = _numeric(pair, logp, out)
+    left = {j for j in pair.trained_positions if j not in claimed}
+    if not left:
+        return out
+    for tag, i1, i2, j1, j2 in align(pair.buffer_ids, pair.trained_ids):
+        if tag == "equal":
+            _equal_run(pair, logp, left, i1, j1, j2 - j1, out)
+        else:
+            _replaced_run(pair, logp, [j for j in range(j1, j2) if j in left], i1, i2, out)
     for positions in out.no_logprob.values():
         positions.sort()
     return out

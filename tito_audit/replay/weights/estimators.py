@@ -1,10 +1,10 @@
-"""What the user's KL term averages to under the user's sampler, exactly, at every sampled position replayed.
+"""What the user's KL term averages to under the user's sampler, exactly, over every sampled position replayed.
 
 At each sampled position of the reference buffer (where the engine drew a token), the policy's and the
 reference's full logits give the exact KL(pi || pi_ref), what k1, k2 and k3 average to when tokens are drawn from
-the sampler's q instead of pi, and the policy's mass q never draws (``tito_audit.policy.kl_bias``: temperature,
-top-k, top-p, stop ids suppressed before a minimum length, padding rows past the tokenizer). Position means are
-summed here as the episodes stream by.
+the sampler's q instead of pi, and the policy's mass q never draws (``tito_audit.policy.kl_bias.
+position_expectations``, which ``tito-audit rl`` uses too: temperature, top-k, top-p, stop ids suppressed before a
+minimum length, padding rows past the tokenizer). Position means are summed here as the episodes stream by.
 
 The recommendation follows from the numbers: under pure sampling k1 and k3 are both exact and k3 is chosen (it
 is >= 0 per token, so its token mean has the lower variance); otherwise the estimator with the smallest exact
@@ -15,67 +15,14 @@ is >= 0 per token, so its token mean has the lower variance); otherwise the esti
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from tito_audit.policy.generation import GenerationSettings
-from tito_audit.policy.gradients import SOFTMAX_CHUNK_ELEMENTS
-from tito_audit.policy.kl_bias import FIELDS, estimator_expectations
-from tito_audit.policy.model import VocabMap
-from tito_audit.rl.sampling import stop_model_ids
+from tito_audit.policy.kl_bias import FIELDS
 
 RELATIVE_BIAS = 0.1  # an estimator off by more than this share of the KL is not a KL estimate
-
-
-@torch.no_grad()
-def position_expectations(
-    logits: torch.Tensor,
-    logits_ref: torch.Tensor | None,
-    settings: GenerationSettings,
-    steps: Sequence[int],
-    prompts: Sequence[int],
-    vmap: VocabMap,
-    stop_ids: Sequence[int],
-) -> dict[str, torch.Tensor]:
-    """Per position (float64, host): ``kl_bias.FIELDS``. ``steps[i]``: ids of its turn before it; ``prompts[i]``:
-    the length of what the turn continued (for ``min_length``). Without a reference only the truncated mass means
-    anything (the others are computed against the policy itself: 0)."""
-    suppress = torch.tensor([s < settings.min_new(p) for s, p in zip(steps, prompts, strict=True)])
-    stops = stop_model_ids(vmap, stop_ids)
-    never = [vmap.unk] if vmap.unk is not None else []
-    blocked = blocked_ids(settings, vmap, logits.shape[-1], logits.device)
-    rows = max(1, SOFTMAX_CHUNK_ELEMENTS // 4 // max(1, logits.shape[-1]))
-    parts: dict[str, list[torch.Tensor]] = {k: [] for k in FIELDS}
-    for i in range(0, logits.shape[0], rows):
-        sl = slice(i, i + rows)
-        lg = logits[sl]
-        lr = logits_ref[sl].to(lg.device) if logits_ref is not None else lg
-        found = estimator_expectations(lg, lr, settings, suppress[sl].to(lg.device), stops, never, vmap.valid, blocked)
-        for k in FIELDS:
-            parts[k].append(found[k].cpu())
-    return {k: torch.cat(v) if v else torch.zeros(0, dtype=torch.float64) for k, v in parts.items()}
-
-
-def blocked_ids(settings: GenerationSettings, vmap: VocabMap, width: int, device: torch.device) -> torch.Tensor | None:
-    """[width] bool, True at the model ids the settings forbid (outside ``allowed_token_ids``, single-token bad
-    words); None when they forbid nothing. A forbidden id the compacted vocabulary lacks was never drawable."""
-    if settings.allowed_token_ids is None and not settings.banned_token_ids:
-        return None
-    size = vmap.valid if vmap.valid is not None else width
-
-    def rows(ids: Sequence[int]) -> list[int]:
-        known = [i for i in ids if 0 <= i < size] if vmap.model_to_tok is None else list(ids)
-        return [m for m in vmap.to_model(known) if m != vmap.unk and 0 <= m < width]
-
-    blocked = torch.zeros(width, dtype=torch.bool, device=device)
-    if settings.allowed_token_ids is not None:
-        blocked[:] = True
-        blocked[rows(settings.allowed_token_ids)] = False
-    blocked[rows(settings.banned_token_ids)] = True
-    return blocked
 
 
 @dataclass

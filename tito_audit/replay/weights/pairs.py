@@ -21,7 +21,8 @@ from typing import Any
 
 from tito_audit.errors import RenderError
 from tito_audit.policy.generation import GenerationSettings
-from tito_audit.replay.analyze import ReplayContext, analyze, rebuild_buffer
+from tito_audit.replay.analyze import analyze, rebuild_buffer
+from tito_audit.replay.context import ReplayContext
 from tito_audit.replay.engine import engine_buffer, has_engine_prompts
 from tito_audit.replay.schema import Episode
 from tito_audit.rollout.bridge import AppendRefused

@@ -3,11 +3,15 @@ JSON section ``models[0].replay.weights``.
 
 - ``replay_numeric_drift`` (warning): the log-prob attribution; warns when numeric drift is most (> 50 %) of the
   total |Delta log p| and its mean |Delta| per token is at or above the threshold.
+- ``replay_logprob_alignment`` (error): which positions the logged log-probs belong to (``alignment``); fails when
+  a logger's mistake (a shift, a reversal) explains the mismatch far better than the logged alignment, with each
+  hypothesis's mean |Delta log p| as evidence; the numeric drift check then does not call the mismatch numeric.
 - ``replay_gradient`` (warning): per episode, the gradient on the trained sequence against the buffer's; warns on
   any episode whose gradient differs, and on any episode not compared (named with why: never a pass).
 - ``replay_kl_estimators`` (warning): the estimator bias under the sampler; warns when the sampler is not pure.
 
-None of them changes the verdict (a divergence alone proves ``unsafe``); they gate as warnings.
+A misaligned log-prob array proves the loop wrong (``unsafe``, ``tito_audit.report.loop_verdict``); the others
+never change the verdict, and gate as warnings.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tito_audit.replay.checks import BY_ID
+from tito_audit.replay.weights.alignment import BUGS, MIN_POSITIONS, PROCESSED, AlignmentTotals
 from tito_audit.replay.weights.attribution import CLASSES
 from tito_audit.replay.weights.run import WeightsTotals
 from tito_audit.report.check_result import CheckResult, Status
@@ -143,7 +148,12 @@ def numeric_drift(t: WeightsTotals, threshold: float, setup: Setup | None = None
                 affected_trainable=missing["numeric"],
             )
         )
-    if share > DOMINANT and mean >= threshold and not divergent_missing:
+    bug = t.alignment.bug(threshold) if t.alignment.positions >= MIN_POSITIONS else None
+    if bug is not None:  # not numeric: the logger pairs tokens with other tokens' log-probs
+        summary += f"; the mismatch is misaligned log-probs, not numeric drift: {BUGS[bug]} (replay_logprob_alignment)"
+    elif share > DOMINANT and mean >= threshold and t.alignment.processed_explains(threshold):
+        summary += f"; {PROCESSED}"
+    if share > DOMINANT and mean >= threshold and not divergent_missing and bug is None:
         findings.append(
             Finding(
                 "replay_numeric_drift",
@@ -158,6 +168,61 @@ def numeric_drift(t: WeightsTotals, threshold: float, setup: Setup | None = None
         )
     status: Status = "warn" if findings else "pass"
     return _result("replay_numeric_drift", status, summary, findings, data, a.episodes)
+
+
+def _means(al: AlignmentTotals) -> str:
+    """Every hypothesis's mean |Delta log p| beside the logged alignment's on the same positions."""
+    parts = [
+        f"{name} {_g(h.mean)} (logged {_g(h.logged_mean)}, {h.positions})"
+        for name, h in al.hypotheses.items()
+        if h.positions
+    ]
+    return "; ".join(parts) or "no hypothesis had a position to compare"
+
+
+def logprob_alignment(t: WeightsTotals, threshold: float, setup: Setup | None = None) -> CheckResult:
+    """Which positions the logged log-probs belong to (``alignment``): fails on a logging bug, with the evidence."""
+    al = t.alignment
+    per = al.episode_bugs(threshold)
+    data = al.to_dict() | {
+        "threshold": threshold,
+        "episode_bugs": {b: {"episodes": len(e), "first": e[0], "mean_abs_dlogp": h.mean} for b, (e, h) in per.items()},
+    }
+    if al.positions < MIN_POSITIONS:
+        why = (
+            f"{al.positions} sampled position(s) with an engine log-prob in their sampled context, fewer than "
+            f"{MIN_POSITIONS}: nothing tested"
+        )
+        return _result("replay_logprob_alignment", "not_applicable", why, [], data, al.positions)
+    bug = al.bug(threshold)
+    summary = (
+        f"{measured(t, setup)}; mean |Δ log p| as logged {_g(al.logged_mean)} over {al.positions} position(s); "
+        f"{_means(al)}"
+    )
+    findings: list[Finding] = []
+    if bug is not None:
+        h, episodes = al.evidence(bug, threshold)
+        where = (
+            "all episodes"
+            if episodes is None
+            else f"{len(episodes)} of {al.tested_episodes} episode(s) tested one by one, first {episodes[0]}"
+        )
+        summary = f"{BUGS[bug]} ({where}); " + summary
+        findings.append(
+            Finding(
+                "replay_logprob_alignment",
+                where,
+                "logprob_alignment",
+                f"{BUGS[bug]}: realigned so, the mean |Δ log p| against the policy's own log-probs is {_g(h.mean)} "
+                f"instead of {_g(h.logged_mean)} as logged ({h.positions} position(s) of {where}); the trainer pairs "
+                f"each token with another token's log-prob. Every hypothesis over the whole log: {_means(al)}",
+                affected_trainable=h.positions,
+            )
+        )
+    elif al.processed_explains(threshold):
+        summary = f"aligned; {PROCESSED}; " + summary
+    status: Status = "fail" if findings else "pass"
+    return _result("replay_logprob_alignment", status, summary, findings, data, al.positions)
 
 
 def gradient(t: WeightsTotals, setup: Setup | None = None) -> CheckResult:
@@ -277,6 +342,7 @@ def section(t: WeightsTotals, setup: Setup) -> dict[str, Any]:
             "not_attributed": dict(sorted(t.not_attributed.items())),
         },
         "attribution": t.attribution.to_dict() | {"threshold": setup.threshold},
+        "alignment": t.alignment.to_dict(),
         "gradient": t.gradient.to_dict() | {"run": t.gradient_run},
         "estimators": t.bias.to_dict(),
         "seconds": {k: round(v, 3) for k, v in t.seconds.items()},
@@ -285,9 +351,10 @@ def section(t: WeightsTotals, setup: Setup) -> dict[str, Any]:
 
 
 def attach(report: AuditReport, t: WeightsTotals, setup: Setup) -> None:
-    """Add the three checks and the JSON section to a replay report, and decide its verdict again."""
+    """Add the four checks and the JSON section to a replay report, and decide its verdict again."""
     m = report.models[0]
-    m.checks.extend([numeric_drift(t, setup.threshold, setup), gradient(t, setup), kl_estimators(t, setup)])
+    drift, aligned = numeric_drift(t, setup.threshold, setup), logprob_alignment(t, setup.threshold, setup)
+    m.checks.extend([drift, aligned, gradient(t, setup), kl_estimators(t, setup)])
     replay = getattr(m, "replay", None)
     if isinstance(replay, dict):
         replay["weights"] = section(t, setup)

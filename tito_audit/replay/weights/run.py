@@ -18,9 +18,12 @@ from typing import Any
 import torch
 
 from tito_audit.policy.gradients import gather_log_softmax
+from tito_audit.policy.kl_bias import position_expectations, processed_logps
 from tito_audit.policy.model import VocabMap
+from tito_audit.policy.view import turn_offsets
+from tito_audit.replay.weights.alignment import AlignmentTotals
 from tito_audit.replay.weights.attribution import AttributionTotals, EpisodeAttribution, attribute
-from tito_audit.replay.weights.estimators import BiasTotals, position_expectations
+from tito_audit.replay.weights.estimators import BiasTotals
 from tito_audit.replay.weights.gradient import (
     GradientTotals,
     compare_pair,
@@ -44,6 +47,7 @@ class WeightsTotals:
     not_attributed: dict[str, int] = field(default_factory=dict)
     not_attributed_first: dict[str, str] = field(default_factory=dict)
     attribution: AttributionTotals = field(default_factory=AttributionTotals)
+    alignment: AlignmentTotals = field(default_factory=AlignmentTotals)
     bias: BiasTotals = field(default_factory=BiasTotals)
     gradient: GradientTotals = field(default_factory=GradientTotals)
     gradient_run: bool = True
@@ -79,21 +83,12 @@ class Policy:
         return cls(model, vmap, ref, max_positions=int(limit) if isinstance(limit, int) else None, **kw)
 
 
-def _turn_offsets(pair: Pair, positions: Sequence[int]) -> tuple[list[int], list[int]]:
-    """Per sampled position: ids of its turn before it, and where its turn starts (the prompt it continued)."""
-    steps, prompts = [], []
-    for j in positions:
-        a = next((a for a, b in pair.spans if a <= j < b), j)
-        steps.append(j - a)
-        prompts.append(a)
-    return steps, prompts
-
-
 def _forward_chunk(
     policy: Policy, pairs: Sequence[Pair], totals: WeightsTotals
-) -> list[tuple[dict[int, float], list[float]]]:
-    """Per pair: the trainer's log p at its trained positions, and the correct loop's Delta at the buffer's
-    sampled positions (policy log p minus the engine's); the estimator bias is added to ``totals``."""
+) -> list[tuple[dict[int, float], list[float], dict[int, float] | None]]:
+    """Per pair: the trainer's log p at its trained positions, the correct loop's Delta at the buffer's sampled
+    positions (policy log p minus the engine's), and, under a sampler that is not pure, the trainer's log q at its
+    trained positions; the estimator bias is added to ``totals``."""
     rows: list[Row] = []
     owner: list[tuple[int, str]] = []  # (pair index, "trained" | "buffer")
     for n, pair in enumerate(pairs):
@@ -107,6 +102,7 @@ def _forward_chunk(
         if pairs[n].settings is not None and (kind == "buffer" or pairs[n].same_input)
     }  # fmt: skip
     logps: list[torch.Tensor] = [torch.zeros(0) for _ in rows]
+    processed: dict[int, dict[int, float]] = {}  # pair index -> trained position -> log q under its sampler
     for idx, logits in logits_at(policy.model, policy.vmap, rows, batched=policy.batched):
         y = torch.tensor([t for i in idx for t in policy.vmap.to_model([rows[i].ids[j] for j in rows[i].positions])])
         lp = gather_log_softmax(logits, y.to(logits.device)).cpu()
@@ -115,6 +111,12 @@ def _forward_chunk(
             starts[i] = at
             logps[i] = lp[at : at + len(rows[i].positions)]
             at += len(rows[i].positions)
+        for i in idx:
+            n, kind = owner[i]
+            settings = pairs[n].settings
+            if kind == "trained" and settings is not None and not settings.pure and rows[i].positions:
+                part = logits[starts[i] : starts[i] + len(rows[i].positions)]
+                processed[n] = _processed(policy, pairs[n], rows[i], part)
         wanted = [i for i in idx if i in bias_rows]
         if wanted:
             started = time.perf_counter()
@@ -140,8 +142,17 @@ def _forward_chunk(
             for j in pair.sampled_positions
             if (e := pair.engine_logprobs[j]) is not None and j in on_buffer
         ]
-        out.append((trained, deltas))
+        out.append((trained, deltas, processed.get(n)))
     return out
+
+
+def _processed(policy: Policy, pair: Pair, row: Row, logits: torch.Tensor) -> dict[int, float]:
+    """The policy's log q of each trained token under the pair's sampler (the alignment's ``processed`` hypothesis)."""
+    assert pair.settings is not None
+    steps, prompts = turn_offsets(pair.spans, row.positions)
+    tokens = policy.vmap.to_model([row.ids[j] for j in row.positions])
+    q = processed_logps(logits, tokens, pair.settings, steps, prompts, policy.vmap, policy.stop_ids)
+    return dict(zip(row.positions, q.tolist(), strict=True))
 
 
 def _bias(
@@ -167,7 +178,7 @@ def _bias(
     for i in wanted:
         pair = pairs[owner[i][0]]
         assert pair.settings is not None
-        steps, prompts = _turn_offsets(pair, rows[i].positions)
+        steps, prompts = turn_offsets(pair.spans, rows[i].positions)
         found = position_expectations(
             logits[i], ref_logits.get(i), pair.settings, steps, prompts, policy.vmap, policy.stop_ids
         )
@@ -226,9 +237,10 @@ def analyze_pairs(
         started, before = time.perf_counter(), totals.seconds["bias"]
         results = _forward_chunk(policy, live, totals)
         totals.seconds["forward"] += time.perf_counter() - started - (totals.seconds["bias"] - before)
-        for pair, (trained, deltas) in zip(live, results, strict=True):
+        for pair, (trained, deltas, processed) in zip(live, results, strict=True):
             a = attribute(pair, trained)
             totals.attribution.add(a, deltas)
+            totals.alignment.add(pair, trained, processed)
             if totals.per_episode is not None:
                 totals.per_episode.append((pair, a))
         if policy.gradient:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tito_audit.replay.adapters import to_episodes
-from tito_audit.replay.analyze import ReplayContext
+from tito_audit.replay.context import ReplayContext
 from tito_audit.replay.mapping import FieldMap
 from tito_audit.replay.reader import MAX_RECORD_BYTES, expand, iter_records, parse_line
 from tito_audit.replay.run import labels

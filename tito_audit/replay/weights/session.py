@@ -14,7 +14,8 @@ from pathlib import Path
 
 from tito_audit.errors import UsageError
 from tito_audit.policy.generation import GenerationSettings
-from tito_audit.replay.analyze import ReplayContext, analyze
+from tito_audit.replay.analyze import analyze
+from tito_audit.replay.context import ReplayContext
 from tito_audit.replay.mapping import FieldMap
 from tito_audit.replay.reader import MAX_RECORD_BYTES
 from tito_audit.replay.weights.pairs import build_pair, tito_only, with_settings

@@ -1,4 +1,12 @@
-"""The verdict of one ``tito-audit rl`` run, its exit code, what it holds for, and what to do about it.
+"""The verdict of one ``tito-audit rl`` run, its exit code, what it holds for, and what to do about it: a rule of
+its own, written once here, in the report layer.
+
+Why not the audit's rule (``tito_audit.report.verdict.decide``): that rule reads check results (findings of checks
+with a verdict role) and answers about a template in its words (``safe``, ``tito-required``, ``unsafe``,
+``error``). ``rl`` has no check results: it measures what re-tokenization does to a gradient, from token facts per
+scenario and a relative error per batch against a measured noise floor, and answers about the gradient
+(``corrupted``, ``identical``...), with a ``--control`` run that checks the comparison itself. Mapping those onto
+check roles would change every rl report and still need this tolerance rule; so the rule is its own, here:
 
 - ``corrupted`` (exit 1): the exact token facts of any scenario, in any thinking mode, whether ``--scenario`` plays it
   or not, show a trained token R changes: trained tokens without a partner, sampled tokens R drops from the loss,
@@ -140,9 +148,9 @@ def _outside_filter(facts: dict[str, Any], setup: dict[str, Any]) -> list[str]:
     ]
 
 
-def decide(steps: list[dict[str, Any]], setup: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
-    noise = max((s["noise_floor"] for s in steps), default=0.0)
-    tolerance = NOISE_FACTOR * noise
+def _fact_reasons(setup: dict[str, Any]) -> list[str]:
+    """One reason per set of token facts (every scenario's canonical ids, the sampled episodes) that changes the
+    loss, naming affected scenarios that ``--scenario`` left out."""
     template_facts, sampled_facts = setup.get("token_facts"), setup.get("sampled_token_facts")
     cov = setup.get("coverage") or {}
     every = f"all {cov['scenarios']} scenarios" if cov else "every scenario"
@@ -152,38 +160,69 @@ def decide(steps: list[dict[str, Any]], setup: dict[str, Any], config: dict[str,
             outside = _outside_filter(facts or {}, setup) if facts is template_facts else []
             where = f"; {len(outside)} of the affected scenarios are outside --scenario, e.g. " if outside else ""
             reasons.append(f"token facts ({label}): {_facts_line(facts)}{where}{outside[0] if outside else ''}")
+    return reasons
+
+
+def _beyond(beyond: list[tuple[int, float]], tolerance: float, suffix: str = "") -> str:
+    """The batch whose gradient differs most, as a reason."""
+    k, e = max(beyond, key=lambda ke: ke[1])
+    return f"gradient: rel. error {e:.3g} in batch {k}{suffix} (tolerance {tolerance:.1g})"
+
+
+def _control(
+    steps: list[dict[str, Any]], facts: list[str], beyond: list[tuple[int, float]], empty: list[int], tolerance: float
+) -> tuple[str, bool, list[str]]:
+    """A ``--control`` run (R := B): the headline, whether B's gradient was reproduced, and the reasons."""
+    passed = bool(steps) and not beyond and not empty
+    headline = HEADLINES["control"] + (
+        ": B's gradient reproduced within the noise floor"
+        if passed
+        else ": FAILED, R := B and yet the gradients differ or compared nothing; the comparison is not exact here"
+    )
+    # The template's facts were computed before R was replaced: reported, but the run compared B with itself.
+    reasons = [f"the template's own {r} (computed before --control replaced R with B)" for r in facts]
+    if beyond:
+        reasons.append(_beyond(beyond, tolerance, " with R := B"))
+    return headline, passed, reasons
+
+
+def _verdict(
+    steps: list[dict[str, Any]],
+    setup: dict[str, Any],
+    facts: list[str],
+    beyond: list[tuple[int, float]],
+    empty: list[int],
+    tolerance: float,
+) -> tuple[str, list[str]]:
+    """The verdict of a run that is not a control, and its reasons: facts and gradients beyond the tolerance make it
+    ``corrupted``; a batch that compared nothing ``undetermined``; no renderable tool call ``not_applicable``."""
+    reasons = list(facts)
+    if beyond:
+        reasons.append(_beyond(beyond, tolerance))
+    if reasons:
+        return "corrupted", reasons
+    if empty or not steps:
+        return "undetermined", [f"batch(es) {', '.join(map(str, empty))}: B's gradient is zero, nothing was compared"]
+    if setup.get("template_parse_rate") is None:
+        return "not_applicable", ["no scenario has a tool call the template can render (R's parse rate is n/a)"]
+    return "identical", []
+
+
+def decide(steps: list[dict[str, Any]], setup: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    noise = max((s["noise_floor"] for s in steps), default=0.0)
+    tolerance = NOISE_FACTOR * noise
+    cov = setup.get("coverage") or {}
+    facts = _fact_reasons(setup)
     errors = [(s["step"], s["gradient"]["rel_error"]) for s in steps]
     beyond = [(k, e) for k, e in errors if e is not None and e > tolerance]
     empty = [k for k, e in errors if e is None]
     headline = None
+    passed = None
     if config.get("control"):
         verdict = "control"
-        passed = bool(steps) and not beyond and not empty
-        headline = HEADLINES["control"] + (
-            ": B's gradient reproduced within the noise floor"
-            if passed
-            else ": FAILED, R := B and yet the gradients differ or compared nothing; the comparison is not exact here"
-        )
-        # The template's facts were computed before R was replaced: reported, but the run compared B with itself.
-        reasons = [f"the template's own {r} (computed before --control replaced R with B)" for r in reasons]
-        if beyond:
-            k, e = max(beyond, key=lambda ke: ke[1])
-            reasons.append(f"gradient: rel. error {e:.3g} in batch {k} with R := B (tolerance {tolerance:.1g})")
+        headline, passed, reasons = _control(steps, facts, beyond, empty, tolerance)
     else:
-        passed = None
-        if beyond:
-            k, e = max(beyond, key=lambda ke: ke[1])
-            reasons.append(f"gradient: rel. error {e:.3g} in batch {k} (tolerance {tolerance:.1g})")
-        if reasons:
-            verdict = "corrupted"
-        elif empty or not steps:
-            verdict = "undetermined"
-            reasons.append(f"batch(es) {', '.join(map(str, empty))}: B's gradient is zero, nothing was compared")
-        elif setup.get("template_parse_rate") is None:
-            verdict = "not_applicable"
-            reasons.append("no scenario has a tool call the template can render (R's parse rate is n/a)")
-        else:
-            verdict = "identical"
+        verdict, reasons = _verdict(steps, setup, facts, beyond, empty, tolerance)
     out = {
         "verdict": verdict,
         "exit_code": EXIT_CODES[verdict],

@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 from tests.conftest import snapshot
 from tito_audit.cli import app
 from tito_audit.policy.view import View
+from tito_audit.report.rl_verdict import decide
 from tito_audit.rl import RLConfig, run_rl
 from tito_audit.rl import loop as rl_loop
 from tito_audit.rl.diagnostics import alignment
-from tito_audit.rl.verdict import decide
 
 QUICK = dict(steps=1, groups=1, group_size=3, scenarios=("single_call/plain", "two_calls/plain", "reasoning/plain"))
 

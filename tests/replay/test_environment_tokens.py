@@ -1,0 +1,122 @@
+"""Environment tokens logged as sampled are trained tokens the policy never sampled (issue 38, item 2).
+
+The loop here glues the environment's delta (the tool result or user message the template renders between two
+turns) to the front of the next turn's sampled ids, logs it with log-prob 0.0, trains it, and logs the next turn's
+``prompt_ids`` as ending where the previous turn's ids end: the engine's prompts, the sampled turns and the trained
+sequence agree, so the TITO check alone calls the loop exact. Replay must call it unsafe at the first glued id,
+from the template's render of the message, and from the impossible log-probs when renders are off (``--only-tito``).
+The episodes are the audit's scenarios on the shared Qwen2.5 and Llama 3.2 tokenizers and templates.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tests.conftest import write_jsonl
+from tests.replay.conftest import QWEN
+from tito_audit.replay import ReplayContext, build_report, replay_log
+from tito_audit.replay.analyze import analyze
+from tito_audit.replay.schema import episode_from_native
+from tito_audit.testing.synthetic import log_episode, with_engine_prompts
+
+LLAMA = "meta-llama/Llama-3.2-3B-Instruct"
+
+
+def glued(p, fill: float | None = 0.0) -> tuple[dict, int | None]:
+    """The record of the loop above for episode ``p``, and the first glued position (None: nothing to glue)."""
+    record = with_engine_prompts(log_episode(p, "correct", p.scenario.id).record, p)
+    spans = p.traj.sampled_spans()
+    mask = list(record["loss_mask"])
+    first = None
+    for k in range(1, len(spans)):
+        a, b = spans[k - 1][1], spans[k][0]
+        gap = list(p.traj.input_ids[a:b])
+        turn = record["turns"][k]
+        turn["ids"] = gap + turn["ids"]
+        if fill is None:
+            turn["logprobs"] = None
+        else:
+            turn["logprobs"] = [fill] * len(gap) + turn["logprobs"]
+        turn["prompt_ids"] = list(p.traj.input_ids[:a])
+        mask[a:b] = [1] * len(gap)
+        first = a if first is None else first
+    record["loss_mask"] = mask
+    if fill is None:
+        for t in record["turns"]:
+            if t.get("logprobs") is None:
+                del t["logprobs"]
+    return record, first
+
+
+@pytest.mark.parametrize("model", [QWEN, LLAMA])
+def test_a_tool_result_glued_into_the_next_turn_is_unsafe_at_its_first_id(plays, model, tmp_path):
+    loaded, ctx, played = plays(model, 0.0, 5)
+    rows, firsts = [], {}
+    for p in played:
+        record, first = glued(p)
+        if first is not None:
+            rows.append(record)
+            firsts[p.scenario.id] = first
+    assert len(rows) > 10
+    for render_ctx in (ctx, ReplayContext.from_model(loaded, False, drift=False, noncanonical=False)):
+        for n, record in enumerate(rows):
+            res = analyze(episode_from_native(copy.deepcopy(record), n), render_ctx)
+            first = res.divergences[0]
+            assert (first.index, first.cls, first.kind) == (firsts[record["id"]], "environment", "environment"), (
+                record["id"],
+                first,
+            )
+            assert "environment tokens logged as sampled" in first.message
+            assert res.trained_not_sampled > 0
+    totals = replay_log(write_jsonl(tmp_path / "log.jsonl", rows), ctx)
+    report = build_report(totals, loaded, "log", ctx.renderer.token_texts).models[0]
+    assert report.verdict == "unsafe"
+    assert totals.by_class["environment"] == totals.diverged_turns == sum(len(r["turns"]) - 1 for r in rows)
+
+
+def test_the_template_render_names_it_without_impossible_log_probs(plays):
+    """Log-probs that look real on the glued ids (the logger copied the next turn's): the render alone names it."""
+    _loaded, ctx, played = plays(QWEN, 0.0, 5)
+    found = 0
+    for n, p in enumerate(played):
+        record, first = glued(p, fill=-0.25)
+        if first is None:
+            continue
+        res = analyze(episode_from_native(record, n), ctx)
+        assert res.divergences and res.divergences[0].cls == "environment"
+        assert "rendering of message" in res.divergences[0].message
+        found += 1
+    assert found > 10
+
+
+def test_a_turn_without_log_probs_among_turns_with_them(plays):
+    """The glued turn carries no log-probs while the others do: named without renders."""
+    loaded, _ctx, played = plays(QWEN, 0.0, 5)
+    tito_only = ReplayContext.from_model(loaded, False, drift=False, noncanonical=False)
+    checked = 0
+    for n, p in enumerate(played):
+        record, first = glued(p, fill=None)
+        if first is None:
+            continue
+        res = analyze(episode_from_native(record, n), tito_only)
+        assert res.divergences[0].cls == "environment", res.divergences
+        assert "no log-probs while the other turns have" in res.divergences[0].message
+        checked += 1
+    assert checked > 10
+
+
+def test_no_environment_finding_on_a_correct_loop_whose_turns_begin_with_certain_tokens(plays):
+    """A confident model's first log-probs round to exactly 0.0: without a header token there, that is no evidence,
+    and a correct loop stays exact on every scenario."""
+    loaded, ctx, played = plays(QWEN, 0.0, 5)
+    tito_only = ReplayContext.from_model(loaded, False, drift=False, noncanonical=False)
+    for n, p in enumerate(played):
+        record = with_engine_prompts(log_episode(p, "correct", p.scenario.id).record, p)
+        for turn in record["turns"]:
+            turn["logprobs"][: min(3, len(turn["logprobs"]) - 1)] = [0.0] * min(3, len(turn["logprobs"]) - 1)
+        for c in (ctx, tito_only):
+            res = analyze(episode_from_native(copy.deepcopy(record), n), c)
+            assert not res.divergences, (p.scenario.id, res.divergences)
+    assert ctx.header_ids and not ctx.header_ids & set(ctx.stop_ids)

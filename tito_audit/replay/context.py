@@ -1,0 +1,180 @@
+"""What replaying a log needs from the model, built once per process (``ReplayContext``): the renderer (with the
+replay's render limits, ``--date``), the stop, special and BOS ids, the tokenizer's size, the control tokens the
+template opens a conversation with (which tell a log of this tokenizer from another's), and which per-episode work
+beyond the TITO check is switched on.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tito_audit.errors import RenderError
+from tito_audit.rendering.guard import REPLAY_LIMITS
+from tito_audit.rendering.renderer import Renderer
+from tito_audit.replay.drift import date_positions
+from tito_audit.replay.schema import Episode, RecordError
+from tito_audit.rollout.stop import stop_token_ids
+
+_MARK_PROBES: tuple[list[dict[str, Any]], ...] = (
+    [{"role": "user", "content": "Hi"}],
+    [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}],
+)
+
+
+@dataclass
+class ReplayContext:
+    """Everything the analysis needs from the model, built once per process.
+
+    ``whatif``, ``drift`` and ``noncanonical`` switch the per-episode work beyond the TITO check: with all three
+    off, an episode with engine prompts costs a few slice comparisons (no render, no tokenizer call)."""
+
+    renderer: Renderer
+    stop_ids: list[int]
+    special_ids: list[int]
+    bos_id: int | None
+    whatif: bool = True
+    drift: bool = True
+    noncanonical: bool = True
+    bos_ids: tuple[int, ...] = ()  # every id that begins a sequence: the tokenizer's own and the template's
+    vocab_size: int | None = None  # ids at or above it are outside the tokenizer
+    marks: frozenset[int] = frozenset()  # control ids the template opens a conversation with
+    date: dt.datetime | None = None  # the date renders see when a record does not say (--date)
+    dated: bool = False  # the template's prompt shows the render date
+    model: str = ""
+    control_ids: frozenset[int] = frozenset()  # the tokenizer's control tokens (special ids)
+    header_ids: frozenset[int] = frozenset()  # control ids the template opens a message with, never in a sampled turn
+
+    @classmethod
+    def from_model(
+        cls,
+        model: Any,
+        whatif: bool = True,
+        *,
+        drift: bool = True,
+        noncanonical: bool = True,
+        date: dt.datetime | None = None,
+    ) -> ReplayContext:
+        renderer = Renderer(model.tokenizer, model.chat_template, limits=REPLAY_LIMITS)
+        if date is not None:
+            renderer = renderer.with_date(date)
+        stops = list(stop_token_ids(model.tokenizer, renderer, getattr(model, "generation_eos_ids", None) or ()))
+        tok = model.tokenizer
+        return cls(
+            renderer,
+            stops,
+            sorted(set(tok.all_special_ids or [])),
+            tok.bos_token_id,
+            whatif,
+            drift,
+            noncanonical,
+            bos_ids=beginning_ids(tok, renderer),
+            vocab_size=len(tok),
+            marks=template_marks(renderer),
+            date=date,
+            dated=date_positions(renderer, _MARK_PROBES[0], None) is not None,
+            model=getattr(model, "name", ""),
+            control_ids=control_ids(tok),
+            header_ids=header_ids(renderer, stops),
+        )
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.renderer.decode(list(ids), skip_special_tokens=False)
+
+    def compare_kwargs(self) -> dict[str, Any]:
+        return dict(
+            decode=self.decode,
+            stop_ids=self.stop_ids,
+            special_ids=self.special_ids,
+            bos_id=self.bos_id,
+            bos_ids=self.bos_ids,
+        )
+
+    def renderer_for(self, ep: Episode) -> Renderer:
+        """The renderer the engine used for this episode: its template kwargs and date, when the record has them."""
+        r = self.renderer.with_kwargs(**ep.template_kwargs) if ep.template_kwargs else self.renderer
+        return r.with_date(ep.date) if ep.date is not None else r
+
+    def check_ids(self, ep: Episode) -> None:
+        """``RecordError`` for an id this tokenizer does not have (the log was written with another one)."""
+        if self.vocab_size is None:
+            return
+        for where, ids in (("input_ids", ep.input_ids), *((f"turns[{k}].ids", t.ids) for k, t in enumerate(ep.turns))):
+            if ids and max(ids) >= self.vocab_size:
+                raise RecordError(
+                    f"{where} holds id {max(ids)}, outside {self.model or 'the model'}'s tokenizer "
+                    f"({self.vocab_size} ids): was the log written with another tokenizer?"
+                )
+
+
+def beginning_ids(tokenizer: Any, renderer: Renderer) -> tuple[int, ...]:
+    """The ids a sequence begins with: what the tokenizer itself adds in front of a text, its ``bos_token``, and
+    the first id of the template's rendering when that is the ``bos_token`` it printed."""
+    out: list[int] = []
+    plain = renderer.encode("x")
+    added = renderer.encode("x", add_special_tokens=True)
+    if len(added) > len(plain) and added[len(added) - len(plain) :] == plain:
+        out.extend(added[: len(added) - len(plain)])
+    if tokenizer.bos_token_id is not None:
+        out.append(int(tokenizer.bos_token_id))
+    bos_text = tokenizer.bos_token
+    if isinstance(bos_text, str) and bos_text:
+        try:
+            text = renderer.render(_MARK_PROBES[0], add_generation_prompt=True)
+        except RenderError:
+            text = ""
+        if text.startswith(bos_text):
+            first = renderer.encode(text)[:1]
+            out.extend(first)
+    return tuple(dict.fromkeys(out))
+
+
+def control_ids(tokenizer: Any) -> frozenset[int]:
+    """The tokenizer's control tokens: its special ids and its added tokens marked special."""
+    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    return frozenset(tokenizer.all_special_ids or []) | {i for i, t in added.items() if t.special}
+
+
+def header_ids(renderer: Renderer, stop_ids: Sequence[int]) -> frozenset[int]:
+    """The control ids the template writes around a user message and never inside the assistant turn that follows
+    it (role headers such as ``<|im_start|>``, a BOS), less the stop ids: what a policy does not sample in its turn
+    (``tito_audit.replay.environment``). From renders of the probe conversations, never from a model name (SmolLM2's
+    BOS is its role header ``<|im_start|>``)."""
+    control = control_ids(renderer.tokenizer)
+    try:
+        head = renderer.render_ids(_MARK_PROBES[0], add_generation_prompt=True)
+        full = renderer.render_ids(_MARK_PROBES[1])
+    except RenderError:
+        return frozenset()
+    turn = full[len(head) :] if full[: len(head)] == head else full
+    return frozenset(i for i in head if i in control) - set(turn) - set(stop_ids)
+
+
+MARK_WINDOW = 8  # a log's sequence opens with the template's first control token within this many ids
+
+
+def template_marks(renderer: Renderer) -> frozenset[int]:
+    """The special ids the template opens a conversation with (its BOS or first role marker), from renders of
+    probe conversations: a log written with this tokenizer and template has one among its first ``MARK_WINDOW``
+    ids; one written with another tokenizer, whose ids mean other tokens, has none there. Only the opening is
+    looked at: a special id of this vocabulary can be an ordinary token of another, anywhere in a sequence."""
+    specials = control_ids(renderer.tokenizer)
+    found: set[int] = set()
+    for probe in _MARK_PROBES:
+        try:
+            ids = renderer.render_ids(probe, add_generation_prompt=probe[-1]["role"] == "user")
+        except RenderError:
+            continue
+        found.update(next(([i] for i in ids[:MARK_WINDOW] if i in specials), []))
+    return frozenset(found)
+
+
+def other_tokenizer(ctx: ReplayContext) -> str:
+    """Why an episode is refused: it reads as another tokenizer's (replayed, its ids would be another text)."""
+    return (
+        f"not checked: the episode does not read as {ctx.model or 'the model'}'s tokenizer: its ids open with none "
+        f"of the template's control tokens and none of its sampled turns ends with a stop token (written with "
+        "another model's tokenizer?)"
+    )

@@ -1,0 +1,175 @@
+"""Environment tokens logged as sampled: ids a loop logged, and trained, as the policy's samples that the
+environment wrote (issue 38, item 2).
+
+A loop that appends a tool result to the next turn's response ids (with log-prob 0.0, or none) and trains the
+whole response trains the policy on tokens it never sampled. Its log can still be self-consistent: the engine's
+prompts, the sampled turns and the trained sequence agree, so the TITO check alone finds it exact. Two kinds of
+evidence name it, from the log and the template alone (no weights):
+
+- **the template's render**: a sampled turn's ids hold the template's rendering of a non-assistant message of the
+  episode (a tool result, a user message, the system prompt), as the template writes it after the messages before
+  it: at least ``COVER`` of its ids in one contiguous run, with every control token of it that is not a stop token
+  (its role header): a policy ends its turn at a stop token and does not write the next message's header, a loop
+  that glues the environment's delta to the next turn's ids does. A rendering without such a control token must
+  appear whole. Needs the episode's messages and renders (not ``--only-tito``).
+- **impossible log-probs**: a sampled turn whose first ids carry log-prob exactly 0.0 (the engine's probability 1:
+  on a vocabulary of thousands, a fill value, not a sample) while its later ids carry real ones, or a turn with no
+  log-probs while the episode's other turns have them, when those ids hold one of the template's header tokens
+  (``ReplayContext.header_ids``: the control tokens it opens a message with, no stop and no BOS). A run of 0.0 alone
+  is not evidence: a confident model's log-probs round to exactly 0.0 on long verbatim copies.
+
+Either makes the turn diverge at the first such id that was trained (``Divergence`` of kind ``environment``, class
+``environment``): unsafe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from difflib import SequenceMatcher
+
+from tito_audit.errors import RenderError
+from tito_audit.rendering.renderer import Renderer
+from tito_audit.replay.divergence import Divergence, window
+from tito_audit.replay.schema import Episode
+from tito_audit.rollout.tokens import find_run
+
+COVER = 0.8  # share of a message's rendering a turn must hold in one run
+
+
+@dataclass(frozen=True)
+class EnvironmentRun:
+    """Ids of sampled turn ``turn``, from ``offset`` on, ``length`` of them, that the environment wrote."""
+
+    turn: int
+    offset: int
+    length: int
+    why: str
+
+
+def message_renderings(ep: Episode, renderer: Renderer) -> list[tuple[int, list[int]]]:
+    """``(index, ids)`` of every non-assistant message: what the template writes for it after the messages before it
+    (a message whose append rewrites what precedes it has no rendering of its own, and is left out)."""
+    msgs = ep.messages or []
+    out: list[tuple[int, list[int]]] = []
+    before: list[int] | None = []
+    for i, m in enumerate(msgs):
+        try:
+            upto = renderer.render_ids(msgs[: i + 1], tools=ep.tools)
+        except RenderError:
+            before = None
+            continue
+        if m.get("role") != "assistant" and before is not None and upto[: len(before)] == before:
+            out.append((i, upto[len(before) :]))
+        before = upto
+    return out
+
+
+def _held(
+    ids: Sequence[int], rendering: Sequence[int], control: frozenset[int], stops: frozenset[int]
+) -> tuple[int, int] | None:
+    """``(start, length)`` of ``rendering`` in ``ids`` when they hold enough of it, its header included; else None."""
+    header = [i for i in rendering if i in control and i not in stops]
+    if len(rendering) < 2:
+        return None
+    match = SequenceMatcher(None, list(ids), list(rendering), autojunk=False).find_longest_match()
+    run = list(rendering[match.b : match.b + match.size])
+    whole = match.size == len(rendering)
+    if not whole and not (header and match.size >= COVER * len(rendering) and all(h in run for h in header)):
+        return None
+    start = max(0, match.a - match.b)  # where the rendering begins in the turn (a cut head included)
+    return start, match.a + match.size - start
+
+
+def rendered_in_turns(
+    ep: Episode,
+    renderings: Sequence[tuple[int, list[int]]],
+    control: frozenset[int],
+    stops: frozenset[int],
+    text: Callable[[Sequence[int]], str],
+) -> list[EnvironmentRun]:
+    """Per sampled turn, the first rendering of a non-assistant message it holds."""
+    out = []
+    for k, turn in enumerate(ep.turns):
+        for index, rendering in renderings:
+            held = _held(turn.ids, rendering, control, stops)
+            if held is not None:
+                role = (ep.messages or [])[index].get("role", "?")
+                why = (
+                    f"its ids hold the template's rendering of message {index} ({role}, {text(rendering[:16])!r}): a "
+                    "policy ends its turn at a stop token and does not write the next message"
+                )
+                out.append(EnvironmentRun(k, held[0], held[1], why))
+                break
+    return out
+
+
+def zero_logprob_turns(ep: Episode, header: frozenset[int]) -> list[EnvironmentRun]:
+    """Per sampled turn, a leading run of log-probs exactly 0.0 (the rest real), or no log-probs while other turns
+    have them, over ids that hold a header token of the template."""
+    logged = [t.logprobs is not None for t in ep.turns]
+    out = []
+    for k, turn in enumerate(ep.turns):
+        lps = turn.logprobs
+        if lps is None:
+            if any(logged) and any(i in header for i in turn.ids):
+                out.append(EnvironmentRun(k, 0, len(turn.ids), "it has no log-probs while the other turns have"))
+            continue
+        zeros = next((n for n, lp in enumerate(lps) if lp != 0.0), len(lps))
+        if 2 <= zeros < len(lps) and any(i in header for i in turn.ids[:zeros]):
+            out.append(EnvironmentRun(k, 0, zeros, f"its first {zeros} ids carry log-prob 0.0, the rest real ones"))
+    return out
+
+
+def _turn_start(ep: Episode, k: int, after: int) -> int | None:
+    """Where turn ``k``'s ids sit in the trained sequence (from ``after`` on), or None."""
+    ids, got = ep.turns[k].ids, ep.input_ids
+    prompt = ep.turns[k].prompt_ids
+    if prompt is not None and got[len(prompt) : len(prompt) + len(ids)] == ids:
+        return len(prompt)
+    return find_run(got, ids, after)
+
+
+def environment_divergences(
+    ep: Episode,
+    renderer: Renderer | None,
+    control: frozenset[int],
+    header: frozenset[int],
+    stop_ids: Sequence[int],
+    decode: Callable[[Sequence[int]], str],
+) -> list[Divergence]:
+    """Per sampled turn, the first environment id it holds that was trained (a ``Divergence`` of kind and class
+    ``environment``, its ``tokens`` the environment ids trained). ``renderer``: the episode's, when renders are
+    allowed (the render evidence needs it and the episode's messages)."""
+    runs = zero_logprob_turns(ep, header)
+    if renderer is not None and ep.messages is not None:
+        rendered = rendered_in_turns(ep, message_renderings(ep, renderer), control, frozenset(stop_ids), decode)
+        runs += rendered
+    first: dict[int, EnvironmentRun] = {}
+    for run in runs:
+        cur = first.get(run.turn)
+        if cur is None or run.offset < cur.offset:
+            first[run.turn] = run if cur is None else EnvironmentRun(run.turn, run.offset, run.length, run.why)
+    out = []
+    after = 0
+    for k in sorted(first):
+        run = first[k]
+        start = _turn_start(ep, k, after)
+        if start is None:
+            continue
+        after = start
+        at = start + run.offset
+        mask = ep.loss_mask
+        trained = [j for j in range(at, min(at + run.length, len(ep.input_ids))) if mask is None or mask[j]]
+        if not trained:
+            continue
+        _back, exp, act, begin = window(ep.input_ids, ep.input_ids, trained[0], trained[0])
+        text = decode(ep.input_ids[trained[0] : trained[0] + 12])
+        message = (
+            f"turn {k}: environment tokens logged as sampled and trained from {text!r} on ({len(trained)} id(s)): "
+            f"{run.why}"
+        )
+        out.append(
+            Divergence(k, trained[0], "environment", "environment", message, None, exp, act, begin, len(trained))
+        )
+    return out
