@@ -54,3 +54,14 @@ def test_the_other_time_is_the_same_day_with_every_field_of_the_time_changed(whe
     assert later.date() == when.date()
     assert later.hour != when.hour and later.minute != when.minute and later.second != when.second
     assert (later.hour < 12) != (when.hour < 12)
+
+
+@pytest.mark.parametrize("name", ["prints_12_hour_clock", "tests_the_seconds"])
+def test_a_template_that_reads_the_time_of_day_is_tito_required_even_where_two_times_agree(name: str) -> None:
+    """strftime_now('%I') prints '12' at 12:00:00 and at 00:29:31; a test of the seconds ('%S' > 40) is false at
+    both: the renders agree, but the template reads the time of day, so another minute may render otherwise."""
+    report = audit_of("qwen2.5-7b-instruct", DATA / "clock" / f"{name}.jinja")
+    assert report.verdict == "tito-required", report.verdict_reasons
+    assert "tito-required:time_of_day" in report.verdict_reasons
+    [finding] = report.check("time_of_day").findings
+    assert "reads the time of day" in finding.message
