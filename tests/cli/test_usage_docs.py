@@ -1,7 +1,7 @@
-"""The README's usage lines and each command's ``--help`` agree: every option a command takes appears in that
+"""The documented usage lines and each command's ``--help`` agree: every option a command takes appears in that
 command's usage block, and every option a usage block names exists. A usage block is an indented line
 ``tito-audit COMMAND ...`` that shows optional options (``[--x ...]``), with the more indented ``[...]`` lines that
-continue it; each command has exactly one, wherever the README puts it."""
+continue it; each command has exactly one, in the README or on its page in docs/ (docs/audit.md, docs/scan.md...)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from tito_audit.cli import COMMANDS, app
 from tito_audit.cli.audit import FAIL_ON
 from tito_audit.cli.params import FORMAT_NAMES
 
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+PAGES = {p: p.read_text(encoding="utf-8") for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}
 OPTION = re.compile(r"(?<![\w-])--?[a-zA-Z][\w-]*")
 
 
@@ -35,7 +35,11 @@ def help_options(name: str) -> list[set[str]]:
 
 
 def usage_blocks(name: str) -> list[str]:
-    lines = README.splitlines()
+    return [block for text in PAGES.values() for block in _blocks(text, name)]
+
+
+def _blocks(text: str, name: str) -> list[str]:
+    lines = text.splitlines()
     blocks = []
     for i, line in enumerate(lines):
         m = re.match(rf"^(\s+)tito-audit {name}\b", line)
@@ -60,14 +64,14 @@ def values(block: str, option: str) -> set[str]:
 
 @pytest.mark.parametrize("name", COMMANDS)
 def test_usage_block_and_help_name_the_same_options(name: str) -> None:
-    blocks = usage_blocks(name)
-    assert len(blocks) == 1, f"README: {len(blocks)} usage blocks for `tito-audit {name}`"
-    shown = set(OPTION.findall(blocks[0]))
+    blocks = usage_blocks(name)  # one, or a page's main block and those of its parts (replay's --engine ray, --weights)
+    assert blocks, f"no documented usage block for `tito-audit {name}`"
+    shown = set(OPTION.findall("\n".join(blocks)))
     options = help_options(name)
     missing = [sorted(o) for o in options if not o & shown]
-    assert not missing, f"`tito-audit {name} --help` options missing from its README usage: {missing}"
+    assert not missing, f"`tito-audit {name} --help` options missing from its documented usage: {missing}"
     known = set().union(*options)
-    assert shown <= known, f"README usage of `tito-audit {name}` names options it lacks: {sorted(shown - known)}"
+    assert shown <= known, f"documented usage of `tito-audit {name}` names options it lacks: {sorted(shown - known)}"
 
 
 def test_help_lists_every_option_it_takes() -> None:
@@ -102,11 +106,15 @@ def test_thinking_values(value: str, modes: list[dict]) -> None:
 
 
 def section_of(block: str) -> str:
-    """The README's ``## `` section that holds ``block``, without the block itself."""
-    at = README.index(block)
-    start = README.rfind("\n## ", 0, at)
-    end = README.find("\n## ", at)
-    return README[start : end if end != -1 else len(README)].replace(block, "")
+    """The page's section that holds ``block`` (from the ``## `` heading before it to the next), without the block
+    itself."""
+    path, page = next((path, text) for path, text in PAGES.items() if block in text)
+    if path.parent.name == "docs":  # a command's own page: all of it is its section
+        return page.replace(block, "")
+    at = page.index(block)
+    start = max(page.rfind("\n## ", 0, at), 0)
+    end = page.find("\n## ", at)
+    return page[start : end if end != -1 else len(page)].replace(block, "")
 
 
 @pytest.mark.parametrize("name", ["scan", "rl"])
@@ -115,4 +123,4 @@ def test_every_option_is_described_in_its_section(name: str) -> None:
     all; each option is described in the command's own section, beside its usage block."""
     prose = section_of(usage_blocks(name)[0])
     undescribed = [sorted(o) for o in help_options(name) if not any(re.search(rf"`{s}[` =]", prose) for s in o)]
-    assert not undescribed, f"README section of `tito-audit {name}` does not describe {undescribed}"
+    assert not undescribed, f"documented section of `tito-audit {name}` does not describe {undescribed}"
