@@ -52,6 +52,14 @@ def test_few_loose_modules() -> None:
     assert len(loose) <= MAX_LOOSE_MODULES, loose
 
 
+def test_no_module_or_function_is_too_long() -> None:
+    """One concept per module (issue 37): a module past 500 lines or a function past 120, signature and decorators
+    included (a typer signature counts), is split (``structure.measure``)."""
+    sizes = structure.measure()
+    assert sizes["modules_over_500_lines"] == [], sizes["modules_over_500_lines"]
+    assert sizes["functions_over_120_lines"] == [], sizes["functions_over_120_lines"]
+
+
 def test_the_public_library_does_not_import_the_audit() -> None:
     """``rollout`` (the ``Trajectory`` RL frameworks import) stands below the checks and the audit."""
     for module, targets in structure.import_graph(runtime=True).items():
