@@ -18,6 +18,7 @@ from tests.conftest import write_jsonl
 from tests.replay.conftest import QWEN
 from tito_audit.replay import ReplayContext, build_report, replay_log
 from tito_audit.replay.analyze import analyze
+from tito_audit.replay.environment import message_renderings, rendered_in_turns
 from tito_audit.replay.schema import episode_from_native
 from tito_audit.testing.synthetic import log_episode, with_engine_prompts
 
@@ -84,9 +85,13 @@ def test_the_template_render_names_it_without_impossible_log_probs(plays):
         record, first = glued(p, fill=-0.25)
         if first is None:
             continue
-        res = analyze(episode_from_native(record, n), ctx)
+        ep = episode_from_native(record, n)
+        res = analyze(ep, ctx)
         assert res.divergences and res.divergences[0].cls == "environment"
-        assert "rendering of message" in res.divergences[0].message
+        # the stop inside the turn names it from the ids too; the render evidence holds on its own
+        renderings = message_renderings(ep, ctx.renderer)
+        held = rendered_in_turns(ep, renderings, ctx.control_ids, frozenset(ctx.stop_ids), ctx.decode)
+        assert held and "rendering of message" in held[0].why
         found += 1
     assert found > 10
 
@@ -120,3 +125,29 @@ def test_no_environment_finding_on_a_correct_loop_whose_turns_begin_with_certain
             res = analyze(episode_from_native(copy.deepcopy(record), n), c)
             assert not res.divergences, (p.scenario.id, res.divergences)
     assert ctx.header_ids and not ctx.header_ids & set(ctx.stop_ids)
+
+
+QWEN3 = "Qwen/Qwen3-0.6B"
+
+
+@pytest.mark.parametrize("fill", [-0.25, None, 0.0])
+def test_a_history_rewriting_template_does_not_hide_it(plays, fill):
+    """Found by an outside tester: on Qwen3, whose template drops an earlier turn's think block once a tool result
+    follows, the render of the glued message is never found in one run, and with log-probs that look real (or none
+    anywhere, or all 0.0) replay called 37 of 60 such loops exact. A stop token inside a sampled turn, beside the
+    next message's header, names it from the ids alone: every glued episode is unsafe at its first glued id."""
+    loaded, _ctx, played = plays(QWEN3, 0.0, 5)
+    tito_only = ReplayContext.from_model(loaded, False, drift=False, noncanonical=False)
+    checked = 0
+    for n, p in enumerate(played):
+        record, first = glued(p, fill=fill)
+        if first is None:
+            continue
+        if fill is None:  # no log-probs anywhere in the episode: the log-probs say nothing
+            for t in record["turns"]:
+                t.pop("logprobs", None)
+        res = analyze(episode_from_native(record, n), tito_only)
+        assert res.divergences and res.divergences[0].cls == "environment", (p.scenario.id, res.divergences)
+        assert res.divergences[0].index == first, (p.scenario.id, res.divergences[0])
+        checked += 1
+    assert checked > 30

@@ -18,7 +18,13 @@ evidence name it, from the log and the template alone (no weights):
   (``ReplayContext.header_ids``: the control tokens it opens a message with, no stop and no BOS). A run of 0.0 alone
   is not evidence: a confident model's log-probs round to exactly 0.0 on long verbatim copies.
 
-Either makes the turn diverge at the first such id that was trained (``Divergence`` of kind ``environment``, class
+- **a stop inside a sampled turn**: an engine ends a turn at its stop token, so a sampled turn holds one only as its
+  last id. One earlier, with the template's header token after it (the next message opened) or before it (the turn
+  begins with a message the environment wrote), is a loop that glued the environment's delta to the policy's
+  ids: the environment's run is the turn's start up to that stop when a header precedes it, else what follows it.
+  Needs neither the messages nor log-probs.
+
+Any of these makes the turn diverge at the first such id that was trained (``Divergence`` of kind ``environment``, class
 ``environment``): unsafe.
 """
 
@@ -116,8 +122,35 @@ def zero_logprob_turns(ep: Episode, header: frozenset[int]) -> list[EnvironmentR
                 out.append(EnvironmentRun(k, 0, len(turn.ids), "it has no log-probs while the other turns have"))
             continue
         zeros = next((n for n, lp in enumerate(lps) if lp != 0.0), len(lps))
-        if 2 <= zeros < len(lps) and any(i in header for i in turn.ids[:zeros]):
-            out.append(EnvironmentRun(k, 0, zeros, f"its first {zeros} ids carry log-prob 0.0, the rest real ones"))
+        real_elsewhere = zeros < len(lps) or any(
+            t.logprobs and any(lp != 0.0 for lp in t.logprobs) for j, t in enumerate(ep.turns) if j != k
+        )
+        if zeros >= 2 and real_elsewhere and any(i in header for i in turn.ids[:zeros]):
+            rest = "the rest real ones" if zeros < len(lps) else "the episode's other turns real ones"
+            out.append(EnvironmentRun(k, 0, zeros, f"its first {zeros} ids carry log-prob 0.0, {rest}"))
+    return out
+
+
+def stops_inside_turns(ep: Episode, stop_ids: frozenset[int], header: frozenset[int]) -> list[EnvironmentRun]:
+    """Per sampled turn, a stop token before its last id with a header token of the template on one side of it
+    (see the module docstring): the environment's ids the loop glued to the policy's."""
+    out = []
+    for k, turn in enumerate(ep.turns):
+        ids = turn.ids
+        inside = next((n for n, i in enumerate(ids[:-1]) if i in stop_ids), None)
+        if inside is None:
+            continue
+        if any(i in header for i in ids[:inside]):  # the turn opens with a message the environment wrote
+            start, end = 0, inside + 1
+        elif any(i in header for i in ids[inside + 1 :]):  # the next message glued after the policy's stop
+            start, end = inside + 1, len(ids)
+        else:
+            continue
+        why = (
+            f"a stop token ({ids[inside]}) inside the sampled turn, beside a message header: an engine ends a turn "
+            "at its stop, the environment's message was glued to the policy's ids"
+        )
+        out.append(EnvironmentRun(k, start, end - start, why))
     return out
 
 
@@ -145,6 +178,7 @@ def environment_divergences(
     if renderer is not None and ep.messages is not None:
         rendered = rendered_in_turns(ep, message_renderings(ep, renderer), control, frozenset(stop_ids), decode)
         runs += rendered
+    runs += stops_inside_turns(ep, frozenset(stop_ids), header)  # the ids alone: named last where others agree
     first: dict[int, EnvironmentRun] = {}
     for run in runs:
         cur = first.get(run.turn)
