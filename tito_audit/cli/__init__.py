@@ -8,7 +8,9 @@ on stderr (``error: ...``) and exit code 2.
 from __future__ import annotations
 
 import difflib
+import errno
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -45,6 +47,15 @@ class OneLineErrors(TyperGroup):
         except click_errors.ClickException as exc:
             typer.echo(f"error: {usage_line(exc)}", err=True)
             rv = exc.exit_code
+        except BrokenPipeError:  # the reader closed our stdout (`| head`): stop quietly, as a SIGPIPE would
+            _silence_stdout()
+            rv = EXIT_BROKEN_PIPE
+        except OSError as exc:
+            if exc.errno not in _OUTPUT_ERRNOS:
+                raise
+            _silence_stdout()  # what is still buffered cannot be written either
+            typer.echo(f"error: cannot write the output: {exc.strerror or exc}", err=True)
+            rv = EXIT_OPERATIONAL
         except typer.Abort as exc:
             if isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):
                 typer.echo("interrupted before the command started: nothing written", err=True)  # no traceback
@@ -64,10 +75,27 @@ class OneLineErrors(TyperGroup):
         """A Ctrl-C that no command turned into its own line (each says what it kept) ends here: one line, 130."""
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:  # the reader closed our stdout (`| head`); click would make it exit 1 (findings)
+            _silence_stdout()
+            raise typer.Exit(EXIT_BROKEN_PIPE) from None
         except KeyboardInterrupt:
             command = f"tito-audit {ctx.invoked_subcommand}" if ctx.invoked_subcommand else "tito-audit"
             typer.echo(f"interrupted: {command} stopped before its end; nothing more was written", err=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader went away
+# errors of a write to an output that cannot take it (a full disk, /dev/full, an I/O error): one line, exit 2
+_OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EIO, errno.EFBIG, errno.EDQUOT})
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing what is left at exit raises nothing more."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout has no descriptor (a test's capture): nothing to flush there
+        pass
 
 
 def usage_line(exc: click_errors.ClickException) -> str:

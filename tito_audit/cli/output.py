@@ -238,6 +238,12 @@ def output_console(stderr: bool = False) -> Console:
     from rich.console import Console
 
     made = Console(stderr=stderr)
-    if made.is_terminal or os.environ.get("COLUMNS", "").strip():
-        return made
-    return Console(stderr=stderr, width=PIPE_WIDTH)
+    if not (made.is_terminal or os.environ.get("COLUMNS", "").strip()):
+        made = Console(stderr=stderr, width=PIPE_WIDTH)
+    made.on_broken_pipe = _broken_pipe  # type: ignore[method-assign]
+    return made
+
+
+def _broken_pipe() -> None:
+    """rich ends a broken pipe with exit 1, the code of findings; the command's main ends it as a SIGPIPE would."""
+    raise BrokenPipeError(errno.EPIPE, "the reader closed standard output")
