@@ -72,7 +72,10 @@ def snapshot(out: Path, corpus_sets: list[str], extras: list[str], inputs: Path 
         "PYTHONPATH": str(ROOT),
         "COLUMNS": "120",
     }
-    run(["audit", "--bundled", *hub_repo_ids(), "--offline", "--format", "json", "-o", str(out / "audit.json")], env)
+    # exit 3: a SAFE that does not cover what was not probed (issue 40's coverage), or a check that errored: the
+    # report is written all the same, and compared
+    audit_all = ["audit", "--bundled", *hub_repo_ids(), "--offline", "--format", "json", "-o", str(out / "audit.json")]
+    run(audit_all, env, ok=(0, 1, 3))
     for scenarios in corpus_sets:
         target = out / f"scan-{scenarios}.json"
         corpus = str(SHARED / "template-corpus")

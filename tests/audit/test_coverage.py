@@ -4,6 +4,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from tests.conftest import DATA, audit_of, tito
 
 TEMPLATE = DATA / "search" / "developer_branch.jinja"
@@ -33,3 +37,32 @@ def test_a_safe_that_names_a_gap_exits_3_unless_allowed() -> None:
     assert "SAFE does not cover what was not probed" in out.stderr and "'developer'" in out.stderr
     assert tito("audit", TOKENIZER, "--chat-template", TEMPLATE, "-q", "--allow-not-probed").returncode == 0
     assert tito("audit", TOKENIZER, "--chat-template", DATA / "search" / "base.jinja", "-q").returncode == 0
+
+
+def _traced(template: Path, until_complete: bool):  # type: ignore[no-untyped-def]
+    """The coverage of ``template``'s quick scenarios, traced once (``until_complete`` or every render)."""
+    from tito_audit import load
+    from tito_audit.audit.context import AuditContext, AuditOptions
+    from tito_audit.audit.coverage import Coverage
+
+    ctx = AuditContext(load(TOKENIZER, chat_template_file=str(template)), AuditOptions(scenarios="quick", search=0))
+    assert all(s.ok for s in ctx.simulations)
+    coverage = Coverage.of(ctx)
+    assert coverage is not None
+    pending = len(ctx.renderer._shared.untraced)
+    coverage.trace(until_complete)
+    return coverage, pending
+
+
+@pytest.mark.parametrize("name", ["base.jinja", "developer_branch.jinja"])
+def test_coverage_stops_replaying_only_where_nothing_left_can_change_it(name: str) -> None:
+    """An unsteered trace (the scan's: ``--search`` under 20) stops once every arm history can reach has run; what
+    it reports is the full replay's. A template with an arm never taken replays everything."""
+    full, pending = _traced(DATA / "search" / name, until_complete=False)
+    early, early_pending = _traced(DATA / "search" / name, until_complete=True)
+    assert early.summary() == full.summary() and early.not_probed() == full.not_probed()
+    assert full.replayed == pending
+    if full.unexercised():
+        assert early.replayed == early_pending
+    else:
+        assert 0 < early.replayed < early_pending, (early.replayed, early_pending)

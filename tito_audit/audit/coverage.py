@@ -32,6 +32,7 @@ class Coverage:
         self.renderer = renderer
         self.recorder = Recorder()
         self.replayed = 0
+        self._needed: set[int] | None = None  # the compiled lines of the arms ``summary`` counts (``complete``)
 
     @classmethod
     def of(cls, ctx: AuditContext) -> Coverage | None:
@@ -50,15 +51,24 @@ class Coverage:
             return None
         return cls(branches, instrumented, ctx.renderer)
 
-    def trace(self) -> None:
-        """Play every render made since the last call through the instrumented copy."""
+    def trace(self, until_complete: bool = False) -> None:
+        """Play every render made since the last call through the instrumented copy; with ``until_complete``, only
+        until every arm history can reach has run (``complete``): the renders left cannot change what coverage
+        reports, and are dropped. Not for a search that is steered by ``arms_run`` (it counts every arm)."""
         probe = {PROBE: self.recorder.probe}
 
         def play(renderer: Any, messages: Any, tools: Any, agp: bool) -> str:
             kwargs = renderer.template_kwargs
             return render_compiled(self.instrumented, renderer.tokenizer, messages, tools, agp, kwargs, probe)
 
-        self.replayed += self.renderer.trace_untraced(play)
+        self.replayed += self.renderer.trace_untraced(play, self.complete if until_complete else None)
+
+    def complete(self) -> bool:
+        """Every arm history can reach, except those that raise, has run: ``summary`` and ``not_probed`` are what
+        they will stay, whatever else runs."""
+        if self._needed is None:
+            self._needed = {b.body_line for b in self.branches.branches if b.history and not b.raises}
+        return self._needed <= self.recorder.ran
 
     def skip(self) -> None:
         """Leave the renders made since the last ``trace`` out of the coverage (a search too small to steer: its

@@ -8,7 +8,7 @@ from typing import Any
 from tito_audit.audit.checks import ordered_checks, run_check
 from tito_audit.audit.context import AuditContext, AuditOptions
 from tito_audit.audit.coverage import Coverage
-from tito_audit.audit.search import search_after_checks
+from tito_audit.audit.search import search_after_checks, steers
 from tito_audit.errors import AuditError, LimitExceeded, TemplateAlwaysRaises, failed_every_conversation
 from tito_audit.report.check_result import CheckResult
 from tito_audit.report.model_report import ModelReport
@@ -101,8 +101,9 @@ def _search(ctx: AuditContext, report: ModelReport) -> None:
     ``not_probed``."""
     claims = decide(report.checks, report.scenarios).verdict in ("safe", "tito-required")
     coverage = Coverage.of(ctx) if claims else None
+    until_complete = not steers(ctx.options.search)  # a steered search counts every arm each render takes
     if coverage is not None:
-        coverage.trace()
+        coverage.trace(until_complete)
     searched = search_after_checks(ctx, report.checks, report.scenarios, coverage)
     report.scenarios["search"] = searched.summary()
     if searched.found:
@@ -112,7 +113,7 @@ def _search(ctx: AuditContext, report: ModelReport) -> None:
         report.checks = _run_checks(ctx)
     missed = [*([searched.not_probed()] if searched.not_probed() else [])]
     if coverage is not None:
-        coverage.trace()  # what the search drew last, and the checks' renders of its counterexamples
+        coverage.trace(until_complete)  # what the search drew last, and the checks' renders of its counterexamples
         report.scenarios["coverage"] = coverage.summary()
         missed += coverage.not_probed()
     if missed:

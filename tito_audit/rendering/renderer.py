@@ -329,20 +329,27 @@ class Renderer:
         dropped, self._shared.untraced = len(self._shared.untraced), []
         return dropped
 
-    def trace_untraced(self, play: Callable[[Renderer, Sequence[Message], Any, bool], Any]) -> int:
+    def trace_untraced(
+        self, play: Callable[[Renderer, Sequence[Message], Any, bool], Any], done: Callable[[], bool] | None = None
+    ) -> int:
         """Play every text render of this template not played yet through ``play(renderer, messages, tools,
         add_generation_prompt)`` (coverage's instrumented copy), under each render's limits and charged to the
         template's budget; returns how many. Their outputs are already cached: only what they run is wanted (a
-        failing one counts as far as it goes)."""
+        failing one counts as far as it goes). ``done``: asked before each render; once it says True, the rest
+        are dropped unplayed (and not counted)."""
         pending, self._shared.untraced = self._shared.untraced, []
+        played = 0
         for kwargs, date, messages, tools, agp in pending:
+            if done is not None and done():
+                return played
+            played += 1
             r = self._derive(kwargs, date, self.tools_as)
             try:
                 r._guarded(lambda r=r, m=messages, t=tools, a=agp: play(r, m, t, a))
             except RenderError as err:
                 detached(err)  # its tracebacks would hold this audit's frames in a cycle
                 continue
-        return len(pending)
+        return played
 
     def render_ids(
         self, messages: Sequence[Message], tools: Any = None, add_generation_prompt: bool = False

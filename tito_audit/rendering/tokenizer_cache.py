@@ -67,14 +67,12 @@ class TokenizerCache:
 
     def prepare(self) -> None:
         """Build now what every audit on this tokenizer builds on first use: the added-token pattern (a regular
-        expression over every added token, and transformers' for sanitized encodes), the special tokens' text and
-        the segment encoder. A scan calls this before its workers fork, so that they share them instead of each
-        building its own."""
+        expression over every added token), the special tokens' text and the segment encoder. A scan calls this
+        before its workers fork, so that they share them instead of each building its own. (transformers' pattern
+        over every added token is not built: sanitized encodes give it only the tokens a render holds between
+        markers, ``sanitizer.EncodeView.for_text``.)"""
         _ = self.added_re, self.special_texts
         self._segmented(self._backend(None))
-        marking = compat.pieces("control_token_marking")
-        if marking is not None:  # the patterns transformers' encode_marked_chat compiles (kept in its lru_cache)
-            marking.patterns(tuple(self.added_tokens_encoder))
 
     def share_backend_parts(self, other: TokenizerCache) -> None:
         """Take ``other``'s parts that only the Rust backend decides (the added-token table and pattern, which

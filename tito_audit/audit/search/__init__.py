@@ -29,6 +29,13 @@ if TYPE_CHECKING:
 
 DEFAULT_BUDGET = SEARCH_BUDGET  # conversations drawn by default (``--search``); 0 turns the search off
 OFF = "off (--search 0)"
+STEER_BUDGET = 20  # a search of this many conversations or more is steered by the template arms each one takes
+
+
+def steers(budget: int) -> bool:
+    """Whether a search of ``budget`` conversations is steered by the arms each one takes first (``run``): then
+    every render's arms count as they come, and coverage plays every render through its copy."""
+    return budget >= STEER_BUDGET
 
 
 def wanted(verdict: str) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from random import Random
 from typing import TYPE_CHECKING, Any
 
+from tito_audit.audit.search import steers
 from tito_audit.audit.search.conversations import conversations
 from tito_audit.audit.search.property import APPEND, KINDS, judged, play
 from tito_audit.audit.search.result import SearchResult
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
     from tito_audit.audit.coverage import Coverage
 
 SHRINK_PLAYS = 100  # plays a shrink may take at most, per counterexample (three per conversation of the budget)
-STEER_BUDGET = 20  # a search of this many conversations or more is steered by the template arms each one takes
 # The share of what is left of the template's budget (``rendering.budget``: render CPU, characters rendered) the
 # search may spend: the audit's own renders, and the checks that run again on a counterexample, keep the rest.
 BUDGET_SHARE = 0.5
@@ -70,7 +70,7 @@ def search(
     space = SearchSpace.of(ctx)
     shrink = min(SHRINK_PLAYS, 3 * budget)
     state = _State(cap=budget + shrink)
-    steering = coverage if budget >= STEER_BUDGET else None
+    steering = coverage if steers(budget) else None
     allowance = _Allowance(ctx)
     looking = list(result.wanted)
     while looking:
