@@ -141,13 +141,13 @@ def test_pair_mistral_common_against_the_hf_template():
 
 def test_pair_renderers_deepseek_v3_drifts_where_its_parity_suite_excludes_tools():
     """renderers' parity catalog excludes every tool scenario for DeepSeek-V3; here the template drops the call the
-    engine rendered (content "" next to tool calls) and writes the end of sentence instead. Where the user's text
-    holds control-token text, renderers encodes it as the control token, before any tool call."""
+    engine rendered (content "" next to tool calls) and writes the end of sentence instead. Control-token text in the
+    user's content is encoded as the control token on both sides (the audit renders as a plain apply_chat_template
+    loop does, without marking: issue 40 class 2), so it departs nowhere first."""
     data = pair_data(audited("deepseek-v3", "renderers", "jinja"))
     assert data["scenarios_compared"] >= 30 and data["scenarios_agree"] == 0
-    special = [d for d in data["first_divergences"] if d["scenario"].endswith("/special_text")]
-    assert len(special) == 3 and all(forged_by_the_engine("deepseek-v3", d) for d in special)
-    assert {(d["engine_token"], d["trainer_token"]) for d in data["first_divergences"] if d not in special} == {
+    assert not any(forged_by_the_engine("deepseek-v3", d) for d in data["first_divergences"])
+    assert {(d["engine_token"], d["trainer_token"]) for d in data["first_divergences"]} == {
         ("<｜tool▁calls▁begin｜>", "<｜end▁of▁sentence｜>")
     }
 
@@ -158,12 +158,13 @@ def test_pair_renderers_qwen3_against_the_hf_template():
     pair_only = [d for d in data["first_divergences"] if not d["engine_rerender_too"]]
     # reasoning inline in content: the template re-renders <think> with another newline than renderers does; empty
     # reasoning on a tool call with thinking off: renderers keeps its empty think block in the next prompt, the
-    # template drops it (the derived reasoning_empty scenario); control-token text in content: renderers encodes it
-    # as control tokens, the template (sanitized) as text
+    # template drops it (the derived reasoning_empty scenario); control-token text in content is encoded as control
+    # tokens on both sides (the audit renders as a plain apply_chat_template loop does: issue 40 class 2), and the
+    # sample's <think> is the one control token on both sides
     reasoning = {d["scenario"] for d in pair_only if d["scenario"].startswith(("inline_think/", "reasoning_empty/"))}
     forged = {d["scenario"] for d in pair_only if forged_by_the_engine("qwen3-0.6b", d)}
-    assert any(s.startswith("reasoning_empty/") for s in reasoning) and len(forged) == 3
-    assert reasoning | forged == {d["scenario"] for d in pair_only}
+    assert any(s.startswith("reasoning_empty/") for s in reasoning) and not forged
+    assert reasoning == {d["scenario"] for d in pair_only}
 
 
 def test_pair_of_the_template_with_itself_only_finds_its_own_rewrites():
@@ -186,9 +187,8 @@ def test_pair_renderers_llama_agrees_once_the_date_is_the_same():
             template_kwargs={"date_string": "26 Jul 2024"},
         )
     )
-    assert {d["scenario"].split("/")[1] for d in data["first_divergences"]} == {"args_string", "special_text"}
-    special = [d for d in data["first_divergences"] if d["scenario"].endswith("/special_text")]
-    assert all(forged_by_the_engine("meta-llama/Llama-3.2-3B-Instruct", d) for d in special)
+    # control-token text in content: encoded alike on both sides since the audit renders plainly (issue 40 class 2)
+    assert {d["scenario"].split("/")[1] for d in data["first_divergences"]} == {"args_string"}
     # renderers refuses parallel calls for Llama 3, as its parity suite excludes them
     assert data["not_compared"] and all("single tool call" in why for why in data["not_compared"].values())
 

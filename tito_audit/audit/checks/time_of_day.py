@@ -42,7 +42,7 @@ def other_time(when: dt.datetime) -> dt.datetime:
     order=85,
     verdict="tito-required",
     explanation="""
-A template that prints the time of day (`strftime_now('%H:%M')`, seconds, AM/PM) renders differently a minute
+A template that prints the time of day (`strftime_now('%H:%M')`, the second, AM/PM) renders differently a minute
 later: the prompt a rollout rendered is not what a re-render at training time (or at the next turn) gives, so
 naive re-rendering never reproduces the buffer, whatever else the template does. Unlike the date, which the audit
 pins (`--date`) and `time_invariance` reports, the time of day changes within every episode, so it makes the

@@ -116,12 +116,10 @@ class _Strategies:
             messages.append({"role": "system", "content": draw(self.text_full)})
         counter = [0]
         ids = draw(self.id_style)
+        starts: list[int] = []  # where each segment's user message is
         for segment in range(draw(st.integers(1, 2))):
-            if segment and draw(st.booleans()):  # a system message in the middle (a notice, a context summary)
-                messages.append({"role": "system", "content": draw(self.text_full)})
+            starts.append(len(messages))
             messages.append({"role": "user", "content": draw(self.user)})
-            if draw(st.booleans()):  # two user messages in a row (a follow-up before the model answered)
-                messages.append({"role": "user", "content": draw(self.user)})
             turns = [self.call_turn(draw, thinks()) for _ in range(draw(st.integers(1, 3)))]
             for turn, results in turns:
                 messages += _placed(turn, results, counter, ids)
@@ -140,6 +138,13 @@ class _Strategies:
             if thinks():
                 answer["reasoning_content"] = draw(self.reasoning)
             messages.append(answer)
+        # Drawn last, so that shrinking the rest never shifts them (and shrinking them to False drops them): two user
+        # messages in a row (a follow-up before the model answered) and a system message in the middle (a notice).
+        if draw(st.booleans()):
+            messages.insert(starts[0] + 1, {"role": "user", "content": draw(self.user)})
+            starts = [starts[0], *(k + 1 for k in starts[1:])]
+        if len(starts) > 1 and draw(st.booleans()):
+            messages.insert(starts[1], {"role": "system", "content": draw(self.text_full)})
         for key, roles in space.fields:  # the other keys the template renders, on some messages of their roles
             for i, m in enumerate(messages):
                 if m["role"] in roles and draw(st.booleans()):
