@@ -110,10 +110,12 @@ class _Allowance:
     def spent(self) -> bool:
         used_cpu = self.budget.spent - self.start[0]
         used_chars = self.budget.produced - self.start[1]
-        if self.cpu and used_cpu > self.cpu:
-            self.why = f"its share of the template's render CPU ({self.cpu:.2f}s)"
-        elif self.chars and used_chars > self.chars:
+        # characters first: they are the same on every machine, CPU seconds are not (where both ran out together,
+        # the report says the same on every run)
+        if self.chars and used_chars > self.chars:
             self.why = f"its share of the characters the template may render ({self.chars:,.0f})"
+        elif self.cpu and used_cpu > self.cpu:
+            self.why = f"its share of the template's render CPU ({self.cpu:.2f}s)"
         return bool(self.why)
 
 
