@@ -4,12 +4,15 @@ bundled set, the shared models and the corpus (``benchmarks/results/mutants.json
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tests.audit.search.mutants import OPERATORS, effective
 from tests.conftest import DATA
 from tito_audit import audit_model, load
 from tito_audit.audit.context import AuditOptions
+from tito_audit.rendering.guard import AUDIT_LIMITS
 
 BASE = DATA / "search" / "base.jinja"
 
@@ -23,7 +26,10 @@ def model():  # type: ignore[no-untyped-def]
 def test_every_effective_history_mutant_is_caught_and_every_control_stays_safe(model, op) -> None:  # type: ignore[no-untyped-def]
     mutant = op.apply(model.chat_template)
     assert effective(model, mutant)  # the template keeps every field: every operator changes what it renders
-    report = audit_model(model.with_template(mutant, f"mutant {op.name}"), AuditOptions(scenarios="quick"))
+    # a render budget of 30 CPU seconds: what is tested is what the search finds, not how fast a loaded machine
+    # renders (the search's share of the default 3 s ran out under a full test run's load, window_results went SAFE)
+    options = AuditOptions(scenarios="quick", limits=replace(AUDIT_LIMITS, template_cpu_seconds=30.0))
+    report = audit_model(model.with_template(mutant, f"mutant {op.name}"), options)
     if op.kind == "history":
         assert report.verdict in ("unsafe", "tito-required"), report.verdict_reasons
     else:
