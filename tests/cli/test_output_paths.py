@@ -9,11 +9,12 @@ import json
 import os
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import tito
+from tests.conftest import ROOT, tito
 
 MODEL = "qwen2.5-7b-instruct"  # bundled: no Hub, no network
 
@@ -126,18 +127,17 @@ def test_scan_summaries_and_the_other_writers_take_dash(tmp_path) -> None:
     one_line_exit_2(tito("fix", MODEL, "-o", "-", "--format", "json", cwd=tmp_path), "-o -", "--format json")
 
 
+def _audit(tmp_path: Path, *extra: str, **streams: object) -> subprocess.Popen[bytes]:
+    """``tito-audit audit qwen2.5-7b-instruct --search 0 EXTRA`` started in a fresh interpreter with ``streams``."""
+    argv = [sys.executable, "-m", "tito_audit", "audit", "qwen2.5-7b-instruct", "--search", "0", *extra]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(argv, env=env, cwd=tmp_path, stderr=subprocess.PIPE, **streams)  # type: ignore[call-overload]
+
+
 def test_a_reader_that_closes_stdout_ends_the_run_as_a_sigpipe_would(tmp_path: Path) -> None:
     """`tito-audit ... | head -1`: an outside tester got exit 1 (the code of findings) on a SAFE model, which a
     pipeline with pipefail reads as a gate failure. The run ends quietly with 141 (128 + SIGPIPE)."""
-    import os
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
-
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    argv = [sys.executable, "-m", "tito_audit", "audit", "qwen2.5-7b-instruct", "--search", "0"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+    proc = _audit(tmp_path, stdout=subprocess.PIPE)
     assert proc.stdout is not None and proc.stdout.read(1)
     proc.stdout.close()  # as `head -c1` does
     _, err = proc.communicate(timeout=300)
@@ -147,15 +147,8 @@ def test_a_reader_that_closes_stdout_ends_the_run_as_a_sigpipe_would(tmp_path: P
 
 def test_a_full_stdout_is_one_line_exit_2(tmp_path: Path) -> None:
     """`> /dev/full` (a disk that is full): one line naming the cause, exit 2, never a traceback."""
-    import os
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
-
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    argv = [sys.executable, "-m", "tito_audit", "audit", "qwen2.5-7b-instruct", "--search", "0", "-q"]
     with open("/dev/full", "w") as full:
-        done = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.strip().splitlines() == ["error: cannot write the output: No space left on device"]
+        proc = _audit(tmp_path, "-q", stdout=full)
+        _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2, err
+    assert err.decode().strip().splitlines() == ["error: cannot write the output: No space left on device"]

@@ -61,13 +61,14 @@ class TemplateBranches:
         template_line = _line_map(debug_info)
         functions: dict[str, str] = {}
         self.branches: list[Branch] = []
-        for arm in _arms(code.splitlines(), functions):
+        lines = code.splitlines()
+        history_lines = _history_lines(lines)
+        for arm in _arms(lines, functions, history_lines):
             test, test_line, own_line, body_line, history, raises = arm
             text = _template_syntax(test, functions)[:_MAX_TEST]
             # an if/elif arm is where its test is; an else arm (jinja marks no line of its own) where it writes first
             line = template_line(body_line, after=True) if test.startswith("else of ") else template_line(own_line)
             self.branches.append(Branch(line, text, test_line, body_line, history, raises))
-        history_lines = _history_lines(code.splitlines())
         for k, node in enumerate(_inline_conditions(ast.parse(code))):
             # an inline ``A if TEST else B`` (a value, a slice bound, a filter's argument...): its two arms, each
             # named by keys no compiled line has (negative), probed by the test's own call (``_Probed``)
@@ -179,11 +180,10 @@ _Arm = tuple[str, int, int, int, bool, bool]  # test, chain's if line, own line,
 _MACRO = re.compile(r"= Macro\(environment, macro, '(\w+)'")
 
 
-def _arms(lines: list[str], functions: dict[str, str]) -> Iterator[_Arm]:
+def _arms(lines: list[str], functions: dict[str, str], history_lines: set[int]) -> Iterator[_Arm]:
     """Every arm of the compiled code's template ``if`` statements (see the module docstring), one pass over its
     lines with the stack of the blocks each stands in. History reaches an arm inside a loop over messages, or
     inside a macro called (directly or through another macro) from inside one."""
-    history_lines = _history_lines(lines)
     stack: list[tuple[int, str]] = []  # (indent, what opened the block: "skip" for a filtered loop's generator)
     chains: dict[int, tuple[int, str]] = {}  # indent -> the if/elif chain open there: its ``if`` line, its tests
     for number, line in enumerate(lines, 1):

@@ -60,14 +60,15 @@ def time_of_day(ctx: AuditContext) -> Outcome:
         f"rendering at {ctx.options.date:%H:%M:%S} and at {later:%H:%M:%S} on the same day differs: the template "
         "prints the time of day"
     )
+    episodes = one_per_shape(ctx)
     with clock_reads() as reads:
-        compare_at(ctx, found, later, message, one_per_shape(ctx), with_prompt=True)
+        compare_at(ctx, found, later, message, episodes, with_prompt=True)
     if not found.findings and reads.within_day:
         # renders alike at the two times, but the template reads the time of day (strftime_now('%I'), a minute
         # compared in a test...): another time of day may render otherwise, so a re-render never proves the buffer
         shown = ", ".join(repr(f) for f in reads.within_day[:3])
         found.add(
-            one_per_shape(ctx)[0].scenario.id,
+            episodes[0].scenario.id,
             "date",
             f"the template reads the time of day (strftime_now({shown})): renders at "
             f"{ctx.options.date:%H:%M:%S} and {later:%H:%M:%S} agree, but one at another time of day may not",
