@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
 MARKER = re.compile(r"^<!-- example: (?P<spec>.*?) -->\n```[a-z]*\n(?P<body>.*?)```$", re.M | re.S)
-VERSIONS = re.compile(r"(tito-audit|transformers|tokenizers|jinja2|torch) \d+(\.\d+)*\S*")
+VERSIONS = re.compile(r"(tito-audit|transformers|tokenizers|jinja2|hypothesis|torch) \d+(\.\d+)*\S*")
 DURATION = re.compile(r"\b\d+(\.\d+)? ?(s|ms|seconds)\b")
 
 

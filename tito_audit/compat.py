@@ -1,11 +1,15 @@
-"""Every private transformers or jinja2 name tito-audit uses, behind one capability probe each, detected once.
+"""Every private transformers, jinja2 or hypothesis name tito-audit uses, behind one capability probe each.
 
 tito-audit renders templates exactly as ``apply_chat_template`` does, and to do it fast it reaches into the
 libraries' private pieces (transformers' compile cache, its input preparation, its control-token marking, its
-Rust backend calls; jinja's parse hook). A private name can change in any release, so no module of tito-audit
+Rust backend calls; jinja's parse hook); and its counterexample search keeps hypothesis from drawing the constants
+of whatever modules the process has loaded (``search_constants``: without it, one seed draws other conversations
+from another entry point). A private name can change in any release, so no module of tito-audit
 imports one: each asks here, by capability. A capability is probed once per process, on first use (importing
 this module imports neither library), and where its pieces are missing, or their shape changed, its fallback
-runs instead: a public path that gives the same reports, only slower (each fallback says which).
+runs instead: a public path that gives the same reports, only slower (each fallback says which). The one
+exception is ``search_constants``, whose fallback gives the same reports only from the same entry point: the
+report names it, as every fallback that ran.
 ``compile_cache`` has no such fallback: without transformers' compile cache a template's clock cannot be pinned
 in the renders transformers does itself, so its absence is an error that names the capability and the range
 tito-audit supports, for every model, never a silently different verdict.
@@ -34,6 +38,9 @@ from tito_audit._version import __version__
 FALLBACK_ENV = "TITO_AUDIT_COMPAT_FALLBACK"
 SUPPORTED = "transformers>=5.23 (see pyproject.toml)"
 LIBRARIES = ("transformers", "tokenizers", "jinja2")
+# What else a verdict depends on, named in every report with the above: the counterexample search's draws are
+# hypothesis' (one seed gives the same conversations on one hypothesis release).
+SEARCH_LIBRARY = "hypothesis"
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,7 @@ class Capability:
     name: str
     uses: str
     fallback: str
+    library: str = "transformers"  # probed (and reported) only in a process that has imported it
 
 
 CAPABILITIES = {
@@ -85,6 +93,14 @@ CAPABILITIES = {
             "transformers TokenizersBackend._tokenizer_json_has_byte_level, utils.hub.resolve_revision, "
             "import_utils.define_import_structure, from_pretrained(_from_auto=, _commit_hash=)",
             "AutoTokenizer.from_pretrained loads every tokenizer (a slower cold start)",
+        ),
+        Capability(
+            "search_constants",
+            "hypothesis internal.conjecture.providers._get_local_constants and CONSTANTS_CACHE (swapped for the "
+            "search: no constants of the modules the process has loaded are drawn)",
+            "hypothesis draws constants of the modules the process has loaded: one seed may draw other "
+            "conversations from another entry point (a script, the CLI, a test run)",
+            SEARCH_LIBRARY,
         ),
     )
 }
@@ -137,8 +153,9 @@ def reset() -> None:
 
 
 def fallbacks() -> list[str]:
-    """The capabilities running on their fallback in this process (a probe of each)."""
-    return [name for name in CAPABILITIES if not available(name)]
+    """The capabilities running on their fallback in this process (a probe of each whose library it imported: a
+    process that never searched has not imported hypothesis, and its reports rest on no search to name)."""
+    return [name for name, c in CAPABILITIES.items() if c.library in sys.modules and not available(name)]
 
 
 def _ctu() -> Any:
@@ -263,22 +280,61 @@ def library_versions() -> dict[str, Any]:
     process that has not imported transformers, nothing has rendered: no fallback ran, and none is probed (the
     probe would import transformers, a second of a Ctrl-C or of a run whose every model failed to load)."""
     out: dict[str, Any] = dict(_versions())
-    out["compat_fallbacks"] = fallbacks() if "transformers" in sys.modules else []
+    out["compat_fallbacks"] = fallbacks()
     return out
 
 
 @cache
 def _versions() -> dict[str, str]:
-    return {"tito-audit": __version__, **{name: _version(name) for name in LIBRARIES}}
+    return {"tito-audit": __version__, **{name: _version(name) for name in (*LIBRARIES, SEARCH_LIBRARY)}}
 
 
 def versions_line() -> str:
-    """``tito-audit 0.x, transformers 5.24.0, tokenizers 0.23.3, jinja2 3.1.6`` (and the fallbacks, if any)."""
+    """``tito-audit 0.x, transformers 5.24.0, tokenizers 0.23.3, jinja2 3.1.6, hypothesis 6.170.17`` (and the
+    fallbacks, if any)."""
     found = library_versions()
-    line = ", ".join(f"{name} {found[name]}" for name in ("tito-audit", *LIBRARIES))
+    line = ", ".join(f"{name} {found[name]}" for name in ("tito-audit", *LIBRARIES, SEARCH_LIBRARY))
     if found["compat_fallbacks"]:
         line += f"; fallbacks: {', '.join(found['compat_fallbacks'])}"
     return line
+
+
+@_probe("search_constants")
+def _search_constants() -> Any:
+    from hypothesis.internal.conjecture import providers
+
+    # both are module globals the provider reads at each draw (``HypothesisProvider._maybe_draw_constant``)
+    if not callable(providers._get_local_constants) or not hasattr(providers.CONSTANTS_CACHE, "__setitem__"):
+        return None
+    empty = providers.Constants()
+    if not callable(getattr(empty, "set_for_type", None)):
+        return None
+
+    @contextmanager
+    def without_local_constants() -> Iterator[None]:
+        """For the block, hypothesis draws no constant of the process' own modules (only its fixed global ones),
+        from a constants cache of its own (the process' holds what earlier draws saw of the local ones)."""
+        saved = providers._get_local_constants, providers.CONSTANTS_CACHE
+        providers._get_local_constants = lambda: empty
+        providers.CONSTANTS_CACHE = type(saved[1])(1024)
+        try:
+            yield
+        finally:
+            providers._get_local_constants, providers.CONSTANTS_CACHE = saved
+
+    return SimpleNamespace(without_local_constants=without_local_constants)
+
+
+@contextmanager
+def reproducible_search() -> Iterator[None]:
+    """A block in which hypothesis' draws depend only on the seed and its release (``search_constants``), or, on
+    its fallback, the block as it is (the report names the fallback)."""
+    found = pieces("search_constants")
+    if found is None:
+        yield
+        return
+    with found.without_local_constants():
+        yield
 
 
 def _version(distribution: str) -> str:

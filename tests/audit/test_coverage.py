@@ -48,7 +48,7 @@ def _traced(template: Path, until_complete: bool):  # type: ignore[no-untyped-de
     ctx = AuditContext(load(TOKENIZER, chat_template_file=str(template)), AuditOptions(scenarios="quick", search=0))
     assert all(s.ok for s in ctx.simulations)
     coverage = Coverage.of(ctx)
-    assert coverage is not None
+    assert isinstance(coverage, Coverage)
     pending = len(ctx.renderer._shared.untraced)
     coverage.trace(until_complete)
     return coverage, pending

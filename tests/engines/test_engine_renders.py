@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import json
 
 import pytest
 from typer.testing import CliRunner
@@ -140,8 +141,11 @@ def test_string_valued_thinking_mode_is_probed():
     report = audited(enc("ds_style"), scenarios="quick")
     assert {"thinking_mode": "thinking"} in report.scenarios["thinking_modes"]
     # the switch's values were enumerated: thinking modes are covered. The encoder (Qwen2.5's template) never writes
-    # reasoning, and a renderer without template source cannot say it reads none: that is named, never a pass
-    assert report.verdict == "tito-required" and report.scenarios.get("not_probed") == ["field:reasoning_content"]
+    # reasoning, and a renderer without template source cannot say it reads none: that is named, never a pass; nor
+    # can it say which of its lines ran (no Jinja template to instrument)
+    assert report.verdict == "tito-required"
+    assert report.scenarios.get("not_probed") == ["field:reasoning_content", "coverage:renderer"]
+    assert "coverage" not in report.scenarios and report.scenarios["search"]["drawn"] == 40
 
 
 def test_a_boolean_switch_named_thinking_is_probed():
@@ -211,3 +215,12 @@ def test_an_option_only_one_side_takes_goes_to_that_side_and_is_said():
     report = audited(enc("good"), "jinja", template_kwargs={"date_string": "26 Jul 2024"}, scenarios="quick")
     assert report.verdict != "error" and report.scenarios["played"] >= 10
     assert any("date_string" in note for note in report.renderers["engine"]["notes"])
+
+
+def test_a_renderer_safe_names_its_unmeasured_template_lines_and_exits_3(tmp_path):
+    """A renderer that is not a Jinja template has no lines to instrument: which ran is named as not measured, so
+    its SAFE is not a clean one (exit 3 unless --allow-not-probed)."""
+    result = CliRunner().invoke(app, ["audit", MODEL, "--renderer", enc("good"), "--format", "json"])
+    model = json.loads(result.stdout)["models"][0]
+    assert model["verdict"] == "safe" and "not_probed:coverage:renderer" in model["verdict_reasons"]
+    assert result.exit_code == 3

@@ -1,5 +1,5 @@
-"""Every report names tito-audit, transformers, tokenizers and jinja2 versions: a transformers release can change a
-verdict, and the report must say which one produced it."""
+"""Every report names tito-audit, transformers, tokenizers, jinja2 and hypothesis versions: a transformers release can
+change a verdict (a hypothesis release, the search's draws), and the report must say which one produced it."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ EXPECTED = {
     "transformers": metadata.version("transformers"),
     "tokenizers": metadata.version("tokenizers"),
     "jinja2": metadata.version("jinja2"),
+    "hypothesis": metadata.version("hypothesis"),
 }
 WORDS = [f"{name} {version}" for name, version in EXPECTED.items()]
 

@@ -20,6 +20,7 @@ from tito_audit.replay import ReplayContext, build_report, replay_log
 from tito_audit.replay.analyze import analyze
 from tito_audit.replay.environment import message_renderings, rendered_in_turns
 from tito_audit.replay.schema import episode_from_native
+from tito_audit.report.loop_verdict import ENVIRONMENT_STOPS_ONLY
 from tito_audit.testing.synthetic import log_episode, with_engine_prompts
 
 LLAMA = "meta-llama/Llama-3.2-3B-Instruct"
@@ -151,3 +152,26 @@ def test_a_history_rewriting_template_does_not_hide_it(plays, fill):
         assert res.divergences[0].index == first, (p.scenario.id, res.divergences[0])
         checked += 1
     assert checked > 30
+
+
+def test_with_neither_messages_nor_log_probs_the_stops_are_named_as_the_only_evidence(plays, tmp_path):
+    """The stop reading is the one evidence left without messages and log-probs, and it sees nothing of a delta
+    glued after a turn cut before its stop: such episodes are named (never a clean pass), and only they."""
+    loaded, ctx, played = plays(QWEN, 0.0, 5)
+    bare, with_logprobs = [], []
+    for p in played:
+        record = with_engine_prompts(log_episode(p, "correct", p.scenario.id).record, p)
+        with_logprobs.append({k: v for k, v in record.items() if k != "messages"})
+        bare.append(copy.deepcopy(with_logprobs[-1]))
+        for turn in bare[-1]["turns"]:
+            del turn["logprobs"]
+    rendered = [log_episode(p, "correct", p.scenario.id).record for p in played]  # messages, no engine prompts
+    for n, (rows, named) in enumerate(((bare, True), (with_logprobs, False), (rendered, False))):
+        totals = replay_log(write_jsonl(tmp_path / f"log{n}.jsonl", rows), ctx)
+        report = build_report(totals, loaded, "log", ctx.renderer.token_texts).models[0]
+        assert totals.checked_episodes == len(rows) > 10
+        assert totals.environment_stops_only == (len(rows) if named else 0)
+        assert (ENVIRONMENT_STOPS_ONLY in report.verdict_reasons) is named
+        if named:
+            assert report.verdict == "tito-required"
+            assert "only at stop tokens inside turns" in report.verdict_explanation

@@ -463,3 +463,16 @@ def test_coverage_and_adaptation_reasons_explain_themselves() -> None:
     empty = describe_reason("adapt:content_empty")
     assert "raises on content None" in empty and 'send ""' in empty
     assert "drops the calls" in describe_reason("adapt:content_none")
+
+
+def test_each_not_probed_kind_is_described_as_itself() -> None:
+    """An unmeasured coverage is not described as reasoning (the last branch once took every kind it did not know)."""
+    from tito_audit.report.verdict import describe_reason
+
+    renderer = describe_reason("not_probed:coverage:renderer")
+    assert renderer.startswith("which template lines ran was not measured") and "Jinja" in renderer
+    assert "reasoning" not in renderer
+    closer = describe_reason("not_probed:reasoning:</think>")
+    assert closer == "reasoning not probed (</think>: the probe does not render)"
+    assert "tool-call turns" in describe_reason("not_probed:reasoning:tool_calls")
+    assert describe_reason("not_probed:something_new:x") == "something_new:x not probed"

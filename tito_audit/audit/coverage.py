@@ -21,6 +21,11 @@ if TYPE_CHECKING:
     from tito_audit.audit.context import AuditContext
 
 MAX_NAMED = 6  # unexercised arms named one by one in not_probed; the rest are counted
+# not_probed reasons of a verdict whose template lines could not be measured: a renderer that is not a Jinja template
+# (``--renderer``: its code is not ours to instrument), a template whose code did not compile or take our probes
+UNMEASURED_RENDERER = "coverage:renderer"
+UNMEASURED_COMPILE = "coverage:not_compiled"
+UNMEASURED_PROBES = "coverage:not_instrumented"
 
 
 class Coverage:
@@ -35,20 +40,22 @@ class Coverage:
         self._needed: set[int] | None = None  # the compiled lines of the arms ``summary`` counts (``complete``)
 
     @classmethod
-    def of(cls, ctx: AuditContext) -> Coverage | None:
-        """The coverage of ``ctx``'s template; None for a renderer that is not a Jinja template, or a template that
-        does not compile (it has no arms to take: its renders fail)."""
+    def of(cls, ctx: AuditContext) -> Coverage | str:
+        """The coverage of ``ctx``'s template, or why it cannot be measured (a ``not_probed`` reason: a SAFE whose
+        template lines were not measured is not the SAFE of a template whose every reachable arm ran): a renderer
+        that is not a Jinja template, a template our parse of jinja's code does not compile, or one whose compiled
+        code our probes do not fit."""
         template = ctx.model.chat_template
         if not ctx.engine.is_template or not template:
-            return None
+            return UNMEASURED_RENDERER
         try:
             compiled = compiled_template(template)
             branches = TemplateBranches(template_code(template), compiled.debug_info)
             instrumented = branches.instrumented(compiled)
         except Exception:
-            return None
+            return UNMEASURED_COMPILE
         if instrumented is None:
-            return None
+            return UNMEASURED_PROBES
         return cls(branches, instrumented, ctx.renderer)
 
     def trace(self, until_complete: bool = False) -> None:

@@ -100,7 +100,8 @@ def _search(ctx: AuditContext, report: ModelReport) -> None:
     check runs again; the arms no conversation took, and what the search could not draw, are named in
     ``not_probed``."""
     claims = decide(report.checks, report.scenarios).verdict in ("safe", "tito-required")
-    coverage = Coverage.of(ctx) if claims else None
+    measured = Coverage.of(ctx) if claims else None
+    coverage = measured if isinstance(measured, Coverage) else None
     until_complete = not steers(ctx.options.search)  # a steered search counts every arm each render takes
     if coverage is not None:
         coverage.trace(until_complete)
@@ -112,6 +113,8 @@ def _search(ctx: AuditContext, report: ModelReport) -> None:
         report.scenarios["catalogue"] += len(searched.found)
         report.checks = _run_checks(ctx)
     missed = [*([searched.not_probed()] if searched.not_probed() else [])]
+    if isinstance(measured, str):  # which template lines ran was not measured: named, never a clean SAFE
+        missed.append(measured)
     if coverage is not None:
         coverage.trace(until_complete)  # what the search drew last, and the checks' renders of its counterexamples
         report.scenarios["coverage"] = coverage.summary()

@@ -17,12 +17,13 @@ STATUS_WORD = {"pass": "pass", "warn": "warn", "fail": "fail", "not_applicable":
 VERDICT_ICON = {"safe": "✅", "tito-required": "⚠️", "unsafe": "❌", "error": "💥"}
 
 
-LIBRARY_ORDER = ("tito-audit", "transformers", "tokenizers", "jinja2")
+LIBRARY_ORDER = ("tito-audit", "transformers", "tokenizers", "jinja2", "hypothesis")
 
 
 def versions_text(libraries: Mapping[str, Any]) -> str:
-    """``tito-audit 0.5.0 · transformers 5.24.0 · tokenizers 0.23.3 · jinja2 3.1.6``, and the compat fallbacks that
-    ran, if any: a verdict can change with a transformers release, so every format says what produced it."""
+    """``tito-audit 0.5.0 · transformers 5.24.0 · tokenizers 0.23.3 · jinja2 3.1.6 · hypothesis 6.170.17``, and the
+    compat fallbacks that ran, if any: a verdict can change with a transformers release (and a search's draws with a
+    hypothesis one), so every format says what produced it."""
     text = " · ".join(f"{name} {libraries[name]}" for name in LIBRARY_ORDER if name in libraries)
     fallbacks = libraries.get("compat_fallbacks") or []
     if fallbacks:

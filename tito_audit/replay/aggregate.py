@@ -78,6 +78,8 @@ class ReplayTotals:
     reference_buffer: int = 0
     reference_errors: int = 0  # episodes not checked (incomplete): no reference could be rebuilt, nothing sampled
     unmasked_episodes: int = 0  # checked episodes without a loss_mask: which ids were trained was not checked
+    # checked episodes with neither renders nor log-probs: environment tokens were looked for only at stops in turns
+    environment_stops_only: int = 0
     no_trainer_episodes: int = 0  # checked episodes with no trained sequence logged: the engine's side only
     template_refusals: int = 0
     whatif_episodes: int = 0
@@ -157,6 +159,7 @@ class ReplayTotals:
         self.logprob_mass += res.logprob_mass
         self.logprob_tokens += res.logprob_tokens
         self.unmasked_episodes += res.unmasked and res.error is None
+        self.environment_stops_only += res.environment_stops_only and res.error is None
         self.no_trainer_episodes += res.no_trainer and res.error is None
         self.reference_engine += res.reference == "engine" and res.error is None
         self.reference_buffer += res.reference == "buffer" and res.error is None

@@ -75,6 +75,9 @@ class EpisodeResult:
     notes: list[str] = field(default_factory=list)
     error: str | None = None  # why the episode is not checked (incomplete): no reference, or nothing sampled
     unmasked: bool = False  # no loss_mask: the sampled turns were looked for, which ids were trained was not checked
+    # neither renders (no messages, or none allowed) nor log-probs: environment tokens logged as sampled were looked
+    # for only at a stop inside a turn (``replay.environment``): a loop that glued a delta without one is not seen
+    environment_stops_only: bool = False
     no_trainer: bool = False  # no trained sequence logged: only the engine's side (its prompts, its output) was checked
     marks: bool = True  # the ids open with a control token of this template (a log of this tokenizer does)
     stop_turns: int = 0  # sampled turns that end with one of this model's stop tokens
@@ -357,9 +360,11 @@ def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
     engine = has_engine_prompts(ep)
     traj, template_error = _rebuilt(ep, ctx, res, engine)
     cmp, loop = _compared(ep, ctx, res, traj, template_error, marks)
-    _environment(ep, ctx, cmp, renders=ep.messages is not None and (ctx.whatif or ctx.drift or not engine))
+    renders = ep.messages is not None and (ctx.whatif or ctx.drift or not engine)
+    _environment(ep, ctx, cmp, renders)
     _merge(res, cmp)
     res.unmasked = ep.loss_mask is None
+    res.environment_stops_only = not renders and all(t.logprobs is None for t in ep.turns)
     res.no_trainer = not ep.trainer_logged
     if res.error is None:
         res.error = _unchecked(ep, res)

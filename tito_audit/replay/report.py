@@ -143,6 +143,11 @@ def _against(t: ReplayTotals) -> str:
         )
     if t.unmasked_episodes:
         against += f"; {t.unmasked_episodes} episode(s) without loss_mask: which ids were trained was not checked"
+    if t.environment_stops_only:
+        against += (
+            f"; {t.environment_stops_only} episode(s) with neither messages rendered nor log-probs: environment "
+            "tokens logged as sampled were looked for only at stop tokens inside turns"
+        )
     return against
 
 
@@ -175,6 +180,7 @@ def _divergence(t: ReplayTotals, texts: Any) -> CheckResult:
         "reference_buffer": t.reference_buffer,
         "reference_sampled": t.checked_episodes - t.reference_engine - t.reference_buffer,
         "unmasked_episodes": t.unmasked_episodes,
+        "environment_stops_only": t.environment_stops_only,
         "no_trainer_episodes": t.no_trainer_episodes,
     }
     applicable = None if t.checked_episodes or t.diverged_episodes else _nothing_checked(t)

@@ -20,9 +20,10 @@ The rule, over the replay's checks (``tito_audit.replay.checks``), in order:
    ``tito-required:suppressed:CHECK``: a suppression accepts a divergence, it does not make the loop exact.
 2. ``error``: ``replay_divergence`` compared nothing (no episode could be checked), unless 1. holds.
 3. ``tito-required``: anything named: episodes not checked (``replay_incomplete``), records not read
-   (``replay_records``), no trainer side, no loss mask or only sampled turns logged (``replay_divergence``'s
-   data), the naive what-if diverging (``replay_naive_what_if``) or sampled turns not canonical
-   (``replay_noncanonical``: re-tokenization would change them), the what-if not run on every episode.
+   (``replay_records``), no trainer side, no loss mask or only sampled turns logged, or neither messages nor
+   log-probs to look for environment tokens with beyond stops inside turns (``replay_divergence``'s data), the
+   naive what-if diverging (``replay_naive_what_if``) or sampled turns not canonical (``replay_noncanonical``:
+   re-tokenization would change them), the what-if not run on every episode.
 4. ``safe``: none of these: the loop is exact on every episode, and so would naive re-tokenization be.
 
 The other ``--weights`` checks (``replay_numeric_drift``, ``replay_gradient``, ``replay_kl_estimators``) are
@@ -48,6 +49,7 @@ LOOP_VERDICTS = {
 MISALIGNED = "the loop pairs its sampled tokens with log-probs that are not theirs: fix its logger"
 PROVING = ("replay_divergence", "replay_shape", "replay_logprob_alignment")
 NO_LOSS_MASK = "error:replay_divergence:no_loss_mask"
+ENVIRONMENT_STOPS_ONLY = "error:replay_divergence:environment_stops_only"
 TURNS_ONLY = "error:replay_divergence:turns_only"
 MALFORMED = "error:replay_records:malformed"
 UNCHECKED_TAIL = "error:replay_records:unchecked_tail"
@@ -66,6 +68,9 @@ UNCHECKED = {
     "engine's prompts against its own samples",
     NO_LOSS_MASK: "some episodes have no loss_mask (as a vLLM dump without trainer fields): which ids were trained "
     "was not checked",
+    ENVIRONMENT_STOPS_ONLY: "some episodes log neither messages to render nor log-probs: environment tokens logged as "
+    "sampled were looked for only at stop tokens inside turns (a tool result glued to a turn cut before its stop is "
+    "not seen)",
     TURNS_ONLY: "some episodes have neither prompt_ids nor messages: only their sampled turns were looked for, the "
     "context the engine saw was not checked",
     NAIVE_NOTHING: "no naive what-if ran",
@@ -104,6 +109,7 @@ def _unlogged(divergence: CheckResult) -> list[str]:
     flags = (
         (NO_TRAINER, "no_trainer_episodes"),
         (NO_LOSS_MASK, "unmasked_episodes"),
+        (ENVIRONMENT_STOPS_ONLY, "environment_stops_only"),
         (TURNS_ONLY, "reference_sampled"),
     )
     return [reason for reason, key in flags if data.get(key)]

@@ -230,8 +230,20 @@ def describe_reason(reason: str) -> str:
             return f"{name.lstrip('+')} more template lines not exercised"
         if what == "replaces":
             return f"message field {name!r} not probed (it takes the place of what the turn says)"
-        if name in ("answers", "tool_calls"):
+        if what == "coverage":
+            return f"which template lines ran was not measured ({COVERAGE_UNMEASURED.get(name, name)})"
+        if what == "reasoning" and name in ("answers", "tool_calls"):
             where = "answers" if name == "answers" else "tool-call turns"
             return f"reasoning not probed on {where} (never shown there, and no delimiters to emit it in)"
-        return f"reasoning not probed ({name}: the probe does not render)"
+        if what == "reasoning":
+            return f"reasoning not probed ({name}: the probe does not render)"
+        return f"{rest} not probed"
     return reason
+
+
+# why template coverage was not measured (``audit.coverage``), in words
+COVERAGE_UNMEASURED = {
+    "renderer": "the renderer is not a Jinja template: its code cannot be instrumented",
+    "not_compiled": "tito-audit's parse of the template's compiled code failed",
+    "not_instrumented": "the template's compiled code does not take tito-audit's probes",
+}

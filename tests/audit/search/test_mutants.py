@@ -27,7 +27,7 @@ def test_every_effective_history_mutant_is_caught_and_every_control_stays_safe(m
     mutant = op.apply(model.chat_template)
     assert effective(model, mutant)  # the template keeps every field: every operator changes what it renders
     # a render budget of 30 CPU seconds: what is tested is what the search finds, not how fast a loaded machine
-    # renders (the search's share of the default 3 s ran out under a full test run's load, window_results went SAFE)
+    # renders (the search's own CPU budget, 3 s by default, is 4x what its longest shrink here spends)
     options = AuditOptions(scenarios="quick", limits=replace(AUDIT_LIMITS, template_cpu_seconds=30.0))
     report = audit_model(model.with_template(mutant, f"mutant {op.name}"), options)
     if op.kind == "history":

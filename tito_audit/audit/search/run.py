@@ -1,7 +1,9 @@
 """The counterexample search: hypothesis draws conversations, plays them, and shrinks the first that breaks.
 
-``hypothesis.find`` with a fixed seed (``random=Random(seed)``), no example database and no deadline, so that the
-same template, options and seed give the same counterexample on every run and machine. The budget is the number
+``hypothesis.find`` with a fixed seed (``random=Random(seed)``), no example database and no deadline, and without
+the constants hypothesis otherwise draws from the modules the process has loaded (``compat.reproducible_search``:
+importing ``tito_audit.cli``, or running under pytest, changed the draws), so that the same template, options,
+seed and hypothesis release give the same counterexample on every run, machine and entry point. The budget is the number
 of conversations drawn before giving up (``max_examples``); shrinking a counterexample is bounded too
 (``SHRINK_PLAYS`` plays): a conversation played once is never played again (a memo by content), and past the
 bound every unplayed candidate counts as holding, which ends the shrink at the smallest counterexample so far.
@@ -21,6 +23,7 @@ from tito_audit.audit.search.conversations import conversations
 from tito_audit.audit.search.property import APPEND, KINDS, judged, play
 from tito_audit.audit.search.result import SearchResult
 from tito_audit.audit.search.space import SearchSpace
+from tito_audit.compat import available, reproducible_search
 from tito_audit.errors import InternalError
 from tito_audit.scenarios.searched import Conversation
 
@@ -29,9 +32,10 @@ if TYPE_CHECKING:
     from tito_audit.audit.coverage import Coverage
 
 SHRINK_PLAYS = 100  # plays a shrink may take at most, per counterexample (three per conversation of the budget)
-# The share of what is left of the template's budget (``rendering.budget``: render CPU, characters rendered) the
-# search may spend: the audit's own renders, and the checks that run again on a counterexample, keep the rest.
+# The share of the characters the template has left to render (``rendering.budget``) the search may spend: the
+# audit's own renders, and the checks that run again on a counterexample, keep the rest.
 BUDGET_SHARE = 0.5
+SEARCH_CPU_SHARE = 1.0  # the search's render CPU, on top of the template's budget, as a share of that budget
 
 
 class _Spent(BaseException):
@@ -72,23 +76,11 @@ def search(
     state = _State(cap=budget + shrink)
     steering = coverage if steers(budget) else None
     allowance = _Allowance(ctx)
-    looking = list(result.wanted)
-    while looking:
-        try:
-            found = _find(ctx, space, budget, seed, tuple(looking), state, allowance, steering)
-        except _Spent:
-            state.stopped = allowance.why
-            break
-        except _Failed as failed:
-            raise failed.error from None
-        if found is None:
-            break
-        played = play(ctx, found, f"search/{len(result.found) + 1}")
-        result.found.append(played)
-        if played.kind == APPEND or APPEND not in looking:
-            break
-        looking = [APPEND]  # a re-render break found first: look on for the stronger one
-        state.cap += shrink
+    try:
+        _look(ctx, space, budget, seed, result, state, allowance, steering, shrink)
+    finally:
+        allowance.close()
+    _name_fallback(ctx)
     result.drawn, result.rendered, result.plays = state.drawn, state.rendered, state.plays
     result.stopped = state.stopped
     if coverage is not None and steering is None:
@@ -96,14 +88,63 @@ def search(
     return result
 
 
+def _name_fallback(ctx: AuditContext) -> None:
+    """Where the draws ran on ``search_constants``' fallback, the model's provenance names it with the other
+    fallbacks (probed when it was loaded, before this process had imported hypothesis)."""
+    if available("search_constants"):
+        return
+    fallbacks = ctx.model.provenance.libraries.setdefault("compat_fallbacks", [])
+    if "search_constants" not in fallbacks:
+        fallbacks.append("search_constants")
+
+
+def _look(
+    ctx: AuditContext,
+    space: SearchSpace,
+    budget: int,
+    seed: int,
+    result: SearchResult,
+    state: _State,
+    allowance: _Allowance,
+    steering: Coverage | None,
+    shrink: int,
+) -> None:
+    """The finds: one for every kind wanted, then, where a re-render break came first, one for buffer + delta."""
+    looking = list(result.wanted)
+    while looking:
+        try:
+            found = _find(ctx, space, budget, seed, tuple(looking), state, allowance, steering)
+        except _Spent:
+            state.stopped = allowance.why
+            return
+        except _Failed as failed:
+            raise failed.error from None
+        if found is None:
+            return
+        played = play(ctx, found, f"search/{len(result.found) + 1}")
+        result.found.append(played)
+        if played.kind == APPEND or APPEND not in looking:
+            return
+        looking = [APPEND]  # a re-render break found first: look on for the stronger one
+        state.cap += shrink
+
+
 class _Allowance:
-    """The search's share of the template's budget, from what was left when it started."""
+    """The search's own budget, on top of the template's: as much render CPU again as the template's whole budget
+    (``SEARCH_CPU_SHARE``), and a share of the characters it had left (``BUDGET_SHARE``). The search's renders are
+    not charged to what the audit had left (``close`` gives the template its budget back as it was), so that the
+    checks run again on a counterexample keep it, and the CPU bound is a bound for hostile templates only: no
+    bundled or shared model's search comes near it (0.07-0.2 s of 3 s; a Python encoder's 0.5 s), so a loaded
+    machine (a test run's collector, a shared CI runner) does not change how many conversations are drawn, as the
+    half of what was left did (``search:39/40`` under CI's load). The characters are the same on every machine."""
 
     def __init__(self, ctx: AuditContext) -> None:
-        self.budget = ctx.renderer.budget
-        self.start = (self.budget.spent, self.budget.produced)
-        cpu, chars = self.budget.cpu_seconds, self.budget.output_chars
-        self.cpu = (cpu - self.start[0]) * BUDGET_SHARE if cpu else 0.0
+        self.budget = budget = ctx.renderer.budget
+        self.start = (budget.spent, budget.produced)
+        self.cap = budget.cpu_seconds
+        self.cpu = self.cap * SEARCH_CPU_SHARE
+        budget.cpu_seconds = self.cap + self.cpu if self.cap else 0.0
+        chars = budget.output_chars
         self.chars = (chars - self.start[1]) * BUDGET_SHARE if chars else 0.0
         self.why = ""
 
@@ -115,8 +156,13 @@ class _Allowance:
         if self.chars and used_chars > self.chars:
             self.why = f"its share of the characters the template may render ({self.chars:,.0f})"
         elif self.cpu and used_cpu > self.cpu:
-            self.why = f"its share of the template's render CPU ({self.cpu:.2f}s)"
+            self.why = f"its render CPU ({self.cpu:.2f}s, on top of the template's {self.cap:g}s)"
         return bool(self.why)
+
+    def close(self) -> None:
+        """The template's CPU budget as it was, its spending less the search's renders."""
+        if self.cap:
+            self.budget.cpu_seconds = self.cap + (self.budget.spent - self.start[0])
 
 
 def _find(
@@ -155,7 +201,7 @@ def _find(
     )
     strategy, release = conversations(space)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), reproducible_search():
             warnings.simplefilter("ignore", HypothesisWarning)  # the repr of a long counterexample
             return Conversation(*find(strategy, breaks, settings=config, random=Random(seed)))
     except NoSuchExample:

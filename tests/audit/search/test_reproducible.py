@@ -1,0 +1,94 @@
+"""One seed draws the same conversations whatever modules the process has loaded.
+
+hypothesis draws, besides its own fixed constants, the literals of every module the process has imported from
+outside site-packages and the standard library: importing ``tito_audit.cli`` changed the search's draws, and CI's
+full test run (hundreds of modules loaded) drew otherwise than the same test alone, where a mutant of the
+mutation study went SAFE. ``compat.reproducible_search`` keeps those constants out; its fallback (forced here) is
+the library as it is, which the second test shows still depends on them, so that the first one can fail."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import DATA
+from tito_audit import audit_model, compat, load
+from tito_audit.audit.context import AuditContext, AuditOptions
+from tito_audit.audit.search import counterexample_scenarios
+from tito_audit.audit.search import run as search_run
+
+BUDGET = 25
+
+
+@pytest.fixture(scope="module")
+def model():  # type: ignore[no-untyped-def]
+    return load("qwen3-0.6b", chat_template_file=str(DATA / "search" / "base.jinja"))
+
+
+@pytest.fixture
+def drawn(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The key of every conversation the search plays, in order (a spy on the real ``play``)."""
+    keys: list[str] = []
+    real = search_run.play
+
+    def spy(ctx, conversation, name):  # type: ignore[no-untyped-def]
+        keys.append(conversation.key)
+        return real(ctx, conversation, name)
+
+    monkeypatch.setattr(search_run, "play", spy)
+    yield keys
+
+
+def _plays(model, drawn: list[str]) -> list[str]:  # type: ignore[no-untyped-def]
+    drawn.clear()
+    counterexample_scenarios(AuditContext(model, AuditOptions(scenarios="quick")), BUDGET, 0)
+    return list(drawn)
+
+
+def _load_constants(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, start: int) -> None:
+    """Import a module of this run's own, full of the literals real code holds (what hypothesis would draw: it
+    leaves out integers under 100, which it weights itself, and strings past 20 characters); each test its own
+    (constants a module loaded before already holds change nothing)."""
+    numbers = ", ".join(str(n) for n in range(start, start + 500, 7))
+    ratios = ", ".join(f"{n / 8}" for n in range(start, start + 60))
+    (tmp_path / f"{name}.py").write_text(f"NUMBERS = ({numbers})\nRATIOS = ({ratios})\nWORDS = ('Paris', 'city')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.import_module(name)
+
+
+def test_modules_loaded_between_two_searches_change_no_draw(model, drawn, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    assert compat.available("search_constants")
+    first = _plays(model, drawn)
+    _load_constants(tmp_path, monkeypatch, "loop_constants_a", 100)
+    assert _plays(model, drawn) == first
+    assert len(first) >= BUDGET  # the search drew its whole budget (base.jinja is SAFE: nothing ends it early)
+
+
+def test_on_its_fallback_the_loaded_modules_change_the_draws_and_the_report_names_it(
+    model, drawn, tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv(compat.FALLBACK_ENV, "search_constants")
+    compat.reset()
+    try:
+        own = model.with_template(model.chat_template, "copy")  # its provenance will name the fallback
+        first = _plays(own, drawn)
+        _load_constants(tmp_path, monkeypatch, "loop_constants_b", 1000)
+        assert _plays(own, drawn) != first
+        report = audit_model(model.with_template(model.chat_template, "again"), AuditOptions(scenarios="quick"))
+        assert report.verdict == "safe" and report.scenarios["search"]["drawn"] > 0
+        assert report.provenance.libraries["compat_fallbacks"] == ["search_constants"]
+    finally:
+        monkeypatch.delenv(compat.FALLBACK_ENV)
+        compat.reset()
+
+
+def test_reports_name_the_hypothesis_release_the_search_drew_with(model) -> None:  # type: ignore[no-untyped-def]
+    from importlib import metadata
+
+    report = audit_model(model.with_template(model.chat_template, "copy"), AuditOptions(scenarios="quick", search=0))
+    assert report.provenance.libraries["hypothesis"] == metadata.version("hypothesis")
+    assert report.provenance.libraries["compat_fallbacks"] == []
+    assert "hypothesis " + metadata.version("hypothesis") in compat.versions_line()
