@@ -175,3 +175,69 @@ def test_with_neither_messages_nor_log_probs_the_stops_are_named_as_the_only_evi
         if named:
             assert report.verdict == "tito-required"
             assert "only at stop tokens inside turns" in report.verdict_explanation
+
+
+def tail_glued(p, fill: float) -> dict | None:
+    """The loop that cuts each non-final turn before its stop and glues the environment's message to its end, up to
+    and including that message's own stop (so the turn's one stop is its last id), logged with log-prob ``fill``;
+    the engine's next prompt adds only the next turn's opener. None where the template gives no such turn."""
+    record = log_episode(p, "correct", p.scenario.id).record
+    spans = p.traj.sampled_spans()
+    stop = p.turns[0][-1] if p.turns and p.turns[0] else None
+    ids_all = list(p.traj.input_ids)
+    seq, mask = ids_all[: spans[0][0]], [0] * spans[0][0]
+    prompt, turns, glued = list(seq), [], 0
+    for k, ((a, b), turn) in enumerate(zip(spans, record["turns"], strict=True)):
+        ids, lps = list(ids_all[a:b]), list(turn["logprobs"])
+        rest: list[int] = []
+        if k + 1 < len(spans):
+            gap = ids_all[b : spans[k + 1][0]]
+            if ids and ids[-1] == stop and stop in gap:
+                j = gap.index(stop)
+                ids, lps = ids[:-1] + gap[: j + 1], lps[:-1] + [fill] * (j + 1)
+                rest, glued = gap[j + 1 :], glued + 1
+            else:
+                rest = gap
+        turns.append({"ids": ids, "logprobs": lps, "prompt_ids": list(prompt)})
+        seq, mask = seq + ids + rest, mask + [1] * len(ids) + [0] * len(rest)
+        prompt = prompt + ids + rest
+    if not glued:
+        return None
+    end = len(prompt) - len(rest)
+    return {**record, "turns": turns, "input_ids": seq[:end], "loss_mask": mask[:end]}
+
+
+def test_a_message_glued_after_a_turn_cut_before_its_stop_is_named_by_its_trailing_log_probs(plays):
+    """Found by a red team: the turn's one stop is its last id (the glued message's own), so the stop reading sees
+    nothing, and real log-probs on the rest of the turn made the episode count as checked by log-probs: "the loop
+    is exact on these episodes". A trailing run of 0.0 over a header token is the leading run's mirror."""
+    loaded, _ctx, played = plays(QWEN, 0.0, 5)
+    tito_only = ReplayContext.from_model(loaded, False, drift=False, noncanonical=False)
+    checked = 0
+    for n, p in enumerate(played):
+        record = tail_glued(p, 0.0)
+        if record is None:
+            continue
+        record.pop("messages")
+        res = analyze(episode_from_native(record, n), tito_only)
+        assert res.divergences and res.divergences[0].cls == "environment", (p.scenario.id, res.divergences)
+        assert "last" in res.divergences[0].message and "log-prob 0.0" in res.divergences[0].message
+        checked += 1
+    assert checked > 10
+
+
+def test_log_probs_that_are_all_fill_values_are_no_evidence(plays, tmp_path):
+    """Every log-prob exactly 0.0 (what a logger writes with a 0.0 fill) says nothing: the episode is named as
+    looked at by its stops only, as one without log-probs."""
+    loaded, ctx, played = plays(QWEN, 0.0, 5)
+    rows = []
+    for p in played:
+        record = with_engine_prompts(log_episode(p, "correct", p.scenario.id).record, p)
+        record.pop("messages")
+        for turn in record["turns"]:
+            turn["logprobs"] = [0.0] * len(turn["ids"])
+        rows.append(record)
+    totals = replay_log(write_jsonl(tmp_path / "zeros.jsonl", rows), ctx)
+    report = build_report(totals, loaded, "log", ctx.renderer.token_texts).models[0]
+    assert totals.environment_stops_only == totals.checked_episodes == len(rows) > 10
+    assert ENVIRONMENT_STOPS_ONLY in report.verdict_reasons

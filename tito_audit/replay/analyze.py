@@ -37,7 +37,7 @@ from tito_audit.replay.context import MARK_WINDOW, ReplayContext, other_tokenize
 from tito_audit.replay.divergence import Divergence
 from tito_audit.replay.drift import date_positions, drift
 from tito_audit.replay.engine import engine_buffer, exact, has_engine_prompts, prompt_departures
-from tito_audit.replay.environment import environment_divergences
+from tito_audit.replay.environment import environment_divergences, real_logprobs
 from tito_audit.replay.id_diff import align
 from tito_audit.replay.schema import Episode
 from tito_audit.report.finding_class import ReasoningMarks
@@ -75,8 +75,9 @@ class EpisodeResult:
     notes: list[str] = field(default_factory=list)
     error: str | None = None  # why the episode is not checked (incomplete): no reference, or nothing sampled
     unmasked: bool = False  # no loss_mask: the sampled turns were looked for, which ids were trained was not checked
-    # neither renders (no messages, or none allowed) nor log-probs: environment tokens logged as sampled were looked
-    # for only at a stop inside a turn (``replay.environment``): a loop that glued a delta without one is not seen
+    # neither renders (no messages, or none allowed) nor real log-probs (none, or all 0.0 fill values): environment
+    # tokens logged as sampled were looked for only at a stop inside a turn (``replay.environment``): a loop that
+    # glued a delta without one is not seen
     environment_stops_only: bool = False
     no_trainer: bool = False  # no trained sequence logged: only the engine's side (its prompts, its output) was checked
     marks: bool = True  # the ids open with a control token of this template (a log of this tokenizer does)
@@ -364,7 +365,7 @@ def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
     _environment(ep, ctx, cmp, renders)
     _merge(res, cmp)
     res.unmasked = ep.loss_mask is None
-    res.environment_stops_only = not renders and all(t.logprobs is None for t in ep.turns)
+    res.environment_stops_only = not renders and not real_logprobs(ep)
     res.no_trainer = not ep.trainer_logged
     if res.error is None:
         res.error = _unchecked(ep, res)

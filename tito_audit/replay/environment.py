@@ -16,7 +16,10 @@ evidence name it, from the log and the template alone (no weights):
   on a vocabulary of thousands, a fill value, not a sample) while its later ids carry real ones, or a turn with no
   log-probs while the episode's other turns have them, when those ids hold one of the template's header tokens
   (``ReplayContext.header_ids``: the control tokens it opens a message with, no stop and no BOS). A run of 0.0 alone
-  is not evidence: a confident model's log-probs round to exactly 0.0 on long verbatim copies.
+  is not evidence: a confident model's log-probs round to exactly 0.0 on long verbatim copies. The mirror, a turn
+  whose last ids carry 0.0 over a header and the rest real ones, is a message glued after a turn cut before its
+  stop (through that message's own stop, which the reading below cannot see); not where the policy writes a header
+  itself with a real log-prob (harmony's ``<|start|>`` between channels).
 
 - **a stop inside a sampled turn**: an engine ends a turn at its stop token, so a sampled turn holds one only as its
   last id. One earlier, with the template's header token after it (the next message opened) or before it (the turn
@@ -111,9 +114,13 @@ def rendered_in_turns(
 
 
 def zero_logprob_turns(ep: Episode, header: frozenset[int]) -> list[EnvironmentRun]:
-    """Per sampled turn, a leading run of log-probs exactly 0.0 (the rest real), or no log-probs while other turns
-    have them, over ids that hold a header token of the template."""
+    """Per sampled turn, a leading or a trailing run of log-probs exactly 0.0 (the rest real: a message glued
+    before the turn's ids, or after a turn cut before its stop), or no log-probs while other turns have them, over
+    ids that hold a header token of the template."""
     logged = [t.logprobs is not None for t in ep.turns]
+    writes_headers = any(
+        i in header and lp != 0.0 for t in ep.turns for i, lp in zip(t.ids, t.logprobs or (), strict=False)
+    )
     out = []
     for k, turn in enumerate(ep.turns):
         lps = turn.logprobs
@@ -128,7 +135,21 @@ def zero_logprob_turns(ep: Episode, header: frozenset[int]) -> list[EnvironmentR
         if zeros >= 2 and real_elsewhere and any(i in header for i in turn.ids[:zeros]):
             rest = "the rest real ones" if zeros < len(lps) else "the episode's other turns real ones"
             out.append(EnvironmentRun(k, 0, zeros, f"its first {zeros} ids carry log-prob 0.0, {rest}"))
+            continue
+        tail = next((n for n, lp in enumerate(reversed(lps)) if lp != 0.0), len(lps))
+        start = len(lps) - tail
+        # a template whose policy writes a header itself (harmony's ``<|start|>`` between channels) makes none
+        # evidence at a turn's end, where a confident model's structural tokens may round to 0.0
+        if 2 <= tail < len(lps) and not writes_headers and any(i in header for i in turn.ids[start:]):
+            why = f"its last {tail} ids carry log-prob 0.0, the rest real ones"
+            out.append(EnvironmentRun(k, start, tail, why))
     return out
+
+
+def real_logprobs(ep: Episode) -> bool:
+    """Whether any sampled id carries a log-prob other than exactly 0.0 (a log of 0.0 fill values, as
+    ``to_dict(logprob_fill=0.0)`` writes, carries no evidence)."""
+    return any(lp != 0.0 for t in ep.turns for lp in t.logprobs or ())
 
 
 def stops_inside_turns(ep: Episode, stop_ids: frozenset[int], header: frozenset[int]) -> list[EnvironmentRun]:

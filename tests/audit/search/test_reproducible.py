@@ -92,3 +92,23 @@ def test_reports_name_the_hypothesis_release_the_search_drew_with(model) -> None
     assert report.provenance.libraries["hypothesis"] == metadata.version("hypothesis")
     assert report.provenance.libraries["compat_fallbacks"] == []
     assert "hypothesis " + metadata.version("hypothesis") in compat.versions_line()
+
+
+def test_a_shrink_the_search_budget_stops_is_said_in_the_report() -> None:
+    """A slow template's shrink may run out of the search's CPU on a loaded machine, where another stops later: the
+    counterexample is still real, and the report says the shrink was cut (``shrink_stopped``), never silently."""
+    from tito_audit.scenarios.searched import Conversation
+
+    class Spent:
+        why = "its render CPU (3.00s, on top of the template's 3s)"
+
+        def spent(self) -> bool:
+            return True
+
+    state = search_run._State(cap=100, hit=True)
+    probe = search_run._Probe(None, state, Spent(), None, ("append",), None)  # type: ignore[arg-type]
+    conversation = Conversation(({"role": "user", "content": "Paris"},), (), ())
+    assert probe.breaks(conversation) is False  # an unplayed candidate past the budget: the shrink ends
+    assert state.shrink_stopped == Spent.why
+    result = search_run.SearchResult(40, 0, ("append",), shrink_stopped=state.shrink_stopped)
+    assert result.summary()["shrink_stopped"] == Spent.why

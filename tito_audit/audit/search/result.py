@@ -26,6 +26,9 @@ class SearchResult:
     found: list[Played] = field(default_factory=list)
     skipped: str | None = None
     stopped: str | None = None  # why the search stopped before its budget (its share of the template's budget)
+    # why a shrink stopped before its bound (the search's CPU budget, which a loaded machine spends sooner): the
+    # counterexample is real, but may not be the smallest, nor the one another machine reports
+    shrink_stopped: str | None = None
 
     def not_probed(self) -> str | None:
         """``search:WHY`` where the search ran short of what was asked (it failed, or the template's budget stopped
@@ -49,6 +52,7 @@ class SearchResult:
             rendered=self.rendered,
             plays=self.plays,
             **({"stopped": self.stopped} if self.stopped else {}),
+            **({"shrink_stopped": self.shrink_stopped} if self.shrink_stopped else {}),
             counterexamples=[
                 {
                     "scenario": sim.scenario.id,

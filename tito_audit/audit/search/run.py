@@ -61,6 +61,7 @@ class _State:
     cap: int = 0
     hit: bool = False  # the current find has met a counterexample (what follows is shrinking)
     stopped: str | None = None
+    shrink_stopped: str | None = None  # the search's budget ran out while shrinking (the counterexample may be larger)
 
 
 def search(
@@ -82,7 +83,7 @@ def search(
         allowance.close()
     _name_fallback(ctx)
     result.drawn, result.rendered, result.plays = state.drawn, state.rendered, state.plays
-    result.stopped = state.stopped
+    result.stopped, result.shrink_stopped = state.stopped, state.shrink_stopped
     if coverage is not None and steering is None:
         coverage.skip()  # a small search's renders are not counted (the counterexamples' are, by the checks)
     return result
@@ -233,6 +234,8 @@ class _Probe:
                 if not state.hit and self.allowance.why:
                     state.drawn -= 1
                     raise _Spent
+                if self.allowance.why:  # a loaded machine may stop a slow template's shrink elsewhere: said
+                    state.shrink_stopped = self.allowance.why
                 return False  # past the bound: the shrink stops at the smallest counterexample so far
             before = coverage.arms_run() if coverage is not None else 0
             try:
