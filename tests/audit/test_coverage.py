@@ -66,3 +66,39 @@ def test_coverage_stops_replaying_only_where_nothing_left_can_change_it(name: st
         assert early.replayed == early_pending
     else:
         assert 0 < early.replayed < early_pending, (early.replayed, early_pending)
+
+
+CONSTRUCTS = DATA / "search" / "constructs"
+
+
+@pytest.mark.parametrize(
+    ("name", "named", "where"),
+    [
+        # the and/or idiom: the operand that picks '{}' for history is never true
+        ("and_or", "(f.arguments is mapping and (f.arguments|length >= 12))", "and '{}' or"),
+        # the loop filter: no call is ever dropped by it
+        ("loop_filter", "else of outer.last or (not (tc.function.arguments is mapping", "if outer.last or"),
+        # an and/or inside a slice bound, read after a top-level {% if %}
+        ("value_slice", "outer.index0 == ns.cut", "== ns.cut and"),
+    ],
+)
+def test_a_value_picked_by_and_or_or_a_loop_filter_is_an_arm(name: str, named: str, where: str) -> None:
+    """A red team rewrote history past 11 call arguments (the most the search draws) through constructs coverage did
+    not measure, each a clean SAFE with exit 0: the ``COND and A or B`` idiom, a loop filter, an and/or in a slice
+    bound. Each operand that decides whether the next is read, and each loop filter's test, is now an arm: the one no
+    conversation took is named."""
+    template = CONSTRUCTS / f"{name}.jinja"
+    r = audit_of(TOKENIZER, template, scenarios="quick", search=0)
+    gaps = [x for x in r.verdict_reasons if x.startswith("not_probed:template_line")]
+    assert r.verdict == "safe" and any(named in g for g in gaps), r.verdict_reasons
+    line = next(n for n, text in enumerate(template.read_text().splitlines(), 1) if where in text)
+    assert all(g.startswith(f"not_probed:template_line:{line}: ") for g in gaps), (line, gaps)
+
+
+def test_an_and_or_inside_a_test_adds_no_arm_of_its_own() -> None:
+    """``{% if a and b %}``'s own arms are counted; its operands are not arms again (the plain template, whose
+    tests hold and/or, has nothing left, and the developer branch's one gap is the only one)."""
+    r = audit_of(TOKENIZER, TEMPLATE, scenarios="quick")
+    assert [x for x in r.verdict_reasons if x.startswith("not_probed:")] == [
+        f"not_probed:template_line:{LINE}: (message.role == 'developer')"
+    ]

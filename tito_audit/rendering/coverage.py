@@ -12,7 +12,11 @@ each ``if`` (``instrumented``: jinja's own code, in the template's own sandboxed
 text), which the renders an audit made are played through again to see which arms they take (``Recorder``). An
 arm is *reachable by history* when it stands inside a loop over the messages or a macro called from one; one whose
 ``if`` was reached but which was never taken is named (``unexercised``). An arm that calls ``raise_exception`` is
-the template refusing an input, and is not named.
+the template refusing an input, and is not named. Conditions that pick a value rather than a block are arms too,
+probed by their test's own call (``_Probed``): inline ``A if TEST else B``, a loop filter's test (``{% for c in
+calls if TEST %}``: an item kept or dropped), and each operand of an ``and``/``or`` that picks a value (``{{ COND
+and A or B }}``) but the last (whether the next is read). An ``and``/``or`` inside a test is not: the test's own
+arms are counted. What picks a value without a condition (``{True: A, False: B}[TEST]``) has no arm.
 """
 
 from __future__ import annotations
@@ -69,15 +73,22 @@ class TemplateBranches:
             # an if/elif arm is where its test is; an else arm (jinja marks no line of its own) where it writes first
             line = template_line(body_line, after=True) if test.startswith("else of ") else template_line(own_line)
             self.branches.append(Branch(line, text, test_line, body_line, history, raises))
-        for k, node in enumerate(_inline_conditions(ast.parse(code))):
-            # an inline ``A if TEST else B`` (a value, a slice bound, a filter's argument...): its two arms, each
-            # named by keys no compiled line has (negative), probed by the test's own call (``_Probed``)
-            source = ast.get_source_segment(code, node.test) or ast.unparse(node.test)
+        for k, (node, operand) in enumerate(_inline_conditions(ast.parse(code))):
+            # an inline ``A if TEST else B`` (a value, a slice bound, a filter's argument...), a loop filter's test,
+            # an and/or operand that picks a value: its two arms, each named by keys no compiled line has
+            # (negative), probed by the test's own call (``_Probed``)
+            decided = node.test if operand is None else node.values[operand]  # type: ignore[union-attr]
+            source = ast.get_source_segment(code, decided) or ast.unparse(decided)
             test = _template_syntax(source, functions)[:_MAX_TEST]
-            line, history = template_line(node.lineno), node.lineno in history_lines
+            line, history = template_line(decided.lineno), decided.lineno in history_lines
             reached, taken, other = -(3 * k + 1), -(3 * k + 2), -(3 * k + 3)
-            body_raises = "raise_exception" in ast.unparse(node.body)
-            else_raises = "raise_exception" in ast.unparse(node.orelse)
+            if operand is None:
+                body_raises = "raise_exception" in _source(node.body)  # type: ignore[union-attr]
+                else_raises = "raise_exception" in _source(node.orelse)  # type: ignore[union-attr]
+            else:  # the operands after it are read when ``and``'s is true (``or``'s false)
+                rest = "raise_exception" in "".join(ast.unparse(v) for v in node.values[operand + 1 :])  # type: ignore[union-attr]
+                and_ = isinstance(node.op, ast.And)  # type: ignore[union-attr]
+                body_raises, else_raises = (rest, False) if and_ else (False, rest)
             self.branches.append(Branch(line, test, reached, taken, history, body_raises))
             self.branches.append(Branch(line, "else of " + test, reached, other, history, else_raises))
 
@@ -130,29 +141,71 @@ class Recorder:
         return None
 
 
-def _inline_conditions(tree: ast.AST) -> list[ast.IfExp]:
-    """The inline conditional expressions of the template in the compiled code, in source order: those inside a
-    render function (where ``context`` is, for the probe) whose test is the template's, not jinja's own (a missing
-    variable's lookup, autoescape)."""
-    found: list[ast.IfExp] = []
+def _source(part: ast.AST | list[ast.stmt]) -> str:
+    return "\n".join(ast.unparse(n) for n in part) if isinstance(part, list) else ast.unparse(part)
+
+
+_Condition = tuple[ast.IfExp | ast.If | ast.BoolOp, int | None]  # a node, and for an and/or which operand decides
+
+
+def _inline_conditions(tree: ast.AST) -> list[_Condition]:
+    """The conditions of the template in the compiled code that pick a value rather than a block, in source order:
+    its inline conditional expressions, and its loop filters' tests (``{% for c in calls if TEST %}``: jinja writes
+    them in a generator ``def t_N(fiter)`` whose ``if`` keeps an item or drops it, and an item dropped from history
+    only is a rewrite like any other). Those inside a render function (where ``context`` is, for the probe) whose
+    test is the template's, not jinja's own (a missing variable's lookup, autoescape). And the ``and``/``or`` that
+    pick a value (``{{ COND and A or B }}``, the idiom before inline ``if``): each operand but the last decides
+    whether the next is read, so each is a condition of its own; an ``and``/``or`` inside a test is not (the
+    test's own arms are counted)."""
+    found: list[_Condition] = []
+    in_tests = {id(n) for test in _tests(tree) for n in ast.walk(test)}
 
     class Finder(ast.NodeVisitor):
         def __init__(self) -> None:
             self.scopes: list[bool] = []
+            self.filters: list[bool] = []
 
         def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
             has = any(a.arg == "context" for a in node.args.args) or bool(self.scopes and self.scopes[-1])
             self.scopes.append(has)
+            self.filters.append(_LOOP_FILTER.match(node.name) is not None and _arg_names(node) == ["fiter"])
             self.generic_visit(node)
+            self.filters.pop()
             self.scopes.pop()
 
         def visit_IfExp(self, node: ast.IfExp) -> None:
             self.generic_visit(node)
             if self.scopes and self.scopes[-1] and not _INTERNAL.match(ast.unparse(node.test)):
-                found.append(node)
+                found.append((node, None))
+
+        def visit_If(self, node: ast.If) -> None:
+            self.generic_visit(node)
+            if self.filters and self.filters[-1] and self.scopes[-1] and not _INTERNAL.match(ast.unparse(node.test)):
+                found.append((node, None))
+
+        def visit_BoolOp(self, node: ast.BoolOp) -> None:
+            self.generic_visit(node)
+            if self.scopes and self.scopes[-1] and id(node) not in in_tests:
+                found.extend((node, k) for k in range(len(node.values) - 1))
 
     Finder().visit(tree)
     return found
+
+
+_LOOP_FILTER = re.compile(r"^t_\d+$")
+
+
+def _tests(tree: ast.AST) -> Iterator[ast.expr]:
+    """Every expression the compiled code tests (an ``if``'s, an inline ``if``'s, a comprehension's, a ``while``'s)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If | ast.IfExp | ast.While | ast.Assert):
+            yield node.test
+        elif isinstance(node, ast.comprehension):
+            yield from node.ifs
+
+
+def _arg_names(node: ast.FunctionDef) -> list[str]:
+    return [a.arg for a in node.args.args]
 
 
 class _Probed(ast.NodeTransformer):
@@ -161,19 +214,40 @@ class _Probed(ast.NodeTransformer):
 
     keys: dict[int, int]
 
+    keys_by_operand: dict[tuple[int, int], int]
+
     def visit_Module(self, node: ast.Module) -> Any:
         targets = _inline_conditions(node)
-        self.keys = {id(n): -(3 * k + 1) for k, n in enumerate(targets)}
+        self.keys = {id(n): -(3 * k + 1) for k, (n, i) in enumerate(targets) if i is None}
+        self.keys_by_operand = {(id(n), i): -(3 * k + 1) for k, (n, i) in enumerate(targets) if i is not None}
         return self.generic_visit(node)
 
+    def visit_BoolOp(self, node: ast.BoolOp) -> Any:
+        self.generic_visit(node)
+        for i in range(len(node.values) - 1):
+            key = self.keys_by_operand.get((id(node), i))
+            if key is not None:
+                node.values[i] = ast.Call(_probe_call(), [ast.Constant(key), node.values[i]], [])
+        return node
+
     def visit_IfExp(self, node: ast.IfExp) -> Any:
+        return self._probed(node)
+
+    def visit_If(self, node: ast.If) -> Any:
+        return self._probed(node)
+
+    def _probed(self, node: ast.IfExp | ast.If) -> Any:
         self.generic_visit(node)
         key = self.keys.get(id(node))
         if key is None:
             return node
-        probe = ast.Call(ast.Attribute(ast.Name("context", ast.Load()), "get", ast.Load()), [ast.Constant(PROBE)], [])
-        node.test = ast.Call(probe, [ast.Constant(key), node.test], [])
+        node.test = ast.Call(_probe_call(), [ast.Constant(key), node.test], [])
         return node
+
+
+def _probe_call() -> ast.Call:
+    """``context.get(PROBE)``: the recorder's probe, read from the render's context."""
+    return ast.Call(ast.Attribute(ast.Name("context", ast.Load()), "get", ast.Load()), [ast.Constant(PROBE)], [])
 
 
 _Arm = tuple[str, int, int, int, bool, bool]  # test, chain's if line, own line, body line, history, raises
@@ -299,6 +373,7 @@ def _line_map(debug_info: Iterable[tuple[int, int]]) -> Any:
 
 _REWRITES = (
     (re.compile(r"\(undefined\(name='(\w+)'\) if l_\d+_\w+ is missing else l_\d+_\w+\)"), r"\1"),
+    (re.compile(r"undefined\(name='(\w+)'\) if l_\d+_\w+ is missing else l_\d+_\w+"), r"\1"),  # an operand's, bare
     (re.compile(r"environment\.getattr\(([^(),]+), '(\w+)'\)"), r"\1.\2"),
     (re.compile(r"environment\.getitem\(([^(),]+), ([^(),]+)\)"), r"\1[\2]"),
     (re.compile(r"\bl_\d+_(\w+)"), r"\1"),
