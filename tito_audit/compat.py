@@ -25,6 +25,7 @@ import inspect
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -307,20 +308,31 @@ def _search_constants() -> Any:
     if not callable(providers._get_local_constants) or not hasattr(providers.CONSTANTS_CACHE, "__setitem__"):
         return None
     empty = providers.Constants()
-    if not callable(getattr(empty, "set_for_type", None)):
+    cache_type = type(providers.CONSTANTS_CACHE)
+    if not callable(getattr(empty, "set_for_type", None)) or not hasattr(cache_type(1024), "__setitem__"):
         return None
+    lock = threading.Lock()
+    state: dict[str, Any] = {"depth": 0, "saved": None}
 
     @contextmanager
     def without_local_constants() -> Iterator[None]:
         """For the block, hypothesis draws no constant of the process' own modules (only its fixed global ones),
-        from a constants cache of its own (the process' holds what earlier draws saw of the local ones)."""
-        saved = providers._get_local_constants, providers.CONSTANTS_CACHE
-        providers._get_local_constants = lambda: empty
-        providers.CONSTANTS_CACHE = type(saved[1])(1024)
+        from a constants cache of its own (the process' holds what earlier draws saw of the local ones). The swap
+        is process-wide: the first block to enter makes it and the last to leave undoes it, whatever thread each
+        runs in (searches of two threads overlap without one undoing the other's)."""
+        with lock:
+            if state["depth"] == 0:
+                state["saved"] = providers._get_local_constants, providers.CONSTANTS_CACHE
+                providers._get_local_constants = lambda: empty
+                providers.CONSTANTS_CACHE = cache_type(1024)
+            state["depth"] += 1
         try:
             yield
         finally:
-            providers._get_local_constants, providers.CONSTANTS_CACHE = saved
+            with lock:
+                state["depth"] -= 1
+                if state["depth"] == 0:
+                    providers._get_local_constants, providers.CONSTANTS_CACHE = state["saved"]
 
     return SimpleNamespace(without_local_constants=without_local_constants)
 

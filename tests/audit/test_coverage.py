@@ -95,10 +95,42 @@ def test_a_value_picked_by_and_or_or_a_loop_filter_is_an_arm(name: str, named: s
     assert all(g.startswith(f"not_probed:template_line:{line}: ") for g in gaps), (line, gaps)
 
 
-def test_an_and_or_inside_a_test_adds_no_arm_of_its_own() -> None:
-    """``{% if a and b %}``'s own arms are counted; its operands are not arms again (the plain template, whose
-    tests hold and/or, has nothing left, and the developer branch's one gap is the only one)."""
-    r = audit_of(TOKENIZER, TEMPLATE, scenarios="quick")
-    assert [x for x in r.verdict_reasons if x.startswith("not_probed:")] == [
-        f"not_probed:template_line:{LINE}: (message.role == 'developer')"
+def test_a_template_whose_message_loop_is_not_recognized_names_that_its_arms_were_not_measured() -> None:
+    """A red team renamed the list the loop runs over (``{% set conv = messages %}{% for msg in conv %}``): no arm
+    was counted as history's, and the SAFE was clean (``arms: 0``). Coverage that cannot tell history's arms is
+    named, never a pass."""
+    r = audit_of(TOKENIZER, CONSTRUCTS / "renamed_loop.jinja", scenarios="quick", search=0)
+    assert r.verdict == "safe" and "not_probed:coverage:no_message_loop" in r.verdict_reasons, r.verdict_reasons
+
+
+def test_an_and_or_inside_a_test_is_no_arm_and_one_that_picks_a_value_is() -> None:
+    """The review's point: the arms are counted on a template whose test's and/or would add some if it were not
+    excluded (this fails with the exclusion removed)."""
+    from tito_audit.rendering.analysis import compiled_template, template_code
+    from tito_audit.rendering.coverage import TemplateBranches
+
+    def arms(body: str) -> list[str]:
+        template = "{%- for m in messages %}" + body + "{%- endfor %}"
+        branches = TemplateBranches(template_code(template), compiled_template(template).debug_info)
+        return sorted(b.test for b in branches.branches if b.history)
+
+    # an {% if %}'s and/or: the if's own arm only (its operands are not arms again)
+    assert arms("{%- if m.role == 'x' and m.content %}A{%- endif %}") == ["((m.role == 'x') and m.content)"]
+    # an and/or that picks a value: each operand but the last, read or not
+    assert arms("{{- m.role == 'x' and 'A' or 'B' }}") == [
+        "(m.role == 'x') and 'A'",
+        "else of (m.role == 'x') and 'A'",
+        "else of m.role == 'x'",
+        "m.role == 'x'",
     ]
+
+
+def test_a_filter_on_the_message_loop_itself_is_history() -> None:
+    """The review's point: jinja writes the filter of ``{% for m in messages if TEST %}`` before the loop, where
+    history's lines were not counted; the filter decides which messages history holds."""
+    from tito_audit.rendering.analysis import compiled_template, template_code
+    from tito_audit.rendering.coverage import TemplateBranches
+
+    template = "{%- for m in messages if m.role != 'assistant' or m == messages[-1] %}{{ m.content }}{%- endfor %}"
+    branches = TemplateBranches(template_code(template), compiled_template(template).debug_info).branches
+    assert [b.history for b in branches] == [True, True] and branches[1].test.startswith("else of ")

@@ -241,3 +241,29 @@ def test_log_probs_that_are_all_fill_values_are_no_evidence(plays, tmp_path):
     report = build_report(totals, loaded, "log", ctx.renderer.token_texts).models[0]
     assert totals.environment_stops_only == totals.checked_episodes == len(rows) > 10
     assert ENVIRONMENT_STOPS_ONLY in report.verdict_reasons
+
+
+def test_trailing_zeros_are_no_evidence_where_the_policy_writes_a_header_itself_or_none_is_in_them(plays):
+    """Harmony's policy writes ``<|start|>`` between its channels, where a confident model's structural tokens may
+    round to 0.0: a header the policy wrote with a real log-prob elsewhere in the episode makes trailing zeros over
+    one no evidence. Trailing zeros over no header are none either."""
+    from tito_audit.replay.environment import zero_logprob_turns
+
+    _loaded, ctx, played = plays(QWEN, 0.0, 5)
+    header = frozenset(ctx.header_ids)
+    checked = 0
+    for n, p in enumerate(played):
+        record = tail_glued(p, 0.0)
+        if record is None:
+            continue
+        assert zero_logprob_turns(episode_from_native(copy.deepcopy(record), n), header)  # the loop above: found
+        first = record["turns"][0]
+        k = next(i for i, t in enumerate(first["ids"]) if t in header)  # turn 0's glued header, now "sampled"
+        first["logprobs"][k] = -0.3
+        assert not [r for r in zero_logprob_turns(episode_from_native(record, n), header) if r.turn != 0]
+        checked += 1
+    assert checked > 10
+    correct = with_engine_prompts(log_episode(played[0], "correct", "c").record, played[0])
+    for turn in correct["turns"]:
+        turn["logprobs"][-3:] = [0.0] * len(turn["logprobs"][-3:])  # a confident end: its stop, no header
+    assert zero_logprob_turns(episode_from_native(correct, 0), header) == []

@@ -26,6 +26,9 @@ MAX_NAMED = 6  # unexercised arms named one by one in not_probed; the rest are c
 UNMEASURED_RENDERER = "coverage:renderer"
 UNMEASURED_COMPILE = "coverage:not_compiled"
 UNMEASURED_PROBES = "coverage:not_instrumented"
+# a template with arms but no loop over the messages tito-audit recognizes (``for ... in messages``): renamed
+# (``{% set conv = messages %}``), inside a macro, recursive; which arms history reaches cannot be told
+UNMEASURED_HISTORY = "coverage:no_message_loop"
 
 
 class Coverage:
@@ -43,8 +46,8 @@ class Coverage:
     def of(cls, ctx: AuditContext) -> Coverage | str:
         """The coverage of ``ctx``'s template, or why it cannot be measured (a ``not_probed`` reason: a SAFE whose
         template lines were not measured is not the SAFE of a template whose every reachable arm ran): a renderer
-        that is not a Jinja template, a template our parse of jinja's code does not compile, or one whose compiled
-        code our probes do not fit."""
+        that is not a Jinja template, a template our parse of jinja's code does not compile, one whose compiled
+        code our probes do not fit, or one with arms but no loop over the messages we recognize."""
         template = ctx.model.chat_template
         if not ctx.engine.is_template or not template:
             return UNMEASURED_RENDERER
@@ -56,6 +59,8 @@ class Coverage:
             return UNMEASURED_COMPILE
         if instrumented is None:
             return UNMEASURED_PROBES
+        if branches.branches and not branches.history_found:
+            return UNMEASURED_HISTORY
         return cls(branches, instrumented, ctx.renderer)
 
     def trace(self, until_complete: bool = False) -> None:

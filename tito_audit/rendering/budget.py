@@ -32,7 +32,7 @@ _LEAST_S = 0.01  # the shortest render limit worth arming: a budget with less le
 class TemplateBudget:
     """What one template has spent; ``stopped`` says why it may render no more (None while it may)."""
 
-    __slots__ = ("cpu_seconds", "hits", "limit_hits", "output_chars", "produced", "spent", "stopped")
+    __slots__ = ("cpu_seconds", "cpu_stop", "hits", "limit_hits", "output_chars", "produced", "spent", "stopped")
 
     def __init__(self, cpu_seconds: float, limit_hits: int, output_chars: int = 0) -> None:
         self.cpu_seconds = cpu_seconds  # 0: no total
@@ -42,6 +42,7 @@ class TemplateBudget:
         self.hits = 0
         self.produced = 0
         self.stopped: str | None = None
+        self.cpu_stop = False  # ``stopped`` is the CPU total's (``reopen`` may lift it once the total is raised)
 
     def render_seconds(self, per_render: float) -> float:
         """The CPU time limit of the next render: the per-render limit, or what is left of the total when that is
@@ -63,8 +64,15 @@ class TemplateBudget:
             self.stopped = f"{self.hits} renders ran past their time or memory limit"
         elif self.cpu_seconds and self.spent >= self.cpu_seconds - _LEAST_S:
             self.stopped = f"its renders spent {self.cpu_seconds:g}s of CPU time"
+            self.cpu_stop = True
         elif self.output_chars and self.produced > self.output_chars:
             self.stopped = f"its renders produced {self.produced:,} characters (over {self.output_chars:,} in all)"
+
+    def reopen(self) -> None:
+        """Lift a stop of the CPU total that no longer holds: the total was set back above what was spent (the
+        search's renders, charged to a total raised by its own allowance, are not the template's: ``search.run``)."""
+        if self.cpu_stop and self.spent < self.cpu_seconds - _LEAST_S:
+            self.stopped, self.cpu_stop = None, False
 
     def refusal(self) -> RenderError:
         return RenderError(BUDGET_KIND, f"template stopped: {self.stopped} (per-template budget)")

@@ -10,7 +10,8 @@ namespace assignment's check, a loop's ``else`` flag, a filtered loop's test), e
 template syntax, and that same code is compiled once more with a probe in place of each arm's ``pass`` and before
 each ``if`` (``instrumented``: jinja's own code, in the template's own sandboxed environment, rendering the same
 text), which the renders an audit made are played through again to see which arms they take (``Recorder``). An
-arm is *reachable by history* when it stands inside a loop over the messages or a macro called from one; one whose
+arm is *reachable by history* when it stands inside a loop over the messages (or the filter of one) or a macro
+called from one; one whose
 ``if`` was reached but which was never taken is named (``unexercised``). An arm that calls ``raise_exception`` is
 the template refusing an input, and is not named. Conditions that pick a value rather than a block are arms too,
 probed by their test's own call (``_Probed``): inline ``A if TEST else B``, a loop filter's test (``{% for c in
@@ -67,6 +68,9 @@ class TemplateBranches:
         self.branches: list[Branch] = []
         lines = code.splitlines()
         history_lines = _history_lines(lines)
+        # a loop over the messages was found: without one (renamed, in a macro, recursive), which arms history
+        # reaches cannot be told, and none would be named (``audit.coverage`` names that instead)
+        self.history_found = bool(history_lines)
         for arm in _arms(lines, functions, history_lines):
             test, test_line, own_line, body_line, history, raises = arm
             text = _template_syntax(test, functions)[:_MAX_TEST]
@@ -289,6 +293,13 @@ def _history_lines(lines: list[str]) -> set[int]:
         text = line.strip()
         if text.startswith("for ") and "message" in text.split(" in ", 1)[-1]:
             loops.append(range(number, _block_end(lines, number)))
+            # a filter on the loop itself (``{% for m in messages if TEST %}``): jinja writes its ``def t_N(fiter)``
+            # just before the ``for``, and it decides which messages history holds
+            filtered = re.match(r"for .+? in (t_\d+)\(", text)
+            head = f"def {filtered[1]}(fiter):" if filtered else None
+            start = next((k for k in range(number - 1, 0, -1) if lines[k - 1].strip() == head), None)
+            if start is not None:
+                loops.append(range(start, _block_end(lines, start)))
         elif text.startswith("def macro("):
             end = _block_end(lines, number)
             named = next((m for line in lines[end - 1 : end + 2] if (m := _MACRO.search(line))), None)

@@ -218,7 +218,7 @@ def describe_reason(reason: str) -> str:
             if name == "failed":
                 return "the counterexample search failed (an error in tito-audit or a library, not the template)"
             drawn, _, budget = name.partition("/")
-            return f"the counterexample search drew {drawn} of {budget} conversations (the template's budget ran out)"
+            return f"the counterexample search drew {drawn} of {budget} conversations (its render budget ran out)"
         if what == "switch":
             if "=" in name:
                 return f"template switch {name} not played (the template refused it, or past the switch values played)"
@@ -246,4 +246,5 @@ COVERAGE_UNMEASURED = {
     "renderer": "the renderer is not a Jinja template: its code cannot be instrumented",
     "not_compiled": "tito-audit's parse of the template's compiled code failed",
     "not_instrumented": "the template's compiled code does not take tito-audit's probes",
+    "no_message_loop": "no loop over the messages found, so which arms history reaches cannot be told",
 }

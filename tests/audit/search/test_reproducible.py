@@ -112,3 +112,24 @@ def test_a_shrink_the_search_budget_stops_is_said_in_the_report() -> None:
     assert state.shrink_stopped == Spent.why
     result = search_run.SearchResult(40, 0, ("append",), shrink_stopped=state.shrink_stopped)
     assert result.summary()["shrink_stopped"] == Spent.why
+
+
+def test_the_search_gives_the_checks_back_the_cpu_they_had_even_when_its_renders_hit_the_raised_total() -> None:
+    """The review's point: a play past the search's allowance could reach the raised total and stop the template
+    for good, so every check after the search was refused. ``close`` sets the total back and lifts that stop: the
+    checks keep exactly what they had left."""
+    from types import SimpleNamespace
+
+    from tito_audit.rendering.budget import TemplateBudget
+
+    budget = TemplateBudget(cpu_seconds=3.0, limit_hits=2)
+    budget.charge(2.9, False)  # the audit's own renders: 0.1 s left
+    ctx = SimpleNamespace(renderer=SimpleNamespace(budget=budget))
+    allowance = search_run._Allowance(ctx)  # type: ignore[arg-type]
+    assert budget.cpu_seconds == 6.0 and allowance.cpu == 3.0
+    budget.charge(3.2, False)  # the search's renders, past its allowance, up to the raised total
+    assert budget.stopped is not None and allowance.spent()
+    allowance.close()
+    assert budget.stopped is None and abs(budget.render_seconds(2.0) - 0.1) < 1e-9
+    budget.charge(0.1, False)  # the checks spend what they had: then the template stops, as it always did
+    assert budget.stopped is not None

@@ -25,13 +25,13 @@ class SearchResult:
     plays: int = 0
     found: list[Played] = field(default_factory=list)
     skipped: str | None = None
-    stopped: str | None = None  # why the search stopped before its budget (its share of the template's budget)
+    stopped: str | None = None  # why the search stopped before its budget (its own render budget ran out)
     # why a shrink stopped before its bound (the search's CPU budget, which a loaded machine spends sooner): the
     # counterexample is real, but may not be the smallest, nor the one another machine reports
     shrink_stopped: str | None = None
 
     def not_probed(self) -> str | None:
-        """``search:WHY`` where the search ran short of what was asked (it failed, or the template's budget stopped
+        """``search:WHY`` where the search ran short of what was asked (it failed, or its own render budget stopped
         it before it drew ``budget`` conversations): the verdict then rests on less than it claims. None otherwise
         (a search turned off, or not needed, is said in ``summary`` and is no gap: off is the user's choice)."""
         if self.skipped is not None and self.skipped.startswith("error"):

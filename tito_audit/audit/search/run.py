@@ -132,9 +132,10 @@ def _look(
 
 class _Allowance:
     """The search's own budget, on top of the template's: as much render CPU again as the template's whole budget
-    (``SEARCH_CPU_SHARE``), and a share of the characters it had left (``BUDGET_SHARE``). The search's renders are
-    not charged to what the audit had left (``close`` gives the template its budget back as it was), so that the
-    checks run again on a counterexample keep it, and the CPU bound is a bound for hostile templates only: no
+    (``SEARCH_CPU_SHARE``), and a share of the characters it had left (``BUDGET_SHARE``). The search's render CPU is
+    not charged to what the audit had left (``close`` gives the template its CPU back as it was; the characters its
+    renders produce, and renders past a limit, still count), so that the checks run again on a counterexample keep
+    it, and the CPU bound is a bound for hostile templates only: no
     bundled or shared model's search comes near it (0.07-0.2 s of 3 s; a Python encoder's 0.5 s), so a loaded
     machine (a test run's collector, a shared CI runner) does not change how many conversations are drawn, as the
     half of what was left did (``search:39/40`` under CI's load). The characters are the same on every machine."""
@@ -161,9 +162,11 @@ class _Allowance:
         return bool(self.why)
 
     def close(self) -> None:
-        """The template's CPU budget as it was, its spending less the search's renders."""
+        """The template's CPU budget as it was, its spending less the search's renders (a stop their CPU caused,
+        past the search's allowance, lifted: the checks keep what they had left)."""
         if self.cap:
             self.budget.cpu_seconds = self.cap + (self.budget.spent - self.start[0])
+            self.budget.reopen()
 
 
 def _find(
