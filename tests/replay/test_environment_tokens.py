@@ -26,6 +26,11 @@ from tito_audit.testing.synthetic import log_episode, with_engine_prompts
 LLAMA = "meta-llama/Llama-3.2-3B-Instruct"
 
 
+def tito_only(loaded) -> ReplayContext:  # type: ignore[no-untyped-def]
+    """The replay context of ``--only-tito``: no renders, so only the ids and log-probs are evidence."""
+    return ReplayContext.from_model(loaded, False, drift=False, noncanonical=False)
+
+
 def glued(p, fill: float | None = 0.0) -> tuple[dict, int | None]:
     """The record of the loop above for episode ``p``, and the first glued position (None: nothing to glue)."""
     record = with_engine_prompts(log_episode(p, "correct", p.scenario.id).record, p)
@@ -62,7 +67,7 @@ def test_a_tool_result_glued_into_the_next_turn_is_unsafe_at_its_first_id(plays,
             rows.append(record)
             firsts[p.scenario.id] = first
     assert len(rows) > 10
-    for render_ctx in (ctx, ReplayContext.from_model(loaded, False, drift=False, noncanonical=False)):
+    for render_ctx in (ctx, tito_only(loaded)):
         for n, record in enumerate(rows):
             res = analyze(episode_from_native(copy.deepcopy(record), n), render_ctx)
             first = res.divergences[0]
@@ -100,13 +105,13 @@ def test_the_template_render_names_it_without_impossible_log_probs(plays):
 def test_a_turn_without_log_probs_among_turns_with_them(plays):
     """The glued turn carries no log-probs while the others do: named without renders."""
     loaded, _ctx, played = plays(QWEN, 0.0, 5)
-    tito_only = ReplayContext.from_model(loaded, False, drift=False, noncanonical=False)
+    no_renders = tito_only(loaded)
     checked = 0
     for n, p in enumerate(played):
         record, first = glued(p, fill=None)
         if first is None:
             continue
-        res = analyze(episode_from_native(record, n), tito_only)
+        res = analyze(episode_from_native(record, n), no_renders)
         assert res.divergences[0].cls == "environment", res.divergences
         assert "no log-probs while the other turns have" in res.divergences[0].message
         checked += 1
@@ -117,12 +122,12 @@ def test_no_environment_finding_on_a_correct_loop_whose_turns_begin_with_certain
     """A confident model's first log-probs round to exactly 0.0: without a header token there, that is no evidence,
     and a correct loop stays exact on every scenario."""
     loaded, ctx, played = plays(QWEN, 0.0, 5)
-    tito_only = ReplayContext.from_model(loaded, False, drift=False, noncanonical=False)
+    no_renders = tito_only(loaded)
     for n, p in enumerate(played):
         record = with_engine_prompts(log_episode(p, "correct", p.scenario.id).record, p)
         for turn in record["turns"]:
             turn["logprobs"][: min(3, len(turn["logprobs"]) - 1)] = [0.0] * min(3, len(turn["logprobs"]) - 1)
-        for c in (ctx, tito_only):
+        for c in (ctx, no_renders):
             res = analyze(episode_from_native(copy.deepcopy(record), n), c)
             assert not res.divergences, (p.scenario.id, res.divergences)
     assert ctx.header_ids and not ctx.header_ids & set(ctx.stop_ids)
@@ -138,7 +143,7 @@ def test_a_history_rewriting_template_does_not_hide_it(plays, fill):
     anywhere, or all 0.0) replay called 37 of 60 such loops exact. A stop token inside a sampled turn, beside the
     next message's header, names it from the ids alone: every glued episode is unsafe at its first glued id."""
     loaded, _ctx, played = plays(QWEN3, 0.0, 5)
-    tito_only = ReplayContext.from_model(loaded, False, drift=False, noncanonical=False)
+    no_renders = tito_only(loaded)
     checked = 0
     for n, p in enumerate(played):
         record, first = glued(p, fill=fill)
@@ -147,7 +152,7 @@ def test_a_history_rewriting_template_does_not_hide_it(plays, fill):
         if fill is None:  # no log-probs anywhere in the episode: the log-probs say nothing
             for t in record["turns"]:
                 t.pop("logprobs", None)
-        res = analyze(episode_from_native(record, n), tito_only)
+        res = analyze(episode_from_native(record, n), no_renders)
         assert res.divergences and res.divergences[0].cls == "environment", (p.scenario.id, res.divergences)
         assert res.divergences[0].index == first, (p.scenario.id, res.divergences[0])
         checked += 1
@@ -212,14 +217,14 @@ def test_a_message_glued_after_a_turn_cut_before_its_stop_is_named_by_its_traili
     nothing, and real log-probs on the rest of the turn made the episode count as checked by log-probs: "the loop
     is exact on these episodes". A trailing run of 0.0 over a header token is the leading run's mirror."""
     loaded, _ctx, played = plays(QWEN, 0.0, 5)
-    tito_only = ReplayContext.from_model(loaded, False, drift=False, noncanonical=False)
+    no_renders = tito_only(loaded)
     checked = 0
     for n, p in enumerate(played):
         record = tail_glued(p, 0.0)
         if record is None:
             continue
         record.pop("messages")
-        res = analyze(episode_from_native(record, n), tito_only)
+        res = analyze(episode_from_native(record, n), no_renders)
         assert res.divergences and res.divergences[0].cls == "environment", (p.scenario.id, res.divergences)
         assert "last" in res.divergences[0].message and "log-prob 0.0" in res.divergences[0].message
         checked += 1
