@@ -42,7 +42,7 @@ class TemplateBudget:
         self.hits = 0
         self.produced = 0
         self.stopped: str | None = None
-        self.cpu_stop = False  # ``stopped`` is the CPU total's (``reopen`` may lift it once the total is raised)
+        self.cpu_stop = False  # ``stopped`` is the CPU total's (``repay`` may lift it)
 
     def render_seconds(self, per_render: float) -> float:
         """The CPU time limit of the next render: the per-render limit, or what is left of the total when that is
@@ -68,9 +68,21 @@ class TemplateBudget:
         elif self.output_chars and self.produced > self.output_chars:
             self.stopped = f"its renders produced {self.produced:,} characters (over {self.output_chars:,} in all)"
 
-    def reopen(self) -> None:
-        """Lift a stop of the CPU total that no longer holds: the total was set back above what was spent (the
-        search's renders, charged to a total raised by its own allowance, are not the template's: ``search.run``)."""
+    def lend(self, seconds: float) -> tuple[float, float]:
+        """Raise the CPU total by ``seconds`` (the counterexample search's own allowance, ``search.run``); the loan
+        (the total and the spending before it) for ``repay``. No total, nothing lent."""
+        loan = (self.cpu_seconds, self.spent)
+        if self.cpu_seconds:
+            self.cpu_seconds += seconds
+        return loan
+
+    def repay(self, loan: tuple[float, float]) -> None:
+        """The total as before the loan, raised by what was spent under it: the renders after keep exactly what
+        was left before it, and a stop of the CPU total the loan's renders caused is lifted where that is not 0."""
+        cap, spent = loan
+        if not cap:
+            return
+        self.cpu_seconds = cap + (self.spent - spent)
         if self.cpu_stop and self.spent < self.cpu_seconds - _LEAST_S:
             self.stopped, self.cpu_stop = None, False
 

@@ -145,7 +145,7 @@ class _Allowance:
         self.start = (budget.spent, budget.produced)
         self.cap = budget.cpu_seconds
         self.cpu = self.cap * SEARCH_CPU_SHARE
-        budget.cpu_seconds = self.cap + self.cpu if self.cap else 0.0
+        self.loan = budget.lend(self.cpu)
         chars = budget.output_chars
         self.chars = (chars - self.start[1]) * BUDGET_SHARE if chars else 0.0
         self.why = ""
@@ -164,9 +164,7 @@ class _Allowance:
     def close(self) -> None:
         """The template's CPU budget as it was, its spending less the search's renders (a stop their CPU caused,
         past the search's allowance, lifted: the checks keep what they had left)."""
-        if self.cap:
-            self.budget.cpu_seconds = self.cap + (self.budget.spent - self.start[0])
-            self.budget.reopen()
+        self.budget.repay(self.loan)
 
 
 def _find(
