@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import DATA, audit_of, tito
+from tito_audit.scenarios.reach import MAX_WIDTH
 
 TEMPLATE = DATA / "search" / "developer_branch.jinja"
 TOKENIZER = "qwen3-0.6b"
@@ -69,25 +70,44 @@ def test_coverage_stops_replaying_only_where_nothing_left_can_change_it(name: st
 
 
 CONSTRUCTS = DATA / "search" / "constructs"
+CONSTRUCT_NAMES = ["and_or", "loop_filter", "value_slice", "renamed_loop"]
+
+
+def beyond_wide(name: str, tmp_path: Path) -> Path:
+    """The construct with its rewrite keyed on 70 arguments instead of 12: past what a derived ``wide`` episode plays
+    (``scenarios.reach.MAX_WIDTH``), so that only coverage can tell that it was not exercised."""
+    assert MAX_WIDTH < 70
+    copy = tmp_path / f"{name}.jinja"
+    copy.write_text((CONSTRUCTS / f"{name}.jinja").read_text().replace(">= 12", ">= 70"))
+    return copy
+
+
+@pytest.mark.parametrize("name", CONSTRUCT_NAMES)
+def test_the_red_teams_constructs_are_played_past_their_argument_count(name: str) -> None:
+    """Each rewrites history past 11 call arguments: the number it tests is read from its code and played
+    (``wide/13``), so it is UNSAFE on the quick set with no search, whatever coverage could count."""
+    r = audit_of(TOKENIZER, CONSTRUCTS / f"{name}.jinja", scenarios="quick", search=0)
+    assert r.verdict == "unsafe", r.verdict_reasons
+    assert any(f.scenario == "wide/13" for f in r.check("tool_append_prefix").findings)
 
 
 @pytest.mark.parametrize(
     ("name", "named", "where"),
     [
         # the and/or idiom: the operand that picks '{}' for history is never true
-        ("and_or", "(f.arguments is mapping and (f.arguments|length >= 12))", "and '{}' or"),
+        ("and_or", "(f.arguments is mapping and (f.arguments|length >= 70))", "and '{}' or"),
         # the loop filter: no call is ever dropped by it
         ("loop_filter", "else of outer.last or (not (tc.function.arguments is mapping", "if outer.last or"),
         # an and/or inside a slice bound, read after a top-level {% if %}
         ("value_slice", "outer.index0 == ns.cut", "== ns.cut and"),
     ],
 )
-def test_a_value_picked_by_and_or_or_a_loop_filter_is_an_arm(name: str, named: str, where: str) -> None:
+def test_a_value_picked_by_and_or_or_a_loop_filter_is_an_arm(name: str, named: str, where: str, tmp_path: Path) -> None:
     """A red team rewrote history past 11 call arguments (the most the search draws) through constructs coverage did
     not measure, each a clean SAFE with exit 0: the ``COND and A or B`` idiom, a loop filter, an and/or in a slice
     bound. Each operand that decides whether the next is read, and each loop filter's test, is now an arm: the one no
-    conversation took is named."""
-    template = CONSTRUCTS / f"{name}.jinja"
+    conversation took is named (here keyed on 70 arguments, which no scenario plays)."""
+    template = beyond_wide(name, tmp_path)
     r = audit_of(TOKENIZER, template, scenarios="quick", search=0)
     gaps = [x for x in r.verdict_reasons if x.startswith("not_probed:template_line")]
     assert r.verdict == "safe" and any(named in g for g in gaps), r.verdict_reasons
@@ -95,11 +115,11 @@ def test_a_value_picked_by_and_or_or_a_loop_filter_is_an_arm(name: str, named: s
     assert all(g.startswith(f"not_probed:template_line:{line}: ") for g in gaps), (line, gaps)
 
 
-def test_a_template_whose_message_loop_is_not_recognized_names_that_its_arms_were_not_measured() -> None:
+def test_a_template_whose_message_loop_is_not_recognized_names_that_its_arms_were_not_measured(tmp_path: Path) -> None:
     """A red team renamed the list the loop runs over (``{% set conv = messages %}{% for msg in conv %}``): no arm
     was counted as history's, and the SAFE was clean (``arms: 0``). Coverage that cannot tell history's arms is
     named, never a pass."""
-    r = audit_of(TOKENIZER, CONSTRUCTS / "renamed_loop.jinja", scenarios="quick", search=0)
+    r = audit_of(TOKENIZER, beyond_wide("renamed_loop", tmp_path), scenarios="quick", search=0)
     assert r.verdict == "safe" and "not_probed:coverage:no_message_loop" in r.verdict_reasons, r.verdict_reasons
 
 

@@ -117,3 +117,29 @@ def test_thresholds_are_read_from_counters_and_loop_indices() -> None:
     reads = message_reads(template)
     assert max(reads.count_thresholds) == 20 and 5 in reads.count_thresholds
     assert reads.length_thresholds == (80,)
+
+
+# Red team, round 4: each a ChatML tool template that shows earlier calls with 12 or more top-level arguments as
+# ``{}``, the choice made without an ``{% if %}`` coverage could count (a ``selectattr`` over candidates, a
+# ``loop.cycle`` of period 12, a macro called through an alias, a renamed message loop, a ``for``/``else`` over a
+# slice). Every one was a clean SAFE (exit 0) on the quick set with no search.
+WIDE = ["selectattr", "cycle", "macro_alias", "renamed_loop", "for_else"]
+
+
+@pytest.mark.parametrize("name", WIDE)
+def test_a_rewrite_keyed_on_the_number_of_arguments_is_played_at_and_past_it(name: str) -> None:
+    r = audit_of(TOKENIZER, DATA / f"wide_arguments_{name}.jinja", scenarios="quick", search=0)
+    assert r.verdict == "unsafe", r.verdict_reasons
+    assert "unsafe:rewrites_on_tool_append" in r.verdict_reasons
+    assert any(s.startswith("wide/") for s in scenarios_with_findings(r, "tool_append_prefix"))
+
+
+def test_the_widths_played_are_each_number_and_one_past_it() -> None:
+    """``[0] * 11 + [1]`` sizes a list walked beside the arguments (``loop.cycle``): calls with 11 and 12
+    arguments (its period of 12 is hit at 12 exactly, not past it); ``|length >= 12`` adds 13."""
+    reads = message_reads((DATA / "wide_arguments_cycle.jinja").read_text())
+    assert 11 in reads.length_thresholds
+    assert derive_reach(reads).widths == (11, 12)
+    assert derive_reach(message_reads((DATA / "wide_arguments_selectattr.jinja").read_text())).widths == (12, 13)
+    # a text length past the widest count is a text length: no wide episode for ``content|length > 300``
+    assert derive_reach(message_reads("{{ messages[0].content|length > 300 }}")).widths == ()

@@ -3,6 +3,8 @@ template's instrumented copy (rendering/coverage.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tito_audit import load
 from tito_audit.rendering.analysis import compiled_template, template_code
 from tito_audit.rendering.coverage import PROBE, Recorder, TemplateBranches
@@ -51,3 +53,27 @@ def test_the_instrumented_copy_renders_the_same_text_and_counts_the_arms_taken()
     assert [b.test for b in found.unexercised(recorder.ran)] == ["m.name is defined"]
     play([{"role": "user", "content": "x"}, {"role": "assistant", "content": "y", "name": "n"}])
     assert found.unexercised(recorder.ran) == []
+
+
+def test_a_second_instrumented_copy_counts_the_same_arms() -> None:
+    """The probes go into the tree the reading parsed; a second copy parses the code again and is the same."""
+    tokenizer = load("qwen3-0.6b").tokenizer
+    found = branches()
+    compiled = compiled_template(TEMPLATE)
+    copies = [found.instrumented(compiled), found.instrumented(compiled)]
+    messages = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y", "name": "n"}]
+    recorders = [Recorder(), Recorder()]
+    texts = [
+        render_compiled(c, tokenizer, messages, None, True, {}, {PROBE: r.probe})
+        for c, r in zip(copies, recorders, strict=True)
+    ]
+    assert texts[0] == texts[1] == render_text(tokenizer, TEMPLATE, messages, None, True, {})
+    assert recorders[0].ran == recorders[1].ran and recorders[0].ran
+
+
+def test_a_probe_line_that_is_not_jinjas_pass_leaves_the_template_uninstrumented() -> None:
+    """An arm whose first statement is not jinja's ``pass`` is code this reading does not know: no copy."""
+    found = branches()
+    arm = next(b for b in found.branches if b.body_line > 0)
+    found.branches.append(replace(arm, body_line=arm.test_line))  # the ``if`` line itself: not a ``pass``
+    assert found.instrumented(compiled_template(TEMPLATE)) is None

@@ -33,7 +33,7 @@ from tito_audit.rollout.stop import stop_token_ids
 from tito_audit.rollout.tokens import special_token_strings
 from tito_audit.scenarios import Scenario, build_scenarios
 from tito_audit.scenarios.adapt import tools_as_read
-from tito_audit.scenarios.catalog import REASONING_TEXTS, SCENARIO_SETS, derived_scenarios
+from tito_audit.scenarios.catalog import REASONING_TEXTS, SCENARIO_SETS, derived_scenarios, wide_scenarios
 from tito_audit.scenarios.reach import Reach, derive_reach
 from tito_audit.scenarios.reasoning import delimiter_pairs, reasoning_marks
 from tito_audit.scenarios.searched import Conversation
@@ -326,7 +326,8 @@ class AuditContext:
 
     @cached_property
     def scenarios(self) -> list[Scenario]:
-        """The catalog's scenarios, then those derived from what this template reads (``derived_scenarios``)."""
+        """The catalog's scenarios, then those derived from what this template reads (``derived_scenarios``), its
+        switches played, its wide calls (``wide_scenarios``), and the counterexamples given to replay."""
         catalog = build_scenarios(self.special_texts, self.thinking_modes, only=SCENARIO_SETS[self.options.scenarios])
         derived = derived_scenarios(self.shapes.reasoning, self.special_texts, self.thinking_modes, self.reach)
         switched: list[Scenario] = []
@@ -337,7 +338,8 @@ class AuditContext:
             Conversation.from_dict(c).scenario(f"search/replayed-{n}")
             for n, c in enumerate(self.options.counterexamples, 1)
         ]
-        return [*catalog, *derived, *switched, *replayed]
+        wide = wide_scenarios(self.reach, self.special_texts)
+        return [*catalog, *derived, *switched, *wide, *replayed]
 
     @cached_property
     def reach(self) -> Reach:

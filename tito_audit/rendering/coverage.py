@@ -7,17 +7,17 @@ search, unless it is named. jinja compiles every ``{% if %}``/``{% elif %}``/``{
 comes from (``debug_info``). So the arms are read from the compiled code itself (``TemplateBranches``: one pass
 over its lines, jinja's own ``if`` statements left out: the generator marker, a macro's default arguments, a
 namespace assignment's check, a loop's ``else`` flag, a filtered loop's test), each with its test written back in
-template syntax, and that same code is compiled once more with a probe in place of each arm's ``pass`` and before
-each ``if`` (``instrumented``: jinja's own code, in the template's own sandboxed environment, rendering the same
-text), which the renders an audit made are played through again to see which arms they take (``Recorder``). An
-arm is *reachable by history* when it stands inside a loop over the messages (or the filter of one) or a macro
-called from one; one whose
-``if`` was reached but which was never taken is named (``unexercised``). An arm that calls ``raise_exception`` is
-the template refusing an input, and is not named. Conditions that pick a value rather than a block are arms too,
-probed by their test's own call (``_Probed``): inline ``A if TEST else B``, a loop filter's test (``{% for c in
-calls if TEST %}``: an item kept or dropped), and each operand of an ``and``/``or`` that picks a value (``{{ COND
-and A or B }}``) but the last (whether the next is read). An ``and``/``or`` inside a test is not: the test's own
-arms are counted. What picks a value without a condition (``{True: A, False: B}[TEST]``) has no arm.
+template syntax, and that same code, parsed once, is compiled once more with a probe in place of each arm's
+``pass`` and before each ``if`` (``instrumented``: jinja's own code, in the template's own sandboxed environment,
+rendering the same text), which the renders an audit made are played through again to see which arms they take
+(``Recorder``). An arm is *reachable by history* when it stands inside a loop over the messages (or the filter of
+one) or a macro called from one; one whose ``if`` was reached but which was never taken is named
+(``unexercised``). An arm that calls ``raise_exception`` is the template refusing an input, and is not named.
+Conditions that pick a value rather than a block are arms too, probed by their test's own call
+(``_probe_conditions``): inline ``A if TEST else B``, a loop filter's test (``{% for c in calls if TEST %}``: an
+item kept or dropped), and each operand of an ``and``/``or`` that picks a value (``{{ COND and A or B }}``) but the
+last (whether the next is read). An ``and``/``or`` inside a test is not: the test's own arms are counted. What picks
+a value without a condition (``{True: A, False: B}[TEST]``) has no arm.
 """
 
 from __future__ import annotations
@@ -77,12 +77,17 @@ class TemplateBranches:
             # an if/elif arm is where its test is; an else arm (jinja marks no line of its own) where it writes first
             line = template_line(body_line, after=True) if test.startswith("else of ") else template_line(own_line)
             self.branches.append(Branch(line, text, test_line, body_line, history, raises))
-        for k, (node, operand) in enumerate(_inline_conditions(ast.parse(code))):
+        # the compiled code parsed once: its inline conditions are read from this tree, and ``instrumented`` puts
+        # its probes into the same tree
+        self._tree: ast.Module | None = ast.parse(code)
+        self._conditions = _inline_conditions(self._tree)
+        segment = _Segments(code)
+        for k, (node, operand) in enumerate(self._conditions):
             # an inline ``A if TEST else B`` (a value, a slice bound, a filter's argument...), a loop filter's test,
             # an and/or operand that picks a value: its two arms, each named by keys no compiled line has
-            # (negative), probed by the test's own call (``_Probed``)
+            # (negative), probed by the test's own call (``_probe_conditions``)
             decided = node.test if operand is None else node.values[operand]  # type: ignore[union-attr]
-            source = ast.get_source_segment(code, decided) or ast.unparse(decided)
+            source = segment(decided) or ast.unparse(decided)
             test = _template_syntax(source, functions)[:_MAX_TEST]
             line, history = template_line(decided.lineno), decided.lineno in history_lines
             reached, taken, other = -(3 * k + 1), -(3 * k + 2), -(3 * k + 3)
@@ -98,26 +103,18 @@ class TemplateBranches:
 
     def instrumented(self, compiled: Any) -> Any:
         """The compiled template once more, from the same code with a probe call in place of each arm's ``pass`` and
-        before each ``if`` (line numbers as in ``code``); render it with ``PROBE=recorder.probe``. None where an arm
-        does not start with jinja's ``pass`` (no code this reading knows)."""
-        lines = self.code.splitlines()
-        bodies = {b.body_line for b in self.branches}
-        tests = {b.test_line for b in self.branches}
-        out: list[str] = []
-        for number, line in enumerate(lines, 1):
-            text = line.lstrip()
-            indent = line[: len(line) - len(text)]
-            probe = f"{indent}context.get({PROBE!r})({number})"
-            if number in bodies:
-                if text != "pass":
-                    return None
-                out.append(probe)
-                continue
-            if number in tests:
-                out.append(probe)
-            out.append(line)
-        tree = _Probed().visit(ast.parse("\n".join(out)))
-        code = compile(ast.fix_missing_locations(tree), "<template>", "exec")
+        before each ``if``, and each inline condition's test passed through a probe (line numbers as in ``code``);
+        render it with ``PROBE=recorder.probe``. None where an arm does not start with jinja's ``pass`` (no code
+        this reading knows). The probes go into the tree ``__init__`` parsed (parsed again for a second call)."""
+        tree, conditions = self._tree, self._conditions
+        if tree is None:
+            tree = ast.parse(self.code)
+            conditions = _inline_conditions(tree)
+        self._tree = None  # the tree is the instrumented code's from here on
+        if not _probe_arms(tree, {b.body_line for b in self.branches}, {b.test_line for b in self.branches}):
+            return None
+        _probe_conditions(conditions)
+        code = compile(tree, "<template>", "exec")
         return compiled.environment.template_class.from_code(compiled.environment, code, compiled.globals)
 
     def unexercised(self, ran: set[int]) -> list[Branch]:
@@ -136,8 +133,8 @@ class Recorder:
         self.ran: set[int] = set()
 
     def probe(self, line: int, *value: Any) -> Any:
-        """A compiled line reached; with a ``value``, an inline condition's test (``_Probed``): ``line`` is its key,
-        the arm its value takes is recorded too, and the value is returned unchanged."""
+        """A compiled line reached; with a ``value``, an inline condition's test (``_probe_conditions``): ``line`` is
+        its key, the arm its value takes is recorded too, and the value is returned unchanged."""
         self.ran.add(line)
         if value:
             self.ran.add(line - 1 if value[0] else line - 2)
@@ -159,99 +156,139 @@ def _inline_conditions(tree: ast.AST) -> list[_Condition]:
     only is a rewrite like any other). Those inside a render function (where ``context`` is, for the probe) whose
     test is the template's, not jinja's own (a missing variable's lookup, autoescape). And the ``and``/``or`` that
     pick a value (``{{ COND and A or B }}``, the idiom before inline ``if``): each operand but the last decides
-    whether the next is read, so each is a condition of its own; an ``and``/``or`` inside a test is not (the
-    test's own arms are counted)."""
+    whether the next is read, so each is a condition of its own; an ``and``/``or`` inside a test (an ``if``'s, an
+    inline ``if``'s, a comprehension's, a ``while``'s) is not (the test's own arms are counted).
+
+    One recursive pass, children before their node (the order the probes' keys follow). A hand-written walk, not an
+    ``ast.NodeVisitor``: the visitor's dispatch cost about a tenth of a whole corpus scan."""
     found: list[_Condition] = []
-    in_tests = {id(n) for test in _tests(tree) for n in ast.walk(test)}
 
-    class Finder(ast.NodeVisitor):
-        def __init__(self) -> None:
-            self.scopes: list[bool] = []
-            self.filters: list[bool] = []
+    def visit(node: ast.AST, scope: bool, loop_filter: bool, in_test: bool) -> None:
+        # scope: inside a function that has ``context`` (or is nested in one); loop_filter: the innermost function
+        # is a loop filter's generator; in_test: the node is (inside) an expression something tests
+        kind = type(node)
+        if kind is ast.FunctionDef:
+            args = node.args.args  # type: ignore[attr-defined]
+            scope = scope or any(a.arg == "context" for a in args)
+            loop_filter = _LOOP_FILTER.match(node.name) is not None and [a.arg for a in args] == ["fiter"]  # type: ignore[attr-defined]
+        tests = _TESTED.get(kind)
+        for name in node._fields:
+            value = getattr(node, name, None)
+            inner = in_test or name == tests
+            if type(value) is list:
+                for item in value:
+                    if isinstance(item, ast.AST):
+                        visit(item, scope, loop_filter, inner)
+            elif isinstance(value, ast.AST):
+                visit(value, scope, loop_filter, inner)
+        if not scope:
+            return
+        if kind is ast.IfExp or (kind is ast.If and loop_filter):
+            if not _INTERNAL.match(ast.unparse(node.test)):  # type: ignore[attr-defined]
+                found.append((node, None))  # type: ignore[arg-type]
+        elif kind is ast.BoolOp and not in_test:
+            found.extend((node, k) for k in range(len(node.values) - 1))  # type: ignore[attr-defined,misc]
 
-        def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
-            has = any(a.arg == "context" for a in node.args.args) or bool(self.scopes and self.scopes[-1])
-            self.scopes.append(has)
-            self.filters.append(_LOOP_FILTER.match(node.name) is not None and _arg_names(node) == ["fiter"])
-            self.generic_visit(node)
-            self.filters.pop()
-            self.scopes.pop()
-
-        def visit_IfExp(self, node: ast.IfExp) -> None:
-            self.generic_visit(node)
-            if self.scopes and self.scopes[-1] and not _INTERNAL.match(ast.unparse(node.test)):
-                found.append((node, None))
-
-        def visit_If(self, node: ast.If) -> None:
-            self.generic_visit(node)
-            if self.filters and self.filters[-1] and self.scopes[-1] and not _INTERNAL.match(ast.unparse(node.test)):
-                found.append((node, None))
-
-        def visit_BoolOp(self, node: ast.BoolOp) -> None:
-            self.generic_visit(node)
-            if self.scopes and self.scopes[-1] and id(node) not in in_tests:
-                found.extend((node, k) for k in range(len(node.values) - 1))
-
-    Finder().visit(tree)
+    visit(tree, False, False, False)
     return found
 
 
+# the field of each node kind that holds an expression it tests
+_TESTED: dict[type, str] = {
+    ast.If: "test",
+    ast.IfExp: "test",
+    ast.While: "test",
+    ast.Assert: "test",
+    ast.comprehension: "ifs",
+}
 _LOOP_FILTER = re.compile(r"^t_\d+$")
 
 
-def _tests(tree: ast.AST) -> Iterator[ast.expr]:
-    """Every expression the compiled code tests (an ``if``'s, an inline ``if``'s, a comprehension's, a ``while``'s)."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If | ast.IfExp | ast.While | ast.Assert):
-            yield node.test
-        elif isinstance(node, ast.comprehension):
-            yield from node.ifs
+class _Segments:
+    """``ast.get_source_segment`` over one source whose lines are split once (the library's splits the whole source
+    again for every node asked)."""
+
+    def __init__(self, source: str) -> None:
+        self.lines = _LINE.findall(source)
+
+    def __call__(self, node: ast.AST) -> str | None:
+        end_line, end_col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset", None)
+        if end_line is None or end_col is None:
+            return None
+        first, col = node.lineno - 1, node.col_offset  # type: ignore[attr-defined]
+        last = end_line - 1
+        if first == last:
+            return self.lines[first].encode()[col:end_col].decode()
+        head = self.lines[first].encode()[col:].decode()
+        tail = self.lines[last].encode()[:end_col].decode()
+        return "".join([head, *self.lines[first + 1 : last], tail])
 
 
-def _arg_names(node: ast.FunctionDef) -> list[str]:
-    return [a.arg for a in node.args.args]
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")  # lines with their ends, as the compiler splits them
 
 
-class _Probed(ast.NodeTransformer):
-    """The compiled code with each of the template's inline conditions (``_inline_conditions``, the same order)
-    testing ``context.get(PROBE)(KEY, TEST)`` instead of ``TEST``: the same value, and the arm it takes recorded."""
-
-    keys: dict[int, int]
-
-    keys_by_operand: dict[tuple[int, int], int]
-
-    def visit_Module(self, node: ast.Module) -> Any:
-        targets = _inline_conditions(node)
-        self.keys = {id(n): -(3 * k + 1) for k, (n, i) in enumerate(targets) if i is None}
-        self.keys_by_operand = {(id(n), i): -(3 * k + 1) for k, (n, i) in enumerate(targets) if i is not None}
-        return self.generic_visit(node)
-
-    def visit_BoolOp(self, node: ast.BoolOp) -> Any:
-        self.generic_visit(node)
-        for i in range(len(node.values) - 1):
-            key = self.keys_by_operand.get((id(node), i))
-            if key is not None:
-                node.values[i] = ast.Call(_probe_call(), [ast.Constant(key), node.values[i]], [])
-        return node
-
-    def visit_IfExp(self, node: ast.IfExp) -> Any:
-        return self._probed(node)
-
-    def visit_If(self, node: ast.If) -> Any:
-        return self._probed(node)
-
-    def _probed(self, node: ast.IfExp | ast.If) -> Any:
-        self.generic_visit(node)
-        key = self.keys.get(id(node))
-        if key is None:
-            return node
-        node.test = ast.Call(_probe_call(), [ast.Constant(key), node.test], [])
-        return node
+def _probe_arms(tree: ast.Module, bodies: set[int], tests: set[int]) -> bool:
+    """Put a probe call in place of each arm's first statement (``bodies``: jinja's ``pass``) and before each chain's
+    ``if`` (``tests``), in the statement blocks of ``tree``; False where a body's first statement is not a ``pass``
+    or a line is not where a statement starts (code this reading does not know: nothing is promised of the tree)."""
+    wanted = {n for n in bodies if n > 0} | {n for n in tests if n > 0}
+    placed: set[int] = set()
+    blocks: list[list[ast.stmt]] = [tree.body]
+    while blocks:
+        block = blocks.pop()
+        out: list[ast.stmt] = []
+        for stmt in block:
+            number = stmt.lineno
+            if number in bodies:
+                if type(stmt) is not ast.Pass:
+                    return False
+                out.append(_probe_statement(number, stmt))
+                placed.add(number)
+                continue
+            if number in tests:
+                out.append(_probe_statement(number, stmt))
+                placed.add(number)
+            out.append(stmt)
+            for field in _BLOCKS:
+                inner = getattr(stmt, field, None)
+                if inner:
+                    blocks.extend([h.body for h in inner] if field == "handlers" else [inner])
+        block[:] = out
+    return placed == wanted
 
 
-def _probe_call() -> ast.Call:
-    """``context.get(PROBE)``: the recorder's probe, read from the render's context."""
-    return ast.Call(ast.Attribute(ast.Name("context", ast.Load()), "get", ast.Load()), [ast.Constant(PROBE)], [])
+_BLOCKS = ("body", "orelse", "finalbody", "handlers")  # the fields of a statement that hold statements
+
+
+def _probe_conditions(conditions: list[_Condition]) -> None:
+    """Each inline condition (``_inline_conditions``, the same order) tests ``context.get(PROBE)(KEY, TEST)`` instead
+    of ``TEST``: the same value, and the arm it takes recorded."""
+    for k, (node, operand) in enumerate(conditions):
+        key = -(3 * k + 1)
+        if operand is None:
+            node.test = _probe_value(key, node.test)  # type: ignore[union-attr]
+        else:
+            node.values[operand] = _probe_value(key, node.values[operand])  # type: ignore[union-attr]
+
+
+def _probe_call(at: ast.AST) -> ast.Call:
+    """``context.get(PROBE)``: the recorder's probe, read from the render's context (placed at ``at``)."""
+    name = ast.copy_location(ast.Name("context", ast.Load()), at)
+    get = ast.copy_location(ast.Attribute(name, "get", ast.Load()), at)
+    return ast.copy_location(ast.Call(get, [ast.copy_location(ast.Constant(PROBE), at)], []), at)
+
+
+def _probe_statement(number: int, at: ast.stmt) -> ast.stmt:
+    """``context.get(PROBE)(number)`` as a statement, at ``at``'s place."""
+    call = ast.Call(_probe_call(at), [ast.copy_location(ast.Constant(number), at)], [])
+    return ast.copy_location(ast.Expr(ast.copy_location(call, at)), at)
+
+
+def _probe_value(key: int, value: ast.expr) -> ast.expr:
+    """``context.get(PROBE)(key, value)``: ``value``, with the arm it takes recorded."""
+    return ast.copy_location(
+        ast.Call(_probe_call(value), [ast.copy_location(ast.Constant(key), value), value], []), value
+    )
 
 
 _Arm = tuple[str, int, int, int, bool, bool]  # test, chain's if line, own line, body line, history, raises

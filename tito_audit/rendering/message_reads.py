@@ -16,7 +16,9 @@ derived from (``scenarios.reasoning``), so that a template is played with what i
   (``set ns.calls = ns.calls + 1``), a slice of the messages, ``messages[-10:]``): a branch a longer conversation
   takes and a short one never does.
 - ``length_thresholds``: the numbers it compares or cuts text with (``content|length > 300``, ``content[:300]``,
-  ``|truncate(300)``): a branch only longer text takes.
+  ``|truncate(300)``): a branch only longer text takes; and those it sizes a list with (``[0] * 11``, a list
+  walked beside another: ``loop.cycle``). Each may count items instead of characters (``arguments|length >= 12``):
+  ``scenarios.reach`` plays both.
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ _READ = (
     nodes.Assign,
     nodes.For,
     nodes.Macro,
-)  # what an expression is: a list of messages, or one message
+    nodes.Mul,
+)  # what an expression is: a list of messages, or one message; and a list sized by a number
 
 
 # Methods and filters that change the text they are given by their constant arguments (not only look for them).
@@ -233,6 +236,10 @@ class _Reader:
             elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice):
                 bounds = {abs(n) for b in (node.arg.start, node.arg.stop) if b is not None for n in _numbers(b)}
                 (counts if self.kind(node.node) == _LIST else lengths).update(bounds)
+            elif isinstance(node, nodes.Mul) and isinstance(node.left, nodes.List | nodes.Tuple):
+                lengths |= set(_numbers(node.right))  # ``[0] * 11``: a list of that many items, paired with others
+            elif isinstance(node, nodes.Mul) and isinstance(node.right, nodes.List | nodes.Tuple):
+                lengths |= set(_numbers(node.left))
             elif isinstance(node, nodes.Filter) and node.name == "truncate":
                 given = [*node.args[:1], *(kw.value for kw in node.kwargs if kw.key == "length")]
                 lengths |= {n for g in given for n in _numbers(g)} if given else {_TRUNCATE_DEFAULT}

@@ -361,7 +361,8 @@ def derived_scenarios(
     - ``long_text/N`` (``reach.length``): a follow-up episode whose every text (user, arguments, tool output,
       answer, reasoning) holds N characters, past the text lengths it tests or cuts (``|length > 300``, ``[:300]``);
     - ``literals/plain`` (``reach.literals``): a follow-up episode with the literals it rewrites text with in every
-      text (``'\\n'`` in tool-call arguments).
+      text (``'\\n'`` in tool-call arguments);
+    - and, played last, ``wide/N`` (``wide_scenarios``).
     """
     out: list[Scenario] = []
     if reasoning.mode in ("field", "inline"):
@@ -422,6 +423,35 @@ def _reach_scenarios(
             ]
         out += _in_modes(spec, messages, thinking_modes)
     return out
+
+
+def wide_scenarios(reach: Reach, special_texts: Sequence[str] = ()) -> list[Scenario]:
+    """``wide/N`` (``reach.widths``): tool cycles whose calls carry those numbers of top-level arguments (up to N),
+    at and past the numbers the template tests a length with that may count items (``arguments|length >= 12``,
+    ``keys[11:12]``), then a follow-up. Played after every other scenario (``AuditContext.scenarios``): a check
+    that reads only the first episodes fit for it (``continuation`` in the quick set) keeps the ones it had."""
+    widths = reach.widths
+    if not widths:
+        return []
+    steps = ("user", *("call", "tool") * len(widths), "final", "user", "final")
+    desc = f"calls with {', '.join(map(str, widths))} top-level arguments, then a follow-up"
+    spec = ScenarioSpec(f"wide/{widths[-1]}", steps, "plain", desc, frozenset({"derived"}))
+    calls = iter(widths)
+    return _in_modes(
+        spec, [_widened(m, next(calls)) if m.get("tool_calls") else m for m in _build(spec, special_texts)], ({},)
+    )
+
+
+def _widened(message: Message, width: int) -> Message:
+    """``message`` with each of its calls' arguments (a mapping) grown to ``width`` top-level arguments."""
+    calls = []
+    for call in message["tool_calls"]:
+        fn = dict(call["function"])
+        if isinstance(fn["arguments"], dict):
+            more = {f"option_{i}": f"value {i}" for i in range(len(fn["arguments"]), width)}
+            fn["arguments"] = {**fn["arguments"], **more}
+        calls.append({**call, "function": fn})
+    return {**message, "tool_calls": calls}
 
 
 def _rewritten(message: Message, text: Callable[[str, str], str]) -> Message:

@@ -25,19 +25,29 @@ MAX_COUNT = 64  # tool cycles a derived long episode plays at most (a threshold 
 LENGTH_REACH = 8
 MAX_LENGTH = 20_000  # characters a derived long text holds at most
 MAX_LITERALS = 8  # rewrite literals played in one derived scenario
+# A number a template tests a ``|length`` with may count the items of a collection, not characters: a call's
+# arguments (``arguments|length >= 12``), a list it builds from them. The catalogue's calls carry at most two
+# top-level arguments; for each such number N above WIDTH_REACH and below MAX_WIDTH (a larger one is taken for a
+# text length: ``long_text`` plays it), a derived episode has a call with N top-level arguments and one with N + 1
+# (at N exactly, and past it), the MAX_WIDTHS largest of those widths.
+WIDTH_REACH = 2
+MAX_WIDTH = 64
+MAX_WIDTHS = 4
 
 
 @dataclass(frozen=True)
 class Reach:
     """``cycles``: tool cycles of a derived long episode (0: none needed); ``length``: characters each text of a
     derived long-text episode holds (0: none needed); ``literals``: texts a template rewrites with that no delimiter
-    pair explains, played in every text of a derived episode; ``not_probed``: what none of them reaches
+    pair explains, played in every text of a derived episode; ``widths``: the top-level arguments of each call of a
+    derived wide episode, one call per width (none needed: empty); ``not_probed``: what none of them reaches
     (``count:N``, ``length:N``, ``literal:TEXT``)."""
 
     cycles: int = 0
     length: int = 0
     literals: tuple[str, ...] = ()
     not_probed: tuple[str, ...] = ()
+    widths: tuple[int, ...] = ()
 
 
 def derive_reach(reads: MessageReads, delimiters: Sequence[str] = (), control_texts: Sequence[str] = ()) -> Reach:
@@ -68,7 +78,9 @@ def derive_reach(reads: MessageReads, delimiters: Sequence[str] = (), control_te
             not_probed.append(f"literal:{lit}")
         else:
             literals.append(lit)
-    return Reach(cycles, chars, tuple(literals), tuple(not_probed))
+    numbers = [n for n in (*reads.count_thresholds, *reads.length_thresholds) if WIDTH_REACH < n < MAX_WIDTH]
+    widths = sorted({w for n in numbers for w in (n, n + 1)})[-MAX_WIDTHS:]  # at each number, and past it
+    return Reach(cycles, chars, tuple(literals), tuple(not_probed), tuple(widths))
 
 
 def long_text(chars: int, what: str) -> str:
