@@ -74,28 +74,28 @@ CONSTRUCT_NAMES = ["and_or", "loop_filter", "value_slice", "renamed_loop"]
 
 
 def beyond_wide(name: str, tmp_path: Path) -> Path:
-    """The construct with its rewrite keyed on 70 arguments instead of 12: past what a derived ``wide`` episode plays
-    (``scenarios.reach.MAX_WIDTH``), so that only coverage can tell that it was not exercised."""
-    assert MAX_WIDTH < 70
+    """The construct with its rewrite keyed on 300 arguments instead of 12: past what a derived ``wide`` episode
+    plays (``scenarios.reach.MAX_WIDTH``), so that only coverage can tell that it was not exercised."""
+    assert MAX_WIDTH < 300
     copy = tmp_path / f"{name}.jinja"
-    copy.write_text((CONSTRUCTS / f"{name}.jinja").read_text().replace(">= 12", ">= 70"))
+    copy.write_text((CONSTRUCTS / f"{name}.jinja").read_text().replace(">= 12", ">= 300"))
     return copy
 
 
 @pytest.mark.parametrize("name", CONSTRUCT_NAMES)
 def test_the_red_teams_constructs_are_played_past_their_argument_count(name: str) -> None:
     """Each rewrites history past 11 call arguments: the number it tests is read from its code and played
-    (``wide/13``), so it is UNSAFE on the quick set with no search, whatever coverage could count."""
+    (``wide/N``), so it is UNSAFE on the quick set with no search, whatever coverage could count."""
     r = audit_of(TOKENIZER, CONSTRUCTS / f"{name}.jinja", scenarios="quick", search=0)
     assert r.verdict == "unsafe", r.verdict_reasons
-    assert any(f.scenario == "wide/13" for f in r.check("tool_append_prefix").findings)
+    assert any(f.scenario.startswith("wide/") for f in r.check("tool_append_prefix").findings)
 
 
 @pytest.mark.parametrize(
     ("name", "named", "where"),
     [
         # the and/or idiom: the operand that picks '{}' for history is never true
-        ("and_or", "(f.arguments is mapping and (f.arguments|length >= 70))", "and '{}' or"),
+        ("and_or", "(f.arguments is mapping and (f.arguments|length >= 300))", "and '{}' or"),
         # the loop filter: no call is ever dropped by it
         ("loop_filter", "else of outer.last or (not (tc.function.arguments is mapping", "if outer.last or"),
         # an and/or inside a slice bound, read after a top-level {% if %}
@@ -106,7 +106,7 @@ def test_a_value_picked_by_and_or_or_a_loop_filter_is_an_arm(name: str, named: s
     """A red team rewrote history past 11 call arguments (the most the search draws) through constructs coverage did
     not measure, each a clean SAFE with exit 0: the ``COND and A or B`` idiom, a loop filter, an and/or in a slice
     bound. Each operand that decides whether the next is read, and each loop filter's test, is now an arm: the one no
-    conversation took is named (here keyed on 70 arguments, which no scenario plays)."""
+    conversation took is named (here keyed on 300 arguments, which no scenario plays)."""
     template = beyond_wide(name, tmp_path)
     r = audit_of(TOKENIZER, template, scenarios="quick", search=0)
     gaps = [x for x in r.verdict_reasons if x.startswith("not_probed:template_line")]

@@ -143,3 +143,65 @@ def test_the_widths_played_are_each_number_and_one_past_it() -> None:
     assert derive_reach(message_reads((DATA / "wide_arguments_selectattr.jinja").read_text())).widths == (12, 13)
     # a text length past the widest count is a text length: no wide episode for ``content|length > 300``
     assert derive_reach(message_reads("{{ messages[0].content|length > 300 }}")).widths == ()
+
+
+# Red team, round 5, on the same base: the rewrite keyed on the number of parallel calls, on 64 or more arguments,
+# on the items of a list argument, on a threshold written as arithmetic or kept in a variable or a namespace, on a
+# length ordered against another value (the tool list's, the conversation's), on a count of what a text holds.
+# Each was a clean SAFE on the quick set with no search after ``wide/N`` first landed.
+WIDE_5 = {
+    "parallel_calls_over_3": "parallel/",
+    "parallel_calls_12": "parallel/",
+    "arithmetic_threshold": "wide/",
+    "namespace_threshold": "wide/",
+    "variable_threshold": "wide/",
+    "arguments_64": "wide/",
+    "list_argument_12": "wide/",
+    "relative_to_tools": "wide/",
+    "relative_to_messages": "wide/",
+    "counted_colons": "wide/",
+}
+
+
+@pytest.mark.parametrize("name", sorted(WIDE_5))
+def test_a_rewrite_keyed_on_a_count_the_catalogue_never_reaches_is_played(name: str) -> None:
+    r = audit_of(TOKENIZER, DATA / f"wide_{name}.jinja", scenarios="quick", search=0)
+    assert r.verdict == "unsafe", r.verdict_reasons
+    hit = scenarios_with_findings(r, "tool_append_prefix")
+    assert any(s.startswith(WIDE_5[name]) for s in hit), hit
+
+
+@pytest.mark.parametrize(
+    ("expression", "widths"),
+    [
+        ("keys|length >= 6 * 2", (12, 13)),  # arithmetic of constants
+        ("keys|length >= '12'|int", (12, 13)),  # a number written as text
+        ("keys|length >= 'abcdefghijkl'|length", (12, 13)),  # the length of a literal
+        ("keys|length >= (range(3)|list * 4)|length", (12, 13)),  # of a list built from a range
+        ("keys|length > tools|length * 5", (5, 6, 32, 33)),  # against a value the code does not fix: 32 too
+        ("text.count(':') >= 12", (12, 13)),  # a count of what a text holds
+    ],
+)
+def test_the_numbers_a_length_is_tested_against_are_read_without_running_the_template(
+    expression: str, widths: tuple[int, ...]
+) -> None:
+    template = "{%- for m in messages %}{% set keys = m|list %}{% set text = m.content %}{% if " + expression
+    template += " %}x{% endif %}{%- endfor %}"
+    assert derive_reach(message_reads(template)).widths == widths
+
+
+def test_a_threshold_kept_in_a_variable_is_read_through_it() -> None:
+    for setup, test in (
+        ("{% set th = 12 %}", "th"),
+        ("{% set ns0 = namespace(th=12) %}", "ns0.th"),
+        ("{% set ns0 = namespace(th=0) %}{% set ns0.th = 6 * 2 %}", "ns0.th"),
+    ):
+        template = setup + "{%- for m in messages %}{% if m.content|length >= " + test + " %}x{% endif %}{%- endfor %}"
+        assert 12 in message_reads(template).length_thresholds, setup
+
+
+def test_numbers_past_any_sane_size_are_not_computed() -> None:
+    """The template is untrusted: a huge product is not a threshold, and reading it computes nothing large."""
+    template = "{%- for m in messages %}{% if m.content|length > 99999999 * 99999999 %}x{% endif %}{%- endfor %}"
+    assert 99999999 in message_reads(template).length_thresholds
+    assert 99999999 * 99999999 not in message_reads(template).length_thresholds

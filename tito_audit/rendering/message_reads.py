@@ -16,9 +16,14 @@ derived from (``scenarios.reasoning``), so that a template is played with what i
   (``set ns.calls = ns.calls + 1``), a slice of the messages, ``messages[-10:]``): a branch a longer conversation
   takes and a short one never does.
 - ``length_thresholds``: the numbers it compares or cuts text with (``content|length > 300``, ``content[:300]``,
-  ``|truncate(300)``): a branch only longer text takes; and those it sizes a list with (``[0] * 11``, a list
-  walked beside another: ``loop.cycle``). Each may count items instead of characters (``arguments|length >= 12``):
-  ``scenarios.reach`` plays both.
+  ``|truncate(300)``, ``text.count(':') >= 12``): a branch only longer text takes; and those it sizes a list with
+  (``[0] * 11``, a list walked beside another: ``loop.cycle``). Each may count items instead of characters
+  (``arguments|length >= 12``): ``scenarios.reach`` plays both. ``length_against_value``: a length it orders
+  against a value its code does not fix (``keys|length > tools|length * 5``).
+
+A number is read where the code fixes it without running anything (``whole_number``): a constant, a variable or
+namespace attribute set to numbers (``set th = 12``, ``namespace(th=12)``), arithmetic of those, ``'12'|int``, the
+length of a literal or of a ``range`` of constants; never past ``_LARGEST`` (the template is untrusted).
 """
 
 from __future__ import annotations
@@ -74,6 +79,7 @@ _REWRITE_METHODS = frozenset({"split", "rsplit", "partition", "rpartition", "str
 _LOOP_COUNTERS = frozenset({"index", "index0", "revindex", "revindex0", "length"})
 _COUNT_FILTERS = frozenset({"length", "count"})
 _TRUNCATE_DEFAULT = 255  # jinja's ``truncate`` length when none is given
+_LARGEST = 10**7  # a whole number read past this is no threshold (and no arithmetic on it is done)
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,8 @@ class MessageReads:
     rewrite_literals: tuple[str, ...] = ()
     count_thresholds: tuple[int, ...] = ()
     length_thresholds: tuple[int, ...] = ()
+    # a length ordered against a value its code does not fix (``keys|length > tools|length * 5``, ``> messages|length``)
+    length_against_value: bool = False
 
 
 def read_messages(tree: nodes.Template) -> MessageReads:
@@ -95,6 +103,7 @@ class _Reader:
         self.nodes = list(tree.find_all(_READ))  # one walk of the tree; every reading below goes over this list
         self.kinds: dict[str, str] = {"messages": _LIST}  # variable (or ``ns.attr``) -> what it holds
         self.constants: dict[str, str | None] = {}  # variable -> its one constant string (None: set otherwise)
+        self.numbers: dict[str, set[int]] = {}  # variable (``ns.attr`` too) -> the whole numbers it is set to
         self.macros = {m.name: m for m in self.nodes if isinstance(m, nodes.Macro)}
         self.loops_over_messages = False
 
@@ -125,13 +134,14 @@ class _Reader:
                 key = self.constant(node.expr)
                 if key is not None:
                     keys.add(key)
-        counts, lengths = self._thresholds()
+        counts, lengths, against_value = self._thresholds()
         return MessageReads(
             frozenset(keys),
             tuple(dict.fromkeys(self._tested())),
             tuple(dict.fromkeys(self._tested(rewrites_only=True))),
             tuple(sorted(counts)),
             tuple(sorted(lengths)),
+            against_value,
         )
 
     # -- what each variable holds, to a fixed point
@@ -142,6 +152,7 @@ class _Reader:
             if isinstance(n, nodes.Assign | nodes.For)
             or (isinstance(n, nodes.Call) and isinstance(n.node, nodes.Name) and n.node.name in self.macros)
         ]
+        self._bind_numbers()
         for node in binders:
             if not isinstance(node, nodes.Assign):
                 continue
@@ -167,6 +178,105 @@ class _Reader:
                         self._set(param.name, self.kind(arg))
             if self.kinds == before:
                 break
+
+    def _bind_numbers(self) -> None:
+        """The whole numbers each variable is set to (``set th = 12``, ``set ns.th = 6 * 2``, ``namespace(th=12)``),
+        to a fixed point: a threshold kept in a variable is a threshold all the same."""
+        for _ in range(4):
+            before = {k: set(v) for k, v in self.numbers.items()}
+            for node in self.nodes:
+                if not isinstance(node, nodes.Assign):
+                    continue
+                name, value = _target(node.target), node.node
+                if name is None:
+                    continue
+                found = self.whole_number(value)
+                if found is not None:
+                    self.numbers.setdefault(name, set()).add(found)
+                if (
+                    isinstance(value, nodes.Call)
+                    and isinstance(value.node, nodes.Name)
+                    and value.node.name == "namespace"
+                ):
+                    for kw in value.kwargs:
+                        found = self.whole_number(kw.value)
+                        if found is not None:
+                            self.numbers.setdefault(f"{name}.{kw.key}", set()).add(found)
+            if self.numbers == before:
+                break
+
+    def whole_number(self, node: nodes.Node) -> int | None:
+        """The whole number ``node`` always is, read without running anything: a constant, a variable set to one
+        number, small arithmetic of those (``6 * 2``), ``'12'|int``, the length of a literal or of a ``range`` of
+        constants; None otherwise (or past ``_LARGEST``)."""
+        value = self._whole(node)
+        return value if value is not None and abs(value) <= _LARGEST else None
+
+    def _whole(self, node: nodes.Node) -> int | None:
+        if isinstance(node, nodes.Const):
+            return node.value if type(node.value) is int else None
+        if isinstance(node, nodes.Name | nodes.Getattr):
+            name = node.name if isinstance(node, nodes.Name) else _attr_name(node)
+            values = self.numbers.get(name or "")
+            return next(iter(values)) if values is not None and len(values) == 1 else None
+        if isinstance(node, nodes.Neg):
+            inner = self.whole_number(node.node)
+            return None if inner is None else -inner
+        if isinstance(node, nodes.Add | nodes.Sub | nodes.Mul | nodes.FloorDiv | nodes.Mod):
+            left, right = self.whole_number(node.left), self.whole_number(node.right)
+            if left is None or right is None or (right == 0 and isinstance(node, nodes.FloorDiv | nodes.Mod)):
+                return None
+            op = {nodes.Add: int.__add__, nodes.Sub: int.__sub__, nodes.Mul: int.__mul__}.get(type(node))
+            return op(left, right) if op else left // right if isinstance(node, nodes.FloorDiv) else left % right
+        if isinstance(node, nodes.Filter) and node.node is not None:
+            if node.name == "int" and isinstance(node.node, nodes.Const) and isinstance(node.node.value, str):
+                text = node.node.value.strip()
+                return int(text) if text.lstrip("-").isdigit() and len(text) < 8 else None
+            if node.name in _COUNT_FILTERS:
+                return self._items(node.node)
+        return None
+
+    def _items(self, node: nodes.Node) -> int | None:
+        """How many items (characters of a string) a literal value has: a string, a list or tuple literal, a
+        ``range`` of constants, and ``|list``, ``+`` and ``* N`` of those."""
+        if isinstance(node, nodes.Const) and isinstance(node.value, str):
+            return len(node.value)
+        if isinstance(node, nodes.List | nodes.Tuple):
+            return len(node.items)
+        if isinstance(node, nodes.Filter) and node.name == "list" and node.node is not None:
+            return self._items(node.node)
+        if isinstance(node, nodes.Call) and isinstance(node.node, nodes.Name) and node.node.name == "range":
+            bounds = [self.whole_number(a) for a in node.args]
+            if node.kwargs or node.dyn_args or not 1 <= len(bounds) <= 3 or None in bounds:
+                return None
+            return len(range(*bounds)) if 0 not in bounds[2:] else None  # type: ignore[arg-type]
+        if isinstance(node, nodes.Add):
+            left, right = self._items(node.left), self._items(node.right)
+            return None if left is None or right is None else left + right
+        if isinstance(node, nodes.Mul):
+            for seq, times in ((node.left, node.right), (node.right, node.left)):
+                size, count = self._items(seq), self.whole_number(times)
+                if size is not None and count is not None:
+                    return size * max(count, 0)
+        return None
+
+    def numbers_in(self, node: nodes.Node) -> set[int]:
+        """The whole numbers in ``node`` (``-3`` as 3: a slice bound or a count from the end): each largest part of
+        it that is always one number (``6 * 2`` as 12, ``'12'|int``: ``whole_number``), every number a variable in it
+        is set to (``th``, ``ns.th``), and its other constants."""
+        if isinstance(node, nodes.Const) and type(node.value) is int:  # read at any size (only arithmetic is bounded)
+            return {abs(node.value)}
+        value = self.whole_number(node)
+        if value is not None:
+            return {abs(value)}
+        if isinstance(node, nodes.Name | nodes.Getattr):
+            name = node.name if isinstance(node, nodes.Name) else _attr_name(node)
+            if name in self.numbers:
+                return {abs(v) for v in self.numbers[name] if abs(v) <= _LARGEST}
+        found: set[int] = set()
+        for child in node.iter_child_nodes():
+            found |= self.numbers_in(child)
+        return found
 
     def _set(self, name: str | None, kind: str | None) -> None:
         if name is not None and kind is not None and name not in self.kinds:
@@ -221,29 +331,35 @@ class _Reader:
                 yield from self._constants([node.expr])
 
     # -- the numbers the conversation's length and its texts' lengths are tested against
-    def _thresholds(self) -> tuple[set[int], set[int]]:
+    def _thresholds(self) -> tuple[set[int], set[int], bool]:
         counters = self._counters()
         counts: set[int] = set()
         lengths: set[int] = set()
+        against_value = False
         for node in self.nodes:
             if isinstance(node, nodes.Compare):
                 parts = [node.expr, *(op.expr for op in node.ops)]
-                numbers = {n for p in parts for n in _numbers(p)}
+                numbers = {n for p in parts for n in self.numbers_in(p)}
+                measured = [p for p in parts if self._measures(p)]
                 if any(self._counts(p, counters) for p in parts):
                     counts |= numbers
-                elif any(self._measures(p) for p in parts):
+                elif measured:
                     lengths |= numbers
+                ordered = all(op.op in ("gt", "gteq", "lt", "lteq") for op in node.ops)
+                lengths_ordered = [p for p in measured if _is_length(p)]
+                unfixed = [p for p in parts if self.whole_number(p) is None]  # the length itself, and another
+                against_value = against_value or (ordered and bool(lengths_ordered) and len(unfixed) > 1)
             elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice):
-                bounds = {abs(n) for b in (node.arg.start, node.arg.stop) if b is not None for n in _numbers(b)}
+                bounds = {n for b in (node.arg.start, node.arg.stop) if b is not None for n in self.numbers_in(b)}
                 (counts if self.kind(node.node) == _LIST else lengths).update(bounds)
             elif isinstance(node, nodes.Mul) and isinstance(node.left, nodes.List | nodes.Tuple):
-                lengths |= set(_numbers(node.right))  # ``[0] * 11``: a list of that many items, paired with others
+                lengths |= self.numbers_in(node.right)  # ``[0] * 11``: a list of that many items, paired with others
             elif isinstance(node, nodes.Mul) and isinstance(node.right, nodes.List | nodes.Tuple):
-                lengths |= set(_numbers(node.left))
+                lengths |= self.numbers_in(node.left)
             elif isinstance(node, nodes.Filter) and node.name == "truncate":
                 given = [*node.args[:1], *(kw.value for kw in node.kwargs if kw.key == "length")]
-                lengths |= {n for g in given for n in _numbers(g)} if given else {_TRUNCATE_DEFAULT}
-        return counts, lengths
+                lengths |= {n for g in given for n in self.numbers_in(g)} if given else {_TRUNCATE_DEFAULT}
+        return counts, lengths, against_value
 
     def _counters(self) -> set[str]:
         """Variables (``ns.attr`` too) that count messages or iterations: set from a loop counter or a messages
@@ -275,14 +391,17 @@ class _Reader:
         return False
 
     def _measures(self, node: nodes.Node) -> bool:
-        """``node`` reads the length of something other than the messages list (a text, most often)."""
-        for sub in [node, *node.find_all(nodes.Filter)]:
+        """``node`` reads the length of something other than the messages list (a text, most often), or counts what
+        a text holds (``text.count(':')``)."""
+        for sub in [node, *node.find_all((nodes.Filter, nodes.Call))]:
             if (
                 isinstance(sub, nodes.Filter)
                 and sub.name in _COUNT_FILTERS
                 and sub.node is not None
                 and self.kind(sub.node) != _LIST
             ):
+                return True
+            if isinstance(sub, nodes.Call) and isinstance(sub.node, nodes.Getattr) and sub.node.attr == "count":
                 return True
         return False
 
@@ -298,6 +417,18 @@ def _numbers(node: nodes.Node) -> Iterable[int]:
     for sub in [node, *node.find_all(nodes.Const)]:
         if isinstance(sub, nodes.Const) and isinstance(sub.value, int) and not isinstance(sub.value, bool):
             yield abs(sub.value)
+
+
+def _is_length(node: nodes.Node) -> bool:
+    """``node`` is a length or a count itself (``x|length``, ``text.count(':')``, arithmetic of one), not a test
+    that holds one (``(x|length > 3) > loop.last``)."""
+    if isinstance(node, nodes.Filter):
+        return node.name in _COUNT_FILTERS
+    if isinstance(node, nodes.Call):
+        return isinstance(node.node, nodes.Getattr) and node.node.attr == "count"
+    if isinstance(node, nodes.BinExpr):
+        return _is_length(node.left) or _is_length(node.right)
+    return False
 
 
 def _counts_up(node: nodes.Node, name: str) -> bool:

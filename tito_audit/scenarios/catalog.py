@@ -12,7 +12,7 @@ from functools import lru_cache
 from typing import Any
 
 from tito_audit.rollout.probes import TOOLS
-from tito_audit.scenarios.reach import Reach, long_text, with_literals
+from tito_audit.scenarios.reach import MAX_PARALLEL, Reach, long_text, with_literals
 from tito_audit.scenarios.reasoning import Reasoning
 from tito_audit.scenarios.spec import Message, Scenario, ScenarioSpec
 
@@ -426,10 +426,15 @@ def _reach_scenarios(
 
 
 def wide_scenarios(reach: Reach, special_texts: Sequence[str] = ()) -> list[Scenario]:
-    """``wide/N`` (``reach.widths``): tool cycles whose calls carry those numbers of top-level arguments (up to N),
-    at and past the numbers the template tests a length with that may count items (``arguments|length >= 12``,
-    ``keys[11:12]``), then a follow-up. Played after every other scenario (``AuditContext.scenarios``): a check
-    that reads only the first episodes fit for it (``continuation`` in the quick set) keeps the ones it had."""
+    """Played after every other scenario (``AuditContext.scenarios``), so that a check that reads only the first
+    episodes fit for it (``continuation`` in the quick set) keeps the ones it had:
+
+    - ``wide/N`` (``reach.widths``): tool cycles whose calls carry those numbers of top-level arguments (up to N),
+      the first added one a list of as many items, at and past the numbers the template tests a length with that
+      may count items (``arguments|length >= 12``, ``keys[11:12]``), then a follow-up;
+    - ``parallel/N``: the widths between the catalogue's three parallel calls and ``MAX_PARALLEL``, each a turn of
+      that many parallel calls and their results, then a follow-up (apart from ``wide``: a template that cannot
+      show parallel calls still has its wide calls played)."""
     widths = reach.widths
     if not widths:
         return []
@@ -437,21 +442,56 @@ def wide_scenarios(reach: Reach, special_texts: Sequence[str] = ()) -> list[Scen
     desc = f"calls with {', '.join(map(str, widths))} top-level arguments, then a follow-up"
     spec = ScenarioSpec(f"wide/{widths[-1]}", steps, "plain", desc, frozenset({"derived"}))
     calls = iter(widths)
-    return _in_modes(
-        spec, [_widened(m, next(calls)) if m.get("tool_calls") else m for m in _build(spec, special_texts)], ({},)
-    )
+    messages = [_widened(m, next(calls)) if m.get("tool_calls") else m for m in _build(spec, special_texts)]
+    out = _in_modes(spec, messages, ({},))
+    parallel = [w for w in widths if 3 < w <= MAX_PARALLEL][-2:]
+    if parallel:
+        steps = ("user", *("call", "tool") * len(parallel), "final", "user", "final")
+        desc = f"turns of {', '.join(map(str, parallel))} parallel calls, then a follow-up"
+        spec = ScenarioSpec(f"parallel/{parallel[-1]}", steps, "plain", desc, frozenset({"derived"}))
+        out += _in_modes(spec, _parallel(_build(spec, special_texts), parallel), ({},))
+    return out
 
 
 def _widened(message: Message, width: int) -> Message:
-    """``message`` with each of its calls' arguments (a mapping) grown to ``width`` top-level arguments."""
+    """``message`` with each of its calls' arguments (a mapping) grown to ``width`` top-level arguments, the first
+    added one a list of ``width`` items."""
     calls = []
     for call in message["tool_calls"]:
         fn = dict(call["function"])
         if isinstance(fn["arguments"], dict):
-            more = {f"option_{i}": f"value {i}" for i in range(len(fn["arguments"]), width)}
+            first = len(fn["arguments"])
+            more: dict[str, Any] = {f"option_{i}": f"value {i}" for i in range(first, width)}
+            if more:
+                more[f"option_{first}"] = [f"item {k}" for k in range(width)]
             fn["arguments"] = {**fn["arguments"], **more}
         calls.append({**call, "function": fn})
     return {**message, "tool_calls": calls}
+
+
+def _parallel(messages: list[Message], counts: Sequence[int]) -> list[Message]:
+    """``messages`` with its k-th call turn made of ``counts[k]`` parallel calls, followed by their results."""
+    out: list[Message] = []
+    turns = iter(counts)
+    added: list[str] = []
+    for m in messages:
+        if m.get("tool_calls"):
+            call = m["tool_calls"][0]
+            count = next(turns)
+            ids = [f"{call['id'][:5]}p{k:03d}" for k in range(1, count)]
+            more = [
+                {**call, "id": i, "function": {**call["function"], "arguments": {"city": f"City {k}"}}}
+                for k, i in enumerate(ids, 1)
+            ]
+            out.append({**m, "tool_calls": [call, *more]})
+            added = ids
+        elif m["role"] == "tool" and added:
+            out.append(m)
+            out += [{**m, "tool_call_id": i, "content": f"{m['content']} ({k})"} for k, i in enumerate(added, 1)]
+            added = []
+        else:
+            out.append(m)
+    return out
 
 
 def _rewritten(message: Message, text: Callable[[str, str], str]) -> Message:

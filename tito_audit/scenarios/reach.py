@@ -26,13 +26,19 @@ LENGTH_REACH = 8
 MAX_LENGTH = 20_000  # characters a derived long text holds at most
 MAX_LITERALS = 8  # rewrite literals played in one derived scenario
 # A number a template tests a ``|length`` with may count the items of a collection, not characters: a call's
-# arguments (``arguments|length >= 12``), a list it builds from them. The catalogue's calls carry at most two
-# top-level arguments; for each such number N above WIDTH_REACH and below MAX_WIDTH (a larger one is taken for a
-# text length: ``long_text`` plays it), a derived episode has a call with N top-level arguments and one with N + 1
-# (at N exactly, and past it), the MAX_WIDTHS largest of those widths.
+# arguments (``arguments|length >= 12``), a list it builds from them, a turn's parallel calls, the items of a list
+# argument. The catalogue's calls carry at most two top-level arguments and three parallel calls; for each such
+# number N above WIDTH_REACH and below MAX_WIDTH (a larger one is taken for a text length: ``long_text`` plays
+# it), a derived episode has a call with N top-level arguments and one with N + 1 (at N exactly, and past it), the
+# MAX_WIDTHS largest of those widths; each such call's first added argument is a list of as many items. Widths up
+# to MAX_PARALLEL above the catalogue's three are played as that many parallel calls too (``parallel/N``).
 WIDTH_REACH = 2
-MAX_WIDTH = 64
+MAX_WIDTH = 256
 MAX_WIDTHS = 4
+MAX_PARALLEL = 16
+# A length ordered against a value the template's code does not fix (``keys|length > tools|length * 5``) is played
+# at this width too: past what such a value is in the scenarios (their tool lists, names, message counts).
+UNFIXED_WIDTH = 32
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,8 @@ def derive_reach(reads: MessageReads, delimiters: Sequence[str] = (), control_te
             not_probed.append(f"literal:{lit}")
         else:
             literals.append(lit)
-    numbers = [n for n in (*reads.count_thresholds, *reads.length_thresholds) if WIDTH_REACH < n < MAX_WIDTH]
+    unfixed = [UNFIXED_WIDTH] if reads.length_against_value else []
+    numbers = [n for n in (*reads.count_thresholds, *reads.length_thresholds, *unfixed) if WIDTH_REACH < n < MAX_WIDTH]
     widths = sorted({w for n in numbers for w in (n, n + 1)})[-MAX_WIDTHS:]  # at each number, and past it
     return Reach(cycles, chars, tuple(literals), tuple(not_probed), tuple(widths))
 
