@@ -2,9 +2,10 @@
 
 Each template is a plain ChatML tool template with reasoning (``base.jinja``, SAFE with and without the search)
 plus one rewrite of earlier turns only, keyed on what real agent traffic sends: tool names in capitals or with
-dots, calls of more than three arguments, reasoning with whitespace at its edges, a one-line text next to a
-call, reasoning in a long episode. On 507ac91 (no search) each came out SAFE with no caveat; here the search finds
-a counterexample, shrinks it, and the checks judge it like any other scenario.
+dots, calls of more than three arguments (now found first by the derived ``wide`` scenarios), reasoning with
+whitespace at its edges, a one-line text next to a call, reasoning in a long episode. On 507ac91 (no search) each
+came out SAFE with no caveat; here the search finds a counterexample, shrinks it, and the checks judge it like any
+other scenario.
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ def test_the_plain_template_stays_safe_under_the_search() -> None:
     [
         # rewritten on every turn but the last: a tool append already rewrites it (buffer + delta breaks)
         ("name_case", "unsafe", "tool_append_prefix", "weather", "safe"),
-        ("reserialized_args", "unsafe", "tool_append_prefix", None, "safe"),
         ("call_text_dropped", "unsafe", "tool_append_prefix", None, "safe"),
         # the catalogue's reasoning follow-up shows the re-render break; only a long episode with reasoning on
         # every turn shows that a tool append already breaks buffer + delta
@@ -65,13 +65,22 @@ def test_a_rewrite_of_earlier_turns_is_found_by_the_search(
     assert audited(name, search=0).verdict == without
 
 
+def test_arguments_reserialized_past_a_number_the_template_writes_are_found_without_the_search() -> None:
+    """``f.arguments|length > 3`` on earlier calls: the search found it on a call of four arguments; the number is
+    now read from the template and played at and past it (``wide/4``), so the scenarios find it first and the
+    search is not needed."""
+    r = audited("reserialized_args", search=0)
+    assert r.verdict == "unsafe", r.verdict_reasons
+    assert any(f.scenario.startswith("wide/") for f in r.check("tool_append_prefix").findings)
+
+
 def test_the_counterexample_is_shrunk_to_what_the_rewrite_needs() -> None:
-    """Four arguments are what ``arguments|length > 3`` needs: the minimal conversation is one call of four
-    arguments and its result, not the episode first drawn."""
-    search = audited("reserialized_args").scenarios["search"]
+    """A tool name in capitals is what the rewrite needs: the minimal conversation is one call of no arguments and
+    its result, not the episode first drawn."""
+    search = audited("name_case").scenarios["search"]
     (found,) = search["counterexamples"]
     assert found["kind"] == "append"
-    assert "4 messages, 1 call(s)" in found["conversation"] and "up to 4 argument(s)" in found["conversation"]
+    assert "4 messages, 1 call(s)" in found["conversation"] and "up to 0 argument(s)" in found["conversation"]
     names = audited("mcp_names").scenarios["search"]["counterexamples"][0]["conversation"]
     assert "mcp.weather.get_forecast" in names
 
