@@ -200,6 +200,14 @@ def test_a_threshold_kept_in_a_variable_is_read_through_it() -> None:
         assert 12 in message_reads(template).length_thresholds, setup
 
 
+def test_a_number_written_in_other_digits_is_not_read_and_breaks_nothing() -> None:
+    """``'²'|int`` is no number Python's ``int`` reads (``'²'.isdigit()`` is true): the reading skips it and keeps
+    the rest of what the template reads."""
+    template = "{%- for m in messages %}{% if m.content|length > '²'|int or m.content|length > 300 %}x{% endif %}"
+    reads = message_reads(template + "{%- endfor %}")
+    assert reads.length_thresholds == (300,) and "content" in reads.message_keys
+
+
 def test_numbers_past_any_sane_size_are_not_computed() -> None:
     """The template is untrusted: a huge product is not a threshold, and reading it computes nothing large."""
     template = "{%- for m in messages %}{% if m.content|length > 99999999 * 99999999 %}x{% endif %}{%- endfor %}"

@@ -33,7 +33,8 @@ from tito_audit.rollout.stop import stop_token_ids
 from tito_audit.rollout.tokens import special_token_strings
 from tito_audit.scenarios import Scenario, build_scenarios
 from tito_audit.scenarios.adapt import tools_as_read
-from tito_audit.scenarios.catalog import REASONING_TEXTS, SCENARIO_SETS, derived_scenarios, wide_scenarios
+from tito_audit.scenarios.catalog import REASONING_TEXTS, SCENARIO_SETS
+from tito_audit.scenarios.derived import derived_scenarios, wide_scenarios
 from tito_audit.scenarios.reach import Reach, derive_reach
 from tito_audit.scenarios.reasoning import delimiter_pairs, reasoning_marks
 from tito_audit.scenarios.searched import Conversation

@@ -231,7 +231,8 @@ class _Reader:
         if isinstance(node, nodes.Filter) and node.node is not None:
             if node.name == "int" and isinstance(node.node, nodes.Const) and isinstance(node.node.value, str):
                 text = node.node.value.strip()
-                return int(text) if text.lstrip("-").isdigit() and len(text) < 8 else None
+                digits = text.removeprefix("-")
+                return int(text) if digits.isascii() and digits.isdigit() and len(text) < 8 else None
             if node.name in _COUNT_FILTERS:
                 return self._items(node.node)
         return None

@@ -5,7 +5,7 @@ texts hold no character a template folds. A template that rewrites history only 
 trims an earlier answer past ``|length > 300``, or that replaces ``'\\n'`` in earlier arguments, looks TITO-safe
 on all of them. So the numbers a template compares the conversation's length and its texts' lengths with, and the
 literals it rewrites text with (``rendering.message_reads``), are read from its code, and a scenario is derived
-past each (``catalog.derived_scenarios``). What no derived scenario can reach is named (``not_probed``), never
+past each (``derived.derived_scenarios``). What no derived scenario can reach is named (``not_probed``), never
 passed.
 """
 
