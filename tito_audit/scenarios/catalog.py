@@ -205,6 +205,8 @@ def _variant(name: str, special_texts: Sequence[str]) -> dict[str, Any]:
 
 
 def build_messages(spec: ScenarioSpec, special_texts: Sequence[str]) -> list[Message]:
+    """The conversation of ``spec``: its shape's steps (``SHAPES``) written with its variant's texts, each call with
+    an id in the catalogue's format and each tool result answering the oldest call not yet answered."""
     v = _variant(spec.variant, special_texts)
     tool_name = v.get("tool_name", "get_weather")
     msgs: list[Message] = []
