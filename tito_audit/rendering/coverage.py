@@ -293,6 +293,14 @@ def _probe_value(key: int, value: ast.expr) -> ast.expr:
 
 _Arm = tuple[str, int, int, int, bool, bool]  # test, chain's if line, own line, body line, history, raises
 _MACRO = re.compile(r"= Macro\(environment, macro, '(\w+)'")
+# the generator jinja writes for a loop's filter (``{% for c in calls if TEST %}``), a line of the compiled code
+_FILTER_DEF = re.compile(r"^def (t_\d+)\(fiter\):$")
+
+
+def _filter_def(line: str) -> str | None:
+    """The name of the loop-filter generator ``line`` defines (``t_3``), else None."""
+    found = _FILTER_DEF.match(line.strip())
+    return found[1] if found else None
 
 
 def _arms(lines: list[str], functions: dict[str, str], history_lines: set[int]) -> Iterator[_Arm]:
@@ -318,7 +326,7 @@ def _arms(lines: list[str], functions: dict[str, str], history_lines: set[int]) 
             test, start = arm  # the line of the chain's ``if``: reached whenever any of its arms is decided
             yield test, start, number, _body(lines, number), number in history_lines, _raises(lines, number, indent)
         if text.endswith(":"):
-            stack.append((indent, "skip" if text.startswith("def t_") and "(fiter)" in text else ""))
+            stack.append((indent, "skip" if _FILTER_DEF.match(text) else ""))
 
 
 def _history_lines(lines: list[str]) -> set[int]:
@@ -333,10 +341,10 @@ def _history_lines(lines: list[str]) -> set[int]:
             # a filter on the loop itself (``{% for m in messages if TEST %}``): jinja writes its ``def t_N(fiter)``
             # just before the ``for``, and it decides which messages history holds
             filtered = re.match(r"for .+? in (t_\d+)\(", text)
-            head = f"def {filtered[1]}(fiter):" if filtered else None
-            start = next((k for k in range(number - 1, 0, -1) if lines[k - 1].strip() == head), None)
-            if start is not None:
-                loops.append(range(start, _block_end(lines, start)))
+            if filtered:
+                start = next((k for k in range(number - 1, 0, -1) if _filter_def(lines[k - 1]) == filtered[1]), None)
+                if start is not None:
+                    loops.append(range(start, _block_end(lines, start)))
         elif text.startswith("def macro("):
             end = _block_end(lines, number)
             named = next((m for line in lines[end - 1 : end + 2] if (m := _MACRO.search(line))), None)

@@ -216,8 +216,7 @@ class _Reader:
         if isinstance(node, nodes.Const):
             return node.value if type(node.value) is int else None
         if isinstance(node, nodes.Name | nodes.Getattr):
-            name = node.name if isinstance(node, nodes.Name) else _attr_name(node)
-            values = self.numbers.get(name or "")
+            values = self.numbers.get(_variable(node) or "")
             return next(iter(values)) if values is not None and len(values) == 1 else None
         if isinstance(node, nodes.Neg):
             inner = self.whole_number(node.node)
@@ -270,10 +269,8 @@ class _Reader:
         value = self.whole_number(node)
         if value is not None:
             return {abs(value)}
-        if isinstance(node, nodes.Name | nodes.Getattr):
-            name = node.name if isinstance(node, nodes.Name) else _attr_name(node)
-            if name in self.numbers:
-                return {abs(v) for v in self.numbers[name] if abs(v) <= _LARGEST}
+        if isinstance(node, nodes.Name | nodes.Getattr) and (name := _variable(node)) in self.numbers:
+            return {abs(v) for v in self.numbers[name] if abs(v) <= _LARGEST}
         found: set[int] = set()
         for child in node.iter_child_nodes():
             found |= self.numbers_in(child)
@@ -413,13 +410,6 @@ class _Reader:
                 yield value
 
 
-def _numbers(node: nodes.Node) -> Iterable[int]:
-    """The integer constants in ``node`` (``-3`` as 3: a slice bound or a count from the end)."""
-    for sub in [node, *node.find_all(nodes.Const)]:
-        if isinstance(sub, nodes.Const) and isinstance(sub.value, int) and not isinstance(sub.value, bool):
-            yield abs(sub.value)
-
-
 def _is_length(node: nodes.Node) -> bool:
     """``node`` is a length or a count itself (``x|length``, ``text.count(':')``, arithmetic of one), not a test
     that holds one (``(x|length > 3) > loop.last``)."""
@@ -439,6 +429,11 @@ def _counts_up(node: nodes.Node, name: str) -> bool:
     sides = (node.left, node.right)
     number = any(isinstance(s, nodes.Const) and type(s.value) is int for s in sides)
     return number and any(_target(s) == name or _attr_name(s) == name for s in sides)
+
+
+def _variable(node: nodes.Node) -> str | None:
+    """The variable ``node`` reads: ``th``, or ``ns.th`` for a namespace attribute (as ``_target`` names them)."""
+    return node.name if isinstance(node, nodes.Name) else _attr_name(node)
 
 
 def _attr_name(node: nodes.Node) -> str | None:
