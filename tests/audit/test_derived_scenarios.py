@@ -213,3 +213,11 @@ def test_numbers_past_any_sane_size_are_not_computed() -> None:
     template = "{%- for m in messages %}{% if m.content|length > 99999999 * 99999999 %}x{% endif %}{%- endfor %}"
     assert 99999999 in message_reads(template).length_thresholds
     assert 99999999 * 99999999 not in message_reads(template).length_thresholds
+
+
+@pytest.mark.parametrize("scenarios", ["quick", "full"])
+def test_a_derived_scenario_the_template_refuses_is_named_never_passed(scenarios: str) -> None:
+    """The selectattr template, refusing any list argument: the wide episode (whose first added argument is a list)
+    raises, so the rewrite at 12 arguments is never played. Before, the full set's SAFE was clean (exit 0)."""
+    r = audit_of(TOKENIZER, DATA / "wide_refused_lists.jinja", scenarios=scenarios, search=0)
+    assert r.verdict == "safe" and "not_probed:scenario:wide/13" in r.verdict_reasons, r.verdict_reasons

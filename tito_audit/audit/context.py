@@ -221,19 +221,24 @@ class AuditContext:
     def not_probed(self) -> list[str]:
         """What the verdict does not cover (``not_probed:WHAT`` reasons): ``thinking_modes`` where a reasoning switch
         could not be enumerated or its values could not be found (``not_probed_thinking`` says which); what the
-        template tests past every derived scenario's reach (``reach``: ``count:N``, ``length:N``, ``literal:TEXT``)."""
-        reach = [*self.reach.not_probed, *self.switches.not_probed, *self._switches_not_played()]
+        template tests past every derived scenario's reach (``reach``: ``count:N``, ``length:N``, ``literal:TEXT``);
+        a derived scenario the template refused (``switch:NAME=VALUE``, ``scenario:ID``)."""
+        reach = [*self.reach.not_probed, *self.switches.not_probed, *self._derived_not_played()]
         if self.options.thinking in ("unset", "default"):
             return reach
         _ = self.thinking_switches
         return ["thinking_modes", *reach] if self.not_probed_thinking else reach
 
-    def _switches_not_played(self) -> list[str]:
-        """``switch:NAME=VALUE`` for a switch scenario the template refused (its probe rendered, the episode not)."""
+    def _derived_not_played(self) -> list[str]:
+        """A scenario derived from what the template reads that it refused (the reading is then not exercised):
+        ``switch:NAME=VALUE`` for a switch's (its probe rendered, the episode not), ``scenario:ID`` for the others
+        (``wide/13``, ``long/10``...)."""
         return [
             f"switch:{s.scenario.id.removeprefix('switch/')}"
+            if "switch" in s.scenario.tags
+            else f"scenario:{s.scenario.id}"
             for s in self._simulations.values()
-            if "switch" in s.scenario.tags and s.error is not None
+            if "derived" in s.scenario.tags and s.error is not None
         ]
 
     @cached_property

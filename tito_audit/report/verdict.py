@@ -223,6 +223,8 @@ def describe_reason(reason: str) -> str:
             if "=" in name:
                 return f"template switch {name} not played (the template refused it, or past the switch values played)"
             return f"template switch {name!r} not probed (no value it is tested against renders)"
+        if what == "scenario":
+            return f"scenario {name} not played (derived from what the template reads; the template refused it)"
         if what == "template_line":
             line, _, test = name.partition(": ")
             return f"template line {line} not exercised by any conversation played ({test})"
