@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import difflib
 from functools import partial
 
@@ -223,6 +224,38 @@ def test_tools_are_dropped_only_for_templates_that_never_read_them(loaded) -> No
         assert r.render(msgs, tools=tools) == ref and r._shared.reads_tools is reads
         assert r.render_ids(msgs, tools=tools) == m.tokenizer.encode(ref, add_special_tokens=False)
     assert Renderer(m.tokenizer, with_tools).render(msgs, tools=tools) != Renderer(m.tokenizer, with_tools).render(msgs)
+
+
+def test_renders_at_another_date_run_the_template_again_only_where_it_reads_the_clock(loaded, monkeypatch) -> None:
+    """A template sees the date only through ``strftime_now``: one that never loads it gets the cached render at
+    another date (no template run), one that does is run at each date and renders each as transformers does."""
+    import tito_audit.rendering.renderer as renderer_module
+
+    m = loaded("Qwen/Qwen2.5-7B-Instruct")
+    msgs = [{"role": "user", "content": "Hi"}]
+    runs: list[str] = []
+    render_text = renderer_module.render_text
+
+    def counted(tokenizer, template, *args, **kwargs):  # type: ignore[no-untyped-def]
+        runs.append(template)
+        return render_text(tokenizer, template, *args, **kwargs)
+
+    monkeypatch.setattr(renderer_module, "render_text", counted)
+    no_clock = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    # the name loaded only in an arm no render takes: loading it, not calling it, is what counts
+    clock = "{% if false %}{{ strftime_now('%d') }}{% endif %}Today: {{ strftime_now('%Y-%m-%d') }}\n" + no_clock
+    later = dt.datetime(1999, 12, 31, 23, 59)
+    for template, reads in ((no_clock, False), (clock, True)):
+        r = Renderer(m.tokenizer, template)
+        texts = [r.render(msgs), r.with_date(later).render(msgs)]
+        assert r._shared.reads_clock is reads
+        assert len(runs) == (2 if reads else 1)
+        for text, when in zip(texts, (r.date, later), strict=True):
+            with pinned_date(when):
+                assert text == m.tokenizer.apply_chat_template(msgs, chat_template=template, tokenize=False)
+        assert (texts[0] != texts[1]) is reads
+        assert r.with_date(later).render_ids(msgs) == m.tokenizer.encode(texts[1], add_special_tokens=False)
+        runs.clear()
 
 
 def test_render_cache_keys_tell_apart_values_json_or_equality_would_confuse(loaded) -> None:

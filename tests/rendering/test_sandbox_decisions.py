@@ -49,6 +49,27 @@ class _Claims:
         pass
 
 
+class _Indexed(Namespace):
+    """A namespace that answers ``obj[name]`` too: jinja falls back on it for a missing name."""
+
+    def __getitem__(self, name: str) -> str:
+        return f"item {name}"
+
+
+class _Fallback(Namespace):
+    """A namespace with a ``__getattr__`` of its own (asked once the lookup fails)."""
+
+    def __getattr__(self, name: str) -> str:
+        return f"attr {name}"
+
+
+def _template_namespace() -> Namespace:
+    """transformers' ``TemplateNamespace``, as a template's ``namespace()`` makes it."""
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    return _compile_jinja_template("{{ 1 }}").globals["namespace"](found=True, n=2)
+
+
 _REFERENT = Plain()  # what the weak proxy below stands for
 OBJECTS = [
     "text",
@@ -64,6 +85,10 @@ OBJECTS = [
     True,
     None,
     Namespace(found=True, n=2),
+    Namespace({"_secret": 1, "fmt": "{0}".format, "upper": "x".upper, "": "empty name", "content": None}),
+    _template_namespace(),
+    _Indexed(found=False),
+    _Fallback(n=3),
     Plain(),
     Plain,
     str,
@@ -106,6 +131,9 @@ NAMES = [
     "__self__",
     "missing",
     "real",
+    "fmt",
+    "",
+    "_Namespace__attrs",
 ]
 
 
@@ -140,6 +168,17 @@ def test_memoized_decisions_answer_as_jinja_does(asks) -> None:
         assert ours.getitem(obj, name) == jinja.getitem(obj, name) or (
             _undefined_alike(ours.getitem(obj, name), jinja.getitem(obj, name))
         )
+
+
+def test_every_object_and_name_answers_as_jinja_does() -> None:
+    """Each (object, name) pair once, in order, then again from the filled memo: none is left to chance."""
+    jinja = ImmutableSandboxedEnvironment()
+    ours = ImmutableSandboxedEnvironment()
+    memoize_decisions(ours)
+    for _ in range(2):
+        for obj in OBJECTS:
+            for name in NAMES:
+                assert _answer(ours, obj, name) == _answer(jinja, obj, name), (obj, name)
 
 
 def _undefined_alike(a: object, b: object) -> bool:

@@ -22,6 +22,22 @@ def test_facts_read_during_the_compile_are_those_of_a_fresh_parse(path) -> None:
     assert "from_string" not in vars(ImmutableSandboxedEnvironment)
 
 
+@pytest.mark.parametrize("path", sorted(CORPUS.glob("*.jinja"))[::7], ids=lambda p: p.stem)
+def test_one_walk_lists_the_nodes_as_find_all_yields_them(path) -> None:
+    """``descendants``: the same nodes, the same objects, in the same order as jinja's ``find_all``; and so is every
+    subtree's."""
+    from jinja2 import nodes
+
+    from tito_audit.rendering.tree_order import descendants
+
+    text = path.read_text(encoding="utf-8")
+    tree = compiled_template(text).environment.parse(text)
+    walked = descendants(tree)
+    assert [id(n) for n in walked] == [id(n) for n in tree.find_all(nodes.Node)]
+    for sub in walked[:: max(1, len(walked) // 40)]:
+        assert [id(n) for n in descendants(sub)] == [id(n) for n in sub.find_all(nodes.Node)]
+
+
 def test_a_constant_the_compiler_folds_is_still_a_hazard() -> None:
     """``{{ ''.__class__ }}`` compiles to a constant: the hazard is read from the tree before that."""
     template = "{{ ''.__class__ }}{% for m in messages %}{{ m['content'] }}{% endfor %}{{ 'x' ~ 'y' }}"

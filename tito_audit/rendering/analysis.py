@@ -44,6 +44,7 @@ from tito_audit.rendering.hazards import Hazard, find_hazards
 from tito_audit.rendering.message_reads import MessageReads, read_messages
 from tito_audit.rendering.sandbox_decisions import memoize_decisions
 from tito_audit.rendering.switch_reads import read_switches
+from tito_audit.rendering.tree_order import descendants
 
 # Every node type some reading of a template's code looks at (one walk of the tree finds them all, in order).
 ANALYSED_NODES = (nodes.Getattr, nodes.Getitem, nodes.Filter, nodes.Call, nodes.Name, nodes.Const, nodes.TemplateData)
@@ -76,12 +77,14 @@ class TemplateFacts:
 def read_tree(tree: nodes.Template) -> TemplateFacts:
     """The facts of one freshly parsed tree (before any compiler folds it); raises RecursionError where it is
     nested too deep to walk."""
-    found = list(tree.find_all(ANALYSED_NODES))
+    everything = descendants(tree)  # one walk, each reading keeps the kinds of node it wants
+    found = [n for n in everything if isinstance(n, ANALYSED_NODES)]
     hazards = tuple(find_hazards(found))
     parts = [n.data for n in found if isinstance(n, nodes.TemplateData)]
     parts += [n.value for n in found if isinstance(n, nodes.Const) and isinstance(n.value, str)]
     names = frozenset(n.name for n in found if isinstance(n, nodes.Name) and n.ctx == "load")
-    return TemplateFacts(hazards, tuple(parts), names, reads=read_messages(tree), switches=read_switches(tree))
+    reads, switches = read_messages(tree, everything), read_switches(tree, everything)
+    return TemplateFacts(hazards, tuple(parts), names, reads=reads, switches=switches)
 
 
 class _Compile:

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 from jinja2 import nodes
 
+from tito_audit.rendering.tree_order import descendants
+
 # String methods and filters whose constant arguments are text the template looks for.
 _TEXT_METHODS = frozenset(
     {
@@ -93,14 +95,16 @@ class MessageReads:
     length_against_value: bool = False
 
 
-def read_messages(tree: nodes.Template) -> MessageReads:
-    """The message keys the template reads and the literals it tests text with (see the module docstring)."""
-    return _Reader(tree).result()
+def read_messages(tree: nodes.Template, everything: list[nodes.Node] | None = None) -> MessageReads:
+    """The message keys the template reads and the literals it tests text with (see the module docstring).
+    ``everything``: the tree's ``descendants`` where the caller has them."""
+    return _Reader(tree, everything).result()
 
 
 class _Reader:
-    def __init__(self, tree: nodes.Template) -> None:
-        self.nodes = list(tree.find_all(_READ))  # one walk of the tree; every reading below goes over this list
+    def __init__(self, tree: nodes.Template, everything: list[nodes.Node] | None = None) -> None:
+        # one walk of the tree; every reading below goes over this list
+        self.nodes = [n for n in (descendants(tree) if everything is None else everything) if isinstance(n, _READ)]
         self.kinds: dict[str, str] = {"messages": _LIST}  # variable (or ``ns.attr``) -> what it holds
         self.constants: dict[str, str | None] = {}  # variable -> its one constant string (None: set otherwise)
         self.numbers: dict[str, set[int]] = {}  # variable (``ns.attr`` too) -> the whole numbers it is set to

@@ -5,8 +5,9 @@ its inputs, each message prepared once: ``template_inputs``; its ImmutableSandbo
 the render limits (``guard``), with the template's clock pinned (``analysis.prepare_for_renders``, again
 whenever transformers may have compiled the template anew: its cache keeps 128); every failure becomes a
 classified ``RenderError``. An audit renders the same conversations hundreds of times, so
-renders are cached per (messages, tools, generation prompt, kwargs, date) and shared by every renderer derived
-with ``with_kwargs``/``with_date``; a failing render is cached too, so it is not retried. Encodes and decodes
+renders are cached per (messages, tools, generation prompt, kwargs, date: where the template reads the clock) and
+shared by every renderer derived with ``with_kwargs``/``with_date``; a failing render is cached too, so it is not
+retried. Encodes and decodes
 are the tokenizer's (``tokenizer_cache``). Sanitized encoding (``render_ids``) is exactly the plain encoding
 of the cached text render when marking control tokens changes nothing, so no second template run is needed;
 otherwise ``sanitizer`` does it.
@@ -126,6 +127,7 @@ class _Shared:
         self.tokenizer = tokenizer
         self.chat_template = chat_template
         self._reads_tools: bool | None = None
+        self._reads_clock: bool | None = None
         self.compiles_seen = transformers_compiles()  # the constructor has just prepared the template
         # Template coverage (``rendering.coverage``): the text renders not yet played through its instrumented copy
         # (the kwargs and date of the renderer, and the inputs; ``trace_untraced``). Only references: what a render
@@ -147,6 +149,18 @@ class _Shared:
             except Exception:  # does not parse: let the render report it, with the tools it was given
                 self._reads_tools = True
         return self._reads_tools
+
+    @property
+    def reads_clock(self) -> bool:
+        """Whether the template can see the render date. It sees it only through ``strftime_now`` (``clock``), a
+        name it must load; one that never does renders alike at every date, so renders at another date
+        (``Renderer.with_date``: the clock checks) are the cached ones, not template runs that cannot differ."""
+        if self._reads_clock is None:
+            try:
+                self._reads_clock = "strftime_now" in loaded_names(self.chat_template)
+            except Exception:  # does not parse: every date renders (and fails) on its own
+                self._reads_clock = True
+        return self._reads_clock
 
     @property
     def sanitizer(self) -> Sanitizer | None:
@@ -174,7 +188,7 @@ class Renderer:
         self.chat_template = chat_template
         self.template_kwargs = dict(template_kwargs or {})
         self.date = date
-        self._date_key = date.isoformat()
+        self._date_key = date.isoformat()  # the date in render keys, "" where the template cannot see it
         self.limits = limits or RenderLimits()
         # (name, convert): the tool declarations every render passes are converted to the schema the template
         # reads (``scenarios.adapt.TOOL_SCHEMAS``); None: as given
@@ -187,6 +201,8 @@ class Renderer:
             prepare_for_renders(chat_template, self.limits)
             _shared = _Shared(tokenizer, chat_template, self.limits)
         self._shared = _shared
+        if not _shared.reads_clock:
+            self._date_key = ""
 
     def _derive(
         self, template_kwargs: dict[str, Any], date: dt.datetime, tools_as: ToolsAs | None, marks: bool | None = None

@@ -23,17 +23,23 @@ from typing import Any
 
 from jinja2 import nodes
 
+from tito_audit.rendering.tree_order import descendants
+
 # Tests that compare the variable with their argument, and those that read its truth or definedness.
 _VALUE_TESTS = frozenset({"sameas", "equalto", "eq", "=="})
 _TRUTH_TESTS = frozenset({"defined", "undefined", "true", "false", "boolean", "none", "string", "mapping"})
 _COMPARE_OPS = frozenset({"eq", "ne", "in", "notin"})
 _SCALARS = (str, int, float, bool, type(None))
+_READ = (nodes.Compare, nodes.Test, nodes.If, nodes.CondExpr, nodes.Not, nodes.And, nodes.Or)  # what is read
 MAX_VALUES = 8  # values kept per switch (a template compares a handful)
 
 
-def read_switches(tree: nodes.Template) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+def read_switches(
+    tree: nodes.Template, everything: list[nodes.Node] | None = None
+) -> tuple[tuple[str, tuple[Any, ...]], ...]:
     """``(name, values)`` for every variable the template compares or tests, in the order it first does, each
-    value once (with its type: ``True`` and ``1`` are two values)."""
+    value once (with its type: ``True`` and ``1`` are two values). ``everything``: the tree's ``descendants``
+    where the caller has them."""
     found: dict[str, dict[tuple[str, Any], Any]] = {}
 
     def add(name: str, values: Iterable[Any]) -> None:
@@ -42,7 +48,9 @@ def read_switches(tree: nodes.Template) -> tuple[tuple[str, tuple[Any, ...]], ..
             if len(seen) < MAX_VALUES:
                 seen.setdefault((type(value).__name__, value), value)
 
-    for node in tree.find_all((nodes.Compare, nodes.Test, nodes.If, nodes.CondExpr, nodes.Not, nodes.And, nodes.Or)):
+    for node in descendants(tree) if everything is None else everything:
+        if not isinstance(node, _READ):
+            continue
         if isinstance(node, nodes.Compare):
             _compare(node, add)
         elif isinstance(node, nodes.Test):
