@@ -163,6 +163,26 @@ WIDE_5 = {
 }
 
 
+# Red team, round 5, still clean SAFEs with no search after it: the rewrite keyed on the braces of the arguments'
+# JSON (objects nested past 3: ``(arguments|tojson).count('{') > 3``), and on the longest key name
+# (``keys|map('length')|max > 24``). The wide episode now grows its calls in those counts too.
+WIDE_5 |= {"nested_depth": "wide/", "key_name_length": "wide/"}
+# Round 6: an item read at a fixed index (``keys[11] is defined``), a count of objects in a list argument (more than
+# 20 braces), and a parallel-call count hidden behind unused slice bounds that took every width the episode played.
+WIDE_5 |= {"item_index_11": "wide/", "objects_over_20": "wide/", "masked_by_slices": "parallel/"}
+# Round 6 too: a tool name longer than 40 characters (MCP-style names), four distinct tools called in one turn, a
+# word count (``|wordcount > 1000``), a threshold bound by a loop over a literal list (``for th in [3000]``) or
+# picked from one (``[3000]|first``), four or more arrays in the arguments (``.count('[') >= 4``).
+WIDE_5 |= {
+    "name_len_40": "wide/",
+    "distinct_names_4": "parallel/",
+    "wordcount_1000": "long_text/",
+    "forvar_strlen_3000": "long_text/",
+    "strlen_first_filter_3000": "long_text/",
+    "arrays_4": "wide/",
+}
+
+
 @pytest.mark.parametrize("name", sorted(WIDE_5))
 def test_a_rewrite_keyed_on_a_count_the_catalogue_never_reaches_is_played(name: str) -> None:
     r = audit_of(TOKENIZER, DATA / f"wide_{name}.jinja", scenarios="quick", search=0)
@@ -180,6 +200,10 @@ def test_a_rewrite_keyed_on_a_count_the_catalogue_never_reaches_is_played(name: 
         ("keys|length >= (range(3)|list * 4)|length", (12, 13)),  # of a list built from a range
         ("keys|length > tools|length * 5", (5, 6, 32, 33)),  # against a value the code does not fix: 32 too
         ("text.count(':') >= 12", (12, 13)),  # a count of what a text holds
+        ("(keys|map('length')|list + [0])|max > 24", (24, 25)),  # the longest key name
+        ("keys[11] is defined", (12, 13)),  # an item at a fixed index: that many items and one more
+        ("keys|length > [12]|first", (12, 13)),  # picked from a literal list
+        ("keys|length > [3, 12]|max", (12, 13)),  # the one picked
     ],
 )
 def test_the_numbers_a_length_is_tested_against_are_read_without_running_the_template(
@@ -221,3 +245,29 @@ def test_a_derived_scenario_the_template_refuses_is_named_never_passed(scenarios
     raises, so the rewrite at 12 arguments is never played. Before, the full set's SAFE was clean (exit 0)."""
     r = audit_of(TOKENIZER, DATA / "wide_refused_lists.jinja", scenarios=scenarios, search=0)
     assert r.verdict == "safe" and "not_probed:scenario:wide/13" in r.verdict_reasons, r.verdict_reasons
+
+
+def test_counts_past_the_widths_one_episode_plays_are_named() -> None:
+    """Ten numbers tested: the episode plays the largest widths, and every number left out is named, never passed."""
+    tests = " or ".join(f"keys|length > {n}" for n in (3, 5, 7, 9, 11, 13, 15, 17, 19, 21))
+    template = "{%- for m in messages %}{% set keys = m|list %}{% if " + tests + " %}x{% endif %}{%- endfor %}"
+    reach = derive_reach(message_reads(template))
+    assert reach.widths == (15, 16, 17, 18, 19, 20, 21, 22)
+    assert [r for r in reach.not_probed if r.startswith("width:")] == [f"width:{n}" for n in (3, 5, 7, 9, 11, 13)]
+
+
+def test_a_parallel_call_count_past_what_is_played_is_named() -> None:
+    """``tool_calls|length > 16``: turns of 16 parallel calls at most are played; the count past it is named (a
+    caveat, exit 3), never a clean SAFE."""
+    r = audit_of(TOKENIZER, DATA / "wide_parallel_over_16.jinja", scenarios="quick", search=0)
+    assert r.verdict == "safe" and "not_probed:parallel:16" in r.verdict_reasons, r.verdict_reasons
+
+
+def test_a_threshold_bound_by_a_loop_over_literals_or_a_word_count_is_read() -> None:
+    template = "{%- for m in messages %}{% for th in [3000, 40] %}{% if m.content|length > th %}x{% endif %}"
+    assert message_reads(template + "{% endfor %}{%- endfor %}").length_thresholds == (40, 3000)
+    words = "{%- for m in messages %}{% if m.content|wordcount > 1000 %}x{% endif %}{%- endfor %}"
+    assert message_reads(words).length_thresholds == (1000, 8000)  # and as characters: 8 a word
+    # an item at a position counts items; a large number is a key (Seed-OSS: ``budget_reflections[16384]``)
+    keyed = "{% set b = {0: 'a', 16384: 'b'} %}{%- for m in messages %}{{ b[16384] }}{{ m.tool_calls[11] }}{% endfor %}"
+    assert message_reads(keyed).length_thresholds == (12,)

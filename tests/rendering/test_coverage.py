@@ -77,3 +77,25 @@ def test_a_probe_line_that_is_not_jinjas_pass_leaves_the_template_uninstrumented
     arm = next(b for b in found.branches if b.body_line > 0)
     found.branches.append(replace(arm, body_line=arm.test_line))  # the ``if`` line itself: not a ``pass``
     assert found.instrumented(compiled_template(TEMPLATE)) is None
+
+
+def test_arm_tests_read_back_as_template_syntax_not_compiled_code() -> None:
+    """Tests with calls inside calls, a group inside a filter's argument, a method of an item, a negative index and
+    a string holding a comma and a parenthesis read as the template writes them: no ``environment.call``,
+    ``t_N(...)``, ``context`` or ``_loop_vars`` of jinja's compiled code (reasons quoted it before)."""
+    template = (
+        "{%- set tag = '</x>' %}{%- for message in messages %}"
+        "{%- if (message.tool_calls|map('length')|list + [0])|max > 24 %}A{% endif %}"
+        "{%- if message.get('functions', none) is none %}B{% endif %}"
+        "{%- if messages[-1].role == 'tool' and message.content.endswith(tag) %}C{% endif %}"
+        "{%- if message.content|replace('a, (b', '')|trim %}D{% endif %}"
+        "{%- endfor %}"
+    )
+    tests = {b.test for b in TemplateBranches(template_code(template), compiled_template(template).debug_info).branches}
+    assert tests >= {
+        "((message.tool_calls|map('length')|list + [0])|max > 24)",
+        "message.get('functions', None) is none",
+        "((messages[-1].role == 'tool') and message.content.endswith(tag))",
+        "message.content|replace('a, (b', '')|trim",
+    }, tests
+    assert not any(marker in t for t in tests for marker in ("environment", "context", "t_", "_loop_vars")), tests

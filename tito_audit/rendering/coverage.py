@@ -28,6 +28,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from tito_audit.rendering.compiled_syntax import template_syntax
+
 # ``if`` statements jinja writes for itself: the generator marker, a macro's default arguments, a namespace
 # assignment's check, a loop's ``else`` flag.
 _INTERNAL = re.compile(
@@ -73,7 +75,7 @@ class TemplateBranches:
         self.history_found = bool(history_lines)
         for arm in _arms(lines, functions, history_lines):
             test, test_line, own_line, body_line, history, raises = arm
-            text = _template_syntax(test, functions)[:_MAX_TEST]
+            text = template_syntax(test, functions)[:_MAX_TEST]
             # an if/elif arm is where its test is; an else arm (jinja marks no line of its own) where it writes first
             line = template_line(body_line, after=True) if test.startswith("else of ") else template_line(own_line)
             self.branches.append(Branch(line, text, test_line, body_line, history, raises))
@@ -88,7 +90,7 @@ class TemplateBranches:
             # (negative), probed by the test's own call (``_probe_conditions``)
             decided = node.test if operand is None else node.values[operand]  # type: ignore[union-attr]
             source = segment(decided) or ast.unparse(decided)
-            test = _template_syntax(source, functions)[:_MAX_TEST]
+            test = template_syntax(source, functions)[:_MAX_TEST]
             line, history = template_line(decided.lineno), decided.lineno in history_lines
             reached, taken, other = -(3 * k + 1), -(3 * k + 2), -(3 * k + 3)
             if operand is None:
@@ -425,36 +427,3 @@ def _line_map(debug_info: Iterable[tuple[int, int]]) -> Any:
         return found
 
     return template_line
-
-
-_REWRITES = (
-    (re.compile(r"\(undefined\(name='(\w+)'\) if l_\d+_\w+ is missing else l_\d+_\w+\)"), r"\1"),
-    (re.compile(r"undefined\(name='(\w+)'\) if l_\d+_\w+ is missing else l_\d+_\w+"), r"\1"),  # an operand's, bare
-    (re.compile(r"environment\.getattr\(([^(),]+), '(\w+)'\)"), r"\1.\2"),
-    (re.compile(r"environment\.getitem\(([^(),]+), ([^(),]+)\)"), r"\1[\2]"),
-    (re.compile(r"\bl_\d+_(\w+)"), r"\1"),
-)
-
-
-def _template_syntax(test: str, functions: dict[str, str]) -> str:
-    """A compiled test written back near template syntax: ``message.role == 'tool'``, ``content|trim``,
-    ``tools is defined``."""
-    out = test
-    for _ in range(4):  # nested reads unfold from the inside out
-        before = out
-        for pattern, repl in _REWRITES:
-            out = pattern.sub(repl, out)
-        out = re.sub(r"\bt_\d+\(([^()]*)\)", lambda m: _function(m, functions), out)
-        if out == before:
-            break
-    return out
-
-
-def _function(match: re.Match[str], functions: dict[str, str]) -> str:
-    name = match.group(0).split("(", 1)[0]
-    kind, _, what = functions.get(name, "filter:" + name).partition(":")
-    args = match.group(1)
-    head, _, rest = args.partition(", ")
-    if kind == "test":
-        return f"{head} is {what}" + (f" {rest}" if rest else "")
-    return f"{head}|{what}" + (f"({rest})" if rest else "")

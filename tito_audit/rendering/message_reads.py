@@ -16,20 +16,24 @@ derived from (``scenarios.reasoning``), so that a template is played with what i
   (``set ns.calls = ns.calls + 1``), a slice of the messages, ``messages[-10:]``): a branch a longer conversation
   takes and a short one never does.
 - ``length_thresholds``: the numbers it compares or cuts text with (``content|length > 300``, ``content[:300]``,
-  ``|truncate(300)``, ``text.count(':') >= 12``): a branch only longer text takes; and those it sizes a list with
+  ``|truncate(300)``, ``text.count(':') >= 12``, ``keys|map('length')|max > 24``, an item's index:
+  ``keys[11]``; a word count, ``text|wordcount > 1000``, also as ``CHARACTERS_PER_WORD`` times as many characters):
+  a branch only longer text (or a longer key name, a longer list) takes; and those it sizes a list with
   (``[0] * 11``, a list walked beside another: ``loop.cycle``). Each may count items instead of characters
   (``arguments|length >= 12``): ``scenarios.reach`` plays both. ``length_against_value``: a length it orders
   against a value its code does not fix (``keys|length > tools|length * 5``).
 
 A number is read where the code fixes it without running anything (``whole_number``): a constant, a variable or
-namespace attribute set to numbers (``set th = 12``, ``namespace(th=12)``), arithmetic of those, ``'12'|int``, the
-length of a literal or of a ``range`` of constants; never past ``_LARGEST`` (the template is untrusted).
+namespace attribute set to numbers (``set th = 12``, ``namespace(th=12)``) or looping over them
+(``for th in [12]``), arithmetic of those, ``'12'|int``, ``[12]|first`` (``last``, ``min``, ``max``), the length of a
+literal or of a ``range`` of constants; never past ``_LARGEST`` (the template is untrusted).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from jinja2 import nodes
 
@@ -80,6 +84,9 @@ _REWRITE_METHODS = frozenset({"split", "rsplit", "partition", "rpartition", "str
 # Attributes of a jinja loop that count iterations, and filters that count a list.
 _LOOP_COUNTERS = frozenset({"index", "index0", "revindex", "revindex0", "length"})
 _COUNT_FILTERS = frozenset({"length", "count"})
+_PICK: dict[str, Any] = {"first": lambda xs: xs[0], "last": lambda xs: xs[-1], "min": min, "max": max}
+_ITEM_INDEX = 256  # an item read at a fixed position below this may count items (``keys[11]``)
+CHARACTERS_PER_WORD = 8  # characters a derived text is given per word a template counts (``|wordcount > 1000``)
 _TRUNCATE_DEFAULT = 255  # jinja's ``truncate`` length when none is given
 _LARGEST = 10**7  # a whole number read past this is no threshold (and no arithmetic on it is done)
 
@@ -189,6 +196,10 @@ class _Reader:
         for _ in range(4):
             before = {k: set(v) for k, v in self.numbers.items()}
             for node in self.nodes:
+                if isinstance(node, nodes.For) and isinstance(node.iter, nodes.List | nodes.Tuple):  # ``for th in [9]``
+                    items = {n for item in node.iter.items if (n := self.whole_number(item)) is not None}
+                    for target in _targets(node.target) if items else ():
+                        self.numbers.setdefault(target, set()).update(items)
                 if not isinstance(node, nodes.Assign):
                     continue
                 name, value = _target(node.target), node.node
@@ -238,6 +249,9 @@ class _Reader:
                 return int(text) if digits.isascii() and digits.isdigit() and len(text) < 8 else None
             if node.name in _COUNT_FILTERS:
                 return self._items(node.node)
+            if node.name in _PICK and isinstance(node.node, nodes.List | nodes.Tuple) and node.node.items:
+                picked = [self.whole_number(item) for item in node.node.items]  # ``[3000]|first``
+                return None if None in picked else _PICK[node.name](picked)
         return None
 
     def _items(self, node: nodes.Node) -> int | None:
@@ -347,6 +361,8 @@ class _Reader:
                     counts |= numbers
                 elif measured:
                     lengths |= numbers
+                    if any(_counts_words(p) for p in measured):  # a text of that many words is longer
+                        lengths |= {n * CHARACTERS_PER_WORD for n in numbers}
                 ordered = all(op.op in ("gt", "gteq", "lt", "lteq") for op in node.ops)
                 lengths_ordered = [p for p in measured if _is_length(p)]
                 unfixed = [p for p in parts if self.whole_number(p) is None]  # the length itself, and another
@@ -354,6 +370,11 @@ class _Reader:
             elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice):
                 bounds = {n for b in (node.arg.start, node.arg.stop) if b is not None for n in self.numbers_in(b)}
                 (counts if self.kind(node.node) == _LIST else lengths).update(bounds)
+            elif isinstance(node, nodes.Getitem) and (index := self.whole_number(node.arg)) is not None:
+                # an item that exists from that many items on (``keys[11] is defined``: 12 arguments; ``[-3]``: 3);
+                # a larger number is a key (``budgets[16384]``, a dict keyed by numbers), not a position
+                if abs(index) < _ITEM_INDEX:
+                    (counts if self.kind(node.node) == _LIST else lengths).add(index + 1 if index >= 0 else -index)
             elif isinstance(node, nodes.Mul) and isinstance(node.left, nodes.List | nodes.Tuple):
                 lengths |= self.numbers_in(node.right)  # ``[0] * 11``: a list of that many items, paired with others
             elif isinstance(node, nodes.Mul) and isinstance(node.right, nodes.List | nodes.Tuple):
@@ -403,6 +424,10 @@ class _Reader:
                 and self.kind(sub.node) != _LIST
             ):
                 return True
+            if _maps_a_count(sub):  # ``keys|map('length')|max``: the length of each item (a key name, a text)
+                return True
+            if isinstance(sub, nodes.Filter) and sub.name == "wordcount":
+                return True
             if isinstance(sub, nodes.Call) and isinstance(sub.node, nodes.Getattr) and sub.node.attr == "count":
                 return True
         return False
@@ -412,6 +437,17 @@ class _Reader:
             value = self.constant(arg)
             if value and value.strip():
                 yield value
+
+
+def _counts_words(node: nodes.Node) -> bool:
+    """``node`` counts words (``text|wordcount``)."""
+    return any(isinstance(n, nodes.Filter) and n.name == "wordcount" for n in [node, *node.find_all(nodes.Filter)])
+
+
+def _maps_a_count(node: nodes.Node) -> bool:
+    """``node`` is ``|map('length')`` (or ``'count'``): the lengths of a collection's items."""
+    args = node.args if isinstance(node, nodes.Filter) and node.name == "map" else []
+    return bool(args) and isinstance(args[0], nodes.Const) and args[0].value in _COUNT_FILTERS
 
 
 def _is_length(node: nodes.Node) -> bool:

@@ -212,6 +212,13 @@ def describe_reason(reason: str) -> str:
             return f"conversations longer than {name} messages or tool calls not probed (the template tests it)"
         if what == "length":
             return f"texts longer than {name} characters not probed (the template tests it)"
+        if what == "parallel":
+            return f"turns of more than {name} parallel calls not probed (the template may count them)"
+        if what == "width":
+            return (
+                f"calls with {name} arguments, list items or nesting levels not probed (more such counts tested "
+                "than one wide episode plays)"
+            )
         if what == "literal":
             return f"text holding {name!r} not probed (the template rewrites it; a control token's text)"
         if what == "search":

@@ -9,10 +9,11 @@ literals, wide calls, parallel calls).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from tito_audit.scenarios.catalog import SHAPES, build_messages, in_modes
-from tito_audit.scenarios.reach import MAX_PARALLEL, Reach, long_text, with_literals
+from tito_audit.scenarios.reach import MAX_DEPTH, MAX_PARALLEL, Reach, long_text, with_literals
 from tito_audit.scenarios.reasoning import Reasoning
 from tito_audit.scenarios.spec import Message, Scenario, ScenarioSpec
 
@@ -107,11 +108,14 @@ def wide_scenarios(reach: Reach, special_texts: Sequence[str] = ()) -> list[Scen
     episodes fit for it (``continuation`` in the quick set) keeps the ones it had:
 
     - ``wide/N`` (``reach.widths``): tool cycles whose calls carry those numbers of top-level arguments (up to N),
-      the first added one a list of as many items, at and past the numbers the template tests a length with that
-      may count items (``arguments|length >= 12``, ``keys[11:12]``), then a follow-up;
+      the first added one a list of as many objects, the last a key name as long holding objects nested as deep,
+      to tools named with as many characters (``_widened``), at and past the numbers the template tests a length
+      with that may count items (``arguments|length >= 12``, ``keys[11:12]``), then a follow-up;
     - ``parallel/N``: the widths between the catalogue's three parallel calls and ``MAX_PARALLEL``, each a turn of
-      that many parallel calls and their results, then a follow-up (apart from ``wide``: a template that cannot
-      show parallel calls still has its wide calls played)."""
+      that many parallel calls (two of one tool, the others each of its own) and their results, then a follow-up
+      (apart from ``wide``: a template that cannot show parallel calls still has its wide calls played).
+
+    Every tool a call names is declared (``_declared``), as a loop declares what its model may call."""
     widths = reach.widths
     if not widths:
         return []
@@ -120,51 +124,108 @@ def wide_scenarios(reach: Reach, special_texts: Sequence[str] = ()) -> list[Scen
     spec = ScenarioSpec(f"wide/{widths[-1]}", steps, "plain", desc, frozenset({"derived"}))
     calls = iter(widths)
     messages = [_widened(m, next(calls)) if m.get("tool_calls") else m for m in build_messages(spec, special_texts)]
-    out = in_modes(spec, messages, ({},))
+    out = _declared(in_modes(spec, _results_named(messages), ({},)))
     parallel = [w for w in widths if 3 < w <= MAX_PARALLEL][-2:]
     if parallel:
         steps = ("user", *("call", "tool") * len(parallel), "final", "user", "final")
         desc = f"turns of {', '.join(map(str, parallel))} parallel calls, then a follow-up"
         spec = ScenarioSpec(f"parallel/{parallel[-1]}", steps, "plain", desc, frozenset({"derived"}))
-        out += in_modes(spec, _parallel(build_messages(spec, special_texts), parallel), ({},))
+        out += _declared(in_modes(spec, _parallel(build_messages(spec, special_texts), parallel), ({},)))
     return out
 
 
+def _declared(scenarios: list[Scenario]) -> list[Scenario]:
+    """``scenarios`` with a declaration for every tool their calls name that the catalogue's tools lack (a copy of
+    the first one's, renamed): a loop declares every tool its model calls."""
+    out = []
+    for scenario in scenarios:
+        known = {t["function"]["name"] for t in scenario.tools}
+        names = [c["function"]["name"] for m in scenario.messages for c in m.get("tool_calls") or []]
+        first = scenario.tools[0]
+        more = [
+            {**first, "function": {**first["function"], "name": name}}
+            for name in dict.fromkeys(names)
+            if name not in known
+        ]
+        out.append(replace(scenario, tools=(*scenario.tools, *more)) if more else scenario)
+    return out
+
+
+def _results_named(messages: list[Message]) -> list[Message]:
+    """``messages`` with each tool result that gives its tool's name giving the name of the call it answers."""
+    names = {c["id"]: c["function"]["name"] for m in messages for c in m.get("tool_calls") or [] if "id" in c}
+    return [
+        {**m, "name": names[m["tool_call_id"]]}
+        if m["role"] == "tool" and "name" in m and m.get("tool_call_id") in names
+        else m
+        for m in messages
+    ]
+
+
+def _long_name(name: str, width: int) -> str:
+    """``name``, grown to ``width`` characters where it is shorter (``get_weather_xxxx``: a long MCP-style name)."""
+    return name if len(name) >= width else f"{name}_".ljust(width, "x")
+
+
 def _widened(message: Message, width: int) -> Message:
-    """``message`` with each of its calls' arguments (a mapping) grown to ``width`` top-level arguments, the first
-    added one a list of ``width`` items."""
+    """``message`` with each of its calls grown to ``width`` in every way a number of items can be counted in it: a
+    tool name of ``width`` characters, and in its arguments (a mapping) ``width`` top-level arguments, the first added
+    one a list of ``width`` objects, the last
+    added one named with ``width`` characters (``keys|map('length')|max > 24``) and holding objects and lists nested
+    ``width`` deep (up to ``MAX_DEPTH``: ``(arguments|tojson).count('{') > 3``)."""
     calls = []
     for call in message["tool_calls"]:
         fn = dict(call["function"])
+        fn["name"] = _long_name(fn["name"], width)  # ``f.name|length > 40``
         if isinstance(fn["arguments"], dict):
             first = len(fn["arguments"])
             more: dict[str, Any] = {f"option_{i}": f"value {i}" for i in range(first, width)}
-            if more:
-                more[f"option_{first}"] = [f"item {k}" for k in range(width)]
+            if more:  # a list of objects (todos, edits): its items and their braces count
+                more[f"option_{first}"] = [{"item": k} for k in range(width)]
+            if len(more) > 1:
+                last = f"option_{width - 1}"
+                del more[last]
+                more[last.ljust(width, "_")] = _nested(min(width, MAX_DEPTH))
             fn["arguments"] = {**fn["arguments"], **more}
         calls.append({**call, "function": fn})
     return {**message, "tool_calls": calls}
 
 
+def _nested(depth: int) -> dict[str, Any]:
+    """An object holding objects ``depth`` levels deep (itself the first), each in a list of one:
+    ``{"level_1": [{"level_2": [... ["leaf"]]}]}`` (as many braces as brackets: ``.count('[') >= 4``)."""
+    value: Any = "leaf"
+    for level in range(depth, 0, -1):
+        value = {f"level_{level}": [value]}
+    return dict(value)
+
+
 def _parallel(messages: list[Message], counts: Sequence[int]) -> list[Message]:
-    """``messages`` with its k-th call turn made of ``counts[k]`` parallel calls, followed by their results."""
+    """``messages`` with its k-th call turn made of ``counts[k]`` parallel calls, followed by their results: the
+    first two calls of one tool, each other call of a tool of its own (``calls|map(attribute='function.name')|
+    unique|list|length >= 4``)."""
     out: list[Message] = []
     turns = iter(counts)
-    added: list[str] = []
+    added: list[tuple[str, str]] = []  # the added calls: id and tool name
     for m in messages:
         if m.get("tool_calls"):
             call = m["tool_calls"][0]
             count = next(turns)
             ids = [f"{call['id'][:5]}p{k:03d}" for k in range(1, count)]
+            name = call["function"]["name"]
+            names = [name if k == 1 else f"{name}_{k}" for k in range(1, count)]
             more = [
-                {**call, "id": i, "function": {**call["function"], "arguments": {"city": f"City {k}"}}}
-                for k, i in enumerate(ids, 1)
+                {**call, "id": i, "function": {**call["function"], "name": n, "arguments": {"city": f"City {k}"}}}
+                for k, (i, n) in enumerate(zip(ids, names, strict=True), 1)
             ]
             out.append({**m, "tool_calls": [call, *more]})
-            added = ids
+            added = list(zip(ids, names, strict=True))
         elif m["role"] == "tool" and added:
             out.append(m)
-            out += [{**m, "tool_call_id": i, "content": f"{m['content']} ({k})"} for k, i in enumerate(added, 1)]
+            out += [
+                {**m, "tool_call_id": i, "content": f"{m['content']} ({k})", **({"name": n} if "name" in m else {})}
+                for k, (i, n) in enumerate(added, 1)
+            ]
             added = []
         else:
             out.append(m)

@@ -30,12 +30,15 @@ MAX_LITERALS = 8  # rewrite literals played in one derived scenario
 # argument. The catalogue's calls carry at most two top-level arguments and three parallel calls; for each such
 # number N above WIDTH_REACH and below MAX_WIDTH (a larger one is taken for a text length: ``long_text`` plays
 # it), a derived episode has a call with N top-level arguments and one with N + 1 (at N exactly, and past it), the
-# MAX_WIDTHS largest of those widths; each such call's first added argument is a list of as many items. Widths up
-# to MAX_PARALLEL above the catalogue's three are played as that many parallel calls too (``parallel/N``).
+# MAX_WIDTHS largest of those widths (a number left out is named: ``width:N``); each such call's first added argument
+# is a list of as many objects, and its last one a key name as long, holding objects nested as deep, up to MAX_DEPTH
+# (a number may count a key name's characters or the braces of the arguments' JSON). Widths up to MAX_PARALLEL above
+# the catalogue's three are played as that many parallel calls too (``parallel/N``).
 WIDTH_REACH = 2
 MAX_WIDTH = 256
-MAX_WIDTHS = 4
+MAX_WIDTHS = 8
 MAX_PARALLEL = 16
+MAX_DEPTH = 16
 # A length ordered against a value the template's code does not fix (``keys|length > tools|length * 5``) is played
 # at this width too: past what such a value is in the scenarios (their tool lists, names, message counts).
 UNFIXED_WIDTH = 32
@@ -86,7 +89,12 @@ def derive_reach(reads: MessageReads, delimiters: Sequence[str] = (), control_te
             literals.append(lit)
     unfixed = [UNFIXED_WIDTH] if reads.length_against_value else []
     numbers = [n for n in (*reads.count_thresholds, *reads.length_thresholds, *unfixed) if WIDTH_REACH < n < MAX_WIDTH]
-    widths = sorted({w for n in numbers for w in (n, n + 1)})[-MAX_WIDTHS:]  # at each number, and past it
+    every = sorted({w for n in numbers for w in (n, n + 1)})  # at each number, and past it
+    widths = every[-MAX_WIDTHS:]
+    # a number whose widths were left out (more numbers than one episode plays) is named, never passed; and past
+    # MAX_PARALLEL, the parallel calls a number may count (``tool_calls|length > 16``)
+    not_probed += [f"width:{n}" for n in sorted(set(numbers)) if n not in widths or n + 1 not in widths]
+    not_probed += [f"parallel:{n}" for n in sorted(set(numbers)) if n >= MAX_PARALLEL][:1]
     return Reach(cycles, chars, tuple(literals), tuple(not_probed), tuple(widths))
 
 

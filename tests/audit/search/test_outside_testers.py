@@ -36,7 +36,6 @@ def _gaps(report) -> list[str]:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize(
     "name",
     [
-        "s_namecut",  # no branch at all: tool_call.name[:(24 if H else 1000)] cuts long names in history
         "i_twouser",  # rewrites a call turn in history after two user messages in a row
         "i_idless",  # rewrites a call turn in history whose call has no id
         "i_sysmid",  # rewrites a call turn in history after a system message in the middle
@@ -46,6 +45,13 @@ def test_the_search_finds_rewrites_keyed_on_what_agent_traffic_sends(name: str) 
     report = audit_of(TEMPLATES / f"{name}.jinja")
     assert report["verdict"] == "unsafe", (name, report["verdict_reasons"])
     assert report["scenarios"]["search"]["counterexamples"], report["scenarios"]["search"]
+
+
+def test_a_long_tool_name_cut_in_history_is_found_without_the_search() -> None:
+    """``tool_call.name[:(24 if H else 1000)]``, no branch at all: the search found it; now the 24 is read as a
+    length the template cuts with, and the wide episode calls tools named with 24 and 25 characters."""
+    report = audit_of(TEMPLATES / "s_namecut.jinja", search=0)
+    assert report["verdict"] == "unsafe", report["verdict_reasons"]
 
 
 @pytest.mark.parametrize("name", ["i_len80", "i_reserr", "i_url", "i_idless"])
