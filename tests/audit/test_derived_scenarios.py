@@ -40,14 +40,18 @@ def test_a_window_over_the_last_messages_is_played_past_its_length(scenarios: st
 
 @pytest.mark.parametrize("scenarios", ["quick", "full"])
 def test_earlier_answers_truncated_past_a_length_are_played_past_it(scenarios: str) -> None:
-    """R2: ``|truncate(240)`` on earlier answers rewrites a long answer once a user turn follows it."""
+    """R2: ``|truncate(240)`` on earlier answers rewrites a long answer once a user turn follows it. The scenarios
+    find it (TITO-REQUIRED); the search finds more: a call turn with a long text next to its call (twenty lines of
+    code) is cut too once its result is appended, which breaks buffer + delta (UNSAFE)."""
     assert message_reads((DATA / "truncate_answers.jinja").read_text()).length_thresholds == (240,)
-    r = audited("truncate_answers", scenarios)
+    r = audit_of(TOKENIZER, DATA / "truncate_answers.jinja", scenarios=scenarios, search=0)
     assert r.verdict == "tito-required", r.verdict_reasons
     hit = scenarios_with_findings(r, "history_rewrite")
     assert any(s.startswith("long_text/") for s in hit)
     if scenarios == "full":  # the catalogue's long answer
         assert "followup_user/long_answer" in hit
+    searched = audited("truncate_answers", scenarios)
+    assert searched.verdict == "unsafe" and "search/1" in scenarios_with_findings(searched, "tool_append_prefix")
 
 
 @pytest.mark.parametrize("scenarios", ["quick", "full"])
@@ -271,3 +275,14 @@ def test_a_threshold_bound_by_a_loop_over_literals_or_a_word_count_is_read() -> 
     # an item at a position counts items; a large number is a key (Seed-OSS: ``budget_reflections[16384]``)
     keyed = "{% set b = {0: 'a', 16384: 'b'} %}{%- for m in messages %}{{ b[16384] }}{{ m.tool_calls[11] }}{% endfor %}"
     assert message_reads(keyed).length_thresholds == (12,)
+
+
+@pytest.mark.parametrize("name", ["zero_width", "ansi"])
+def test_a_literal_the_template_looks_for_in_a_result_is_played(name: str) -> None:
+    """Round 7: the arguments of an earlier call dropped once its result holds a zero-width space (``'\\u200b' in
+    result``) or an ANSI colour code (``'\\x1b[' in result``: shell output), a clean SAFE under ``--search 0`` and
+    under the default search: a literal the template looks for in text is now written in every text of
+    ``literals/plain``."""
+    r = audit_of(TOKENIZER, DATA / f"looked_for_{name}.jinja", scenarios="quick", search=0)
+    assert r.verdict == "unsafe", r.verdict_reasons
+    assert any(s.startswith("literals/") for s in scenarios_with_findings(r, "tool_append_prefix"))

@@ -132,6 +132,12 @@ class _EngineShared(_Shared):
     def reads_tools(self) -> bool:
         return True
 
+    @property
+    def reads_clock(self) -> bool:
+        """An engine's code may read the date any way (the audit stops its wall clock, ``engines.wall_clock``):
+        each date is rendered on its own."""
+        return True
+
 
 class EngineRenderer(Renderer):
     """Renders through ``engine``; encodes and decodes with the model's tokenizer."""

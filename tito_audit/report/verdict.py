@@ -220,7 +220,10 @@ def describe_reason(reason: str) -> str:
                 "than one wide episode plays)"
             )
         if what == "literal":
-            return f"text holding {name!r} not probed (the template rewrites it; a control token's text)"
+            return (
+                f"text holding {name!r} not probed (the template rewrites or looks for it; a control token's text, "
+                "or past the eight a scenario plays)"
+            )
         if what == "search":
             if name == "failed":
                 return "the counterexample search failed (an error in tito-audit or a library, not the template)"

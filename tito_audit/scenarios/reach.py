@@ -25,6 +25,7 @@ MAX_COUNT = 64  # tool cycles a derived long episode plays at most (a threshold 
 LENGTH_REACH = 8
 MAX_LENGTH = 20_000  # characters a derived long text holds at most
 MAX_LITERALS = 8  # rewrite literals played in one derived scenario
+MAX_TESTED = 16  # bare words a template looks for, written in the search's texts
 # A number a template tests a ``|length`` with may count the items of a collection, not characters: a call's
 # arguments (``arguments|length >= 12``), a list it builds from them, a turn's parallel calls, the items of a list
 # argument. The catalogue's calls carry at most two top-level arguments and three parallel calls; for each such
@@ -48,15 +49,17 @@ UNFIXED_WIDTH = 32
 class Reach:
     """``cycles``: tool cycles of a derived long episode (0: none needed); ``length``: characters each text of a
     derived long-text episode holds (0: none needed); ``literals``: texts a template rewrites with that no delimiter
-    pair explains, played in every text of a derived episode; ``widths``: the top-level arguments of each call of a
-    derived wide episode, one call per width (none needed: empty); ``not_probed``: what none of them reaches
-    (``count:N``, ``length:N``, ``literal:TEXT``)."""
+    pair explains or looks for in text, played in every text of a derived episode; ``tested``: bare words it looks
+    for (keys, most often: the search writes them); ``widths``: the top-level arguments of each call of a derived
+    wide episode, one call per width (none needed: empty); ``not_probed``: what none of them reaches (``count:N``,
+    ``length:N``, ``literal:TEXT``)."""
 
     cycles: int = 0
     length: int = 0
     literals: tuple[str, ...] = ()
     not_probed: tuple[str, ...] = ()
     widths: tuple[int, ...] = ()
+    tested: tuple[str, ...] = ()  # bare words it looks for (``'image' in part``): the search writes them
 
 
 def derive_reach(reads: MessageReads, delimiters: Sequence[str] = (), control_texts: Sequence[str] = ()) -> Reach:
@@ -80,7 +83,11 @@ def derive_reach(reads: MessageReads, delimiters: Sequence[str] = (), control_te
             not_probed.append(f"length:{length}")
     played = set(delimiters)
     literals: list[str] = []
-    for lit in reads.rewrite_literals:
+    # the literals it rewrites text with, then those it looks for in text (``'error:' in content``); a bare word
+    # it looks for is most often a key (``'image' in part``), left to the search (``tested``)
+    rewritten = tuple(reads.rewrite_literals)
+    looked_for = [lit for lit in reads.tested_literals if lit not in rewritten and not lit.isidentifier()]
+    for lit in (*rewritten, *looked_for):
         if lit in played or lit.strip() in played:
             continue
         if any(c in lit for c in control_texts if c) or len(literals) >= MAX_LITERALS:
@@ -95,7 +102,9 @@ def derive_reach(reads: MessageReads, delimiters: Sequence[str] = (), control_te
     # MAX_PARALLEL, the parallel calls a number may count (``tool_calls|length > 16``)
     not_probed += [f"width:{n}" for n in sorted(set(numbers)) if n not in widths or n + 1 not in widths]
     not_probed += [f"parallel:{n}" for n in sorted(set(numbers)) if n >= MAX_PARALLEL][:1]
-    return Reach(cycles, chars, tuple(literals), tuple(not_probed), tuple(widths))
+    tested = [lit for lit in reads.tested_literals if lit.isidentifier() and lit not in (*played, *rewritten)]
+    tested = tested[:MAX_TESTED]
+    return Reach(cycles, chars, tuple(literals), tuple(not_probed), tuple(widths), tuple(tested))
 
 
 def long_text(chars: int, what: str) -> str:

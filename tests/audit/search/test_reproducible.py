@@ -64,7 +64,9 @@ def test_modules_loaded_between_two_searches_change_no_draw(model, drawn, tmp_pa
     first = _plays(model, drawn)
     _load_constants(tmp_path, monkeypatch, "loop_constants_a", 100)
     assert _plays(model, drawn) == first
-    assert len(first) >= BUDGET  # the search drew its whole budget (base.jinja is SAFE: nothing ends it early)
+    # the search played its sweeps and drew the rest of its budget (base.jinja is SAFE: nothing ends it early; a
+    # draw that repeats an earlier one is not played again)
+    assert len(first) > BUDGET // 2
 
 
 def test_on_its_fallback_the_loaded_modules_change_the_draws_and_the_report_names_it(

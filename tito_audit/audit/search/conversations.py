@@ -66,13 +66,17 @@ class _Strategies:
             st.booleans(),
             st.none(),
             st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False).map(lambda f: round(f, 3)),
+            # values arguments often hold that a template may test for: zero, empty containers, a timestamp in
+            # milliseconds (past 32 bits)
+            st.sampled_from((0, [], {}, 1_767_225_600_000)),
         )
         nested = st.one_of(
             st.lists(scalar, min_size=1, max_size=3),
             st.dictionaries(st.sampled_from(ARGUMENT_KEYS), scalar, min_size=1, max_size=3),
         )
         self.value = st.one_of(scalar, nested)
-        self.result = self.text  # tool results are text: what the catalogue's adapters and payload reads take
+        # tool results are text (what the catalogue's adapters and payload reads take), or only whitespace
+        self.result = st.one_of(self.text, st.sampled_from(EDGES[1:]))
         # a user turn's content: text, or a list of text parts (what multimodal clients send)
         parts = self.text_full.map(lambda t: [{"type": "text", "text": t}])
         self.user = st.one_of(self.text_full, parts) if space.parts else self.text_full
@@ -122,7 +126,7 @@ class _Strategies:
             messages.append({"role": "user", "content": draw(self.user)})
             turns = [self.call_turn(draw, thinks()) for _ in range(draw(st.integers(1, 3)))]
             for turn, results in turns:
-                messages += _placed(turn, results, counter, ids)
+                messages += placed(turn, results, counter, ids)
             # A long episode: the first turn, compacted, again and again with reasoning on every turn (drawn after
             # the turns, and always with the same draws, so that shrinking it to none leaves the rest as it was).
             extra, vary, thought = draw(self.extra), draw(st.booleans()), draw(self.reasoning)
@@ -133,7 +137,7 @@ class _Strategies:
                 results = [[space.texts[k % len(space.texts)][:SHORT]] for k in range(extra)]
                 each_turn = _varied(compact, extra) if vary else [compact] * extra
                 for each, result in zip(each_turn, results, strict=True):
-                    messages += _placed(each, result, counter, ids)
+                    messages += placed(each, result, counter, ids)
             answer: Message = {"role": "assistant", "content": draw(self.answer)}
             if thinks():
                 answer["reasoning_content"] = draw(self.reasoning)
@@ -149,7 +153,25 @@ class _Strategies:
             for i, m in enumerate(messages):
                 if m["role"] in roles and draw(st.booleans()):
                     messages[i] = {**m, key: draw(self.text_full)}
-        return tuple(messages), _declarations(messages), tuple(kwargs)
+        return tuple(messages), declarations(messages), tuple(kwargs)
+
+
+# The values a long episode's turns give one argument in turn: every JSON type at its edges, and the strings tools
+# are given that a template may test (Windows line ends, JSON held in a string, code of many lines).
+SWEEP: tuple[Any, ...] = (
+    0,
+    [],
+    {},
+    -3,
+    2.5,
+    None,
+    False,
+    True,
+    1_767_225_600_000,
+    "a\r\nb",
+    '{"k": [1]}',
+    "".join(f"line {i}\n" for i in range(1, 21)),
+)
 
 
 def _compact(turn: Message, reasoning: str | None) -> Message:
@@ -171,12 +193,14 @@ def _compact(turn: Message, reasoning: str | None) -> Message:
 
 
 def _varied(turn: Message, cycles: int) -> list[Message]:
-    """``cycles`` copies of ``turn`` that go through the name shapes, the texts next to calls and the whitespace at
-    reasoning's edges, one step per turn (a long episode that covers them all without drawing each)."""
+    """``cycles`` copies of ``turn`` that go through the name shapes, the texts next to calls, the whitespace at
+    reasoning's edges and the values an argument may hold (``SWEEP``), one step per turn (a long episode that covers
+    them all without drawing each)."""
     out = []
     for k in range(cycles):
         call = turn["tool_calls"][0]
-        fn = {**call["function"], "name": NAME_SHAPES[k % len(NAME_SHAPES)]}
+        args = {**call["function"]["arguments"], "value": SWEEP[k % len(SWEEP)]}
+        fn = {**call["function"], "name": NAME_SHAPES[k % len(NAME_SHAPES)], "arguments": args}
         varied: Message = {**turn, "content": (None, *CALL_TEXTS)[k % 3], "tool_calls": [{**call, "function": fn}]}
         if turn.get("reasoning_content"):
             edge = EDGES[k % len(EDGES)]
@@ -185,7 +209,7 @@ def _varied(turn: Message, cycles: int) -> list[Message]:
     return out
 
 
-def _placed(turn: Message, results: list[Any], counter: list[int], ids: str = "short") -> list[Message]:
+def placed(turn: Message, results: list[Any], counter: list[int], ids: str = "short") -> list[Message]:
     """``turn`` with fresh call ids (``ids``: ``short`` counters, ``long`` ones as OpenAI and vLLM write them, or
     ``none``: calls and results without ids), and its results."""
     calls = []
@@ -205,7 +229,7 @@ def _placed(turn: Message, results: list[Any], counter: list[int], ids: str = "s
     return out
 
 
-def _declarations(messages: list[Message]) -> tuple[dict[str, Any], ...]:
+def declarations(messages: list[Message]) -> tuple[dict[str, Any], ...]:
     """A tool declaration for every name called, with the arguments it is called with (as a tool set would)."""
     params: dict[str, dict[str, Any]] = {}
     for m in messages:

@@ -23,6 +23,7 @@ from tito_audit.audit.search.conversations import conversations
 from tito_audit.audit.search.property import APPEND, KINDS, judged, play
 from tito_audit.audit.search.result import SearchResult
 from tito_audit.audit.search.space import SearchSpace
+from tito_audit.audit.search.sweep import shrunk, sweeps
 from tito_audit.compat import available, reproducible_search
 from tito_audit.errors import InternalError
 from tito_audit.scenarios.searched import Conversation
@@ -110,11 +111,27 @@ def _look(
     steering: Coverage | None,
     shrink: int,
 ) -> None:
-    """The finds: one for every kind wanted, then, where a re-render break came first, one for buffer + delta."""
+    """The finds: the sweep first (``sweep``), then one for every kind wanted, then, where a re-render break came
+    first, one for buffer + delta."""
     looking = list(result.wanted)
-    while looking:
+    try:
+        swept = _swept(ctx, space, state, allowance, steering, tuple(looking))
+    except _Spent:
+        state.stopped = allowance.why
+        return
+    except _Failed as failed:
+        raise failed.error from None
+    if swept is not None:
+        played = play(ctx, swept, f"search/{len(result.found) + 1}")
+        result.found.append(played)
+        if played.kind == APPEND or APPEND not in looking:
+            return
+        looking = [APPEND]  # a re-render break: the draws look on for the stronger one
+        state.cap += shrink
+    draws = budget - len(sweeps(space))  # the sweeps were some of the budget's conversations
+    while looking and draws > 0:
         try:
-            found = _find(ctx, space, budget, seed, tuple(looking), state, allowance, steering)
+            found = _find(ctx, space, draws, seed, tuple(looking), state, allowance, steering)
         except _Spent:
             state.stopped = allowance.why
             return
@@ -165,6 +182,24 @@ class _Allowance:
         """The template's CPU budget as it was, its spending less the search's renders (a stop their CPU caused,
         past the search's allowance, lifted: the checks keep what they had left)."""
         self.budget.repay(self.loan)
+
+
+def _swept(
+    ctx: AuditContext,
+    space: SearchSpace,
+    state: _State,
+    allowance: _Allowance,
+    coverage: Coverage | None,
+    wanted: tuple[str, ...],
+) -> Conversation | None:
+    """The first sweep conversation that breaks the property in a way ``wanted`` (see ``sweep``), shrunk; None
+    otherwise. Played as a draw is: memoized, within the caps, its arms counted (not scored: no draw follows)."""
+    probe = _Probe(ctx, state, allowance, coverage, wanted, lambda *args, **kwargs: None)
+    state.hit = False
+    for conversation in sweeps(space):
+        if probe.breaks(conversation):
+            return shrunk(conversation, probe.breaks)
+    return None
 
 
 def _find(

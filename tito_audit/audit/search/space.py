@@ -1,14 +1,17 @@
 """What the counterexample search varies, derived from the template: the space of conversations it draws from.
 
 The fixed part is what real agent traffic sends (``NAME_SHAPES``, ``ARGUMENT_KEYS``, ``TEXTS``, ``EDGES``): tool
-names in every common shape, calls of zero to ten top-level arguments with nested objects and arrays, text with
-quotes, newlines, backslashes and non-ASCII characters, with whitespace at its edges, empty, long. The part read
-from the template (``SearchSpace.of``): whether reasoning reaches its render (then every assistant turn may carry
-it, and a long episode carries it on every turn), the other message keys it renders (``Reasoning.fields``), the
-literals it rewrites text with and texts past the lengths it tests (``scenarios.reach``: control-token texts are
-never written, ``special_token_injection`` judges them), episodes past the conversation lengths it tests, and the
-values of its switches (``scenarios.switches``). Each list is ordered simplest first: the search
-shrinks a counterexample towards the first entries.
+names in every common shape, calls of zero to ten top-level arguments with nested objects and arrays (and zero,
+empty containers, a millisecond timestamp), text with quotes, newlines, backslashes, non-ASCII characters, Windows
+line ends, ANSI colours, a zero-width space, a call written as text, with whitespace at its edges, empty, only
+whitespace (a tool result), long. The part read from the template (``SearchSpace.of``): whether reasoning reaches
+its render (then every assistant turn may carry it, and a long episode carries it on every turn), the other message
+keys it renders (``Reasoning.fields``), the literals it rewrites or looks for in text and texts past the lengths it
+tests (``scenarios.reach``: control-token texts are never written, ``special_token_injection`` judges them),
+episodes past the conversation lengths it tests, and the values of its switches (``scenarios.switches``). A long
+episode's turns go through the name shapes, the texts and the argument values of ``conversations.SWEEP`` one step
+a turn, so that a value a template keys a rewrite on is met without being drawn. Each list is ordered simplest
+first: the search shrinks a counterexample towards the first entries.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ NAME_SHAPES: tuple[str, ...] = (
     "météo_du_jour",
     "天気を取得",
     "search_knowledge_base_documents",  # long: past a length a template may cut names at
+    "mcp__github__create_issue",  # MCP as coding agents name its tools: server and tool joined by "__"
 )
 # Top-level argument names, in the order a call takes them (a call of n arguments has the first n).
 ARGUMENT_KEYS: tuple[str, ...] = (
@@ -50,7 +54,7 @@ ARGUMENT_KEYS: tuple[str, ...] = (
     "API_KEY",
 )
 # Text cores: plain first, then quotes, newlines, a backslash, non-ASCII, JSON in a string, code, a URL, a code
-# fence, an emoji, an error a tool returns, a sentence of about a hundred characters.
+# fence, an emoji, an error a tool returns, a sentence of about a hundred characters, and tool output's own shapes.
 TEXTS: tuple[str, ...] = (
     "Paris",
     "Sunny, 21 C.",
@@ -66,6 +70,13 @@ TEXTS: tuple[str, ...] = (
     "On it ☀️",
     "Error: city not found",
     "The forecast for the next three days shows light rain in the morning and clear skies after noon.",
+    # what shell and file tools return and code arguments hold: Windows line ends, ANSI colours, a zero-width space,
+    # a function of many lines; and a call written as text (a model reasoning about it, or a call its parser missed)
+    "ok\r\ndone\r\n",
+    "\x1b[32mPASSED\x1b[0m 3 tests",
+    "zero\u200bwidth",
+    "".join(f"line {i}: x = {i}\n" for i in range(1, 21)),
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
 )
 EDGES: tuple[str, ...] = ("", " ", "\n", "\n\n", "\t", "  \n")  # whitespace at the start or end of a text
 CALL_TEXTS: tuple[str, ...] = ("I'll check the weather.", "Let me look that up.\nOne moment.")  # text next to calls
@@ -79,7 +90,8 @@ _TYPE_TEST = re.compile(r"content['\"]?\]?\s*(?:\|\s*\w+\s*)?\bis\s+(?:not\s+)?(
 @dataclass(frozen=True)
 class SearchSpace:
     """What a conversation may hold for this template (see the module docstring). ``texts``: text cores, simplest
-    first (the fixed ones, the template's tested literals, long texts); ``reasoning``: reasoning reaches the
+    first (the fixed ones, the literals the template rewrites or looks for, long texts); ``reasoning``: reasoning
+    reaches the
     render; ``fields``: other message keys it renders, with the roles it renders each for; ``cycles``: the tool
     cycles of a long episode; ``switches``: each switch's played values (``kwargs`` are drawn from them, unset
     first); ``parts``: a user turn may send its text as a list of text parts, where the template tests the type of
@@ -99,7 +111,7 @@ class SearchSpace:
     def of(cls, ctx: AuditContext) -> SearchSpace:
         reasoning = ctx.shapes.reasoning
         reads = ctx.reach
-        literals = tuple(f"before {lit} after" for lit in reads.literals)
+        literals = tuple(f"before {lit} after" for lit in (*reads.literals, *reads.tested))
         lengths = (LONG, reads.length) if reads.length > LONG else (LONG,)
         longs = tuple(long_text(n, "Step") for n in lengths)
         cycles = min(MAX_CYCLES, max(15, reads.cycles + 1))

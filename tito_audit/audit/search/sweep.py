@@ -1,0 +1,128 @@
+"""The search's first conversations: long episodes that go through everything the space holds, step by step.
+
+A rewrite keyed on one value (an MCP tool name, an empty list argument, a zero, a Windows line end in a tool result,
+a call written as text) breaks on the first conversation that holds that value where history is rewritten. Drawn at
+random, forty conversations may all miss it. So before the draws, the search plays two conversations built from the
+space itself (``sweeps``). One of values (``sweep``): a tool cycle for each step, each call named with the next name
+shape, given the next argument value (``conversations.SWEEP``) and the next text core as an argument, with the next
+text next to it, and answered with the next text core, reasoning on every turn where the template shows it. One of
+texts and shapes (``sweep_texts``): each text core next to a call, and a second system message, two user turns in a
+row, calls without ids. Where one breaks, it is shrunk by hand as hypothesis would (``shrunk``): each tool cycle
+dropped, then each turn's reasoning, the text next to its call and each argument, while the break remains. Each
+counts as one of the budget's conversations; the draws follow where neither breaks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tito_audit.audit.search.conversations import SHORT, SWEEP, declarations, placed
+from tito_audit.audit.search.space import CALL_TEXTS, NAME_SHAPES, REASONING, SearchSpace
+from tito_audit.scenarios.searched import Conversation, Message
+
+
+def sweeps(space: SearchSpace) -> list[Conversation]:
+    """The sweep of values (``sweep``), then the sweep of texts and shapes (``sweep_texts``)."""
+    return [sweep(space), sweep_texts(space)]
+
+
+def sweep_texts(space: SearchSpace) -> Conversation:
+    """A tool cycle for each text core, written next to the call and returned as its result, in a conversation of
+    the shapes loops send beside the catalogue's: a system prompt, a second system message in its middle (a
+    reminder, as coding agents inject), two user turns in a row, calls without ids. A template that refuses one
+    of them refuses this conversation only."""
+    texts = [t[:SHORT] for t in space.texts]
+    messages: list[Message] = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "What's the weather in Paris?"},
+    ]
+    counter = [0]
+    for k, text in enumerate(texts):
+        if k == len(texts) // 2:
+            messages += [
+                {"role": "system", "content": "Reminder: keep answers short."},
+                {"role": "user", "content": "And tomorrow?"},
+                {"role": "user", "content": "Also Lyon."},
+            ]
+        call = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+        turn: Message = {"role": "assistant", "content": text, "tool_calls": [call]}
+        if space.reasoning:
+            turn["reasoning_content"] = REASONING[k % len(REASONING)]
+        messages += placed(turn, [texts[(k + 1) % len(texts)]], counter, "none" if k % 2 else "short")
+    messages.append({"role": "assistant", "content": "It is sunny in Paris."})
+    return Conversation(tuple(messages), declarations(messages), ())
+
+
+def sweep(space: SearchSpace) -> Conversation:
+    """The sweep conversation over ``space`` (see the module docstring)."""
+    texts = [t[:SHORT] for t in space.texts]
+    steps = max(len(NAME_SHAPES), len(SWEEP), len(texts))
+    messages: list[Message] = [{"role": "user", "content": "What's the weather in Paris?"}]
+    counter = [0]
+    for k in range(steps):
+        args = {"city": texts[k % len(texts)], "value": SWEEP[k % len(SWEEP)]}
+        call = {"type": "function", "function": {"name": NAME_SHAPES[k % len(NAME_SHAPES)], "arguments": args}}
+        turn: Message = {"role": "assistant", "content": (None, *CALL_TEXTS)[k % 3], "tool_calls": [call]}
+        if space.reasoning:
+            turn["reasoning_content"] = REASONING[k % len(REASONING)]
+        messages += placed(turn, [texts[(k + 1) % len(texts)]], counter)
+    answer: Message = {"role": "assistant", "content": "It is sunny in Paris."}
+    if space.reasoning:
+        answer["reasoning_content"] = REASONING[0]
+    messages.append(answer)
+    return Conversation(tuple(messages), declarations(messages), ())
+
+
+def shrunk(conversation: Conversation, breaks: Callable[[Conversation], bool]) -> Conversation:
+    """``conversation`` (which breaks) with each tool cycle dropped, then each turn simplified (``_simpler``), while
+    ``breaks`` still holds (it bounds the plays: past its bound it answers False, which keeps what is left)."""
+    messages = list(conversation.messages)
+    k = 0
+    while True:
+        starts = [i for i, m in enumerate(messages) if m.get("tool_calls")]
+        if k >= len(starts) or len(starts) == 1:
+            break
+        start = starts[k]
+        end = next((i for i in range(start + 1, len(messages)) if messages[i]["role"] != "tool"), len(messages))
+        candidate = messages[:start] + messages[end:]
+        if breaks(_conversation(candidate, conversation)):
+            messages = candidate
+        else:
+            k += 1
+    for i in range(len(messages)):
+        tried = 0
+        while tried < len(options := _simpler(messages[i])):  # each accepted step makes the message anew
+            candidate = [*messages[:i], options[tried], *messages[i + 1 :]]
+            if breaks(_conversation(candidate, conversation)):
+                messages = candidate
+            else:
+                tried += 1
+    return _conversation(messages, conversation)
+
+
+def _simpler(message: Message) -> list[Message]:
+    """``message`` made simpler in one way each, in order: without its reasoning, without the text next to its
+    calls, each argument of each call left out."""
+    if message["role"] != "assistant":
+        return []
+    out: list[Message] = []
+    if "reasoning_content" in message:
+        out.append({k: v for k, v in message.items() if k != "reasoning_content"})
+    if message.get("tool_calls") and message.get("content"):
+        out.append({**message, "content": None})
+    for call_index, call in enumerate(message.get("tool_calls") or []):
+        for key in call["function"]["arguments"]:
+            args = {k: v for k, v in call["function"]["arguments"].items() if k != key}
+            out.append(_with_call(message, call_index, {**call["function"], "arguments": args}))
+    return out
+
+
+def _with_call(message: Message, index: int, function: dict[str, Any]) -> Message:
+    calls = list(message["tool_calls"])
+    calls[index] = {**calls[index], "function": function}
+    return {**message, "tool_calls": calls}
+
+
+def _conversation(messages: list[Message], like: Conversation) -> Conversation:
+    return Conversation(tuple(messages), declarations(messages), like.kwargs)
