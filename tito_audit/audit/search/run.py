@@ -114,8 +114,9 @@ def _look(
     """The finds: the sweep first (``sweep``), then one for every kind wanted, then, where a re-render break came
     first, one for buffer + delta."""
     looking = list(result.wanted)
+    plans = sweeps(space)[:budget]  # the sweeps are the budget's first conversations
     try:
-        swept = _swept(ctx, space, state, allowance, steering, tuple(looking))
+        swept = _swept(ctx, plans, state, allowance, steering, tuple(looking))
     except _Spent:
         state.stopped = allowance.why
         return
@@ -128,7 +129,7 @@ def _look(
             return
         looking = [APPEND]  # a re-render break: the draws look on for the stronger one
         state.cap += shrink
-    draws = budget - len(sweeps(space))  # the sweeps were some of the budget's conversations
+    draws = budget - len(plans)
     while looking and draws > 0:
         try:
             found = _find(ctx, space, draws, seed, tuple(looking), state, allowance, steering)
@@ -186,17 +187,18 @@ class _Allowance:
 
 def _swept(
     ctx: AuditContext,
-    space: SearchSpace,
+    plans: list[Conversation],
     state: _State,
     allowance: _Allowance,
     coverage: Coverage | None,
     wanted: tuple[str, ...],
 ) -> Conversation | None:
-    """The first sweep conversation that breaks the property in a way ``wanted`` (see ``sweep``), shrunk; None
-    otherwise. Played as a draw is: memoized, within the caps, its arms counted (not scored: no draw follows)."""
+    """The first of the sweep conversations ``plans`` that breaks the property in a way ``wanted`` (see ``sweep``),
+    shrunk; None otherwise. Played as a draw is: memoized, within the caps, its arms counted (not scored: no draw
+    follows)."""
     probe = _Probe(ctx, state, allowance, coverage, wanted, lambda *args, **kwargs: None)
     state.hit = False
-    for conversation in sweeps(space):
+    for conversation in plans:
         if probe.breaks(conversation):
             return shrunk(conversation, probe.breaks)
     return None
