@@ -100,3 +100,11 @@ def test_search_off_is_said_and_a_verdict_already_unsafe_is_not_searched() -> No
     unsafe = audit_of(TOKENIZER)  # stock Qwen3: its catalogue already shows a rewrite on a tool append
     assert unsafe.verdict == "unsafe"
     assert unsafe.scenarios["search"]["skipped"] == "the scenarios already make the verdict unsafe"
+
+
+def test_the_sweeps_are_the_first_conversations_of_the_budget() -> None:
+    """A budget of one plays the first sweep only; forty play both sweeps and thirty-eight draws."""
+    one = audited("base", search=1).scenarios["search"]
+    assert one["drawn"] == 1 and one["counterexamples"] == []
+    full = audited("base").scenarios["search"]
+    assert full["drawn"] == 40
