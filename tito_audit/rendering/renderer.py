@@ -4,11 +4,10 @@ Every render is transformers' (``apply_chat_template``, or for text renders the 
 its inputs, each message prepared once: ``template_inputs``; its ImmutableSandboxedEnvironment either way), under
 the render limits (``guard``), with the template's clock pinned (``analysis.prepare_for_renders``, again
 whenever transformers may have compiled the template anew: its cache keeps 128); every failure becomes a
-classified ``RenderError``. An audit renders the same conversations hundreds of times, so
-renders are cached per (messages, tools, generation prompt, kwargs, date: where the template reads the clock) and
-shared by every renderer derived with ``with_kwargs``/``with_date``; a failing render is cached too, so it is not
-retried. Encodes and decodes
-are the tokenizer's (``tokenizer_cache``). Sanitized encoding (``render_ids``) is exactly the plain encoding
+classified ``RenderError``. An audit renders the same conversations hundreds of times, so renders are cached per
+(messages, tools, generation prompt, kwargs, date: where the template reads the clock) and shared by every renderer
+derived with ``with_kwargs``/``with_date``; a failing render is cached too, so it is not retried. Encodes and
+decodes are the tokenizer's (``tokenizer_cache``). Sanitized encoding (``render_ids``) is exactly the plain encoding
 of the cached text render when marking control tokens changes nothing, so no second template run is needed;
 otherwise ``sanitizer`` does it.
 """
@@ -188,7 +187,6 @@ class Renderer:
         self.chat_template = chat_template
         self.template_kwargs = dict(template_kwargs or {})
         self.date = date
-        self._date_key = date.isoformat()  # the date in render keys, "" where the template cannot see it
         self.limits = limits or RenderLimits()
         # (name, convert): the tool declarations every render passes are converted to the schema the template
         # reads (``scenarios.adapt.TOOL_SCHEMAS``); None: as given
@@ -201,8 +199,7 @@ class Renderer:
             prepare_for_renders(chat_template, self.limits)
             _shared = _Shared(tokenizer, chat_template, self.limits)
         self._shared = _shared
-        if not _shared.reads_clock:
-            self._date_key = ""
+        self._date_key = date.isoformat() if _shared.reads_clock else ""  # "": the template cannot see the date
 
     def _derive(
         self, template_kwargs: dict[str, Any], date: dt.datetime, tools_as: ToolsAs | None, marks: bool | None = None

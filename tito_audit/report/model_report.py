@@ -33,7 +33,8 @@ from tito_audit.sources.load import Provenance
 #      messages) and scenarios.coverage (the template's arms history reaches, how many ran, which did not);
 #      not_probed reasons template_line:N: TEST, template_lines:+K, switch:NAME[=VALUE], search:DRAWN/BUDGET,
 #      search:failed, coverage:renderer|not_compiled|not_instrumented|no_message_loop, scenario:ID (a derived
-#      scenario the template refused: wide/N, parallel/N, long/N...); scenarios switch/NAME=VALUE, search/N,
+#      scenario the template refused: wide/N, parallel/N, long/N...), width:N and parallel:N (counts past what the
+#      derived wide and parallel episodes play); scenarios switch/NAME=VALUE, search/N,
 #      search/replayed-N; libraries.hypothesis
 #      replay: finding classes environment (replay: environment ids logged and trained as sampled) and logprob_alignment
 #      (replay --weights: the check replay_logprob_alignment, models[].replay.weights.alignment); replay totals

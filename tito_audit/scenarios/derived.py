@@ -130,7 +130,8 @@ def wide_scenarios(reach: Reach, special_texts: Sequence[str] = ()) -> list[Scen
         steps = ("user", *("call", "tool") * len(parallel), "final", "user", "final")
         desc = f"turns of {', '.join(map(str, parallel))} parallel calls, then a follow-up"
         spec = ScenarioSpec(f"parallel/{parallel[-1]}", steps, "plain", desc, frozenset({"derived"}))
-        out += _declared(in_modes(spec, _parallel(build_messages(spec, special_texts), parallel), ({},)))
+        messages = _results_named(_parallel(build_messages(spec, special_texts), parallel))
+        out += _declared(in_modes(spec, messages, ({},)))
     return out
 
 
@@ -170,9 +171,9 @@ def _long_name(name: str, width: int) -> str:
 def _widened(message: Message, width: int) -> Message:
     """``message`` with each of its calls grown to ``width`` in every way a number of items can be counted in it: a
     tool name of ``width`` characters, and in its arguments (a mapping) ``width`` top-level arguments, the first added
-    one a list of ``width`` objects, the last
-    added one named with ``width`` characters (``keys|map('length')|max > 24``) and holding objects and lists nested
-    ``width`` deep (up to ``MAX_DEPTH``: ``(arguments|tojson).count('{') > 3``)."""
+    one a list of ``width`` objects, the last added one named with ``width`` characters
+    (``keys|map('length')|max > 24``) and holding objects and lists nested ``width`` deep (up to ``MAX_DEPTH``:
+    ``(arguments|tojson).count('{') > 3``)."""
     calls = []
     for call in message["tool_calls"]:
         fn = dict(call["function"])
@@ -203,29 +204,26 @@ def _nested(depth: int) -> dict[str, Any]:
 def _parallel(messages: list[Message], counts: Sequence[int]) -> list[Message]:
     """``messages`` with its k-th call turn made of ``counts[k]`` parallel calls, followed by their results: the
     first two calls of one tool, each other call of a tool of its own (``calls|map(attribute='function.name')|
-    unique|list|length >= 4``)."""
+    unique|list|length >= 4``). The results name the first call's tool (``_results_named`` gives each its own)."""
     out: list[Message] = []
     turns = iter(counts)
-    added: list[tuple[str, str]] = []  # the added calls: id and tool name
+    added: list[str] = []
     for m in messages:
         if m.get("tool_calls"):
             call = m["tool_calls"][0]
             count = next(turns)
             ids = [f"{call['id'][:5]}p{k:03d}" for k in range(1, count)]
             name = call["function"]["name"]
-            names = [name if k == 1 else f"{name}_{k}" for k in range(1, count)]
-            more = [
-                {**call, "id": i, "function": {**call["function"], "name": n, "arguments": {"city": f"City {k}"}}}
-                for k, (i, n) in enumerate(zip(ids, names, strict=True), 1)
+            functions = [
+                {**call["function"], "name": name if k == 1 else f"{name}_{k}", "arguments": {"city": f"City {k}"}}
+                for k in range(1, count)
             ]
+            more = [{**call, "id": i, "function": fn} for i, fn in zip(ids, functions, strict=True)]
             out.append({**m, "tool_calls": [call, *more]})
-            added = list(zip(ids, names, strict=True))
+            added = ids
         elif m["role"] == "tool" and added:
             out.append(m)
-            out += [
-                {**m, "tool_call_id": i, "content": f"{m['content']} ({k})", **({"name": n} if "name" in m else {})}
-                for k, (i, n) in enumerate(added, 1)
-            ]
+            out += [{**m, "tool_call_id": i, "content": f"{m['content']} ({k})"} for k, i in enumerate(added, 1)]
             added = []
         else:
             out.append(m)

@@ -91,13 +91,12 @@ _TYPE_TEST = re.compile(r"content['\"]?\]?\s*(?:\|\s*\w+\s*)?\bis\s+(?:not\s+)?(
 class SearchSpace:
     """What a conversation may hold for this template (see the module docstring). ``texts``: text cores, simplest
     first (the fixed ones, the literals the template rewrites or looks for, long texts); ``reasoning``: reasoning
-    reaches the
-    render; ``fields``: other message keys it renders, with the roles it renders each for; ``cycles``: the tool
-    cycles of a long episode; ``switches``: each switch's played values (``kwargs`` are drawn from them, unset
-    first); ``parts``: a user turn may send its text as a list of text parts, where the template tests the type of
-    a message's content (``content is string``...; elsewhere a template that concatenates content refuses parts);
-    ``parallel``: a call turn may carry several calls, unless the template refused every catalogue scenario that
-    has some (it raises for them: every draw with one would be refused, and the budget spent on nothing)."""
+    reaches the render; ``fields``: other message keys it renders, with the roles it renders each for; ``cycles``:
+    the tool cycles of a long episode; ``switches``: each switch's played values (``kwargs`` are drawn from them,
+    unset first); ``parts``: a user turn may send its text as a list of text parts, where the template tests the
+    type of a message's content (``content is string``...; elsewhere a template that concatenates content refuses
+    parts); ``parallel``: a call turn may carry several calls, unless the template refused every catalogue scenario
+    that has some (it raises for them: every draw with one would be refused, and the budget spent on nothing)."""
 
     texts: tuple[str, ...] = TEXTS
     reasoning: bool = False
