@@ -1,5 +1,5 @@
 """Issue 40: `rl` plays the conversations the counterexample search finds, so its verdict is never "identical"
-where the search found one. The template (tests/data/search/mcp_names.jinja, on Qwen2.5's tokenizer) writes
+where the search found one. The template (tests/data/search/mcp_names_hidden.jinja, on Qwen2.5's tokenizer) writes
 dotted tool names with '_' in the turns before the last user message; on 507ac91 `rl` said identical."""
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ QUICK = dict(steps=1, groups=1, group_size=3, scenarios=("single_call/plain", "t
 
 
 def _model(tmp_path: Path) -> str:
-    """Qwen2.5's tokenizer with the template of tests/data/search/mcp_names.jinja."""
+    """Qwen2.5's tokenizer with the template of tests/data/search/mcp_names_hidden.jinja."""
     source = snapshot("Qwen/Qwen2.5-7B-Instruct")
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(source / name, tmp_path / name)
     config = json.loads((tmp_path / "tokenizer_config.json").read_text())
     config.pop("chat_template", None)
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
-    (tmp_path / "chat_template.jinja").write_text((DATA / "search" / "mcp_names.jinja").read_text())
+    (tmp_path / "chat_template.jinja").write_text((DATA / "search" / "mcp_names_hidden.jinja").read_text())
     return str(tmp_path)
 
 

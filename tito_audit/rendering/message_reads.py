@@ -22,6 +22,7 @@ derived from (``scenarios.reasoning``), so that a template is played with what i
   (``[0] * 11``, a list walked beside another: ``loop.cycle``). Each may count items instead of characters
   (``arguments|length >= 12``): ``scenarios.reach`` plays both. ``length_against_value``: a length it orders
   against a value its code does not fix (``keys|length > tools|length * 5``).
+- ``folds_case``: it changes some text's letter case (``f.name|lower``, ``role.capitalize()``).
 
 A number is read where the code fixes it without running anything (``whole_number``): a constant, a variable or
 namespace attribute set to numbers (``set th = 12``, ``namespace(th=12)``) or looping over them
@@ -39,29 +40,16 @@ from jinja2 import nodes
 
 from tito_audit.rendering.tree_order import descendants
 
+# Methods and filters that change the text they are given by their constant arguments (not only look for them).
+_REWRITE_METHODS = frozenset({"split", "rsplit", "partition", "rpartition", "strip", "lstrip", "rstrip", "replace"})
 # String methods and filters whose constant arguments are text the template looks for.
-_TEXT_METHODS = frozenset(
-    {
-        "split",
-        "rsplit",
-        "partition",
-        "rpartition",
-        "strip",
-        "lstrip",
-        "rstrip",
-        "replace",
-        "startswith",
-        "endswith",
-        "find",
-        "rfind",
-        "index",
-        "rindex",
-        "count",
-        "removeprefix",
-        "removesuffix",
-    }
+_TEXT_METHODS = _REWRITE_METHODS | frozenset(
+    {"startswith", "endswith", "find", "rfind", "index", "rindex", "count", "removeprefix", "removesuffix"}
 )
 _TEXT_FILTERS = frozenset({"replace", "trim"})
+# Filters and str methods that change a text's letter case (``f.name|lower``, ``role.capitalize()``).
+_CASE_FILTERS = frozenset({"lower", "upper", "title", "capitalize"})
+_CASE_METHODS = frozenset({*_CASE_FILTERS, "swapcase", "casefold"})
 # Filters of a list of messages that give a list of messages, and those that give one message.
 _LIST_FILTERS = frozenset({"list", "reverse", "select", "reject", "selectattr", "rejectattr", "unique", "sort"})
 _ONE_FILTERS = frozenset({"first", "last", "random"})
@@ -79,8 +67,6 @@ _READ = (
 )  # what an expression is: a list of messages, or one message; and a list sized by a number
 
 
-# Methods and filters that change the text they are given by their constant arguments (not only look for them).
-_REWRITE_METHODS = frozenset({"split", "rsplit", "partition", "rpartition", "strip", "lstrip", "rstrip", "replace"})
 # Attributes of a jinja loop that count iterations, and filters that count a list.
 _LOOP_COUNTERS = frozenset({"index", "index0", "revindex", "revindex0", "length"})
 _COUNT_FILTERS = frozenset({"length", "count"})
@@ -100,6 +86,9 @@ class MessageReads:
     length_thresholds: tuple[int, ...] = ()
     # a length ordered against a value its code does not fix (``keys|length > tools|length * 5``, ``> messages|length``)
     length_against_value: bool = False
+    # it changes the letter case of some text (``f.name|lower``): a name or key the catalogue writes in lower case
+    # comes out the same, one in mixed case (``getWeather``) does not
+    folds_case: bool = False
 
 
 def read_messages(tree: nodes.Template, everything: list[nodes.Node] | None = None) -> MessageReads:
@@ -153,6 +142,7 @@ class _Reader:
             tuple(sorted(counts)),
             tuple(sorted(lengths)),
             against_value,
+            self._folds_case(),
         )
 
     # -- what each variable holds, to a fixed point
@@ -330,6 +320,9 @@ class _Reader:
             return self.constants.get(node.name)
         return None
 
+    def _folds_case(self) -> bool:
+        return any(_folds(node) for node in self.nodes)
+
     def _tested(self, rewrites_only: bool = False) -> Iterable[str]:
         methods = _REWRITE_METHODS if rewrites_only else _TEXT_METHODS
         for node in self.nodes:
@@ -437,6 +430,13 @@ class _Reader:
             value = self.constant(arg)
             if value and value.strip():
                 yield value
+
+
+def _folds(node: nodes.Node) -> bool:
+    """Whether ``node`` changes a text's letter case (``|lower``, ``.capitalize()``)."""
+    if isinstance(node, nodes.Filter):
+        return node.name in _CASE_FILTERS
+    return isinstance(node, nodes.Call) and isinstance(node.node, nodes.Getattr) and node.node.attr in _CASE_METHODS
 
 
 def _counts_words(node: nodes.Node) -> bool:

@@ -31,11 +31,15 @@ def derived_scenarios(
     - ``field/KEY``: a user follow-up episode with the message key ``KEY`` set on the messages of every role the
       template renders it for (a marker written at a turn's end and dropped once a user turn follows);
     - ``long/N`` (``reach.cycles``): an episode of N tool cycles and a follow-up, past the conversation lengths the
-      template tests (``messages|length > 9``, ``loop.index``, a counter);
+      template tests (``messages|length > 9``, ``loop.index``, a counter); where it tests text lengths too, the
+      texts of its first cycle are long (``reach.early_length``: a result cut only once it is old enough);
     - ``long_text/N`` (``reach.length``): a follow-up episode whose every text (user, arguments, tool output,
       answer, reasoning) holds N characters, past the text lengths it tests or cuts (``|length > 300``, ``[:300]``);
     - ``literals/plain`` (``reach.literals``): a follow-up episode with the literals it rewrites text with in every
       text (``'\\n'`` in tool-call arguments);
+    - ``names/plain`` (``reach.renames``): a follow-up episode whose tool names and argument keys are written in
+      mixed case and hold the literals it rewrites or looks for that a name can hold (``getWeather.Now``), where
+      it folds case (``f.name|lower``) or has such literals (``name|replace('.', '_')``, ``'__' in f.name``);
     - and, played last, ``wide/N`` (``wide_scenarios``).
     """
     out: list[Scenario] = []
@@ -82,7 +86,10 @@ def _reach_scenarios(
             f"{reach.cycles} tool cycles, then a follow-up",
             frozenset({"derived"}),
         )
-        out += in_modes(spec, build_messages(spec, special_texts), ({},))
+        messages = build_messages(spec, special_texts)
+        if reach.early_length:
+            messages = _first_cycle_long(messages, reach.early_length)
+        out += in_modes(spec, messages, ({},))
     for sid, desc, rewrite in (
         (f"long_text/{reach.length}", f"every text {reach.length} characters long", reach.length > 0),
         ("literals/plain", f"every text holds {', '.join(map(repr, reach.literals))}", bool(reach.literals)),
@@ -100,7 +107,50 @@ def _reach_scenarios(
                 for m in build_messages(spec, special_texts)
             ]
         out += in_modes(spec, messages, thinking_modes)
+    if reach.renames:
+        out += names_scenario(reach, special_texts)
     return out
+
+
+def names_scenario(reach: Reach, special_texts: Sequence[str] = ()) -> list[Scenario]:
+    """``names/plain``: a follow-up episode whose tool names and argument keys are in mixed case and hold
+    ``reach.names`` (each tool declared, each result naming its call's tool)."""
+    shown = ", ".join(map(repr, reach.names))
+    desc = "tool names and argument keys in mixed case" + (f" holding {shown}" if reach.names else "")
+    spec = ScenarioSpec("names/plain", SHAPES["followup_user"], "plain", desc, frozenset({"derived"}))
+    messages = [_named(m, reach.names) if m.get("tool_calls") else m for m in build_messages(spec, special_texts)]
+    return _declared(in_modes(spec, _results_named(messages), ({},)))
+
+
+def _mixed(word: str) -> str:
+    """``word`` in camelCase (``get_weather``: ``getWeather``; one word gets a second: ``city``: ``cityName``)."""
+    head, *rest = word.split("_")
+    return head + ("".join(p[:1].upper() + p[1:] for p in rest) if rest else "Name")
+
+
+def _named(message: Message, literals: Sequence[str]) -> Message:
+    """``message`` with each call's tool name and argument keys in mixed case, each followed by each literal and a
+    word (``getWeather.Now``, ``cityName.Now``)."""
+    tail = "".join(f"{lit}Now" for lit in literals)
+    calls = []
+    for call in message["tool_calls"]:
+        fn = dict(call["function"])
+        fn["name"] = _mixed(fn["name"]) + tail
+        if isinstance(fn["arguments"], dict):
+            fn["arguments"] = {_mixed(k) + tail: v for k, v in fn["arguments"].items()}
+        calls.append({**call, "function": fn})
+    return {**message, "tool_calls": calls}
+
+
+def _first_cycle_long(messages: list[Message], chars: int) -> list[Message]:
+    """``messages`` with the texts of the first call turn and of the first result after it ``chars`` long."""
+    first = next((i for i, m in enumerate(messages) if m.get("tool_calls")), None)
+    if first is None:
+        return messages
+    result = next((i for i in range(first + 1, len(messages)) if messages[i]["role"] == "tool"), first)
+    return [
+        _rewritten(m, lambda t, k: long_text(chars, k)) if i in (first, result) else m for i, m in enumerate(messages)
+    ]
 
 
 def wide_scenarios(reach: Reach, special_texts: Sequence[str] = ()) -> list[Scenario]:

@@ -25,6 +25,15 @@ MAX_COUNT = 64  # tool cycles a derived long episode plays at most (a threshold 
 LENGTH_REACH = 8
 MAX_LENGTH = 20_000  # characters a derived long text holds at most
 MAX_LITERALS = 8  # rewrite literals played in one derived scenario
+# A literal the template rewrites with or looks for that real tool names and argument keys can hold (MCP-style
+# ``github.create_issue``, ``mcp__fs__read``, ``list-files``, ``ns:tool``): at most this long, made of letters, digits
+# and these separators, with one other than ``_`` or of underscores only (``name|replace('.', '_')``, ``'__' in
+# f.name``; ``tool_call`` is a word any identifier may hold, not a separator looked for).
+NAME_LITERAL = 8
+NAME_SEPARATORS = frozenset("._-:/")
+# Characters the long texts of a long episode's first tool cycle may add to its renders in all (each render of the
+# episode holds them): past this, the text length is named (``length:N``) for that episode.
+LONG_EPISODE_CHARS = 4_000_000
 MAX_TESTED = 16  # bare words a template looks for, written in the search's texts
 # A number a template tests a ``|length`` with may count the items of a collection, not characters: a call's
 # arguments (``arguments|length >= 12``), a list it builds from them, a turn's parallel calls, the items of a list
@@ -52,7 +61,11 @@ class Reach:
     pair explains or looks for in text, played in every text of a derived episode; ``tested``: bare words it looks
     for (keys, most often: the search writes them); ``widths``: the top-level arguments of each call of a derived
     wide episode, one call per width (none needed: empty); ``not_probed``: what none of them reaches (``count:N``,
-    ``length:N``, ``literal:TEXT``)."""
+    ``length:N``, ``literal:TEXT``); ``early_length``: characters each text of a long episode's first tool cycle
+    holds (a text cut only once it is old enough: ``loop.revindex > 8`` and ``content[:20]``; 0: none);
+    ``names``: the literals a derived names episode writes in tool names and argument keys, and ``mixed_case``:
+    whether they are written in mixed case (a template that folds case or rewrites names with literals: played
+    where either is set)."""
 
     cycles: int = 0
     length: int = 0
@@ -60,6 +73,14 @@ class Reach:
     not_probed: tuple[str, ...] = ()
     widths: tuple[int, ...] = ()
     tested: tuple[str, ...] = ()  # bare words it looks for (``'image' in part``): the search writes them
+    early_length: int = 0
+    names: tuple[str, ...] = ()
+    mixed_case: bool = False
+
+    @property
+    def renames(self) -> bool:
+        """Whether a names episode is derived (``derived.names_scenario``)."""
+        return self.mixed_case or bool(self.names)
 
 
 def derive_reach(reads: MessageReads, delimiters: Sequence[str] = (), control_texts: Sequence[str] = ()) -> Reach:
@@ -104,7 +125,38 @@ def derive_reach(reads: MessageReads, delimiters: Sequence[str] = (), control_te
     not_probed += [f"parallel:{n}" for n in sorted(set(numbers)) if n >= MAX_PARALLEL][:1]
     tested = [lit for lit in reads.tested_literals if lit.isidentifier() and lit not in (*played, *rewritten)]
     tested = tested[:MAX_TESTED]
-    return Reach(cycles, chars, tuple(literals), tuple(not_probed), tuple(widths), tuple(tested))
+    # a long episode's first tool cycle holds the long texts too: a text cut only outside the last messages
+    early = chars if cycles and chars and _long_episode_chars(cycles, chars) <= LONG_EPISODE_CHARS else 0
+    if cycles and chars and not early:
+        not_probed.append(f"length:{length}")
+    names = [lit for lit in (*literals, *tested) if _in_names(lit)]
+    return Reach(
+        cycles,
+        chars,
+        tuple(literals),
+        tuple(dict.fromkeys(not_probed)),
+        tuple(widths),
+        tuple(tested),
+        early,
+        tuple(names),
+        reads.folds_case,
+    )
+
+
+def _in_names(literal: str) -> bool:
+    """Whether ``literal`` is something a tool name or an argument key can hold (``NAME_LITERAL``): a word joined by
+    underscores (``tool_call``) is one an identifier holds anyway, not a separator looked for."""
+    return (
+        0 < len(literal) <= NAME_LITERAL
+        and all(c.isascii() and (c.isalnum() or c in NAME_SEPARATORS) for c in literal)
+        and (any(c in NAME_SEPARATORS - {"_"} for c in literal) or set(literal) == {"_"})
+    )
+
+
+def _long_episode_chars(cycles: int, chars: int) -> int:
+    """What a long episode's long first cycle adds to its renders: its texts (its call's content, reasoning and
+    string argument, its result: four) in each of the episode's renders (two a cycle, and the follow-up's)."""
+    return 4 * chars * (2 * cycles + 6)
 
 
 def long_text(chars: int, what: str) -> str:

@@ -41,14 +41,15 @@ def test_the_plain_template_stays_safe_under_the_search() -> None:
 @pytest.mark.parametrize(
     ("name", "verdict", "check", "shown", "without"),
     [
-        # rewritten on every turn but the last: a tool append already rewrites it (buffer + delta breaks)
-        ("name_case", "unsafe", "tool_append_prefix", "weather", "safe"),
+        # rewritten on every turn but the last: a tool append already rewrites it (buffer + delta breaks); the
+        # fold written so that no reading of the code sees it (name_case.jinja's is played by names/plain, below)
+        ("name_case_hidden", "unsafe", "tool_append_prefix", "weather", "safe"),
         ("call_text_dropped", "unsafe", "tool_append_prefix", None, "safe"),
         # the catalogue's reasoning follow-up shows the re-render break; only a long episode with reasoning on
         # every turn shows that a tool append already breaks buffer + delta
         ("reasoning_window", "unsafe", "tool_append_prefix", None, "tito-required"),
         # rewritten in the turns before the last user message: the re-render breaks, buffer + delta holds
-        ("mcp_names", "tito-required", "naive_rerender", "_", "safe"),
+        ("mcp_names_hidden", "tito-required", "naive_rerender", "_", "safe"),
         ("reasoning_trim", "tito-required", "naive_rerender", None, "safe"),
     ],
 )
@@ -65,6 +66,19 @@ def test_a_rewrite_of_earlier_turns_is_found_by_the_search(
     assert audited(name, search=0).verdict == without
 
 
+@pytest.mark.parametrize(
+    ("name", "verdict", "check"),
+    [("name_case", "unsafe", "tool_append_prefix"), ("mcp_names", "tito-required", "naive_rerender")],
+)
+def test_names_rewritten_in_history_are_found_without_the_search(name: str, verdict: str, check: str) -> None:
+    """``f.name|lower`` and ``f.name|replace('.', '_')`` on earlier calls: the search found them on names in capitals
+    and dotted names; the fold and the '.' are now read from the template, and names in mixed case holding it are
+    played (``names/plain``), so the scenarios find them first."""
+    r = audited(name, search=0)
+    assert r.verdict == verdict, r.verdict_reasons
+    assert "names/plain" in {f.scenario for f in r.check(check).findings}
+
+
 def test_arguments_reserialized_past_a_number_the_template_writes_are_found_without_the_search() -> None:
     """``f.arguments|length > 3`` on earlier calls: the search found it on a call of four arguments; the number is
     now read from the template and played at and past it (``wide/4``), so the scenarios find it first and the
@@ -77,19 +91,19 @@ def test_arguments_reserialized_past_a_number_the_template_writes_are_found_with
 def test_the_counterexample_is_shrunk_to_what_the_rewrite_needs() -> None:
     """A tool name in capitals is what the rewrite needs: the minimal conversation is one call of no arguments and
     its result, not the episode first drawn."""
-    search = audited("name_case").scenarios["search"]
+    search = audited("name_case_hidden").scenarios["search"]
     (found,) = search["counterexamples"]
     assert found["kind"] == "append"
     assert "4 messages, 1 call(s)" in found["conversation"] and "up to 0 argument(s)" in found["conversation"]
-    names = audited("mcp_names").scenarios["search"]["counterexamples"][0]["conversation"]
+    names = audited("mcp_names_hidden").scenarios["search"]["counterexamples"][0]["conversation"]
     assert "mcp.weather.get_forecast" in names
 
 
 def test_the_same_seed_gives_the_same_counterexample_and_another_seed_still_finds_one() -> None:
-    first = audited("name_case").scenarios["search"]
-    again = audit_of(TOKENIZER, TEMPLATES / "name_case.jinja", scenarios="quick", search_seed=0, search=40)
+    first = audited("name_case_hidden").scenarios["search"]
+    again = audit_of(TOKENIZER, TEMPLATES / "name_case_hidden.jinja", scenarios="quick", search_seed=0, search=40)
     assert again.scenarios["search"]["counterexamples"] == first["counterexamples"]
-    other = audited("name_case", search_seed=7)
+    other = audited("name_case_hidden", search_seed=7)
     assert other.verdict == "unsafe"
     assert other.scenarios["search"]["seed"] == 7 and other.scenarios["search"]["counterexamples"]
 
