@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from typing import Any
 
 _TAG = re.compile(r"</?[A-Za-z_][\w:.-]{0,30}>")  # ``<think>``/``</think>`` in inline reasoning: not the model's words
@@ -79,9 +80,22 @@ def only_later_calls(message: dict[str, Any], cut: str) -> bool:
     return payload_in(cut, first) is None
 
 
+_KEPT_PIECE = 256  # characters: a pattern for a piece up to this long is kept (``_pattern_kept``); longer, built anew
+
+
 def _pattern(piece: str) -> re.Pattern[str]:
     """``piece`` verbatim or JSON-escaped, not as part of a longer word (an argument ``en`` is no payload inside
     ``<|endoftext|>``)."""
+    return _pattern_kept(piece) if len(piece) <= _KEPT_PIECE else _built(piece)
+
+
+@lru_cache(maxsize=4096)
+def _pattern_kept(piece: str) -> re.Pattern[str]:
+    """``_built``, kept: an audit looks for the same scenario texts in every render of every turn."""
+    return _built(piece)
+
+
+def _built(piece: str) -> re.Pattern[str]:
     forms = dict.fromkeys((piece, json.dumps(piece)[1:-1], json.dumps(piece, ensure_ascii=False)[1:-1]))
     head = r"(?<!\w)" if re.match(r"\w", piece[:1]) else ""
     tail = r"(?!\w)" if re.match(r"\w", piece[-1:]) else ""
