@@ -80,3 +80,22 @@ def test_long_texts_a_long_episode_cannot_hold_are_named() -> None:
     small = derive_reach(MessageReads(count_thresholds=(8,), length_thresholds=(64,)))
     assert small.early_length == small.length and "length:64" not in small.not_probed
     assert LONG_EPISODE_CHARS < 4 * 19_064 * (2 * 61 + 6)
+
+
+@pytest.mark.parametrize(
+    ("source", "folds"),
+    [
+        ("{{ f.name|lower }}", True),
+        ("{{ f.name.upper() }}", True),
+        ("{% set fold = f.name.lower %}{{ fold() }}", True),  # a method kept, then called
+        ("{{ f.name|map('lower')|join }}", True),
+        ("{{ (f.name|attr('swapcase'))() }}", True),
+        ("{{ f.name.title() }}", True),
+        ("{{ f.name|capitalize }}", True),
+        ("{{ param.title }}", False),  # a JSON schema's "title", read
+        ("{{ f.name|replace('W', 'w') }}", False),  # a fold of one letter written as a replace: the search's
+        ("{{ f.name }}", False),
+    ],
+)
+def test_every_way_jinja_names_a_case_fold_is_read(source: str, folds: bool) -> None:
+    assert message_reads(source).folds_case is folds

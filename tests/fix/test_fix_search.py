@@ -2,8 +2,8 @@
 search, and replays the original's counterexamples on it (``AuditOptions.counterexamples``): a patch the catalogue
 alone would prove is not offered where a searched conversation still breaks it. On 507ac91 the template below got
 "UNSAFE -> TITO-REQUIRED patch changes deployed prompts", its names rewrite unseen. Its lower-casing is written as
-``attr('lower')`` called, which no reading of the code sees: written ``|lower``, the derived ``names/plain`` finds
-it without the search (the second test)."""
+``replace('W', 'w')``, which no reading of the code takes for a fold: written ``|lower``, the derived
+``names/plain`` finds it without the search (the second test)."""
 
 from __future__ import annotations
 

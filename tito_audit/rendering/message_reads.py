@@ -86,8 +86,7 @@ class MessageReads:
     length_thresholds: tuple[int, ...] = ()
     # a length ordered against a value its code does not fix (``keys|length > tools|length * 5``, ``> messages|length``)
     length_against_value: bool = False
-    # it changes the letter case of some text (``f.name|lower``): a name or key the catalogue writes in lower case
-    # comes out the same, one in mixed case (``getWeather``) does not
+    # it changes some text's letter case (``f.name|lower``): a mixed-case name (``getWeather``) comes out otherwise
     folds_case: bool = False
 
 
@@ -433,10 +432,14 @@ class _Reader:
 
 
 def _folds(node: nodes.Node) -> bool:
-    """Whether ``node`` changes a text's letter case (``|lower``, ``.capitalize()``)."""
+    """Whether ``node`` names a change of letter case: ``|lower``, a str method called (``.capitalize()``) or kept
+    (``set fold = name.lower``; not ``.title``, a JSON schema's key), or given by name (``|map('lower')``)."""
     if isinstance(node, nodes.Filter):
-        return node.name in _CASE_FILTERS
-    return isinstance(node, nodes.Call) and isinstance(node.node, nodes.Getattr) and node.node.attr in _CASE_METHODS
+        given = node.args[0] if node.name in ("map", "attr") and node.args else None
+        return node.name in _CASE_FILTERS or (isinstance(given, nodes.Const) and given.value in _CASE_METHODS)
+    if isinstance(node, nodes.Call):
+        return isinstance(node.node, nodes.Getattr) and node.node.attr in _CASE_METHODS
+    return isinstance(node, nodes.Getattr) and node.attr in _CASE_METHODS - {"title"}
 
 
 def _counts_words(node: nodes.Node) -> bool:
