@@ -416,7 +416,7 @@ class _Reader:
                 and self.kind(sub.node) != _LIST
             ):
                 return True
-            if _maps_a_count(sub):  # ``keys|map('length')|max``: the length of each item (a key name, a text)
+            if _given(sub, ("map",)) in _COUNT_FILTERS:  # ``keys|map('length')|max``: each item's length
                 return True
             if isinstance(sub, nodes.Filter) and sub.name == "wordcount":
                 return True
@@ -435,8 +435,7 @@ def _folds(node: nodes.Node) -> bool:
     """Whether ``node`` names a change of letter case: ``|lower``, a str method called (``.capitalize()``) or kept
     (``set fold = name.lower``; not ``.title``, a JSON schema's key), or given by name (``|map('lower')``)."""
     if isinstance(node, nodes.Filter):
-        given = node.args[0] if node.name in ("map", "attr") and node.args else None
-        return node.name in _CASE_FILTERS or (isinstance(given, nodes.Const) and given.value in _CASE_METHODS)
+        return node.name in _CASE_FILTERS or _given(node, ("map", "attr")) in _CASE_METHODS
     if isinstance(node, nodes.Call):
         return isinstance(node.node, nodes.Getattr) and node.node.attr in _CASE_METHODS
     return isinstance(node, nodes.Getattr) and node.attr in _CASE_METHODS - {"title"}
@@ -447,10 +446,10 @@ def _counts_words(node: nodes.Node) -> bool:
     return any(isinstance(n, nodes.Filter) and n.name == "wordcount" for n in [node, *node.find_all(nodes.Filter)])
 
 
-def _maps_a_count(node: nodes.Node) -> bool:
-    """``node`` is ``|map('length')`` (or ``'count'``): the lengths of a collection's items."""
-    args = node.args if isinstance(node, nodes.Filter) and node.name == "map" else []
-    return bool(args) and isinstance(args[0], nodes.Const) and args[0].value in _COUNT_FILTERS
+def _given(node: nodes.Node, filters: tuple[str, ...]) -> str | None:
+    """The name ``node``, one of ``filters``, is given as its first argument (``map('length')``: ``length``)."""
+    first = node.args[0] if isinstance(node, nodes.Filter) and node.name in filters and node.args else None
+    return first.value if isinstance(first, nodes.Const) and isinstance(first.value, str) else None
 
 
 def _is_length(node: nodes.Node) -> bool:

@@ -132,14 +132,19 @@ def _named(message: Message, literals: Sequence[str]) -> Message:
     """``message`` with each call's tool name and argument keys in mixed case, each followed by each literal and a
     word (``getWeather.Now``, ``cityName.Now``)."""
     tail = "".join(f"{lit}Now" for lit in literals)
-    calls = []
-    for call in message["tool_calls"]:
-        fn = dict(call["function"])
+
+    def named(fn: dict[str, Any]) -> dict[str, Any]:
         fn["name"] = _mixed(fn["name"]) + tail
         if isinstance(fn["arguments"], dict):
             fn["arguments"] = {_mixed(k) + tail: v for k, v in fn["arguments"].items()}
-        calls.append({**call, "function": fn})
-    return {**message, "tool_calls": calls}
+        return fn
+
+    return _with_functions(message, named)
+
+
+def _with_functions(message: Message, change: Callable[[dict[str, Any]], dict[str, Any]]) -> Message:
+    """``message`` with each call's function replaced by ``change`` of a copy of it."""
+    return {**message, "tool_calls": [{**c, "function": change(dict(c["function"]))} for c in message["tool_calls"]]}
 
 
 def _first_cycle_long(messages: list[Message], chars: int) -> list[Message]:
@@ -224,9 +229,8 @@ def _widened(message: Message, width: int) -> Message:
     one a list of ``width`` objects, the last added one named with ``width`` characters
     (``keys|map('length')|max > 24``) and holding objects and lists nested ``width`` deep (up to ``MAX_DEPTH``:
     ``(arguments|tojson).count('{') > 3``)."""
-    calls = []
-    for call in message["tool_calls"]:
-        fn = dict(call["function"])
+
+    def widened(fn: dict[str, Any]) -> dict[str, Any]:
         fn["name"] = _long_name(fn["name"], width)  # ``f.name|length > 40``
         if isinstance(fn["arguments"], dict):
             first = len(fn["arguments"])
@@ -238,8 +242,9 @@ def _widened(message: Message, width: int) -> Message:
                 del more[last]
                 more[last.ljust(width, "_")] = _nested(min(width, MAX_DEPTH))
             fn["arguments"] = {**fn["arguments"], **more}
-        calls.append({**call, "function": fn})
-    return {**message, "tool_calls": calls}
+        return fn
+
+    return _with_functions(message, widened)
 
 
 def _nested(depth: int) -> dict[str, Any]:
@@ -287,12 +292,12 @@ def _rewritten(message: Message, text: Callable[[str, str], str]) -> Message:
     for key in ("content", "reasoning_content"):
         if isinstance(out.get(key), str) and out[key]:
             out[key] = text(out[key], "Step" if key == "content" else "Thought")
-    if out.get("tool_calls"):
-        calls = []
-        for call in out["tool_calls"]:
-            fn = dict(call["function"])
-            if isinstance(fn["arguments"], dict):
-                fn["arguments"] = {k: text(v, "Arg") if isinstance(v, str) else v for k, v in fn["arguments"].items()}
-            calls.append({**call, "function": fn})
-        out["tool_calls"] = calls
-    return out
+    if not out.get("tool_calls"):
+        return out
+
+    def rewritten(fn: dict[str, Any]) -> dict[str, Any]:
+        if isinstance(fn["arguments"], dict):
+            fn["arguments"] = {k: text(v, "Arg") if isinstance(v, str) else v for k, v in fn["arguments"].items()}
+        return fn
+
+    return _with_functions(out, rewritten)

@@ -134,7 +134,7 @@ def derive_reach(reads: MessageReads, delimiters: Sequence[str] = (), control_te
         cycles,
         chars,
         tuple(literals),
-        tuple(dict.fromkeys(not_probed)),
+        tuple(not_probed),
         tuple(widths),
         tuple(tested),
         early,
