@@ -13,6 +13,7 @@ from tests.conftest import DATA as TEST_DATA
 from tests.conftest import audit_of
 from tito_audit.rendering.analysis import message_reads
 from tito_audit.rendering.message_reads import MessageReads
+from tito_audit.report.verdict import describe_reason
 from tito_audit.scenarios.reach import LONG_EPISODE_CHARS, derive_reach
 
 DATA = TEST_DATA / "audit_greens"
@@ -77,6 +78,7 @@ def test_long_texts_a_long_episode_cannot_hold_are_named() -> None:
     reach = derive_reach(reads)
     assert reach.cycles == 61 and reach.length and reach.early_length == 0
     assert "length:19000" in reach.not_probed
+    assert "long episode" in describe_reason("not_probed:length:19000")  # what the verdict line says of it
     small = derive_reach(MessageReads(count_thresholds=(8,), length_thresholds=(64,)))
     assert small.early_length == small.length and "length:64" not in small.not_probed
     assert LONG_EPISODE_CHARS < 4 * 19_064 * (2 * 61 + 6)

@@ -211,7 +211,10 @@ def describe_reason(reason: str) -> str:
         if what == "count":
             return f"conversations longer than {name} messages or tool calls not probed (the template tests it)"
         if what == "length":
-            return f"texts longer than {name} characters not probed (the template tests it)"
+            return (
+                f"texts longer than {name} characters not probed (the template tests it): past the longest derived "
+                "text, or not in its long episode's first tool cycle"
+            )
         if what == "parallel":
             return f"turns of more than {name} parallel calls not probed (the template may count them)"
         if what == "width":
