@@ -24,20 +24,17 @@ derived from (``scenarios.reasoning``), so that a template is played with what i
   against a value its code does not fix (``keys|length > tools|length * 5``).
 - ``folds_case``: it changes some text's letter case (``f.name|lower``, ``role.capitalize()``).
 
-A number is read where the code fixes it without running anything (``whole_number``): a constant, a variable or
-namespace attribute set to numbers (``set th = 12``, ``namespace(th=12)``) or looping over them
-(``for th in [12]``), arithmetic of those, ``'12'|int``, ``[12]|first`` (``last``, ``min``, ``max``), the length of a
-literal or of a ``range`` of constants; never past ``_LARGEST`` (the template is untrusted).
+A number is read where the code fixes it without running anything (``fixed_values``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from jinja2 import nodes
 
+from tito_audit.rendering.fixed_values import COUNT_FILTERS, FixedValues, assigned_name, assigned_names, attribute_name
 from tito_audit.rendering.tree_order import descendants
 
 # Methods and filters that change the text they are given by their constant arguments (not only look for them).
@@ -69,12 +66,9 @@ _READ = (
 
 # Attributes of a jinja loop that count iterations, and filters that count a list.
 _LOOP_COUNTERS = frozenset({"index", "index0", "revindex", "revindex0", "length"})
-_COUNT_FILTERS = frozenset({"length", "count"})
-_PICK: dict[str, Any] = {"first": lambda xs: xs[0], "last": lambda xs: xs[-1], "min": min, "max": max}
 _ITEM_INDEX = 256  # an item read at a fixed position below this may count items (``keys[11]``)
 CHARACTERS_PER_WORD = 8  # characters a derived text is given per word a template counts (``|wordcount > 1000``)
 _TRUNCATE_DEFAULT = 255  # jinja's ``truncate`` length when none is given
-_LARGEST = 10**7  # a whole number read past this is no threshold (and no arithmetic on it is done)
 
 
 @dataclass(frozen=True)
@@ -96,13 +90,12 @@ def read_messages(tree: nodes.Template, everything: list[nodes.Node] | None = No
     return _Reader(tree, everything).result()
 
 
-class _Reader:
+class _Reader(FixedValues):
     def __init__(self, tree: nodes.Template, everything: list[nodes.Node] | None = None) -> None:
+        super().__init__()
         # one walk of the tree; every reading below goes over this list
         self.nodes = [n for n in (descendants(tree) if everything is None else everything) if isinstance(n, _READ)]
         self.kinds: dict[str, str] = {"messages": _LIST}  # variable (or ``ns.attr``) -> what it holds
-        self.constants: dict[str, str | None] = {}  # variable -> its one constant string (None: set otherwise)
-        self.numbers: dict[str, set[int]] = {}  # variable (``ns.attr`` too) -> the whole numbers it is set to
         self.macros = {m.name: m for m in self.nodes if isinstance(m, nodes.Macro)}
         self.loops_over_messages = False
 
@@ -152,25 +145,16 @@ class _Reader:
             if isinstance(n, nodes.Assign | nodes.For)
             or (isinstance(n, nodes.Call) and isinstance(n.node, nodes.Name) and n.node.name in self.macros)
         ]
-        self._bind_numbers()
-        for node in binders:
-            if not isinstance(node, nodes.Assign):
-                continue
-            name = _target(node.target)
-            value = node.node
-            if name is not None and isinstance(value, nodes.Const) and isinstance(value.value, str):
-                self.constants[name] = value.value if self.constants.get(name, value.value) == value.value else None
-            elif name is not None:
-                self.constants[name] = None
+        self.bind_values(self.nodes)
         for _ in range(8):
             before = dict(self.kinds)
             for node in binders:
                 if isinstance(node, nodes.Assign):
-                    self._set(_target(node.target), self.kind(node.node))
+                    self._set(assigned_name(node.target), self.kind(node.node))
                 elif isinstance(node, nodes.For):
                     if self.kind(node.iter) == _LIST:
                         self.loops_over_messages = True
-                        for name in _targets(node.target):
+                        for name in assigned_names(node.target):
                             self._set(name, _ONE)
                 elif isinstance(node, nodes.Call) and isinstance(node.node, nodes.Name):  # one of its macros
                     macro = self.macros[node.node.name]
@@ -178,110 +162,6 @@ class _Reader:
                         self._set(param.name, self.kind(arg))
             if self.kinds == before:
                 break
-
-    def _bind_numbers(self) -> None:
-        """The whole numbers each variable is set to (``set th = 12``, ``set ns.th = 6 * 2``, ``namespace(th=12)``),
-        to a fixed point: a threshold kept in a variable is a threshold all the same."""
-        for _ in range(4):
-            before = {k: set(v) for k, v in self.numbers.items()}
-            for node in self.nodes:
-                if isinstance(node, nodes.For) and isinstance(node.iter, nodes.List | nodes.Tuple):  # ``for th in [9]``
-                    items = {n for item in node.iter.items if (n := self.whole_number(item)) is not None}
-                    for target in _targets(node.target) if items else ():
-                        self.numbers.setdefault(target, set()).update(items)
-                if not isinstance(node, nodes.Assign):
-                    continue
-                name, value = _target(node.target), node.node
-                if name is None:
-                    continue
-                found = self.whole_number(value)
-                if found is not None:
-                    self.numbers.setdefault(name, set()).add(found)
-                if (
-                    isinstance(value, nodes.Call)
-                    and isinstance(value.node, nodes.Name)
-                    and value.node.name == "namespace"
-                ):
-                    for kw in value.kwargs:
-                        found = self.whole_number(kw.value)
-                        if found is not None:
-                            self.numbers.setdefault(f"{name}.{kw.key}", set()).add(found)
-            if self.numbers == before:
-                break
-
-    def whole_number(self, node: nodes.Node) -> int | None:
-        """The whole number ``node`` always is, read without running anything: a constant, a variable set to one
-        number, small arithmetic of those (``6 * 2``), ``'12'|int``, the length of a literal or of a ``range`` of
-        constants; None otherwise (or past ``_LARGEST``)."""
-        value = self._whole(node)
-        return value if value is not None and abs(value) <= _LARGEST else None
-
-    def _whole(self, node: nodes.Node) -> int | None:
-        if isinstance(node, nodes.Const):
-            return node.value if type(node.value) is int else None
-        if isinstance(node, nodes.Name | nodes.Getattr):
-            values = self.numbers.get(_variable(node) or "")
-            return next(iter(values)) if values is not None and len(values) == 1 else None
-        if isinstance(node, nodes.Neg):
-            inner = self.whole_number(node.node)
-            return None if inner is None else -inner
-        if isinstance(node, nodes.Add | nodes.Sub | nodes.Mul | nodes.FloorDiv | nodes.Mod):
-            left, right = self.whole_number(node.left), self.whole_number(node.right)
-            if left is None or right is None or (right == 0 and isinstance(node, nodes.FloorDiv | nodes.Mod)):
-                return None
-            op = {nodes.Add: int.__add__, nodes.Sub: int.__sub__, nodes.Mul: int.__mul__}.get(type(node))
-            return op(left, right) if op else left // right if isinstance(node, nodes.FloorDiv) else left % right
-        if isinstance(node, nodes.Filter) and node.node is not None:
-            if node.name == "int" and isinstance(node.node, nodes.Const) and isinstance(node.node.value, str):
-                text = node.node.value.strip()
-                digits = text.removeprefix("-")
-                return int(text) if digits.isascii() and digits.isdigit() and len(text) < 8 else None
-            if node.name in _COUNT_FILTERS:
-                return self._items(node.node)
-            if node.name in _PICK and isinstance(node.node, nodes.List | nodes.Tuple) and node.node.items:
-                picked = [self.whole_number(item) for item in node.node.items]  # ``[3000]|first``
-                return None if None in picked else _PICK[node.name](picked)
-        return None
-
-    def _items(self, node: nodes.Node) -> int | None:
-        """How many items (characters of a string) a literal value has: a string, a list or tuple literal, a
-        ``range`` of constants, and ``|list``, ``+`` and ``* N`` of those."""
-        if isinstance(node, nodes.Const) and isinstance(node.value, str):
-            return len(node.value)
-        if isinstance(node, nodes.List | nodes.Tuple):
-            return len(node.items)
-        if isinstance(node, nodes.Filter) and node.name == "list" and node.node is not None:
-            return self._items(node.node)
-        if isinstance(node, nodes.Call) and isinstance(node.node, nodes.Name) and node.node.name == "range":
-            bounds = [self.whole_number(a) for a in node.args]
-            if node.kwargs or node.dyn_args or not 1 <= len(bounds) <= 3 or None in bounds:
-                return None
-            return len(range(*bounds)) if 0 not in bounds[2:] else None  # type: ignore[arg-type]
-        if isinstance(node, nodes.Add):
-            left, right = self._items(node.left), self._items(node.right)
-            return None if left is None or right is None else left + right
-        if isinstance(node, nodes.Mul):
-            for seq, times in ((node.left, node.right), (node.right, node.left)):
-                size, count = self._items(seq), self.whole_number(times)
-                if size is not None and count is not None:
-                    return size * max(count, 0)
-        return None
-
-    def numbers_in(self, node: nodes.Node) -> set[int]:
-        """The whole numbers in ``node`` (``-3`` as 3: a slice bound or a count from the end): each largest part of
-        it that is always one number (``6 * 2`` as 12, ``'12'|int``: ``whole_number``), every number a variable in it
-        is set to (``th``, ``ns.th``), and its other constants."""
-        if isinstance(node, nodes.Const) and type(node.value) is int:  # read at any size (only arithmetic is bounded)
-            return {abs(node.value)}
-        value = self.whole_number(node)
-        if value is not None:
-            return {abs(value)}
-        if isinstance(node, nodes.Name | nodes.Getattr) and (name := _variable(node)) in self.numbers:
-            return {abs(v) for v in self.numbers[name] if abs(v) <= _LARGEST}
-        found: set[int] = set()
-        for child in node.iter_child_nodes():
-            found |= self.numbers_in(child)
-        return found
 
     def _set(self, name: str | None, kind: str | None) -> None:
         if name is not None and kind is not None and name not in self.kinds:
@@ -310,13 +190,6 @@ class _Reader:
             return self.kind(node.expr1) or (self.kind(node.expr2) if node.expr2 is not None else None)
         if isinstance(node, nodes.List):
             return _LIST if any(self.kind(i) == _ONE for i in node.items) else None
-        return None
-
-    def constant(self, node: nodes.Node) -> str | None:
-        if isinstance(node, nodes.Const) and isinstance(node.value, str):
-            return node.value
-        if isinstance(node, nodes.Name):
-            return self.constants.get(node.name)
         return None
 
     def _folds_case(self) -> bool:
@@ -380,7 +253,9 @@ class _Reader:
         """Variables (``ns.attr`` too) that count messages or iterations: set from a loop counter or a messages
         length, or counting up from themselves (``set n = n + 1``)."""
         found: set[str] = set()
-        assigns = [(name, n.node) for n in self.nodes if isinstance(n, nodes.Assign) and (name := _target(n.target))]
+        assigns = [
+            (name, n.node) for n in self.nodes if isinstance(n, nodes.Assign) and (name := assigned_name(n.target))
+        ]
         for _ in range(4):
             before = len(found)
             for name, value in assigns:
@@ -393,7 +268,7 @@ class _Reader:
     def _counts(self, node: nodes.Node, counters: set[str]) -> bool:
         """``node`` reads the conversation's length: a messages list's length, a loop counter, a counter variable."""
         for sub in [node, *node.find_all((nodes.Filter, nodes.Getattr, nodes.Name))]:
-            if isinstance(sub, nodes.Filter) and sub.name in _COUNT_FILTERS and sub.node is not None:
+            if isinstance(sub, nodes.Filter) and sub.name in COUNT_FILTERS and sub.node is not None:
                 if self.kind(sub.node) == _LIST:
                     return True
             elif isinstance(sub, nodes.Getattr) and isinstance(sub.node, nodes.Name):
@@ -411,12 +286,12 @@ class _Reader:
         for sub in [node, *node.find_all((nodes.Filter, nodes.Call))]:
             if (
                 isinstance(sub, nodes.Filter)
-                and sub.name in _COUNT_FILTERS
+                and sub.name in COUNT_FILTERS
                 and sub.node is not None
                 and self.kind(sub.node) != _LIST
             ):
                 return True
-            if _given(sub, ("map",)) in _COUNT_FILTERS:  # ``keys|map('length')|max``: each item's length
+            if _given(sub, ("map",)) in COUNT_FILTERS:  # ``keys|map('length')|max``: each item's length
                 return True
             if isinstance(sub, nodes.Filter) and sub.name == "wordcount":
                 return True
@@ -456,7 +331,7 @@ def _is_length(node: nodes.Node) -> bool:
     """``node`` is a length or a count itself (``x|length``, ``text.count(':')``, arithmetic of one), not a test
     that holds one (``(x|length > 3) > loop.last``)."""
     if isinstance(node, nodes.Filter):
-        return node.name in _COUNT_FILTERS
+        return node.name in COUNT_FILTERS
     if isinstance(node, nodes.Call):
         return isinstance(node.node, nodes.Getattr) and node.node.attr == "count"
     if isinstance(node, nodes.BinExpr):
@@ -470,30 +345,4 @@ def _counts_up(node: nodes.Node, name: str) -> bool:
         return False
     sides = (node.left, node.right)
     number = any(isinstance(s, nodes.Const) and type(s.value) is int for s in sides)
-    return number and any(_target(s) == name or _attr_name(s) == name for s in sides)
-
-
-def _variable(node: nodes.Node) -> str | None:
-    """The variable ``node`` reads: ``th``, or ``ns.th`` for a namespace attribute (as ``_target`` names them)."""
-    return node.name if isinstance(node, nodes.Name) else _attr_name(node)
-
-
-def _attr_name(node: nodes.Node) -> str | None:
-    if isinstance(node, nodes.Getattr) and isinstance(node.node, nodes.Name):
-        return f"{node.node.name}.{node.attr}"
-    return None
-
-
-def _target(node: nodes.Node) -> str | None:
-    if isinstance(node, nodes.Name):
-        return node.name
-    if isinstance(node, nodes.NSRef):
-        return f"{node.name}.{node.attr}"
-    return None
-
-
-def _targets(node: nodes.Node) -> list[str]:
-    if isinstance(node, nodes.Tuple):
-        return [n.name for n in node.items if isinstance(n, nodes.Name)]
-    name = _target(node)
-    return [name] if name is not None else []
+    return number and any(assigned_name(s) == name or attribute_name(s) == name for s in sides)

@@ -1,0 +1,179 @@
+"""What a template's code fixes without running anything: the one constant string a variable holds and the whole
+numbers an expression always is (``message_reads`` reads thresholds and literals with them).
+
+A number is read where the code fixes it: a constant, a variable or namespace attribute set to numbers
+(``set th = 12``, ``namespace(th=12)``) or looping over them (``for th in [12]``), arithmetic of those, ``'12'|int``,
+``[12]|first`` (``last``, ``min``, ``max``), the length of a literal or of a ``range`` of constants; never past
+``LARGEST`` (the template is untrusted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from jinja2 import nodes
+
+COUNT_FILTERS = frozenset({"length", "count"})  # filters that count a list (or a text's characters)
+_PICK: dict[str, Any] = {"first": lambda xs: xs[0], "last": lambda xs: xs[-1], "min": min, "max": max}
+LARGEST = 10**7  # a whole number read past this is no threshold (and no arithmetic on it is done)
+
+
+class FixedValues:
+    """The constant strings and whole numbers of one template's variables (``bind_values``), and of any expression
+    of it (``constant``, ``whole_number``, ``numbers_in``)."""
+
+    def __init__(self) -> None:
+        self.constants: dict[str, str | None] = {}  # variable -> its one constant string (None: set otherwise)
+        self.numbers: dict[str, set[int]] = {}  # variable (``ns.attr`` too) -> the whole numbers it is set to
+
+    def bind_values(self, template_nodes: Sequence[nodes.Node]) -> None:
+        """What each variable of ``template_nodes`` is set to: the whole numbers (``_bind_numbers``) and
+        the one constant string (``set sep = '.'``; None where it is set otherwise)."""
+        self._bind_numbers(template_nodes)
+        for node in template_nodes:
+            if not isinstance(node, nodes.Assign):
+                continue
+            name = assigned_name(node.target)
+            value = node.node
+            if name is not None and isinstance(value, nodes.Const) and isinstance(value.value, str):
+                self.constants[name] = value.value if self.constants.get(name, value.value) == value.value else None
+            elif name is not None:
+                self.constants[name] = None
+
+    def constant(self, node: nodes.Node) -> str | None:
+        if isinstance(node, nodes.Const) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, nodes.Name):
+            return self.constants.get(node.name)
+        return None
+
+    def _bind_numbers(self, template_nodes: Sequence[nodes.Node]) -> None:
+        """The whole numbers each variable is set to (``set th = 12``, ``set ns.th = 6 * 2``, ``namespace(th=12)``),
+        to a fixed point: a threshold kept in a variable is a threshold all the same."""
+        for _ in range(4):
+            before = {k: set(v) for k, v in self.numbers.items()}
+            for node in template_nodes:
+                if isinstance(node, nodes.For) and isinstance(node.iter, nodes.List | nodes.Tuple):  # ``for th in [9]``
+                    items = {n for item in node.iter.items if (n := self.whole_number(item)) is not None}
+                    for target in assigned_names(node.target) if items else ():
+                        self.numbers.setdefault(target, set()).update(items)
+                if not isinstance(node, nodes.Assign):
+                    continue
+                name, value = assigned_name(node.target), node.node
+                if name is None:
+                    continue
+                found = self.whole_number(value)
+                if found is not None:
+                    self.numbers.setdefault(name, set()).add(found)
+                if (
+                    isinstance(value, nodes.Call)
+                    and isinstance(value.node, nodes.Name)
+                    and value.node.name == "namespace"
+                ):
+                    for kw in value.kwargs:
+                        found = self.whole_number(kw.value)
+                        if found is not None:
+                            self.numbers.setdefault(f"{name}.{kw.key}", set()).add(found)
+            if self.numbers == before:
+                break
+
+    def whole_number(self, node: nodes.Node) -> int | None:
+        """The whole number ``node`` always is, read without running anything: a constant, a variable set to one
+        number, small arithmetic of those (``6 * 2``), ``'12'|int``, the length of a literal or of a ``range`` of
+        constants; None otherwise (or past ``LARGEST``)."""
+        value = self._whole(node)
+        return value if value is not None and abs(value) <= LARGEST else None
+
+    def _whole(self, node: nodes.Node) -> int | None:
+        if isinstance(node, nodes.Const):
+            return node.value if type(node.value) is int else None
+        if isinstance(node, nodes.Name | nodes.Getattr):
+            values = self.numbers.get(variable_name(node) or "")
+            return next(iter(values)) if values is not None and len(values) == 1 else None
+        if isinstance(node, nodes.Neg):
+            inner = self.whole_number(node.node)
+            return None if inner is None else -inner
+        if isinstance(node, nodes.Add | nodes.Sub | nodes.Mul | nodes.FloorDiv | nodes.Mod):
+            left, right = self.whole_number(node.left), self.whole_number(node.right)
+            if left is None or right is None or (right == 0 and isinstance(node, nodes.FloorDiv | nodes.Mod)):
+                return None
+            op = {nodes.Add: int.__add__, nodes.Sub: int.__sub__, nodes.Mul: int.__mul__}.get(type(node))
+            return op(left, right) if op else left // right if isinstance(node, nodes.FloorDiv) else left % right
+        if isinstance(node, nodes.Filter) and node.node is not None:
+            if node.name == "int" and isinstance(node.node, nodes.Const) and isinstance(node.node.value, str):
+                text = node.node.value.strip()
+                digits = text.removeprefix("-")
+                return int(text) if digits.isascii() and digits.isdigit() and len(text) < 8 else None
+            if node.name in COUNT_FILTERS:
+                return self._items(node.node)
+            if node.name in _PICK and isinstance(node.node, nodes.List | nodes.Tuple) and node.node.items:
+                picked = [self.whole_number(item) for item in node.node.items]  # ``[3000]|first``
+                return None if None in picked else _PICK[node.name](picked)
+        return None
+
+    def _items(self, node: nodes.Node) -> int | None:
+        """How many items (characters of a string) a literal value has: a string, a list or tuple literal, a
+        ``range`` of constants, and ``|list``, ``+`` and ``* N`` of those."""
+        if isinstance(node, nodes.Const) and isinstance(node.value, str):
+            return len(node.value)
+        if isinstance(node, nodes.List | nodes.Tuple):
+            return len(node.items)
+        if isinstance(node, nodes.Filter) and node.name == "list" and node.node is not None:
+            return self._items(node.node)
+        if isinstance(node, nodes.Call) and isinstance(node.node, nodes.Name) and node.node.name == "range":
+            bounds = [self.whole_number(a) for a in node.args]
+            if node.kwargs or node.dyn_args or not 1 <= len(bounds) <= 3 or None in bounds:
+                return None
+            return len(range(*bounds)) if 0 not in bounds[2:] else None  # type: ignore[arg-type]
+        if isinstance(node, nodes.Add):
+            left, right = self._items(node.left), self._items(node.right)
+            return None if left is None or right is None else left + right
+        if isinstance(node, nodes.Mul):
+            for seq, times in ((node.left, node.right), (node.right, node.left)):
+                size, count = self._items(seq), self.whole_number(times)
+                if size is not None and count is not None:
+                    return size * max(count, 0)
+        return None
+
+    def numbers_in(self, node: nodes.Node) -> set[int]:
+        """The whole numbers in ``node`` (``-3`` as 3: a slice bound or a count from the end): each largest part of
+        it that is always one number (``6 * 2`` as 12, ``'12'|int``: ``whole_number``), every number a variable in it
+        is set to (``th``, ``ns.th``), and its other constants."""
+        if isinstance(node, nodes.Const) and type(node.value) is int:  # read at any size (only arithmetic is bounded)
+            return {abs(node.value)}
+        value = self.whole_number(node)
+        if value is not None:
+            return {abs(value)}
+        if isinstance(node, nodes.Name | nodes.Getattr) and (name := variable_name(node)) in self.numbers:
+            return {abs(v) for v in self.numbers[name] if abs(v) <= LARGEST}
+        found: set[int] = set()
+        for child in node.iter_child_nodes():
+            found |= self.numbers_in(child)
+        return found
+
+
+def variable_name(node: nodes.Node) -> str | None:
+    """The variable ``node`` reads: ``th``, or ``ns.th`` for a namespace attribute (as ``assigned_name`` names them)."""
+    return node.name if isinstance(node, nodes.Name) else attribute_name(node)
+
+
+def attribute_name(node: nodes.Node) -> str | None:
+    if isinstance(node, nodes.Getattr) and isinstance(node.node, nodes.Name):
+        return f"{node.node.name}.{node.attr}"
+    return None
+
+
+def assigned_name(node: nodes.Node) -> str | None:
+    if isinstance(node, nodes.Name):
+        return node.name
+    if isinstance(node, nodes.NSRef):
+        return f"{node.name}.{node.attr}"
+    return None
+
+
+def assigned_names(node: nodes.Node) -> list[str]:
+    if isinstance(node, nodes.Tuple):
+        return [n.name for n in node.items if isinstance(n, nodes.Name)]
+    name = assigned_name(node)
+    return [name] if name is not None else []
