@@ -17,6 +17,7 @@ from jinja2 import nodes
 COUNT_FILTERS = frozenset({"length", "count"})  # filters that count a list (or a text's characters)
 _PICK: dict[str, Any] = {"first": lambda xs: xs[0], "last": lambda xs: xs[-1], "min": min, "max": max}
 LARGEST = 10**7  # a whole number read past this is no threshold (and no arithmetic on it is done)
+MAX_CONSTANT = 10_000  # characters of a string read as a constant, at most (``'ab' * 10**9`` is never built)
 
 
 class FixedValues:
@@ -28,24 +29,41 @@ class FixedValues:
         self.numbers: dict[str, set[int]] = {}  # variable (``ns.attr`` too) -> the whole numbers it is set to
 
     def bind_values(self, template_nodes: Sequence[nodes.Node]) -> None:
-        """What each variable of ``template_nodes`` is set to: the whole numbers (``_bind_numbers``) and
-        the one constant string (``set sep = '.'``; None where it is set otherwise)."""
-        self._bind_numbers(template_nodes)
+        """What each variable of ``template_nodes`` is set to: the one constant string (``set sep = '.'``,
+        ``set sep = 'mcp__'[3:]``; None where it is set otherwise), then the whole numbers (``_bind_numbers``: a
+        number may be read from a string variable, ``sep|int``)."""
         for node in template_nodes:
             if not isinstance(node, nodes.Assign):
                 continue
             name = assigned_name(node.target)
-            value = node.node
-            if name is not None and isinstance(value, nodes.Const) and isinstance(value.value, str):
-                self.constants[name] = value.value if self.constants.get(name, value.value) == value.value else None
-            elif name is not None:
-                self.constants[name] = None
+            if name is None:
+                continue
+            value = self.constant(node.node)
+            self.constants[name] = value if value is not None and self.constants.get(name, value) == value else None
+        self._bind_numbers(template_nodes)
 
     def constant(self, node: nodes.Node) -> str | None:
-        if isinstance(node, nodes.Const) and isinstance(node.value, str):
-            return node.value
+        """The string ``node`` always is, read without running anything: a string constant, a variable set to one,
+        and ``~`` or ``+`` of those or a slice of one by fixed bounds (``'4' ~ '000'``, ``'mcp__'[3:]``); None
+        otherwise (or past ``MAX_CONSTANT`` characters)."""
+        value = self._constant(node)
+        return value if value is None or len(value) <= MAX_CONSTANT else None
+
+    def _constant(self, node: nodes.Node) -> str | None:
+        if isinstance(node, nodes.Const):
+            return node.value if isinstance(node.value, str) else None
         if isinstance(node, nodes.Name):
             return self.constants.get(node.name)
+        if isinstance(node, nodes.Concat | nodes.Add):
+            operands = node.nodes if isinstance(node, nodes.Concat) else (node.left, node.right)
+            parts = [self.constant(n) for n in operands]
+            return None if None in parts else "".join(parts)  # type: ignore[arg-type]
+        if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice):
+            text, cut = self.constant(node.node), node.arg
+            given = (cut.start, cut.stop, cut.step)
+            bounds = [None if b is None else self.whole_number(b) for b in given]
+            fixed = all(b is not None or part is None for b, part in zip(bounds, given, strict=True))
+            return text[slice(*bounds)] if text is not None and fixed and bounds[2] != 0 else None
         return None
 
     def _bind_numbers(self, template_nodes: Sequence[nodes.Node]) -> None:
@@ -101,8 +119,8 @@ class FixedValues:
             op = {nodes.Add: int.__add__, nodes.Sub: int.__sub__, nodes.Mul: int.__mul__}.get(type(node))
             return op(left, right) if op else left // right if isinstance(node, nodes.FloorDiv) else left % right
         if isinstance(node, nodes.Filter) and node.node is not None:
-            if node.name == "int" and isinstance(node.node, nodes.Const) and isinstance(node.node.value, str):
-                text = node.node.value.strip()
+            if node.name == "int" and (text := self.constant(node.node)) is not None:
+                text = text.strip()
                 digits = text.removeprefix("-")
                 return int(text) if digits.isascii() and digits.isdigit() and len(text) < 8 else None
             if node.name in COUNT_FILTERS:

@@ -23,6 +23,8 @@ derived from (``scenarios.reasoning``), so that a template is played with what i
   (``arguments|length >= 12``): ``scenarios.reach`` plays both. ``length_against_value``: a length it orders
   against a value its code does not fix (``keys|length > tools|length * 5``).
 - ``folds_case``: it changes some text's letter case (``f.name|lower``, ``role.capitalize()``).
+- ``held_literals``: the short string constants anywhere in its code, a table's keys and items too
+  (``{'.': '_', ':': '_'}``, ``['.']``): a separator it may rewrite tool names with, read where no call shows it.
 
 A number is read where the code fixes it without running anything (``fixed_values``).
 """
@@ -34,7 +36,14 @@ from dataclasses import dataclass
 
 from jinja2 import nodes
 
-from tito_audit.rendering.fixed_values import COUNT_FILTERS, FixedValues, assigned_name, assigned_names, attribute_name
+from tito_audit.rendering.fixed_values import (
+    COUNT_FILTERS,
+    FixedValues,
+    assigned_name,
+    assigned_names,
+    attribute_name,
+    variable_name,
+)
 from tito_audit.rendering.tree_order import descendants
 
 # Methods and filters that change the text they are given by their constant arguments (not only look for them).
@@ -61,6 +70,11 @@ _READ = (
     nodes.For,
     nodes.Macro,
     nodes.Mul,
+    nodes.Add,
+    nodes.Sub,
+    nodes.Div,
+    nodes.FloorDiv,
+    nodes.Mod,
 )  # what an expression is: a list of messages, or one message; and a list sized by a number
 
 
@@ -68,6 +82,11 @@ _READ = (
 _LOOP_COUNTERS = frozenset({"index", "index0", "revindex", "revindex0", "length"})
 _ITEM_INDEX = 256  # an item read at a fixed position below this may count items (``keys[11]``)
 CHARACTERS_PER_WORD = 8  # characters a derived text is given per word a template counts (``|wordcount > 1000``)
+CHARACTERS_PER_LINE = 80  # ... and per line it counts (``content.split('\n')[:3]``: a text's first three lines)
+HELD_LITERAL = 16  # characters of a string constant kept in ``held_literals``, at most
+MAX_HELD = 64  # ... and how many
+# Arithmetic a conversation's length may go through before a test or a position reads it (``loop.revindex0 // 7``)
+_ARITHMETIC = (nodes.Add, nodes.Sub, nodes.Mul, nodes.Div, nodes.FloorDiv, nodes.Mod)
 _TRUNCATE_DEFAULT = 255  # jinja's ``truncate`` length when none is given
 
 
@@ -82,6 +101,8 @@ class MessageReads:
     length_against_value: bool = False
     # it changes some text's letter case (``f.name|lower``): a mixed-case name (``getWeather``) comes out otherwise
     folds_case: bool = False
+    # the short string constants its code holds anywhere (a separator in a table it walks: ``{':': '_'}``), in order
+    held_literals: tuple[str, ...] = ()
 
 
 def read_messages(tree: nodes.Template, everything: list[nodes.Node] | None = None) -> MessageReads:
@@ -94,7 +115,11 @@ class _Reader(FixedValues):
     def __init__(self, tree: nodes.Template, everything: list[nodes.Node] | None = None) -> None:
         super().__init__()
         # one walk of the tree; every reading below goes over this list
-        self.nodes = [n for n in (descendants(tree) if everything is None else everything) if isinstance(n, _READ)]
+        everything = descendants(tree) if everything is None else everything
+        self.nodes = [n for n in everything if isinstance(n, _READ)]
+        # the short string constants anywhere in its code, a table's items too (``{':': '_', '/': '_'}``)
+        short = (n.value for n in everything if isinstance(n, nodes.Const) and type(n.value) is str)
+        self.held = tuple(dict.fromkeys(v for v in short if 0 < len(v) <= HELD_LITERAL))[:MAX_HELD]
         self.kinds: dict[str, str] = {"messages": _LIST}  # variable (or ``ns.attr``) -> what it holds
         self.macros = {m.name: m for m in self.nodes if isinstance(m, nodes.Macro)}
         self.loops_over_messages = False
@@ -135,6 +160,7 @@ class _Reader(FixedValues):
             tuple(sorted(lengths)),
             against_value,
             self._folds_case(),
+            self.held,
         )
 
     # -- what each variable holds, to a fixed point
@@ -235,11 +261,29 @@ class _Reader(FixedValues):
             elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice):
                 bounds = {n for b in (node.arg.start, node.arg.stop) if b is not None for n in self.numbers_in(b)}
                 (counts if self.kind(node.node) == _LIST else lengths).update(bounds)
+                if (piece := self._piece_chars(node.node)) > 1:  # a text's first lines or words
+                    lengths |= {n * piece for n in bounds}
+            elif (
+                isinstance(node, nodes.Getitem) and self.kind(node.node) == _LIST and self._counted(node.arg, counters)
+            ):
+                counts |= self.numbers_in(node.arg)  # ``messages[loop.index0 + 6] is defined``: six more messages
             elif isinstance(node, nodes.Getitem) and (index := self.whole_number(node.arg)) is not None:
                 # an item that exists from that many items on (``keys[11] is defined``: 12 arguments; ``[-3]``: 3);
                 # a larger number is a key (``budgets[16384]``, a dict keyed by numbers), not a position
                 if abs(index) < _ITEM_INDEX:
-                    (counts if self.kind(node.node) == _LIST else lengths).add(index + 1 if index >= 0 else -index)
+                    items = index + 1 if index >= 0 else -index
+                    (counts if self.kind(node.node) == _LIST else lengths).add(items)
+                    if (piece := self._piece_chars(node.node)) > 1:
+                        lengths.add(items * piece)
+            elif isinstance(node, _ARITHMETIC) and self._counted(node, counters):
+                # arithmetic of the conversation's length tested for its truth or used as a position
+                # (``loop.revindex0 // 7``): a branch from that many messages on
+                counts |= {
+                    n
+                    for side in (node.left, node.right)
+                    if not self._counted(side, counters)
+                    for n in self.numbers_in(side)
+                }
             elif isinstance(node, nodes.Mul) and isinstance(node.left, nodes.List | nodes.Tuple):
                 lengths |= self.numbers_in(node.right)  # ``[0] * 11``: a list of that many items, paired with others
             elif isinstance(node, nodes.Mul) and isinstance(node.right, nodes.List | nodes.Tuple):
@@ -248,6 +292,24 @@ class _Reader(FixedValues):
                 given = [*node.args[:1], *(kw.value for kw in node.kwargs if kw.key == "length")]
                 lengths |= {n for g in given for n in self.numbers_in(g)} if given else {_TRUNCATE_DEFAULT}
         return counts, lengths, against_value
+
+    def _piece_chars(self, node: nodes.Node) -> int:
+        """The characters one item of ``node`` stands for, where ``node`` splits a text into pieces: a line
+        (``text.split('\\n')``, ``splitlines()``) or a word (``text.split(' ')``, ``split()``); 1 for anything else
+        (a text's own characters, or pieces between other separators: ``split('</think>')``)."""
+        if not (isinstance(node, nodes.Call) and isinstance(node.node, nodes.Getattr)):
+            return 1
+        method = node.node.attr
+        if method == "splitlines":
+            return CHARACTERS_PER_LINE
+        if method not in ("split", "rsplit"):
+            return 1
+        given = node.args[0] if node.args else None
+        whitespace = given is None or (isinstance(given, nodes.Const) and given.value is None)  # ``split()``
+        separator = " " if whitespace else self.constant(given)  # type: ignore[arg-type]
+        if separator is None or separator.strip():  # a separator that is no whitespace: the pieces are no words
+            return 1
+        return CHARACTERS_PER_LINE if "\n" in separator else CHARACTERS_PER_WORD
 
     def _counters(self) -> set[str]:
         """Variables (``ns.attr`` too) that count messages or iterations: set from a loop counter or a messages
@@ -279,6 +341,17 @@ class _Reader(FixedValues):
             elif isinstance(sub, nodes.Name) and sub.name in counters:
                 return True
         return False
+
+    def _counted(self, node: nodes.Node, counters: set[str]) -> bool:
+        """``node`` is the conversation's length itself, or arithmetic of it (``loop.index0 + 6``): a loop counter, a
+        counter variable, a messages list's length; not an expression that merely holds one (``'x' + (a if old)``)."""
+        if isinstance(node, _ARITHMETIC):
+            return self._counted(node.left, counters) or self._counted(node.right, counters)
+        if isinstance(node, nodes.Getattr) and isinstance(node.node, nodes.Name) and node.node.name == "loop":
+            return node.attr in _LOOP_COUNTERS
+        if isinstance(node, nodes.Filter) and node.name in COUNT_FILTERS and node.node is not None:
+            return self.kind(node.node) == _LIST
+        return isinstance(node, nodes.Name | nodes.Getattr) and variable_name(node) in counters
 
     def _measures(self, node: nodes.Node) -> bool:
         """``node`` reads the length of something other than the messages list (a text, most often), or counts what

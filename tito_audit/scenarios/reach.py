@@ -25,10 +25,11 @@ MAX_COUNT = 64  # tool cycles a derived long episode plays at most (a threshold 
 LENGTH_REACH = 8
 MAX_LENGTH = 20_000  # characters a derived long text holds at most
 MAX_LITERALS = 8  # rewrite literals played in one derived scenario
-# A literal the template rewrites with or looks for that real tool names and argument keys can hold (MCP-style
-# ``github.create_issue``, ``mcp__fs__read``, ``list-files``, ``ns:tool``): at most this long, made of letters, digits
-# and these separators, with one other than ``_`` or of underscores only (``name|replace('.', '_')``, ``'__' in
-# f.name``; ``tool_call`` is a word any identifier may hold, not a separator looked for).
+# A literal the template rewrites with, looks for or holds (a table's key) that real tool names and argument keys
+# can hold (MCP-style ``github.create_issue``, ``mcp__fs__read``, ``list-files``, ``ns:tool``): at most this long,
+# made of letters, digits and these separators, with one other than ``_`` or of underscores only
+# (``name|replace('.', '_')``, ``'__' in f.name``; ``tool_call`` is a word any identifier may hold, not a separator
+# looked for).
 NAME_LITERAL = 8
 NAME_SEPARATORS = frozenset("._-:/")
 # Characters the long texts of a long episode's first tool cycle may add to its renders in all (each render of the
@@ -129,7 +130,10 @@ def derive_reach(reads: MessageReads, delimiters: Sequence[str] = (), control_te
     early = chars if cycles and chars and _long_episode_chars(cycles, chars) <= LONG_EPISODE_CHARS else 0
     if cycles and chars and not early:
         not_probed.append(f"length:{length}")
-    names = [lit for lit in (*literals, *tested) if _in_names(lit)]
+    # the literals a tool name can hold that it rewrites with or looks for, then those its code holds anywhere else
+    # (a table of separators it walks: ``{':': '_'}``); played in one episode's names, up to MAX_LITERALS
+    names = [lit for lit in dict.fromkeys((*literals, *tested, *reads.held_literals)) if _in_names(lit)]
+    names = names[:MAX_LITERALS]
     return Reach(
         cycles,
         chars,
@@ -160,13 +164,15 @@ def _long_episode_chars(cycles: int, chars: int) -> int:
 
 
 def long_text(chars: int, what: str) -> str:
-    """Prose of at least ``chars`` characters (numbered sentences, as a long answer or log reads)."""
+    """Prose of at least ``chars`` characters, a numbered sentence a line (as a long answer or a log reads): long in
+    characters, in words and in lines alike, for a template that cuts a text by any of them (``content[:300]``,
+    ``content.split('\\n')[:3]``, ``split(' ')[:400]``)."""
     out: list[str] = []
     n = 0
     while sum(len(s) + 1 for s in out) < chars:
         out.append(f"{what} {n}: the forecast for Paris says sunny with a light wind from the west.")
         n += 1
-    return " ".join(out)
+    return "\n".join(out)
 
 
 def with_literals(text: str, literals: Sequence[str]) -> str:

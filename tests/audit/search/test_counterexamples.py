@@ -43,25 +43,27 @@ def test_the_plain_template_stays_safe_under_the_search() -> None:
     [
         # rewritten on every turn but the last: a tool append already rewrites it (buffer + delta breaks); the
         # fold written so that no reading of the code sees it (name_case.jinja's is played by names/plain, below)
-        ("name_case_hidden", "unsafe", "tool_append_prefix", "weather", "safe"),
+        ("name_case_hidden", "unsafe", "tool_append_prefix", ("weather", "wEATHER"), "safe"),
         ("call_text_dropped", "unsafe", "tool_append_prefix", None, "safe"),
         # the catalogue's reasoning follow-up shows the re-render break; only a long episode with reasoning on
         # every turn shows that a tool append already breaks buffer + delta
         ("reasoning_window", "unsafe", "tool_append_prefix", None, "tito-required"),
         # rewritten in the turns before the last user message: the re-render breaks, buffer + delta holds
         ("mcp_names_hidden", "tito-required", "naive_rerender", "_", "safe"),
+        # names namespaced by ':' or '/' (``weather:get_forecast``): shapes the search's names hold since this test
+        ("namespaced_names_hidden", "tito-required", "naive_rerender", "_", "safe"),
         ("reasoning_trim", "tito-required", "naive_rerender", None, "safe"),
     ],
 )
 def test_a_rewrite_of_earlier_turns_is_found_by_the_search(
-    name: str, verdict: str, check: str, shown: str | None, without: str
+    name: str, verdict: str, check: str, shown: str | tuple[str, ...] | None, without: str
 ) -> None:
     r = audited(name)
     assert r.verdict == verdict, r.verdict_reasons
     finding = counterexample(r, check)
     assert finding.index is not None  # shown at its first divergent token, like every finding
-    if shown is not None:
-        assert shown in "".join(finding.actual.tokens), finding.actual.tokens
+    if shown is not None:  # the rewritten text, in whichever name shape the search shrank to
+        assert any(text in "".join(finding.actual.tokens) for text in ((shown,) if isinstance(shown, str) else shown))
     # the same template without the search: what the catalogue alone says (what 507ac91 said)
     assert audited(name, search=0).verdict == without
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from tito_audit.audit.context import AuditContext
 
 # Tool names in the shapes real tool sets use: snake_case first (what the catalogue plays), then camelCase,
-# PascalCase, MCP-style dotted, dashed, upper case, non-ASCII.
+# PascalCase, MCP-style dotted, dashed, upper case, non-ASCII, namespaced by "__", ":" or "/".
 NAME_SHAPES: tuple[str, ...] = (
     "get_weather",
     "getWeather",
@@ -38,6 +38,8 @@ NAME_SHAPES: tuple[str, ...] = (
     "天気を取得",
     "search_knowledge_base_documents",  # long: past a length a template may cut names at
     "mcp__github__create_issue",  # MCP as coding agents name its tools: server and tool joined by "__"
+    "weather:get_forecast",  # a server's namespace joined by ":"
+    "files/read_file",  # ... or by "/"
 )
 # Top-level argument names, in the order a call takes them (a call of n arguments has the first n).
 ARGUMENT_KEYS: tuple[str, ...] = (
