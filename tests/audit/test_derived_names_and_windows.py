@@ -14,7 +14,7 @@ from tests.conftest import audit_of
 from tito_audit.rendering.analysis import message_reads
 from tito_audit.rendering.message_reads import MessageReads
 from tito_audit.report.verdict import describe_reason
-from tito_audit.scenarios.reach import LONG_EPISODE_CHARS, derive_reach
+from tito_audit.scenarios.reach import EARLY_CHARS, LONG_EPISODE_CHARS, derive_reach
 
 DATA = TEST_DATA / "audit_greens"
 TOKENIZER = "qwen2.5-7b-instruct"
@@ -73,14 +73,17 @@ def test_a_case_folding_that_rewrites_no_history_stays_safe() -> None:
 
 def test_long_texts_a_long_episode_cannot_hold_are_named() -> None:
     """A window of 60 cycles and a cut at 19,000 characters: the first cycle's texts would add more than
-    LONG_EPISODE_CHARS to the episode's renders; the length is named for it, never passed."""
+    LONG_EPISODE_CHARS to the episode's renders; the length is named for it, never passed, and the first cycle
+    holds the long texts every long episode's does (EARLY_CHARS)."""
     reads = MessageReads(count_thresholds=(60,), length_thresholds=(19_000,))
     reach = derive_reach(reads)
-    assert reach.cycles == 61 and reach.length and reach.early_length == 0
+    assert reach.cycles == 61 and reach.length and reach.early_length == EARLY_CHARS
     assert "length:19000" in reach.not_probed
     assert "long episode" in describe_reason("not_probed:length:19000")  # what the verdict line says of it
     small = derive_reach(MessageReads(count_thresholds=(8,), length_thresholds=(64,)))
-    assert small.early_length == small.length and "length:64" not in small.not_probed
+    assert small.early_length == EARLY_CHARS and "length:64" not in small.not_probed
+    past = derive_reach(MessageReads(count_thresholds=(8,), length_thresholds=(3000,)))
+    assert past.early_length == past.length and "length:3000" not in past.not_probed
     assert LONG_EPISODE_CHARS < 4 * 19_064 * (2 * 61 + 6)
 
 

@@ -2,8 +2,13 @@
 number or the literal they key on in a form the reading did not follow: a window kept as a position
 (``messages[loop.index0 + 6] is defined``) or as arithmetic (``loop.revindex0 // 7``), a cut by lines or words
 (``content.split('\\n')[:3]``), a length written as joined strings (``('4' ~ '000')|int``), separators kept in a table
-(``{':': '_', '/': '_'}``). Each template (tests/data/audit_greens/) is a plain ChatML tool template plus one such
-rewrite, and each was SAFE with ``--search 0`` on the main before this test (537c06d)."""
+(``{':': '_', '/': '_'}``); then a second red team's: a budget kept in a table of settings (``cfg.clip``,
+``budget[message.role]``), as a setting's default (``max_chars|default(1500)``), as ``2 ** 11`` or ``(300 * 3.5)|int``,
+the loop under another name (``set outer = loop``, a macro's parameter), a split kept in a variable, an old result
+reduced to its first line or paragraph or with its whitespace squeezed. Each template (tests/data/audit_greens/) is a
+plain ChatML tool template plus one such rewrite, and each was SAFE with ``--search 0`` on the main before this test
+(537c06d); the controls rewrite every turn alike and are SAFE (``results_squeezed_always`` was called
+``drops_tool_results`` there)."""
 
 from __future__ import annotations
 
@@ -23,6 +28,12 @@ TOKENIZER = "qwen2.5-7b-instruct"
 # a counter counting up, divided: a branch from the twelfth message on
 COUNTED_UP = (
     "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{{ m if ns.n // 12 }}{% endfor %}"
+)
+
+
+# the loop given to a macro as a parameter of its own
+MACRO_GIVEN_LOOP = (
+    "{% macro r(m, pos) %}{{ m if pos.revindex > 6 }}{% endmacro %}{% for m in messages %}{{ r(m, loop) }}{% endfor %}"
 )
 
 
@@ -93,6 +104,51 @@ def test_a_number_written_as_strings_is_read(source: str, value: int) -> None:
     assert value in reads(source).length_thresholds
 
 
+@pytest.mark.parametrize(
+    ("source", "value"),
+    [
+        ("{% set cfg = {'keep': 6, 'clip': 1000} %}{{ x[:cfg.clip] }}", 1000),
+        ("{% set cfg = {'keep': 6, 'clip': 1000} %}{{ x[:cfg['clip']] }}", 1000),
+        ("{% set budget = {'tool': 1200, 'user': 4000} %}{{ x[:budget[m.role]] }}", 4000),
+        ("{% set clip = max_chars | default(1500) %}{{ x[:clip] }}", 1500),
+        ("{{ x[:2 ** 11] }}", 2048),
+        ("{{ x[:(300 * 3.5) | int] }}", 1050),
+        ("{{ x[:(1000 / 4) | round | int] }}", 250),
+    ],
+)
+def test_a_number_kept_in_a_table_a_default_or_arithmetic_is_read(source: str, value: int) -> None:
+    assert value in reads(source).length_thresholds
+
+
+def test_no_number_is_read_from_arithmetic_past_its_bounds() -> None:
+    """``10 ** 100``, ``2 ** -1`` and ``(1 / 0)|int`` are no numbers: only their own constants are read."""
+    found = reads("{{ x[:10 ** 100] }}{{ y[:2 ** -1] }}{{ z[:(1 / 0) | int] }}").length_thresholds
+    assert set(found) == {0, 1, 2, 10, 100}
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{% for m in messages %}{% set outer = loop %}{% if outer.revindex > 6 %}x{% endif %}{% endfor %}",
+        MACRO_GIVEN_LOOP,
+    ],
+)
+def test_the_loop_under_another_name_is_a_conversation_length(source: str) -> None:
+    assert 6 in reads(source).count_thresholds
+
+
+@pytest.mark.parametrize(
+    "cut",
+    [
+        "{% set words = content.split(' ') %}{{ words[:400] }}",
+        "{% set words = content.split(' ') if content is string else [] %}{{ words[:400] }}",
+    ],
+)
+def test_a_text_split_into_a_variable_counts_its_words(cut: str) -> None:
+    source = "{% for m in messages %}{% set content = m.content %}" + cut + "{% endfor %}"
+    assert 400 * CHARACTERS_PER_WORD in reads(source).length_thresholds
+
+
 def test_a_separator_a_template_takes_from_a_string_it_slices_is_read() -> None:
     """``'mcp__'[3:]`` is ``'__'``: split with, it is a literal the template looks for."""
     source = "{% set sep = 'mcp__'[3:] %}{% for m in messages %}{{ m.name.split(sep) }}{% endfor %}"
@@ -114,6 +170,13 @@ def test_separators_kept_in_a_table_are_held_literals_a_name_episode_plays() -> 
         ("old_results_words", "unsafe", "tool_append_prefix", "long/"),
         ("old_results_offset", "unsafe", "tool_append_prefix", "long/"),
         ("old_results_clip_joined", "unsafe", "tool_append_prefix", "long/"),
+        # a second red team's forms: a table of settings, settings with defaults, the loop given to a macro with a
+        # budget of (300 * 3.5)|int, an old result's first line, its whitespace squeezed
+        ("old_results_settings", "unsafe", "tool_append_prefix", "long/"),
+        ("old_results_defaults", "unsafe", "tool_append_prefix", "long/"),
+        ("old_results_macro_loop", "unsafe", "tool_append_prefix", "long/"),
+        ("old_results_first_line", "unsafe", "tool_append_prefix", "long/"),
+        ("old_results_squeezed", "unsafe", "tool_append_prefix", "long/"),
         # separators mapped once the call is history: the re-render differs from what was sampled, the append
         # keeps the buffer a prefix (TITO-REQUIRED, as earlier_names_dotted)
         ("earlier_names_table", "tito-required", "history_rewrite", "names/plain"),
@@ -133,3 +196,11 @@ def test_a_table_of_separators_applied_to_every_turn_alike_stays_safe() -> None:
     r = audit_of(TOKENIZER, template, scenarios="quick", search=0)
     assert r.verdict == "safe", r.verdict_reasons
     assert not any(hit_by(r, check) for check in ("tool_append_prefix", "history_rewrite", "naive_rerender"))
+
+
+def test_whitespace_squeezed_in_every_result_alike_is_no_dropped_result() -> None:
+    """The control of old_results_squeezed: every result squeezed, the newest too. Every word is rendered: no
+    result is dropped (537c06d said ``drops_tool_results``), and no history is rewritten."""
+    r = audit_of(TOKENIZER, DATA / "results_squeezed_always.jinja", scenarios="quick", search=0)
+    assert r.verdict == "safe", r.verdict_reasons
+    assert r.check("tool_support").status == "pass"

@@ -9,7 +9,7 @@ A number is read where the code fixes it: a constant, a variable or namespace at
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from jinja2 import nodes
@@ -93,6 +93,13 @@ class FixedValues:
                         found = self.whole_number(kw.value)
                         if found is not None:
                             self.numbers.setdefault(f"{name}.{kw.key}", set()).add(found)
+                if isinstance(value, nodes.Dict):  # a table of settings: ``cfg.keep``, ``cfg['keep']``, ``cfg[role]``
+                    for pair in value.items:
+                        key, found = self.constant(pair.key), self.whole_number(pair.value)
+                        if found is not None:
+                            self.numbers.setdefault(f"{name}[]", set()).add(found)
+                            if key is not None:
+                                self.numbers.setdefault(f"{name}.{key}", set()).add(found)
             if self.numbers == before:
                 break
 
@@ -106,29 +113,51 @@ class FixedValues:
     def _whole(self, node: nodes.Node) -> int | None:
         if isinstance(node, nodes.Const):
             return node.value if type(node.value) is int else None
-        if isinstance(node, nodes.Name | nodes.Getattr):
-            values = self.numbers.get(variable_name(node) or "")
+        if isinstance(node, nodes.Name | nodes.Getattr | nodes.Getitem):
+            values = self.numbers.get(_held_name(node, self.constant) or "")
             return next(iter(values)) if values is not None and len(values) == 1 else None
         if isinstance(node, nodes.Neg):
             inner = self.whole_number(node.node)
             return None if inner is None else -inner
-        if isinstance(node, nodes.Add | nodes.Sub | nodes.Mul | nodes.FloorDiv | nodes.Mod):
+        if isinstance(node, _INT_ARITHMETIC):
             left, right = self.whole_number(node.left), self.whole_number(node.right)
-            if left is None or right is None or (right == 0 and isinstance(node, nodes.FloorDiv | nodes.Mod)):
-                return None
-            op = {nodes.Add: int.__add__, nodes.Sub: int.__sub__, nodes.Mul: int.__mul__}.get(type(node))
-            return op(left, right) if op else left // right if isinstance(node, nodes.FloorDiv) else left % right
+            value = None if left is None or right is None else _arithmetic(type(node), left, right)
+            return value if type(value) is int else None  # ``2 ** -1`` is no whole number
         if isinstance(node, nodes.Filter) and node.node is not None:
             if node.name == "int" and (text := self.constant(node.node)) is not None:
                 text = text.strip()
                 digits = text.removeprefix("-")
                 return int(text) if digits.isascii() and digits.isdigit() and len(text) < 8 else None
+            if node.name == "int" and (real := self._real(node.node)) is not None:
+                return int(real)  # ``(300 * 3.5)|int``
+            if node.name in ("default", "d") and node.args:  # the number a setting the caller leaves out has
+                own = self.whole_number(node.node)
+                return own if own is not None else self.whole_number(node.args[0])
             if node.name in COUNT_FILTERS:
                 return self._items(node.node)
             if node.name in _PICK and isinstance(node.node, nodes.List | nodes.Tuple) and node.node.items:
                 picked = [self.whole_number(item) for item in node.node.items]  # ``[3000]|first``
                 return None if None in picked else _PICK[node.name](picked)
         return None
+
+    def _real(self, node: nodes.Node) -> int | float | None:
+        """The number (a float too) ``node`` always is: a number constant, a whole number (``whole_number``), and
+        arithmetic, ``|float``, ``|round``, ``|abs`` of those (``300 * 3.5``); None past ``LARGEST``."""
+        if isinstance(node, nodes.Const) and type(node.value) in (int, float):
+            value: int | float | None = node.value
+        elif isinstance(node, nodes.Filter) and node.name in ("float", "round", "abs", "int") and node.node is not None:
+            inner = self._real(node.node)
+            calls: dict[str, Callable[[Any], Any]] = {"float": float, "round": round, "abs": abs, "int": int}
+            value = None if inner is None else calls[node.name](inner)
+        elif isinstance(node, _REAL_ARITHMETIC):
+            left, right = self._real(node.left), self._real(node.right)
+            value = None if left is None or right is None else _arithmetic(type(node), left, right)
+        elif isinstance(node, nodes.Neg):
+            inner = self._real(node.node)
+            value = None if inner is None else -inner
+        else:
+            value = self.whole_number(node)
+        return value if value is not None and abs(value) <= LARGEST else None
 
     def _items(self, node: nodes.Node) -> int | None:
         """How many items (characters of a string) a literal value has: a string, a list or tuple literal, a
@@ -163,12 +192,59 @@ class FixedValues:
         value = self.whole_number(node)
         if value is not None:
             return {abs(value)}
-        if isinstance(node, nodes.Name | nodes.Getattr) and (name := variable_name(node)) in self.numbers:
+        if (
+            isinstance(node, nodes.Name | nodes.Getattr | nodes.Getitem)
+            and (name := _held_name(node, self.constant)) in self.numbers
+        ):
             return {abs(v) for v in self.numbers[name] if abs(v) <= LARGEST}
+        if (
+            isinstance(node, nodes.Getitem)
+            and isinstance(node.node, nodes.Name)
+            and f"{node.node.name}[]" in self.numbers
+        ):
+            return {abs(v) for v in self.numbers[f"{node.node.name}[]"]}  # ``budget[message.role]``: any of them
         found: set[int] = set()
         for child in node.iter_child_nodes():
             found |= self.numbers_in(child)
         return found
+
+
+_INT_ARITHMETIC = (nodes.Add, nodes.Sub, nodes.Mul, nodes.FloorDiv, nodes.Mod, nodes.Pow)
+_REAL_ARITHMETIC = (*_INT_ARITHMETIC, nodes.Div)
+_LARGEST_EXPONENT = 64
+
+
+def _arithmetic(kind: type, left: int | float, right: int | float) -> int | float | None:
+    """``left OP right`` for jinja's arithmetic node ``kind``; None where it fails or would be huge (a power past
+    ``_LARGEST_EXPONENT``, a base past ``LARGEST``)."""
+    if kind is nodes.Pow and (abs(right) > _LARGEST_EXPONENT or abs(left) > LARGEST):
+        return None
+    try:
+        if kind is nodes.Add:
+            return left + right
+        if kind is nodes.Sub:
+            return left - right
+        if kind is nodes.Mul:
+            return left * right
+        if kind is nodes.Div:
+            return left / right
+        if kind is nodes.FloorDiv:
+            return left // right
+        if kind is nodes.Mod:
+            return left % right
+        value = left**right
+        return value if isinstance(value, int | float) else None  # a negative base to a fraction is complex
+    except (ZeroDivisionError, OverflowError):
+        return None
+
+
+def _held_name(node: nodes.Node, constant: Any) -> str | None:
+    """The name a value ``node`` reads is kept under: ``th``, ``ns.th``, ``cfg.keep`` for ``cfg.keep`` and
+    ``cfg['keep']`` (``constant``: the reader's, for the key)."""
+    if isinstance(node, nodes.Getitem) and isinstance(node.node, nodes.Name):
+        key = constant(node.arg)
+        return None if key is None else f"{node.node.name}.{key}"
+    return variable_name(node)
 
 
 def variable_name(node: nodes.Node) -> str | None:

@@ -13,11 +13,15 @@ derived from (``scenarios.reasoning``), so that a template is played with what i
   splits, strips or replaces (text it changes, not only looks for).
 - ``count_thresholds``: the numbers it compares the conversation's length with (``messages|length > 9``, a
   ``loop.index``/``loop.revindex``/``loop.length`` test, a variable set from those or counting up
-  (``set ns.calls = ns.calls + 1``), a slice of the messages, ``messages[-10:]``): a branch a longer conversation
-  takes and a short one never does.
+  (``set ns.calls = ns.calls + 1``), a slice of the messages, ``messages[-10:]``, a position or arithmetic of
+  those, ``messages[loop.index0 + 6] is defined``, ``loop.revindex0 // 7``; the loop under another name too,
+  ``set outer = loop`` or a macro's parameter given it): a branch a longer conversation takes and a short one never
+  does.
 - ``length_thresholds``: the numbers it compares or cuts text with (``content|length > 300``, ``content[:300]``,
   ``|truncate(300)``, ``text.count(':') >= 12``, ``keys|map('length')|max > 24``, an item's index:
-  ``keys[11]``; a word count, ``text|wordcount > 1000``, also as ``CHARACTERS_PER_WORD`` times as many characters):
+  ``keys[11]``; a word count, ``text|wordcount > 1000``, and a cut by words or lines, ``text.split(' ')[:400]``,
+  ``text.split('\\n')[:3]`` (the split kept in a variable too), also as ``CHARACTERS_PER_WORD`` or
+  ``CHARACTERS_PER_LINE`` times as many characters):
   a branch only longer text (or a longer key name, a longer list) takes; and those it sizes a list with
   (``[0] * 11``, a list walked beside another: ``loop.cycle``). Each may count items instead of characters
   (``arguments|length >= 12``): ``scenarios.reach`` plays both. ``length_against_value``: a length it orders
@@ -31,7 +35,7 @@ A number is read where the code fixes it without running anything (``fixed_value
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from jinja2 import nodes
@@ -123,6 +127,8 @@ class _Reader(FixedValues):
         self.kinds: dict[str, str] = {"messages": _LIST}  # variable (or ``ns.attr``) -> what it holds
         self.macros = {m.name: m for m in self.nodes if isinstance(m, nodes.Macro)}
         self.loops_over_messages = False
+        self.loops: set[str] = {"loop"}  # the names jinja's ``loop`` goes by (``_bind_loops``)
+        self.pieces: dict[str, int] = {}  # variables holding a text's lines or words (``_piece_chars``)
 
     def result(self) -> MessageReads:
         self._bind()
@@ -164,6 +170,27 @@ class _Reader(FixedValues):
         )
 
     # -- what each variable holds, to a fixed point
+    def _bind_loops(self, binders: Sequence[nodes.Node]) -> None:
+        """The names jinja's ``loop`` goes by: ``loop``, a variable set to it (``set outer = loop``) and a macro's
+        parameter given it (``render_result(message, loop)``), to a fixed point."""
+        self.loops = {"loop"}
+        for _ in range(4):
+            before = len(self.loops)
+            for node in binders:
+                if (
+                    isinstance(node, nodes.Assign)
+                    and isinstance(node.node, nodes.Name)
+                    and node.node.name in self.loops
+                ):
+                    self.loops.update(assigned_names(node.target))
+                elif isinstance(node, nodes.Call) and isinstance(node.node, nodes.Name):
+                    macro = self.macros[node.node.name]
+                    for param, arg in zip(macro.args, node.args, strict=False):
+                        if isinstance(arg, nodes.Name) and arg.name in self.loops:
+                            self.loops.add(param.name)
+            if len(self.loops) == before:
+                break
+
     def _bind(self) -> None:
         binders = [
             n
@@ -172,6 +199,15 @@ class _Reader(FixedValues):
             or (isinstance(n, nodes.Call) and isinstance(n.node, nodes.Name) and n.node.name in self.macros)
         ]
         self.bind_values(self.nodes)
+        self._bind_loops(binders)
+        # the variables that hold a text's pieces (``set words = content.split(' ')``): what one of them stands for
+        self.pieces = {
+            name: piece
+            for n in binders
+            if isinstance(n, nodes.Assign)
+            and (name := assigned_name(n.target)) is not None
+            and (piece := self._piece_chars(n.node)) > 1
+        }
         for _ in range(8):
             before = dict(self.kinds)
             for node in binders:
@@ -297,6 +333,10 @@ class _Reader(FixedValues):
         """The characters one item of ``node`` stands for, where ``node`` splits a text into pieces: a line
         (``text.split('\\n')``, ``splitlines()``) or a word (``text.split(' ')``, ``split()``); 1 for anything else
         (a text's own characters, or pieces between other separators: ``split('</think>')``)."""
+        if isinstance(node, nodes.Name):
+            return self.pieces.get(node.name, 1)
+        if isinstance(node, nodes.CondExpr):  # ``v.split('\n') if v is string else []``
+            return max(self._piece_chars(node.expr1), 1 if node.expr2 is None else self._piece_chars(node.expr2))
         if not (isinstance(node, nodes.Call) and isinstance(node.node, nodes.Getattr)):
             return 1
         method = node.node.attr
@@ -335,7 +375,7 @@ class _Reader(FixedValues):
                     return True
             elif isinstance(sub, nodes.Getattr) and isinstance(sub.node, nodes.Name):
                 if (
-                    sub.node.name == "loop" and sub.attr in _LOOP_COUNTERS
+                    sub.node.name in self.loops and sub.attr in _LOOP_COUNTERS
                 ) or f"{sub.node.name}.{sub.attr}" in counters:
                     return True
             elif isinstance(sub, nodes.Name) and sub.name in counters:
@@ -347,7 +387,7 @@ class _Reader(FixedValues):
         counter variable, a messages list's length; not an expression that merely holds one (``'x' + (a if old)``)."""
         if isinstance(node, _ARITHMETIC):
             return self._counted(node.left, counters) or self._counted(node.right, counters)
-        if isinstance(node, nodes.Getattr) and isinstance(node.node, nodes.Name) and node.node.name == "loop":
+        if isinstance(node, nodes.Getattr) and isinstance(node.node, nodes.Name) and node.node.name in self.loops:
             return node.attr in _LOOP_COUNTERS
         if isinstance(node, nodes.Filter) and node.name in COUNT_FILTERS and node.node is not None:
             return self.kind(node.node) == _LIST

@@ -31,8 +31,9 @@ def derived_scenarios(
     - ``field/KEY``: a user follow-up episode with the message key ``KEY`` set on the messages of every role the
       template renders it for (a marker written at a turn's end and dropped once a user turn follows);
     - ``long/N`` (``reach.cycles``): an episode of N tool cycles and a follow-up, past the conversation lengths the
-      template tests (``messages|length > 9``, ``loop.index``, a counter); where it tests text lengths too, the
-      texts of its first cycle are long (``reach.early_length``: a result cut only once it is old enough);
+      template tests (``messages|length > 9``, ``loop.index``, a counter); the texts of its first cycle are long,
+      in lines and paragraphs too, and past the text lengths it tests (``reach.early_length``: a result cut,
+      squeezed or reduced to its first line only once it is old enough);
     - ``long_text/N`` (``reach.length``): a follow-up episode whose every text (user, arguments, tool output,
       answer, reasoning) holds N characters, past the text lengths it tests or cuts (``|length > 300``, ``[:300]``);
     - ``literals/plain`` (``reach.literals``): a follow-up episode with the literals it rewrites text with in every

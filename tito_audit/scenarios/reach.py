@@ -35,6 +35,10 @@ NAME_SEPARATORS = frozenset("._-:/")
 # Characters the long texts of a long episode's first tool cycle may add to its renders in all (each render of the
 # episode holds them): past this, the text length is named (``length:N``) for that episode.
 LONG_EPISODE_CHARS = 4_000_000
+# Characters each text of a long episode's first tool cycle holds at least, where the template tests no longer
+# length: a dozen lines in three paragraphs, for a template that keeps an old result's first line or paragraph
+# (``splitlines()|first``), squeezes its whitespace or cuts it by a number it does not write as one.
+EARLY_CHARS = 1_000
 MAX_TESTED = 16  # bare words a template looks for, written in the search's texts
 # A number a template tests a ``|length`` with may count the items of a collection, not characters: a call's
 # arguments (``arguments|length >= 12``), a list it builds from them, a turn's parallel calls, the items of a list
@@ -63,7 +67,8 @@ class Reach:
     for (keys, most often: the search writes them); ``widths``: the top-level arguments of each call of a derived
     wide episode, one call per width (none needed: empty); ``not_probed``: what none of them reaches (``count:N``,
     ``length:N``, ``literal:TEXT``); ``early_length``: characters each text of a long episode's first tool cycle
-    holds (a text cut only once it is old enough: ``loop.revindex > 8`` and ``content[:20]``; 0: none);
+    holds (a text cut only once it is old enough: ``loop.revindex > 8`` and ``content[:20]``; at least
+    ``EARLY_CHARS``; 0: no long episode);
     ``names``: the literals a derived names episode writes in tool names and argument keys, and ``mixed_case``:
     whether they are written in mixed case (a template that folds case or rewrites names with literals: played
     where either is set)."""
@@ -126,9 +131,11 @@ def derive_reach(reads: MessageReads, delimiters: Sequence[str] = (), control_te
     not_probed += [f"parallel:{n}" for n in sorted(set(numbers)) if n >= MAX_PARALLEL][:1]
     tested = [lit for lit in reads.tested_literals if lit.isidentifier() and lit not in (*played, *rewritten)]
     tested = tested[:MAX_TESTED]
-    # a long episode's first tool cycle holds the long texts too: a text cut only outside the last messages
-    early = chars if cycles and chars and _long_episode_chars(cycles, chars) <= LONG_EPISODE_CHARS else 0
-    if cycles and chars and not early:
+    # a long episode's first tool cycle holds long texts (past the lengths it tests, and at least EARLY_CHARS of
+    # lines and paragraphs): a text cut, squeezed or reduced to its first line only outside the last messages
+    fits = [n for n in (max(chars, EARLY_CHARS), EARLY_CHARS) if _long_episode_chars(cycles, n) <= LONG_EPISODE_CHARS]
+    early = fits[0] if cycles and fits else 0
+    if cycles and chars and early < chars:  # a length past what the episode holds: named, never passed
         not_probed.append(f"length:{length}")
     # the literals a tool name can hold that it rewrites with or looks for, then those its code holds anywhere else
     # (a table of separators it walks: ``{':': '_'}``); played in one episode's names, up to MAX_LITERALS
@@ -163,16 +170,21 @@ def _long_episode_chars(cycles: int, chars: int) -> int:
     return 4 * chars * (2 * cycles + 6)
 
 
+PARAGRAPH_LINES = 5  # lines of a long text's paragraph
+
+
 def long_text(chars: int, what: str) -> str:
-    """Prose of at least ``chars`` characters, a numbered sentence a line (as a long answer or a log reads): long in
-    characters, in words and in lines alike, for a template that cuts a text by any of them (``content[:300]``,
-    ``content.split('\\n')[:3]``, ``split(' ')[:400]``)."""
+    """Prose of at least ``chars`` characters, a numbered sentence a line and a blank line every ``PARAGRAPH_LINES`` (as
+    a long answer or a log reads): long in characters, words, lines and paragraphs alike, for a template that cuts a
+    text by any of them (``content[:300]``, ``content.split('\\n')[:3]``, ``split(' ')[:400]``,
+    ``split('\\n\\n')|first``)."""
     out: list[str] = []
-    n = 0
-    while sum(len(s) + 1 for s in out) < chars:
-        out.append(f"{what} {n}: the forecast for Paris says sunny with a light wind from the west.")
-        n += 1
-    return "\n".join(out)
+    total = 0
+    while total < chars + 2:  # the last line's end is cut off
+        end = "\n\n" if len(out) % PARAGRAPH_LINES == PARAGRAPH_LINES - 1 else "\n"  # a paragraph every few lines
+        out.append(f"{what} {len(out)}: the forecast for Paris says sunny with a light wind from the west.{end}")
+        total += len(out[-1])
+    return "".join(out).rstrip("\n")
 
 
 def with_literals(text: str, literals: Sequence[str]) -> str:

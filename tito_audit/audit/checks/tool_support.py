@@ -9,6 +9,8 @@ An argument value counts as rendered in whatever form the template writes it: as
 ``repr`` of the dict writes it (``{{ arguments }}``), or in a form of the template's own (HTML-escaped elements...):
 the call rendered with a marker as that value shows the marker, and what the real render writes in the marker's
 place holds every letter and digit of the value, in order. A value the template cuts short or replaces is dropped.
+A tool result or an argument value whose whitespace the template writes otherwise (runs of spaces and newlines
+squeezed into one space) is rendered: every word of it is there, in order.
 
 **Example** (``microsoft/Phi-3-mini-4k-instruct``, ``probe/canonical``, class ``template``, reason
 ``drops_tool_calls``): ``tool calls are not rendered in the canonical form (with the adaptations it needs:
@@ -20,6 +22,7 @@ rejected by both (transformers drops a None ``content`` key, and their templates
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from typing import Any
 
 from tito_audit.audit.checks.base import check
@@ -45,10 +48,20 @@ def _string_arguments(arguments: object) -> dict[str, str]:
 
 
 def _shown(value: str, text: str) -> bool:
-    """Verbatim, as a JSON string would escape it (``ensure_ascii`` or not), or as Python's ``repr`` would (a
-    template that writes the arguments dict as it is)."""
+    """Verbatim, as a JSON string would escape it (``ensure_ascii`` or not), as Python's ``repr`` would (a template
+    that writes the arguments dict as it is), or with its whitespace written otherwise (a template that squeezes a
+    result's runs of spaces and newlines into one space: every word is there, in order)."""
     forms = (value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1], repr(value)[1:-1])
-    return any(form in text for form in forms)
+    if any(form in text for form in forms):
+        return True
+    words = " ".join(value.split())
+    return bool(words) and words in _words(text)
+
+
+@lru_cache(maxsize=8)
+def _words(text: str) -> str:
+    """``text`` with every run of whitespace written as one space (a render, kept for the values looked up in it)."""
+    return " ".join(text.split())
 
 
 _MARKER = "Zq9argument"  # alphanumeric: every serialization writes it as it is
