@@ -76,3 +76,19 @@ def test_replay_names_a_content_change_by_what_changed() -> None:
     record["loss_mask"] = record["loss_mask"][:start] + [1] * len(respaced)
     res = analyze(episode_from_native(record, 1), ctx)
     assert [d.cls for d in res.divergences] == ["whitespace"], [d.message for d in res.divergences]
+
+
+def test_a_cut_read_up_to_the_next_turns_stop_is_a_history_rewrite_not_a_stop_seam() -> None:
+    """An old result cut short, compared over a window: one run holds the rest of its text, the other the end of the
+    turn with its stop token. They differ in content, so the content decides (537c06d called it ``stop_seam``, a
+    warning read as the engine's stop, for a template that cuts results once seven messages follow them); runs that
+    differ only by a stop token stay a stop seam."""
+    from tito_audit.report.finding_class import pick_class
+
+    tok = load(MODEL).tokenizer
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    rest = tok.encode(" the forecast for Paris says sunny with a light wind", add_special_tokens=False)
+    tail = tok.encode("\n</tool_response>", add_special_tokens=False)
+    texts = (tok.decode(rest), tok.decode([*tail, end]))
+    assert pick_class(rest, [*tail, end], texts=texts, stop_ids=[end]) == "history_rewrite"
+    assert pick_class([*tail, end], tail, texts=(texts[1], tok.decode(tail)), stop_ids=[end]) == "stop_seam"

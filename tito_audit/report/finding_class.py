@@ -7,7 +7,9 @@ conversation carried, or one of the template's reasoning delimiters, in either r
 from the template and the messages: never a word that merely reads like one, so "I think" in an answer is
 content) is ``history_rewrite``; an inserted or dropped run is ``stop_seam`` when it is only stop tokens,
 ``whitespace`` when only whitespace, ``special_token`` for a doubled BOS, else ``history_rewrite``; a stop token at
-the start of either run, or a different number of them, ``stop_seam``; whitespace added at an edge
+the start of either run, or a different number of them in runs that differ by those alone, ``stop_seam`` (runs that
+differ in content too are judged by their content: an old result cut short reads up to the next turn's stop in one
+run); whitespace added at an edge
 ``whitespace``; content one run has beyond the other ``history_rewrite``; the same content with other JSON
 punctuation or spacing ``serialization``; other spacing ``whitespace``; the same ids apart from control tokens
 ``special_token``; a loss-mask difference on a stop token ``stop_seam``, elsewhere ``template``.
@@ -102,9 +104,26 @@ def _by_runs(
         return "history_rewrite"
     if not ref or not got:
         return _inserted_or_dropped([*ref, *got], text_ref or text_got, stops)
-    if ref[0] in stops or got[0] in stops or sum(t in stops for t in ref) != sum(t in stops for t in got):
+    if ref[0] in stops or got[0] in stops:
+        return "stop_seam"
+    in_ref, in_got = sum(t in stops for t in ref), sum(t in stops for t in got)
+    if in_ref != in_got and _only_stops_apart(ref, got, text_ref, text_got, stops, in_ref > in_got):
         return "stop_seam"
     return None
+
+
+def _only_stops_apart(
+    ref: Sequence[int], got: Sequence[int], text_ref: str | None, text_got: str | None, stops: set[int], ref_more: bool
+) -> bool:
+    """Whether two runs with other numbers of stop tokens differ by those alone: the same ids apart from them, or the
+    text of the run with more of them continuing the other's (``'".<|im_end|>'`` against ``'".'``: the turn split
+    otherwise too). Runs that differ in content (an old result cut short, read up to the next turn's stop) do not."""
+    if [t for t in ref if t not in stops] == [t for t in got if t not in stops]:
+        return True
+    if text_ref is None or text_got is None:
+        return False
+    more, fewer = (text_ref, text_got) if ref_more else (text_got, text_ref)
+    return bool(fewer.strip()) and more.startswith(fewer.rstrip())
 
 
 def _inserted_or_dropped(run: Sequence[int], text: str | None, stops: set[int]) -> str:
