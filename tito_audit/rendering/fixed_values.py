@@ -2,9 +2,12 @@
 numbers an expression always is (``message_reads`` reads thresholds and literals with them).
 
 A number is read where the code fixes it: a constant, a variable or namespace attribute set to numbers
-(``set th = 12``, ``namespace(th=12)``) or looping over them (``for th in [12]``), arithmetic of those, ``'12'|int``,
-``[12]|first`` (``last``, ``min``, ``max``), the length of a literal or of a ``range`` of constants; never past
-``LARGEST`` (the template is untrusted).
+(``set th = 12``, ``namespace(th=12)``) or looping over them (``for th in [12]``), a table's values
+(``{% set cfg = {'clip': 1000} %}``: ``cfg.clip``, ``cfg['clip']``, any of them for ``budget[message.role]``), a
+setting's default (``max_chars|default(1500)``: what a caller who leaves it out gets), arithmetic of those (``6 * 2``,
+``2 ** 11``; ``(300 * 3.5)|int`` through floats), ``'12'|int`` and ``('4' ~ '000')|int``, ``[12]|first`` (``last``,
+``min``, ``max``), the length of a literal or of a ``range`` of constants; never past ``LARGEST`` (the template is
+untrusted: no power past ``_LARGEST_EXPONENT``, no string past ``MAX_CONSTANT``).
 """
 
 from __future__ import annotations
@@ -104,9 +107,9 @@ class FixedValues:
                 break
 
     def whole_number(self, node: nodes.Node) -> int | None:
-        """The whole number ``node`` always is, read without running anything: a constant, a variable set to one
-        number, small arithmetic of those (``6 * 2``), ``'12'|int``, the length of a literal or of a ``range`` of
-        constants; None otherwise (or past ``LARGEST``)."""
+        """The whole number ``node`` always is, read without running anything (the module's docstring: a constant, a
+        variable or a table's entry set to one number, a setting's default, arithmetic of those, ``'12'|int``, the
+        length of a literal...); None otherwise (or past ``LARGEST``)."""
         value = self._whole(node)
         return value if value is not None and abs(value) <= LARGEST else None
 
