@@ -98,15 +98,7 @@ def test_a_long_text_is_long_in_characters_words_and_lines() -> None:
         ("{% set s = '12' %}{% set n = s | int %}{{ x[:n] }}", 12),
         ("{% set clip = ('30' + '0') | int %}{{ x[:clip] }}", 300),
         ("{{ x[:'x1500'[1:] | int] }}", 1500),
-    ],
-)
-def test_a_number_written_as_strings_is_read(source: str, value: int) -> None:
-    assert value in reads(source).length_thresholds
-
-
-@pytest.mark.parametrize(
-    ("source", "value"),
-    [
+        # kept in a table, as a setting's default, or as arithmetic
         ("{% set cfg = {'keep': 6, 'clip': 1000} %}{{ x[:cfg.clip] }}", 1000),
         ("{% set cfg = {'keep': 6, 'clip': 1000} %}{{ x[:cfg['clip']] }}", 1000),
         ("{% set budget = {'tool': 1200, 'user': 4000} %}{{ x[:budget[m.role]] }}", 4000),
@@ -116,7 +108,8 @@ def test_a_number_written_as_strings_is_read(source: str, value: int) -> None:
         ("{{ x[:(1000 / 4) | round | int] }}", 250),
     ],
 )
-def test_a_number_kept_in_a_table_a_default_or_arithmetic_is_read(source: str, value: int) -> None:
+def test_a_number_written_as_strings_kept_in_a_table_a_default_or_arithmetic_is_read(source: str, value: int) -> None:
+    """Each form a length the template cuts with may take: the number is read, and played past."""
     assert value in reads(source).length_thresholds
 
 

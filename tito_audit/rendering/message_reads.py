@@ -35,7 +35,7 @@ A number is read where the code fixes it without running anything (``fixed_value
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from jinja2 import nodes
@@ -63,7 +63,9 @@ _CASE_METHODS = frozenset({*_CASE_FILTERS, "swapcase", "casefold"})
 # Filters of a list of messages that give a list of messages, and those that give one message.
 _LIST_FILTERS = frozenset({"list", "reverse", "select", "reject", "selectattr", "rejectattr", "unique", "sort"})
 _ONE_FILTERS = frozenset({"first", "last", "random"})
-_LIST, _ONE = "list", "one"
+# What a variable holds: a list of messages, one message, or jinja's ``loop`` (``set outer = loop``, a macro's
+# parameter given it: its counters count the conversation as ``loop``'s do)
+_LIST, _ONE, _LOOP = "list", "one", "loop"
 _READ = (
     nodes.Getattr,
     nodes.Getitem,
@@ -124,10 +126,9 @@ class _Reader(FixedValues):
         # the short string constants anywhere in its code, a table's items too (``{':': '_', '/': '_'}``)
         short = (n.value for n in everything if isinstance(n, nodes.Const) and type(n.value) is str)
         self.held = tuple(dict.fromkeys(v for v in short if 0 < len(v) <= HELD_LITERAL))[:MAX_HELD]
-        self.kinds: dict[str, str] = {"messages": _LIST}  # variable (or ``ns.attr``) -> what it holds
+        self.kinds: dict[str, str] = {"messages": _LIST, "loop": _LOOP}  # variable (or ``ns.attr``) -> what it holds
         self.macros = {m.name: m for m in self.nodes if isinstance(m, nodes.Macro)}
         self.loops_over_messages = False
-        self.loops: set[str] = {"loop"}  # the names jinja's ``loop`` goes by (``_bind_loops``)
         self.pieces: dict[str, int] = {}  # variables holding a text's lines or words (``_piece_chars``)
 
     def result(self) -> MessageReads:
@@ -170,27 +171,6 @@ class _Reader(FixedValues):
         )
 
     # -- what each variable holds, to a fixed point
-    def _bind_loops(self, binders: Sequence[nodes.Node]) -> None:
-        """The names jinja's ``loop`` goes by: ``loop``, a variable set to it (``set outer = loop``) and a macro's
-        parameter given it (``render_result(message, loop)``), to a fixed point."""
-        self.loops = {"loop"}
-        for _ in range(4):
-            before = len(self.loops)
-            for node in binders:
-                if (
-                    isinstance(node, nodes.Assign)
-                    and isinstance(node.node, nodes.Name)
-                    and node.node.name in self.loops
-                ):
-                    self.loops.update(assigned_names(node.target))
-                elif isinstance(node, nodes.Call) and isinstance(node.node, nodes.Name):
-                    macro = self.macros[node.node.name]
-                    for param, arg in zip(macro.args, node.args, strict=False):
-                        if isinstance(arg, nodes.Name) and arg.name in self.loops:
-                            self.loops.add(param.name)
-            if len(self.loops) == before:
-                break
-
     def _bind(self) -> None:
         binders = [
             n
@@ -199,7 +179,6 @@ class _Reader(FixedValues):
             or (isinstance(n, nodes.Call) and isinstance(n.node, nodes.Name) and n.node.name in self.macros)
         ]
         self.bind_values(self.nodes)
-        self._bind_loops(binders)
         # the variables that hold a text's pieces (``set words = content.split(' ')``): what one of them stands for
         self.pieces = {
             name: piece
@@ -230,7 +209,7 @@ class _Reader(FixedValues):
             self.kinds[name] = kind
 
     def kind(self, node: nodes.Node) -> str | None:
-        """A list of messages, one message, or neither (None)."""
+        """A list of messages, one message, jinja's ``loop`` under some name, or none of them (None)."""
         if isinstance(node, nodes.Name):
             return self.kinds.get(node.name)
         if isinstance(node, nodes.Getattr):
@@ -368,29 +347,24 @@ class _Reader(FixedValues):
         return found
 
     def _counts(self, node: nodes.Node, counters: set[str]) -> bool:
-        """``node`` reads the conversation's length: a messages list's length, a loop counter, a counter variable."""
-        for sub in [node, *node.find_all((nodes.Filter, nodes.Getattr, nodes.Name))]:
-            if isinstance(sub, nodes.Filter) and sub.name in COUNT_FILTERS and sub.node is not None:
-                if self.kind(sub.node) == _LIST:
-                    return True
-            elif isinstance(sub, nodes.Getattr) and isinstance(sub.node, nodes.Name):
-                if (
-                    sub.node.name in self.loops and sub.attr in _LOOP_COUNTERS
-                ) or f"{sub.node.name}.{sub.attr}" in counters:
-                    return True
-            elif isinstance(sub, nodes.Name) and sub.name in counters:
-                return True
-        return False
+        """``node`` reads the conversation's length somewhere in it (``_is_counter``)."""
+        subs = [node, *node.find_all((nodes.Filter, nodes.Getattr, nodes.Name))]
+        return any(self._is_counter(sub, counters) for sub in subs)
 
     def _counted(self, node: nodes.Node, counters: set[str]) -> bool:
-        """``node`` is the conversation's length itself, or arithmetic of it (``loop.index0 + 6``): a loop counter, a
-        counter variable, a messages list's length; not an expression that merely holds one (``'x' + (a if old)``)."""
+        """``node`` is the conversation's length itself, or arithmetic of it (``loop.index0 + 6``); not an expression
+        that merely holds one (``'x' + (a if old)``)."""
         if isinstance(node, _ARITHMETIC):
             return self._counted(node.left, counters) or self._counted(node.right, counters)
-        if isinstance(node, nodes.Getattr) and isinstance(node.node, nodes.Name) and node.node.name in self.loops:
-            return node.attr in _LOOP_COUNTERS
+        return self._is_counter(node, counters)
+
+    def _is_counter(self, node: nodes.Node, counters: set[str]) -> bool:
+        """``node`` is a read of the conversation's length: a messages list's length, a loop counter (of ``loop``
+        under any name), a counter variable."""
         if isinstance(node, nodes.Filter) and node.name in COUNT_FILTERS and node.node is not None:
             return self.kind(node.node) == _LIST
+        if isinstance(node, nodes.Getattr) and self.kind(node.node) == _LOOP and node.attr in _LOOP_COUNTERS:
+            return True
         return isinstance(node, nodes.Name | nodes.Getattr) and variable_name(node) in counters
 
     def _measures(self, node: nodes.Node) -> bool:

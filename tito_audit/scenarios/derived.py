@@ -39,8 +39,9 @@ def derived_scenarios(
     - ``literals/plain`` (``reach.literals``): a follow-up episode with the literals it rewrites text with in every
       text (``'\\n'`` in tool-call arguments);
     - ``names/plain`` (``reach.renames``): a follow-up episode whose tool names and argument keys are written in
-      mixed case and hold the literals it rewrites or looks for that a name can hold (``getWeather.Now``), where
-      it folds case (``f.name|lower``) or has such literals (``name|replace('.', '_')``, ``'__' in f.name``);
+      mixed case and hold the literals a name can hold that it rewrites, looks for or keeps anywhere in its code
+      (``getWeather.Now``), where it folds case (``f.name|lower``) or has such literals
+      (``name|replace('.', '_')``, ``'__' in f.name``, a table ``{':': '_'}``);
     - and, played last, ``wide/N`` (``wide_scenarios``).
     """
     out: list[Scenario] = []
