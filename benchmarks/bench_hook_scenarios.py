@@ -5,9 +5,9 @@
 The hook's own command (its `entry` and `args` from .pre-commit-hooks.yaml, `--scenarios` set to each mode) on
 one changed template, each run in a fresh process (``measure.timed``), alternating the modes, three runs each:
 Qwen2.5's and Qwen3's bundled templates, and tests/data/hook/minifies-old-json-results.jinja (Qwen2.5's plus a
-rule that minifies older JSON tool results, which only the full set catches). Building the hook's environment is
-separate and once per `rev` (bench_pre_commit.py). Reported: median CPU and wall seconds per mode and template,
-the ratio full/quick, and each mode's exit code (1: the hook fails the commit).
+rule that minifies the JSON tool results of earlier tool rounds, which only the full set catches). Building the
+hook's environment is separate and once per `rev` (bench_pre_commit.py). Reported: median CPU and wall seconds per
+mode and template, the ratio full/quick, and each mode's exit code (1: the hook fails the commit).
 """
 
 from __future__ import annotations

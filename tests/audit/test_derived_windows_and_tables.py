@@ -191,9 +191,19 @@ def test_a_table_of_separators_applied_to_every_turn_alike_stays_safe() -> None:
     assert not any(hit_by(r, check) for check in ("tool_append_prefix", "history_rewrite", "naive_rerender"))
 
 
-def test_whitespace_squeezed_in_every_result_alike_is_no_dropped_result() -> None:
-    """The control of old_results_squeezed: every result squeezed, the newest too. Every word is rendered: no
-    result is dropped (537c06d said ``drops_tool_results``), and no history is rewritten."""
-    r = audit_of(TOKENIZER, DATA / "results_squeezed_always.jinja", scenarios="quick", search=0)
+@pytest.mark.parametrize("name", ["results_squeezed_always", "results_compacted_always"])
+def test_a_result_written_otherwise_in_every_turn_alike_is_no_dropped_result(name: str) -> None:
+    """Controls: every result squeezed (the control of old_results_squeezed), or every JSON result written compact,
+    the newest too. Every letter and digit of the result is rendered where it is: no result is dropped (537c06d
+    said ``drops_tool_results`` of the first, f22175c of the second), and no history is rewritten."""
+    r = audit_of(TOKENIZER, DATA / f"{name}.jinja", scenarios="quick", search=0)
     assert r.verdict == "safe", r.verdict_reasons
     assert r.check("tool_support").status == "pass"
+
+
+def test_a_result_replaced_in_every_turn_alike_is_still_dropped() -> None:
+    """Every JSON result replaced by a note: written in place fails (the marker is replaced too), so the result is
+    dropped."""
+    r = audit_of(TOKENIZER, DATA / "results_json_omitted.jinja", scenarios="quick", search=0)
+    assert r.verdict == "unsafe", r.verdict_reasons
+    assert {f.reason for f in r.check("tool_support").findings} == {"drops_tool_results"}

@@ -74,10 +74,13 @@ def test_hook_fails_on_every_class_but_the_verdicts_that_keep_tito() -> None:
 
 
 def test_the_hook_plays_the_full_scenario_set_and_fails_what_the_audit_calls_unsafe(tmp_path: Path) -> None:
-    """Qwen2.5's template plus one rule: an older JSON tool result is re-rendered minified. Only scenarios of the
-    full set have a JSON tool result followed by another append; with the quick set the hook passed it as safe
-    while `tito-audit audit` says UNSAFE (red-team r6). The hook's own entry and args, run as pre-commit runs them
-    (without building its environment: test_try_repo_* do that)."""
+    """Qwen2.5's template plus one rule: a JSON tool result of an earlier tool round (a later call has been
+    answered) is re-rendered minified, so the next round's tool append rewrites it. Only scenarios of the full set
+    have a JSON tool result followed by another tool round; with the quick set the hook passed it as safe while
+    `tito-audit audit` says UNSAFE (red-team r6). The hook's own entry and args, run as pre-commit runs them
+    (without building its environment: test_try_repo_* do that). (The rule minified every result but the last
+    before 2026-11-30: that is TITO-REQUIRED, as the audit now says, and its UNSAFE had come from a false
+    ``drops_tool_results``.)"""
     hook = manifest()[HOOK]
     template = tmp_path / "minifies-old-json-results.jinja"
     shutil.copy(ROOT / "tests" / "data" / "hook" / template.name, template)

@@ -68,18 +68,26 @@ class TemplateBudget:
         elif self.output_chars and self.produced > self.output_chars:
             self.stopped = f"its renders produced {self.produced:,} characters (over {self.output_chars:,} in all)"
 
-    def lend(self, seconds: float) -> tuple[float, float]:
-        """Raise the CPU total by ``seconds`` (the counterexample search's own allowance, ``search.run``); the loan
-        (the total and the spending before it) for ``repay``. No total, nothing lent."""
-        loan = (self.cpu_seconds, self.spent)
+    def lend(self, seconds: float, chars: int = 0) -> tuple[float, float, int, int]:
+        """Raise the CPU total by ``seconds`` and the characters' total by ``chars`` (the counterexample search's
+        own allowance, ``search.run``); the loan (the totals and the spending before it) for ``repay``. A total
+        that is 0 (none) is not raised."""
+        loan = (self.cpu_seconds, self.spent, self.output_chars, self.produced)
         if self.cpu_seconds:
             self.cpu_seconds += seconds
+        if self.output_chars:
+            self.output_chars += chars
         return loan
 
-    def repay(self, loan: tuple[float, float]) -> None:
-        """The total as before the loan, raised by what was spent under it: the renders after keep exactly what
-        was left before it, and a stop of the CPU total the loan's renders caused is lifted where that is not 0."""
-        cap, spent = loan
+    def repay(self, loan: tuple[float, float, int, int], charged_chars: float = 0.0) -> None:
+        """The totals as before the loan, the CPU total raised by what was spent under it (the renders after keep
+        exactly the CPU that was left before it; a stop of the CPU total the loan's renders caused is lifted where
+        that is not 0), and, where characters were lent, the characters' total raised by what the loan's renders
+        produced past ``charged_chars`` (the share they are charged for: the renders after keep what they would
+        have kept had the loan's renders produced no more than that)."""
+        cap, spent, chars_cap, produced = loan
+        if chars_cap and self.output_chars != chars_cap:
+            self.output_chars = chars_cap + max(0, int(self.produced - produced - charged_chars))
         if not cap:
             return
         self.cpu_seconds = cap + (self.spent - spent)

@@ -13,6 +13,9 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import DATA, audit_of
+from tito_audit.audit.search.conversations import ID_STYLES, call_id
+from tito_audit.audit.search.space import SearchSpace
+from tito_audit.audit.search.sweep import sweep_ids
 
 TEMPLATES = DATA / "search"
 TOKENIZER = "qwen3-0.6b"  # has every control token the templates write (<|im_start|>, <tool_call>, <think>)
@@ -53,6 +56,12 @@ def test_the_plain_template_stays_safe_under_the_search() -> None:
         # names namespaced by ':' or '/' (``weather:get_forecast``): shapes the search's names hold since this test
         ("namespaced_names_hidden", "tito-required", "naive_rerender", "_", "safe"),
         ("reasoning_trim", "tito-required", "naive_rerender", None, "safe"),
+        # keyed on call ids and repeated calls (red team 10; each SAFE under f22175c's search): ids a loop numbers
+        # per turn (``call_0`` again), ids not in call order (Mistral's random ones), a call made twice alike
+        ("result_name_by_id", "tito-required", "naive_rerender", None, "safe"),
+        ("attempts_by_id", "unsafe", "tool_append_prefix", None, "safe"),
+        ("calls_sorted_by_id", "tito-required", "naive_rerender", None, "safe"),
+        ("repeated_calls_dropped", "tito-required", "naive_rerender", None, "safe"),
     ],
 )
 def test_a_rewrite_of_earlier_turns_is_found_by_the_search(
@@ -118,8 +127,53 @@ def test_search_off_is_said_and_a_verdict_already_unsafe_is_not_searched() -> No
     assert unsafe.scenarios["search"]["skipped"] == "the scenarios already make the verdict unsafe"
 
 
+def test_a_result_named_by_the_first_call_with_its_id_stays_safe_under_the_search() -> None:
+    """The control of result_name_by_id: the first call with the result's id names it, which no later message
+    changes; ids numbered per turn are played and nothing is found."""
+    r = audited("result_name_by_id_first")
+    assert r.verdict == "safe", r.verdict_reasons
+    search = r.scenarios["search"]
+    assert search["drawn"] == search["budget"] and search["counterexamples"] == []
+
+
+def test_call_ids_come_in_every_style_loops_write() -> None:
+    """Per-turn ids repeat from turn to turn; random ones are not in the order of the calls (a sort reorders them);
+    the conversation-wide counters never repeat."""
+    per_turn = [call_id("per_turn", n, j) for n, j in ((1, 0), (2, 1), (3, 0))]
+    assert per_turn == ["call_0", "call_1", "call_0"]
+    random = [call_id("random", n, 0) for n in range(1, 9)]
+    assert len(set(random)) == 8 and sorted(random) != random and all(len(i) == 9 and i.isalnum() for i in random)
+    assert len({call_id(style, n, 0) for style in ("short", "long") for n in range(1, 50)}) == 98
+    assert set(ID_STYLES) == {"short", "long", "none", "per_turn", "random"}
+
+
+def test_the_ids_sweep_repeats_a_call_and_reuses_ids_across_turns() -> None:
+    """``sweep_ids``: a turn of parallel calls, the second the first again, ids out of call order; then ``call_0``
+    in three turns, each another tool's; then a second user turn. Without parallel calls, one call a turn."""
+    messages = sweep_ids(SearchSpace()).messages
+    turns = [m["tool_calls"] for m in messages if m.get("tool_calls")]
+    first = turns[0]
+    assert first[0]["function"] == first[1]["function"]
+    ids = [c["id"] for c in first]
+    assert sorted(ids) != ids
+    assert [t[0]["id"] for t in turns[1:]] == ["call_0"] * 3
+    assert len({t[0]["function"]["name"] for t in turns[1:]}) == 3
+    assert [m["role"] for m in messages].count("user") == 2
+    single = sweep_ids(SearchSpace(parallel=False)).messages
+    assert all(len(m["tool_calls"]) == 1 for m in single if m.get("tool_calls"))
+
+
+def test_a_larger_search_draws_more_never_fewer() -> None:
+    """``--search 100`` on the plain template draws its hundred (red team 10: a search of 200 stopped after 43
+    draws on its share of the characters, where one of 40 drew its 40) and stays a clean SAFE."""
+    r = audited("base", search=100)
+    search = r.scenarios["search"]
+    assert search["drawn"] == 100 and "stopped" not in search, search
+    assert r.verdict == "safe" and not r.scenarios.get("not_probed"), r.scenarios.get("not_probed")
+
+
 def test_the_sweeps_are_the_first_conversations_of_the_budget() -> None:
-    """A budget of one plays the first sweep only; forty play both sweeps and thirty-eight draws."""
+    """A budget of one plays the first sweep only; forty play the three sweeps and thirty-seven draws."""
     one = audited("base", search=1).scenarios["search"]
     assert one["drawn"] == 1 and one["counterexamples"] == []
     full = audited("base").scenarios["search"]

@@ -135,3 +135,29 @@ def test_the_search_gives_the_checks_back_the_cpu_they_had_even_when_its_renders
     assert budget.stopped is None and abs(budget.render_seconds(2.0) - 0.1) < 1e-9
     budget.charge(0.1, False)  # the checks spend what they had: then the template stops, as it always did
     assert budget.stopped is not None
+
+
+def test_a_larger_search_is_lent_more_and_the_checks_keep_what_a_default_search_leaves_them() -> None:
+    """``--search 100`` gets two and a half times the default allowance, CPU and characters: a fixed share stopped
+    a search of 200 after 43 draws on a plain template (red team 10), where 40 drew their 40. The characters past
+    the default share are lent: after the search the checks keep what a default search leaves them."""
+    from types import SimpleNamespace
+
+    from tito_audit.rendering.budget import TemplateBudget
+
+    default_ctx = SimpleNamespace(renderer=SimpleNamespace(budget=TemplateBudget(3.0, 2, output_chars=1_000_000)))
+    default = search_run._Allowance(default_ctx)  # type: ignore[arg-type]
+    assert (default.cpu, default.chars) == (3.0, 500_000) and default_ctx.renderer.budget.output_chars == 1_000_000
+    budget = TemplateBudget(cpu_seconds=3.0, limit_hits=2, output_chars=1_000_000)
+    ctx = SimpleNamespace(renderer=SimpleNamespace(budget=budget))
+    allowance = search_run._Allowance(ctx, 100)  # type: ignore[arg-type]
+    assert (allowance.cpu, allowance.chars) == (7.5, 1_250_000)
+    assert budget.output_chars == 1_750_000  # the 750,000 past the default share, lent
+    budget.charge(0.5, False, 1_200_000)  # the search's renders: past the template's own total, under the loan
+    assert budget.stopped is None and not allowance.spent()
+    allowance.close()
+    assert budget.output_chars == 1_700_000  # 500,000 charged, the 700,000 past them forgiven
+    budget.charge(0.1, False, 500_000)  # the checks: what a default search leaves them (1,000,000 - 500,000)
+    assert budget.stopped is None
+    budget.charge(0.1, False, 1)
+    assert budget.stopped is not None and "characters" in budget.stopped

@@ -10,7 +10,9 @@ An argument value counts as rendered in whatever form the template writes it: as
 the call rendered with a marker as that value shows the marker, and what the real render writes in the marker's
 place holds every letter and digit of the value, in order. A value the template cuts short or replaces is dropped.
 A tool result or an argument value whose whitespace the template writes otherwise (runs of spaces and newlines
-squeezed into one space) is rendered: every word of it is there, in order.
+squeezed into one space) is rendered: every word of it is there, in order. A tool result the template writes in a
+form of its own on every turn (JSON written compact, quotes escaped) is rendered where the same marker test holds
+for it; a result replaced by a note is dropped (the marker is replaced too).
 
 **Example** (``microsoft/Phi-3-mini-4k-instruct``, ``probe/canonical``, class ``template``, reason
 ``drops_tool_calls``): ``tool calls are not rendered in the canonical form (with the adaptations it needs:
@@ -77,9 +79,8 @@ def _written_in_place(
     renderer: Any, messages: list[dict[str, Any]], i: int, j: int, key: str, full: str, tools: Any
 ) -> bool:
     """Whether the render writes argument ``key`` of message ``i``'s call ``j`` in a form of its own (an encoding
-    ``_shown`` does not know): rendered with a marker as the value, the marker shows, and what the real render
-    writes in the marker's place holds every letter and digit of the value, in order. A value the template drops,
-    truncates or replaces fails; so does one whose call the template does not render at all."""
+    ``_shown`` does not know): see ``_in_place``. A value the template drops, truncates or replaces fails; so does
+    one whose call the template does not render at all."""
     call = messages[i]["tool_calls"][j]
     arguments = call_function(call)["arguments"]
     as_string = isinstance(arguments, str)
@@ -88,8 +89,28 @@ def _written_in_place(
     marked = {**parsed, key: _MARKER} if key else _MARKER
     calls = list(messages[i]["tool_calls"])
     calls[j] = with_arguments(call, json.dumps(marked) if as_string and key else marked)
+    return _in_place(renderer, messages, i, {**messages[i], "tool_calls": calls}, value, full, tools)
+
+
+def _result_in_place(renderer: Any, messages: list[dict[str, Any]], i: int, text: str, full: str, tools: Any) -> bool:
+    """Whether the render writes tool result ``i`` (whose text begins ``text``) in a form of its own: JSON compacted
+    or re-indented, quotes escaped, every turn alike (see ``_in_place``). A text without a letter or digit proves
+    nothing this way: not written in place."""
+    if not any(c.isalnum() for c in text):
+        return False
+    return _in_place(renderer, messages, i, {**messages[i], "content": _MARKER}, text, full, tools)
+
+
+def _in_place(
+    renderer: Any, messages: list[dict[str, Any]], i: int, marked: dict[str, Any], value: str, full: str, tools: Any
+) -> bool:
+    """Rendered with message ``i`` replaced by ``marked`` (a marker where the value was), the marker shows, and
+    what the real render ``full`` writes in the marker's place holds every letter and digit of ``value``, in order.
+    Not rendered where ``full`` as a whole does not hold them in order (the marker's place is part of it)."""
+    if not _in_order(value, full):
+        return False
     try:
-        other = renderer.render([*messages[:i], {**messages[i], "tool_calls": calls}, *messages[i + 1 :]], tools=tools)
+        other = renderer.render([*messages[:i], marked, *messages[i + 1 :]], tools=tools)
     except RenderError:
         return False
     if _MARKER not in other:
@@ -164,7 +185,7 @@ def tool_support(ctx: AuditContext) -> Outcome:
         found.compared()
         for i, m in enumerate(sim.messages):  # as played (adapted), so that indices match the turns
             text = (content_text(m) or "").strip()[:40] if m["role"] == "tool" else ""
-            if text and not _shown(text, full):
+            if text and not _shown(text, full) and not _result_in_place(renderer, sim.messages, i, text, full, tools):
                 found.add(
                     sim.scenario.id,
                     "template",

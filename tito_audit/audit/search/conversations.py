@@ -3,13 +3,17 @@
 A conversation is a system prompt (or none), then one or two user turns, each followed by one to three tool cycles
 (an assistant turn of one to three calls, with or without text next to them, then one result per call), in one
 draw of three a long episode after them (``SearchSpace.cycles`` more cycles, fifteen or more, reasoning on every
-turn), and an answer. Reasoning, where the template shows it, is on some turns or on every turn. Every choice is
-drawn simplest first, so hypothesis shrinks a counterexample to the fewest messages, calls and arguments, the
-plainest names and texts, and the switches unset, that still break the property.
+turn), and an answer. Reasoning, where the template shows it, is on some turns or on every turn. A turn's later
+call may repeat its first (a model calling one tool twice alike). Call ids come the ways loops write them
+(``ID_STYLES``): counters over the conversation, long ones, none, counters that start again in every turn (the same
+id in many turns) and random ones (not in the order of the calls). Every choice is drawn simplest first, so
+hypothesis shrinks a counterexample to the fewest messages, calls and arguments, the plainest names and texts, and
+the switches unset, that still break the property.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +31,12 @@ from tito_audit.scenarios.searched import Message
 
 UNSET = object()  # a switch left out of the template kwargs
 SHORT = 60  # characters a text of a long episode's compact turns keeps
+# How loops write call ids: a counter over the conversation (``call00001``), OpenAI's and vLLM's long ones, none,
+# a counter that starts again in every turn (``call_0``: the same id in every turn, which a template that looks
+# a result's call up by its id, or counts a call's results, reads twice), random ones as Mistral writes them (nine
+# letters and digits: not in the order of the calls, which a template that sorts calls by id reorders).
+ID_STYLES: tuple[str, ...] = ("short", "long", "none", "per_turn", "random")
+_ID_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 
 
 Drawn = tuple[tuple[Message, ...], tuple[dict[str, Any], ...], tuple[tuple[str, Any], ...]]
@@ -84,16 +94,18 @@ class _Strategies:
         self.calls_per_turn = st.integers(1, 3) if space.parallel else st.just(1)
         # text next to calls: none, the usual one-liners, or any text (a URL, a code block, a long sentence...)
         self.call_text = st.one_of(st.sampled_from((None, "", *CALL_TEXTS)), self.text_full)
-        # call ids as loops send them: short counters, OpenAI/vLLM's long ones, or none at all
-        self.id_style = st.sampled_from(("short", "long", "none"))
+        self.id_style = st.sampled_from(ID_STYLES)
         self.switches = [(name, st.sampled_from((UNSET, *values))) for name, values in space.switches]
         # the compact turns a long episode adds (none first: shrinking drops them): one in three draws is long
         self.extra = st.sampled_from((0, 0, space.cycles))
 
     def calls(self, draw: Any) -> list[dict[str, Any]]:
-        """One to three calls (their ids are given when the turn is placed)."""
-        calls = []
+        """One to three calls (their ids are given when the turn is placed); a later one may repeat the first."""
+        calls: list[dict[str, Any]] = []
         for _ in range(draw(self.calls_per_turn)):
+            if calls and draw(st.booleans()):  # the same call again (a model asking twice alike)
+                calls.append(calls[0])
+                continue
             name = draw(self.name)
             n_args = draw(st.integers(0, len(ARGUMENT_KEYS)))
             args = {key: draw(self.value) for key in ARGUMENT_KEYS[:n_args]}
@@ -210,16 +222,15 @@ def _varied(turn: Message, cycles: int) -> list[Message]:
 
 
 def placed(turn: Message, results: list[Any], counter: list[int], ids: str = "short") -> list[Message]:
-    """``turn`` with fresh call ids (``ids``: ``short`` counters, ``long`` ones as OpenAI and vLLM write them, or
-    ``none``: calls and results without ids), and its results."""
+    """``turn`` with fresh call ids (``ids``, one of ``ID_STYLES``; ``none``: calls and results without ids), and
+    its results."""
     calls = []
-    for call in turn["tool_calls"]:
+    for j, call in enumerate(turn["tool_calls"]):
         counter[0] += 1
         if ids == "none":
             calls.append(dict(call))
         else:
-            tag = f"call{counter[0]:05d}" if ids == "short" else f"call_{counter[0]:024d}"
-            calls.append({"id": tag, **call})
+            calls.append({"id": call_id(ids, counter[0], j), **call})
     out: list[Message] = [{**turn, "tool_calls": calls}]
     for call, text in zip(calls, results, strict=True):
         result: Message = {"role": "tool", "name": call["function"]["name"], "content": text}
@@ -227,6 +238,18 @@ def placed(turn: Message, results: list[Any], counter: list[int], ids: str = "sh
             result = {"role": "tool", "tool_call_id": call["id"], **{k: v for k, v in result.items() if k != "role"}}
         out.append(result)
     return out
+
+
+def call_id(style: str, n: int, j: int) -> str:
+    """The id of the ``n``-th call of a conversation, the ``j``-th of its turn, in ``style`` (``ID_STYLES``)."""
+    if style == "short":
+        return f"call{n:05d}"
+    if style == "long":
+        return f"call_{n:024d}"
+    if style == "per_turn":
+        return f"call_{j}"
+    digest = hashlib.blake2b(n.to_bytes(8, "big"), digest_size=9).digest()
+    return "".join(_ID_LETTERS[b % len(_ID_LETTERS)] for b in digest)
 
 
 def declarations(messages: list[Message]) -> tuple[dict[str, Any], ...]:

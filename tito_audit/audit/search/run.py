@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from random import Random
 from typing import TYPE_CHECKING, Any
 
-from tito_audit.audit.search import steers
+from tito_audit.audit.search import DEFAULT_BUDGET, steers
 from tito_audit.audit.search.conversations import conversations
 from tito_audit.audit.search.property import APPEND, KINDS, judged, play
 from tito_audit.audit.search.result import SearchResult
@@ -77,7 +77,7 @@ def search(
     shrink = min(SHRINK_PLAYS, 3 * budget)
     state = _State(cap=budget + shrink)
     steering = coverage if steers(budget) else None
-    allowance = _Allowance(ctx)
+    allowance = _Allowance(ctx, budget)
     try:
         _look(ctx, space, budget, seed, result, state, allowance, steering, shrink)
     finally:
@@ -156,16 +156,23 @@ class _Allowance:
     it, and the CPU bound is a bound for hostile templates only: no
     bundled or shared model's search comes near it (0.07-0.2 s of 3 s; a Python encoder's 0.5 s), so a loaded
     machine (a test run's collector, a shared CI runner) does not change how many conversations are drawn, as the
-    half of what was left did (``search:39/40`` under CI's load). The characters are the same on every machine."""
+    half of what was left did (``search:39/40`` under CI's load). The characters are the same on every machine.
 
-    def __init__(self, ctx: AuditContext) -> None:
+    A search of more conversations than the default (``--search N``, N past ``DEFAULT_BUDGET``) gets both in
+    proportion: a larger budget draws more, never fewer (a fixed share stopped a search of 200 after 43 draws on
+    a plain template, where one of 40 drew its 40). The characters past the default share are lent (``lend``), so
+    that the checks after keep what they keep after a default search."""
+
+    def __init__(self, ctx: AuditContext, conversations: int = DEFAULT_BUDGET) -> None:
         self.budget = budget = ctx.renderer.budget
         self.start = (budget.spent, budget.produced)
         self.cap = budget.cpu_seconds
-        self.cpu = self.cap * SEARCH_CPU_SHARE
-        self.loan = budget.lend(self.cpu)
+        scale = max(1.0, conversations / DEFAULT_BUDGET)
+        self.cpu = self.cap * SEARCH_CPU_SHARE * scale
         chars = budget.output_chars
-        self.chars = (chars - self.start[1]) * BUDGET_SHARE if chars else 0.0
+        self.charged = (chars - self.start[1]) * BUDGET_SHARE if chars else 0.0  # what the template is charged
+        self.chars = self.charged * scale
+        self.loan = budget.lend(self.cpu, int(self.chars - self.charged))
         self.why = ""
 
     def spent(self) -> bool:
@@ -182,7 +189,7 @@ class _Allowance:
     def close(self) -> None:
         """The template's CPU budget as it was, its spending less the search's renders (a stop their CPU caused,
         past the search's allowance, lifted: the checks keep what they had left)."""
-        self.budget.repay(self.loan)
+        self.budget.repay(self.loan, self.charged)
 
 
 def _swept(

@@ -2,14 +2,20 @@
 
 A rewrite keyed on one value (an MCP tool name, an empty list argument, a zero, a Windows line end in a tool result,
 a call written as text) breaks on the first conversation that holds that value where history is rewritten. Drawn at
-random, forty conversations may all miss it. So before the draws, the search plays two conversations built from the
+random, forty conversations may all miss it. So before the draws, the search plays conversations built from the
 space itself (``sweeps``). One of values (``sweep``): a tool cycle for each step, each call named with the next name
 shape, given the next argument value (``conversations.SWEEP``) and the next text core as an argument, with the next
 text next to it, and answered with the next text core, reasoning on every turn where the template shows it. One of
-texts and shapes (``sweep_texts``): each text core next to a call, and a second system message, two user turns in a
-row, calls without ids. Where one breaks, it is shrunk by hand as hypothesis would (``shrunk``): each tool cycle
-dropped, then each turn's reasoning, the text next to its call and each argument, while the break remains. Each
-counts as one of the budget's conversations; the draws follow where neither breaks.
+texts and shapes (``sweep_texts``): each text core, whole (``TEXT_CHARS``), next to a call, and a second system
+message, two user turns in a row, calls without ids. Where one breaks, it is shrunk by hand as hypothesis would
+(``shrunk``): each tool cycle dropped, then each turn's reasoning, the text next to its call and each argument,
+while the break remains. Each counts as one of the budget's conversations; the draws follow where none breaks.
+
+A third (``sweep_ids``) plays the shapes of calls no value holds: a turn of parallel calls whose ids are not in
+the order of the calls and whose second repeats the first, then turns whose ids start again at ``call_0`` (the same
+id in many turns, each time another tool's), then a second user turn. A template that looks a result's call up by
+its id, counts a call's results, sorts calls by id or drops repeated calls breaks on it where it does so for
+earlier turns only.
 """
 
 from __future__ import annotations
@@ -18,13 +24,18 @@ from collections.abc import Callable
 from typing import Any
 
 from tito_audit.audit.search.conversations import SHORT, SWEEP, declarations, placed
-from tito_audit.audit.search.space import CALL_TEXTS, NAME_SHAPES, REASONING, SearchSpace
+from tito_audit.audit.search.space import CALL_TEXTS, LONG, NAME_SHAPES, REASONING, SearchSpace
 from tito_audit.scenarios.searched import Conversation, Message
+
+# A text core of the sweep of texts is played whole up to twice the space's long text: the long ones are there to
+# be past the lengths a template tests (a template cutting earlier answers at 240 characters cuts a call's text
+# next to it); a template's own longer length is left to the draws.
+TEXT_CHARS = 2 * LONG
 
 
 def sweeps(space: SearchSpace) -> list[Conversation]:
-    """The sweep of values (``sweep``), then the sweep of texts and shapes (``sweep_texts``)."""
-    return [sweep(space), sweep_texts(space)]
+    """The sweep of values (``sweep``), of texts and shapes (``sweep_texts``), then of call ids (``sweep_ids``)."""
+    return [sweep(space), sweep_texts(space), sweep_ids(space)]
 
 
 def sweep_texts(space: SearchSpace) -> Conversation:
@@ -32,7 +43,7 @@ def sweep_texts(space: SearchSpace) -> Conversation:
     the shapes loops send beside the catalogue's: a system prompt, a second system message in its middle (a
     reminder, as coding agents inject), two user turns in a row, calls without ids. A template that refuses one
     of them refuses this conversation only."""
-    texts = [t[:SHORT] for t in space.texts]
+    texts = [t[:TEXT_CHARS] for t in space.texts]
     messages: list[Message] = [
         {"role": "system", "content": "You are a helpful assistant."},
         {"role": "user", "content": "What's the weather in Paris?"},
@@ -68,6 +79,47 @@ def sweep(space: SearchSpace) -> Conversation:
             turn["reasoning_content"] = REASONING[k % len(REASONING)]
         messages += placed(turn, [texts[(k + 1) % len(texts)]], counter)
     answer: Message = {"role": "assistant", "content": "It is sunny in Paris."}
+    if space.reasoning:
+        answer["reasoning_content"] = REASONING[0]
+    messages.append(answer)
+    return Conversation(tuple(messages), declarations(messages), ())
+
+
+# Ids as Mistral writes them (nine letters and digits), not in the order of the calls: sorting them reorders the calls
+_UNORDERED_IDS = ("q7Rm4Wc1N", "Ka83vNq0x", "b2Xk9Qp5L")
+
+
+def sweep_ids(space: SearchSpace) -> Conversation:
+    """The sweep of call ids and repeated calls (see the module docstring): without parallel calls where the
+    template refuses them (``SearchSpace.parallel``), its ids then only start again."""
+
+    def call(name: str, city: str) -> dict[str, Any]:
+        return {"type": "function", "function": {"name": name, "arguments": {"city": city}}}
+
+    def cycle(calls: list[dict[str, Any]], ids: list[str], k: int) -> list[Message]:
+        turn: Message = {"role": "assistant", "content": None, "tool_calls": []}
+        if space.reasoning:
+            turn["reasoning_content"] = REASONING[k % len(REASONING)]
+        turn["tool_calls"] = [{"id": i, **c} for i, c in zip(ids, calls, strict=True)]
+        results = [
+            {"role": "tool", "tool_call_id": i, "name": c["function"]["name"], "content": f"Result {k}.{j}."}
+            for j, (i, c) in enumerate(zip(ids, calls, strict=True))
+        ]
+        return [turn, *results]
+
+    first = [call("get_weather", "Paris"), call("get_weather", "Paris"), call("get_forecast", "Lyon")]
+    if not space.parallel:
+        first = first[:1]
+    messages: list[Message] = [
+        {"role": "user", "content": "What's the weather in Paris and Lyon?"},
+        *cycle(first, list(_UNORDERED_IDS[: len(first)]), 0),
+        *cycle([call("get_weather", "Lyon")], ["call_0"], 1),
+        *cycle([call("get_time", "Lyon")], ["call_0"], 2),
+        {"role": "assistant", "content": "Paris is sunny; Lyon is cloudy."},
+        {"role": "user", "content": "And tomorrow?"},
+        *cycle([call("get_forecast", "Paris")], ["call_0"], 3),
+    ]
+    answer: Message = {"role": "assistant", "content": "Rain tomorrow."}
     if space.reasoning:
         answer["reasoning_content"] = REASONING[0]
     messages.append(answer)
