@@ -13,7 +13,8 @@ while the break remains. Each counts as one of the budget's conversations; the d
 
 A third (``sweep_ids``) plays the shapes of calls no value holds: a turn of parallel calls whose ids are not in
 the order of the calls and whose second repeats the first, then turns whose ids start again at ``call_0`` (the same
-id in many turns, each time another tool's), then a second user turn. A template that looks a result's call up by
+id in many turns, each time another tool's), then ids as Anthropic and Kimi write them (``toolu_...``,
+``functions.get_weather:0``), then a second user turn. A template that looks a result's call up by
 its id, counts a call's results, sorts calls by id or drops repeated calls breaks on it where it does so for
 earlier turns only.
 """
@@ -87,6 +88,8 @@ def sweep(space: SearchSpace) -> Conversation:
 
 # Ids as Mistral writes them (nine letters and digits), not in the order of the calls: sorting them reorders the calls
 _UNORDERED_IDS = ("q7Rm4Wc1N", "Ka83vNq0x", "b2Xk9Qp5L")
+# Ids as other vendors' APIs write them: Anthropic's ``toolu_`` ones, and Kimi's ``functions.NAME:INDEX``
+_VENDOR_IDS = ("toolu_01A09q90qw90lq917835lq9", "functions.get_weather:0")
 
 
 def sweep_ids(space: SearchSpace) -> Conversation:
@@ -115,9 +118,11 @@ def sweep_ids(space: SearchSpace) -> Conversation:
         *cycle(first, list(_UNORDERED_IDS[: len(first)]), 0),
         *cycle([call("get_weather", "Lyon")], ["call_0"], 1),
         *cycle([call("get_time", "Lyon")], ["call_0"], 2),
+        *cycle([call("get_forecast", "Paris")], [_VENDOR_IDS[0]], 3),
+        *cycle([call("get_weather", "Paris")], [_VENDOR_IDS[1]], 4),
         {"role": "assistant", "content": "Paris is sunny; Lyon is cloudy."},
         {"role": "user", "content": "And tomorrow?"},
-        *cycle([call("get_forecast", "Paris")], ["call_0"], 3),
+        *cycle([call("get_forecast", "Paris")], ["call_0"], 5),
     ]
     answer: Message = {"role": "assistant", "content": "Rain tomorrow."}
     if space.reasoning:
