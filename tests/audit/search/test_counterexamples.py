@@ -169,8 +169,8 @@ def test_the_ids_sweep_repeats_a_call_and_reuses_ids_across_turns() -> None:
 
 
 def test_a_larger_search_draws_more_never_fewer() -> None:
-    """``--search 100`` on the plain template draws its hundred (red team 10: a search of 200 stopped after 43
-    draws on its share of the characters, where one of 40 drew its 40) and stays a clean SAFE."""
+    """``--search 100`` on the plain template draws its hundred (f22175c: it stopped after 43 draws on its share
+    of the characters, where one of 40 drew its 40; red team 10 saw it at 200) and stays a clean SAFE."""
     r = audited("base", search=100)
     search = r.scenarios["search"]
     assert search["drawn"] == 100 and "stopped" not in search, search

@@ -139,8 +139,9 @@ def test_the_search_gives_the_checks_back_the_cpu_they_had_even_when_its_renders
 
 def test_a_larger_search_is_lent_more_and_the_checks_keep_what_a_default_search_leaves_them() -> None:
     """``--search 100`` gets two and a half times the default allowance, CPU and characters: a fixed share stopped
-    a search of 200 after 43 draws on a plain template (red team 10), where 40 drew their 40. The characters past
-    the default share are lent: after the search the checks keep what a default search leaves them."""
+    a search of 100 after 43 draws on a plain template (red team 10 saw it at 200), where 40 drew their 40. The
+    characters past the default share are lent: after the search the checks keep what a default search leaves
+    them."""
     from types import SimpleNamespace
 
     from tito_audit.rendering.budget import TemplateBudget
