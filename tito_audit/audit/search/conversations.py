@@ -14,7 +14,7 @@ the switches unset, that still break the property.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hypothesis import strategies as st
@@ -221,16 +221,16 @@ def _varied(turn: Message, cycles: int) -> list[Message]:
     return out
 
 
-def placed(turn: Message, results: list[Any], counter: list[int], ids: str = "short") -> list[Message]:
-    """``turn`` with fresh call ids (``ids``, one of ``ID_STYLES``; ``none``: calls and results without ids), and
-    its results."""
+def placed(turn: Message, results: list[Any], counter: list[int], ids: str | Sequence[str] = "short") -> list[Message]:
+    """``turn`` with fresh call ids (``ids``: one of ``ID_STYLES``, ``none`` for calls and results without ids, or
+    the ids themselves, one per call), and its results."""
     calls = []
     for j, call in enumerate(turn["tool_calls"]):
         counter[0] += 1
         if ids == "none":
             calls.append(dict(call))
         else:
-            calls.append({"id": call_id(ids, counter[0], j), **call})
+            calls.append({"id": call_id(ids, counter[0], j) if isinstance(ids, str) else ids[j], **call})
     out: list[Message] = [{**turn, "tool_calls": calls}]
     for call, text in zip(calls, results, strict=True):
         result: Message = {"role": "tool", "name": call["function"]["name"], "content": text}

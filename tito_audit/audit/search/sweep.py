@@ -99,16 +99,13 @@ def sweep_ids(space: SearchSpace) -> Conversation:
     def call(name: str, city: str) -> dict[str, Any]:
         return {"type": "function", "function": {"name": name, "arguments": {"city": city}}}
 
+    counter = [0]
+
     def cycle(calls: list[dict[str, Any]], ids: list[str], k: int) -> list[Message]:
-        turn: Message = {"role": "assistant", "content": None, "tool_calls": []}
+        turn: Message = {"role": "assistant", "content": None, "tool_calls": calls}
         if space.reasoning:
             turn["reasoning_content"] = REASONING[k % len(REASONING)]
-        turn["tool_calls"] = [{"id": i, **c} for i, c in zip(ids, calls, strict=True)]
-        results = [
-            {"role": "tool", "tool_call_id": i, "name": c["function"]["name"], "content": f"Result {k}.{j}."}
-            for j, (i, c) in enumerate(zip(ids, calls, strict=True))
-        ]
-        return [turn, *results]
+        return placed(turn, [f"Result {k}.{j}." for j in range(len(calls))], counter, ids)
 
     first = [call("get_weather", "Paris"), call("get_weather", "Paris"), call("get_forecast", "Lyon")]
     if not space.parallel:
