@@ -281,11 +281,14 @@ def test_a_killed_writer_leaves_a_log_that_replays(setup, tmp_path, name):
     # One write system call per flush: only a kill inside that call can cut the last record short, and then only
     # in the part being written; everything else is whole records.
     assert len(bad) <= (0 if name.endswith(".parquet") else 1)
-    if bad:
-        assert isinstance(outcomes[-1], Exception) or len(parts) > 1
-        reopened = LogWriter(log, max_bytes=60000)
-        reopened.close()
+    if bad:  # the cut record is the last one; the next writer to append cuts it off (it opens the part to write)
+        assert isinstance(outcomes[-1], Exception)
+        with LogWriter(log, max_bytes=60000) as reopened:
+            reopened.write({**records[0], "id": "after-reopening"})
         assert reopened.repaired_bytes > 0
+        parts = sorted(p for p in tmp_path.iterdir() if p.name.startswith("log-") and not p.name.startswith("."))
+        assert not [r for p in parts for _, r in iter_records(p) if isinstance(r, Exception)]
+        flushed += 1
     whole = [r for p in parts for _, r in iter_records(p) if not isinstance(r, Exception)]
     assert len(whole) >= flushed  # every flushed record is there
     assert len({r["id"] for r in whole}) == len(whole)
