@@ -203,6 +203,30 @@ def test_misuse_is_a_value_error(qwen25) -> None:
         traj.append_sampled(_sampled(traj, answer))
 
 
+def test_an_empty_append_with_the_generation_prompt_lets_the_model_take_another_turn(qwen25) -> None:
+    """Two assistant messages in a row (a loop that lets the model go on after it stopped, or keeps a text and a
+    call apart): ``append_messages([])`` appends the generation prompt alone, and the buffer is the render of both
+    turns on a template that writes each turn the same whether another follows; without the generation prompt an
+    empty append adds nothing and is refused."""
+    traj = Trajectory.from_model(qwen25, tools=list(TOOLS))
+    prompt = traj.start([USER])
+    said = {"role": "assistant", "content": "Let me check."}
+    first = _sampled(traj, said)
+    traj.append_sampled(first, message=said)
+    with pytest.raises(ValueError, match="generation prompt"):
+        traj.append_messages([], add_generation_prompt=False)
+    opener = traj.append_messages([])
+    assert traj.renderer.decode(opener, skip_special_tokens=False) == "\n<|im_start|>assistant\n"
+    second = _sampled(traj, ASSISTANT_CALL)
+    traj.append_sampled(second, message=ASSISTANT_CALL)
+    rendered = traj.renderer.render_ids([USER, said, ASSISTANT_CALL], tools=list(TOOLS))
+    assert traj.input_ids == prompt + first + opener + second == rendered[: len(traj.input_ids)]
+    assert traj.sampled_spans() == [
+        (len(prompt), len(prompt) + len(first)),
+        (len(prompt) + len(first) + len(opener), len(traj.input_ids)),
+    ]
+
+
 def _run(code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
 

@@ -319,7 +319,9 @@ def simulate(
             sim.turns.append(turn)
             traj.append_sampled(turn.sampled_ids, message=messages[idx])
             nxt = assistants[n + 1] if n + 1 < len(assistants) else len(messages)
-            if nxt > idx + 1:
+            # the messages up to the next assistant turn; none where one follows at once (the generation prompt
+            # alone: the model goes on, as a loop that keeps a text and a call as two assistant messages has it)
+            if nxt > idx + 1 or nxt < len(messages):
                 try:
                     traj.append_messages(messages[idx + 1 : nxt])
                 except BridgeError as exc:

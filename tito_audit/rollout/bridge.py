@@ -115,7 +115,7 @@ def compute_bridge(
     after = renderer.render_ids([*history, *new_messages], tools=tools, add_generation_prompt=add_generation_prompt)
     same = common_prefix_len(prefix, after)
     if same < len(prefix):
-        roles = "+".join(str(m.get("role")) for m in new_messages)
+        roles = "+".join(str(m.get("role")) for m in new_messages) or "the generation prompt alone"
         removed, inserted, what = describe_rewrite(renderer, prefix, after, same)
         raise BridgeError(
             f"appending {roles} rewrites the history at token {same} of {len(prefix)} "

@@ -254,15 +254,18 @@ class Trajectory:
     def append_messages(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> list[int]:
         """Append environment messages (tool results, user turns, system notices) as a token delta.
 
-        Pass all messages of one environment step in one call. Returns the ids appended (turn end, if masked,
-        then the delta). Raises ``BridgeError`` when the template rewrites the history for this append,
-        ``TruncatedCompletion`` after a truncated completion with ``on_truncated="refuse"``, ``RenderError``
-        when the template rejects the conversation itself; in every case nothing is appended.
+        Pass all messages of one environment step in one call. An empty list with the generation prompt appends
+        the generation prompt alone: the model takes another assistant turn with no message between (a loop that
+        lets it go on after it stopped, or one that keeps a text and a call as two assistant messages). Returns
+        the ids appended (turn end, if masked, then the delta). Raises ``BridgeError`` when the template rewrites
+        the history for this append, ``TruncatedCompletion`` after a truncated completion with
+        ``on_truncated="refuse"``, ``RenderError`` when the template rejects the conversation itself; in every
+        case nothing is appended.
         """
         if not self.messages or self.messages[-1].get("role") != "assistant" or self._awaiting_sample():
             raise ValueError("append_messages() follows a sampled assistant turn (append_sampled())")
-        if not messages:
-            raise ValueError("append_messages() needs at least one message")
+        if not messages and not add_generation_prompt:
+            raise ValueError("append_messages() needs a message, or the generation prompt (another assistant turn)")
         if any(m.get("role") == "assistant" for m in messages):
             raise ValueError("assistant turns are sampled: use append_sampled(), not append_messages()")
         if self.truncated and self.on_truncated == "refuse":

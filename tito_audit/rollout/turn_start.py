@@ -4,6 +4,9 @@ Usually where that render parts from the generation prompt before it. A template
 turn follows (gpt-oss drops an earlier call's analysis once a final answer follows, Mistral moves the system prompt
 out of the last user turn) parts them inside an earlier message: the turn then starts where the history it follows
 ends, found as the longest tail of that history (from the point of departure) that the render still writes, once.
+Where nothing of the generation prompt follows that tail, it may be the turn end the turn writes too (a template that
+ends an earlier turn only when no assistant turn follows at once): the turn then starts after the generation prompt,
+where the render writes it once before that tail.
 """
 
 from __future__ import annotations
@@ -48,4 +51,12 @@ def turn_start(prompt: str, full: str, history: Callable[[], str]) -> int:
         if at < 0 or full.find(anchored, at + 1) >= 0:
             return start
     end = at + len(tail)
-    return end + common_prefix_len(prompt[gen:], full[end:])
+    opened = common_prefix_len(prompt[gen:], full[end:])
+    if prompt[gen:] and not opened:
+        # nothing of the generation prompt follows the tail: it may be the turn's own end (``<|im_end|>``, where the
+        # template writes an earlier turn's end only when no assistant turn follows at once); where the render
+        # writes the generation prompt once between the point of departure and that tail, the turn starts after it
+        opener = full.find(prompt[gen:], start, at)
+        if opener >= 0 and full.find(prompt[gen:], opener + 1, at) < 0:
+            return opener + len(prompt) - gen
+    return end + opened

@@ -177,6 +177,18 @@ def test_a_turn_after_a_rewritten_tool_result_starts_after_the_generation_prompt
     assert turn_start(history + "<a>", full, lambda: history) == full.index("call one")
 
 
+def test_a_turn_after_an_assistant_turn_whose_end_history_drops_starts_after_the_generation_prompt() -> None:
+    """A template that ends an assistant turn only when no assistant turn follows at once (red team 10's r18): the
+    history's tail is that turn end, which the new turn writes too at its own end, with nothing of the generation
+    prompt after it; the turn starts after the generation prompt, not past its own end (which read its calls as
+    dropped)."""
+    from tito_audit.rollout.turn_start import turn_start
+
+    history = "<u>hi<e><a>Let me check.<e>"
+    full = "<u>hi<e><a>Let me check.\n<a>call one<e>"
+    assert turn_start(history + "<a>", full, lambda: history) == full.index("call one")
+
+
 @needs_corpus
 def test_hermes_tool_use_template_has_no_stop_inside_its_turns(tmp_path: Path) -> None:
     from typer.testing import CliRunner

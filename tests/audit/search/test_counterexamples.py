@@ -10,6 +10,8 @@ other scenario.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from tests.conftest import DATA, audit_of
@@ -64,6 +66,11 @@ def test_the_plain_template_stays_safe_under_the_search() -> None:
         ("repeated_calls_dropped", "tito-required", "naive_rerender", None, "safe"),
         # keyed on Anthropic's id prefix (``toolu_``), which no drawn id style writes: the ids sweep plays it
         ("args_compacted_for_vendor_ids", "tito-required", "naive_rerender", None, "safe"),
+        # keyed on two assistant messages in a row (red team 10's r18 and r25; each SAFE under d656679's search, which
+        # never played one): the sweep of texts now has a text alone, then the call, and the buffer appends the
+        # generation prompt alone between them
+        ("assistant_turns_merged", "tito-required", "naive_rerender", None, "safe"),
+        ("assistant_text_dropped_before_assistant", "tito-required", "naive_rerender", None, "safe"),
     ],
 )
 def test_a_rewrite_of_earlier_turns_is_found_by_the_search(
@@ -183,3 +190,14 @@ def test_the_sweeps_are_the_first_conversations_of_the_budget() -> None:
     assert one["drawn"] == 1 and one["counterexamples"] == []
     full = audited("base").scenarios["search"]
     assert full["drawn"] == 40
+
+
+def test_two_assistant_messages_in_a_row_are_played_as_the_loop_plays_them() -> None:
+    """The counterexample of assistant_turns_merged: the call turn after a text turn is sampled after the generation
+    prompt (its calls are the model's, none dropped), and only the re-render breaks."""
+    r = audited("assistant_turns_merged")
+    finding = counterexample(r, "naive_rerender")
+    found = next(c for c in r.scenarios["search"]["counterexamples"] if c["scenario"] == finding.scenario)
+    roles = [m["role"] for m in found["messages"]]
+    assert any(a == b == "assistant" for a, b in itertools.pairwise(roles))
+    assert r.check("tool_support").findings == [] and r.check("tool_append_prefix").findings == []

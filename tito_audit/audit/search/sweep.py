@@ -7,9 +7,10 @@ space itself (``sweeps``). One of values (``sweep``): a tool cycle for each step
 shape, given the next argument value (``conversations.SWEEP``) and the next text core as an argument, with the next
 text next to it, and answered with the next text core, reasoning on every turn where the template shows it. One of
 texts and shapes (``sweep_texts``): each text core, whole (``TEXT_CHARS``), next to a call, and a second system
-message, two user turns in a row, calls without ids. Where one breaks, it is shrunk by hand as hypothesis would
-(``shrunk``): each tool cycle dropped, then each turn's reasoning, the text next to its call and each argument,
-while the break remains. Each counts as one of the budget's conversations; the draws follow where none breaks.
+message, two user turns in a row, two assistant messages in a row, calls without ids. Where one breaks, it is
+shrunk by hand as hypothesis would (``shrunk``): each tool cycle dropped, then each turn's reasoning, the text next
+to its call and each argument, while the break remains. Each counts as one of the budget's conversations; the
+draws follow where none breaks.
 
 A third (``sweep_ids``) plays the shapes of calls no value holds: a turn of parallel calls whose ids are not in
 the order of the calls and whose second repeats the first, then turns whose ids start again at ``call_0`` (the same
@@ -42,8 +43,9 @@ def sweeps(space: SearchSpace) -> list[Conversation]:
 def sweep_texts(space: SearchSpace) -> Conversation:
     """A tool cycle for each text core, written next to the call and returned as its result, in a conversation of
     the shapes loops send beside the catalogue's: a system prompt, a second system message in its middle (a
-    reminder, as coding agents inject), two user turns in a row, calls without ids. A template that refuses one
-    of them refuses this conversation only."""
+    reminder, as coding agents inject), two user turns in a row, then two assistant messages in a row (a text
+    alone, then the call: a loop that lets the model go on after it stopped, or keeps a text and a call apart),
+    calls without ids. A template that refuses one of them refuses this conversation only."""
     texts = [t[:TEXT_CHARS] for t in space.texts]
     messages: list[Message] = [
         {"role": "system", "content": "You are a helpful assistant."},
@@ -52,10 +54,14 @@ def sweep_texts(space: SearchSpace) -> Conversation:
     counter = [0]
     for k, text in enumerate(texts):
         if k == len(texts) // 2:
+            said: Message = {"role": "assistant", "content": "Let me check both."}
+            if space.reasoning:
+                said["reasoning_content"] = REASONING[k % len(REASONING)]
             messages += [
                 {"role": "system", "content": "Reminder: keep answers short."},
                 {"role": "user", "content": "And tomorrow?"},
                 {"role": "user", "content": "Also Lyon."},
+                said,  # then the call turn: two assistant messages in a row
             ]
         call = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
         turn: Message = {"role": "assistant", "content": text, "tool_calls": [call]}
