@@ -112,7 +112,7 @@ def _search(ctx: AuditContext, report: ModelReport) -> None:
         report.scenarios["played"] += len(searched.found)
         report.scenarios["catalogue"] += len(searched.found)
         report.checks = _run_checks(ctx)
-    missed = [*([searched.not_probed()] if searched.not_probed() else [])]
+    missed = searched.not_probed()
     if isinstance(measured, str):  # which template lines ran was not measured: named, never a clean SAFE
         missed.append(measured)
     if coverage is not None:

@@ -123,7 +123,12 @@ def derive_turn(
     def history_text() -> str:
         return renderer.render(history[:index], tools=tools)
 
-    start = turn_start(prompt, full, history_text)
+    payloads = message_payloads(message)
+
+    def own(text: str) -> bool:
+        return payload_in(text, payloads) is not None
+
+    start = turn_start(prompt, full, history_text, own)
     completion = full[start:]
     dropped_calls = _dropped_calls(message, completion)
     dropped = bool(dropped_calls)

@@ -5,8 +5,13 @@ turn follows (gpt-oss drops an earlier call's analysis once a final answer follo
 out of the last user turn) parts them inside an earlier message: the turn then starts where the history it follows
 ends, found as the longest tail of that history (from the point of departure) that the render still writes, once.
 Where nothing of the generation prompt follows that tail, it may be the turn end the turn writes too (a template that
-ends an earlier turn only when no assistant turn follows at once): the turn then starts after the generation prompt,
-where the render writes it once before that tail.
+ends an earlier turn only when no assistant turn follows at once, or drops an earlier result once a new call turn
+follows): the turn then starts after the generation prompt, where the render writes it once before that tail with
+the turn's own message between them, and the tail is one line that holds none of it (not a trailer the template
+writes after the last message: tool declarations, an instruction to the model). Where they part in the generation
+prompt itself, the turn starts there (a generation prompt that history lacks), or after the rest of it where the
+render writes only whitespace before that rest (an earlier turn's end written with another line end once an
+assistant turn follows).
 """
 
 from __future__ import annotations
@@ -29,16 +34,25 @@ def _longest_tail(text: str, lo: int, within: str, start: int) -> int:
     return lo
 
 
-def turn_start(prompt: str, full: str, history: Callable[[], str]) -> int:
+def turn_start(prompt: str, full: str, history: Callable[[], str], own: Callable[[str], bool] | None = None) -> int:
     """Where the turn starts in ``full``; ``prompt``: the generation prompt before it; ``history``: the render of the
-    same messages without a generation prompt (called only where ``prompt`` and ``full`` part)."""
+    same messages without a generation prompt (called only where ``prompt`` and ``full`` part); ``own``: whether a
+    text holds something of the turn's own message (its text, reasoning or calls), which a start after the generation
+    prompt needs where the history's tail is the turn's own end (without it, that start is not tried)."""
     start = common_prefix_len(prompt, full)
     if start >= len(prompt):
         return start
     before = history()
     gen = common_prefix_len(before, prompt)  # where the generation prompt starts in ``prompt``
     if start >= gen:
-        return start  # they part in the generation prompt itself (a prefill history lacks): the turn starts there
+        # they part in the generation prompt itself (a prefill history lacks): the turn starts there, unless the
+        # render writes only whitespace before the rest of it, once (an earlier turn's end written with another
+        # line end once an assistant turn follows at once): the turn then starts after that rest
+        rest = prompt[start:]
+        again = full.find(rest, start)
+        if rest.strip() and again > start and not full[start:again].strip() and full.find(rest, again + 1) < 0:
+            return again + len(rest)
+        return start
     tail = before[_longest_tail(before[:gen], start, full, start) : gen]
     at = full.find(tail, start)
     if not tail.strip():
@@ -52,11 +66,18 @@ def turn_start(prompt: str, full: str, history: Callable[[], str]) -> int:
             return start
     end = at + len(tail)
     opened = common_prefix_len(prompt[gen:], full[end:])
-    if prompt[gen:] and not opened:
+    if prompt[gen:] and not opened and own is not None:
         # nothing of the generation prompt follows the tail: it may be the turn's own end (``<|im_end|>``, where the
         # template writes an earlier turn's end only when no assistant turn follows at once); where the render
-        # writes the generation prompt once between the point of departure and that tail, the turn starts after it
-        opener = full.find(prompt[gen:], start, at)
-        if opener >= 0 and full.find(prompt[gen:], opener + 1, at) < 0:
-            return opener + len(prompt) - gen
+        # writes the generation prompt once between the point of departure and that tail (from where an opener that
+        # ends past the point of departure can start: its start may be shared), and the turn's own message between
+        # that and the tail, the turn starts after it. Only where the tail is a turn end: one line, none of the
+        # message in it; not a trailer the template writes after the last message (the tool declarations, an
+        # instruction to the model), which the turn does not sample
+        opener = full.find(prompt[gen:], max(0, start - len(prompt) + gen + 1), at)
+        after = opener + len(prompt) - gen
+        unique = opener >= 0 and full.find(prompt[gen:], opener + 1, at) < 0
+        one_line = "\n" not in tail.rstrip("\r\n")
+        if unique and one_line and own(full[after:at]) and not own(tail):
+            return after
     return end + opened

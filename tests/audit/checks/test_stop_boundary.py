@@ -186,7 +186,31 @@ def test_a_turn_after_an_assistant_turn_whose_end_history_drops_starts_after_the
 
     history = "<u>hi<e><a>Let me check.<e>"
     full = "<u>hi<e><a>Let me check.\n<a>call one<e>"
+    own = lambda text: "call" in text  # noqa: E731
+    assert turn_start(history + "<a>", full, lambda: history, own) == full.index("call one")
+    # only template text between the generation prompt and the tail (a template that drops the turn's calls and
+    # writes the history's trailer after it): the turn is not started there
+    assert turn_start(history + "<a>", full, lambda: history, lambda text: False) == len(full)
+    # an earlier result dropped once a new call turn follows (review 11's r3): the generation prompt's opener
+    # starts inside the shared prefix (``<s>``), and the tail found is the new turn's own end
+    history = "<s>u\nhi<e>\n<s>a\n<c>1</c><e>\n<s>u\n<r>ok</r><e>\n"
+    full = "<s>u\nhi<e>\n<s>a\n<c>1</c><e>\n<s>a\n<c>2</c><e>\n"
+    assert turn_start(history + "<s>a\n", full, lambda: history, lambda text: "2" in text) == full.index("<c>2")
+
+
+def test_a_turn_whose_generation_prompt_history_writes_after_another_line_end_starts_after_it() -> None:
+    """A template that ends an assistant turn with one more line end once another assistant turn follows at once (red
+    team 12's r07): the render parts from the generation prompt inside it, and writes only whitespace before the
+    rest of it; the turn starts after that rest, not at the point of departure (where the two line ends are one
+    token that spans prompt and turn, and the conversation was not judged)."""
+    from tito_audit.rollout.turn_start import turn_start
+
+    history = "<u>hi<e>\n<a>Let me check.<e>\n"
+    full = "<u>hi<e>\n<a>Let me check.<e>\n\n<a>call one<e>\n"
     assert turn_start(history + "<a>", full, lambda: history) == full.index("call one")
+    # a generation prompt that history lacks (thinking off): the turn starts where they part
+    prefill = "<u>hi<e>\n<a><think></think>"
+    assert turn_start(prefill, "<u>hi<e>\n<a>answer<e>\n", lambda: "<u>hi<e>\n") == len("<u>hi<e>\n<a>")
 
 
 @needs_corpus

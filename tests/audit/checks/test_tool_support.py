@@ -34,3 +34,16 @@ def test_an_argument_cut_short_is_dropped() -> None:
     report, c = _tool_support("truncated_arguments")
     assert c.status == "fail" and "unsafe:drops_arguments" in report.verdict_reasons
     assert any(f.reason == "drops_arguments" for f in c.findings)
+
+
+def test_a_call_turn_after_which_history_drops_an_older_result_has_its_calls() -> None:
+    """Older results dropped once a new call turn follows (review 11's r3): the new call turn starts after the
+    generation prompt, so its calls are the model's and none is dropped (they were called dropped when the turn's
+    start was read past its own end); buffer + delta holds, the re-render does not."""
+    _, c = _tool_support("older_results_dropped_by_id")
+    assert not any(f.reason == "drops_tool_calls" for f in c.findings), [f.message for f in c.findings]
+    full = audit_model(
+        load("qwen2.5-7b-instruct", chat_template_file=str(DATA / "older_results_dropped_by_id.jinja")),
+        AuditOptions(search=0),
+    )
+    assert full.verdict == "tito-required", full.verdict_reasons

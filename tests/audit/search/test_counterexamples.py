@@ -16,8 +16,8 @@ import pytest
 
 from tests.conftest import DATA, audit_of
 from tito_audit.audit.search.conversations import ID_STYLES, call_id
-from tito_audit.audit.search.space import SearchSpace
-from tito_audit.audit.search.sweep import sweep_ids
+from tito_audit.audit.search.space import CALL_TEXTS, EDGES, SearchSpace
+from tito_audit.audit.search.sweep import sweep, sweep_ids, sweep_turns
 
 TEMPLATES = DATA / "search"
 TOKENIZER = "qwen3-0.6b"  # has every control token the templates write (<|im_start|>, <tool_call>, <think>)
@@ -71,6 +71,19 @@ def test_the_plain_template_stays_safe_under_the_search() -> None:
         # generation prompt alone between them
         ("assistant_turns_merged", "tito-required", "naive_rerender", None, "safe"),
         ("assistant_text_dropped_before_assistant", "tito-required", "naive_rerender", None, "safe"),
+        # red team 12 (each SAFE with exit 0 under dc74207's search, which played one pair: a one-line text, then a
+        # call): the sweep of assistant turns in a row plays texts with whitespace at their edges and on two lines,
+        # an answer then another, a call then another; the sweep of values answers every other call by its id alone
+        ("answers_in_a_row_first_dropped", "tito-required", "naive_rerender", None, "safe"),
+        ("assistant_in_a_row_extra_line", "tito-required", "naive_rerender", None, "safe"),
+        ("text_before_call_trimmed", "tito-required", "naive_rerender", None, "safe"),
+        ("text_before_call_first_line", "tito-required", "naive_rerender", None, "safe"),
+        ("calls_in_a_row_first_dropped", "tito-required", "naive_rerender", None, "safe"),
+        ("unnamed_result_labelled_in_history", "tito-required", "naive_rerender", None, "safe"),
+        # ... and three SAFE with exit 3 there (the arm named): three in a row, a call turn's empty text, a long text
+        ("three_in_a_row_first_dropped", "tito-required", "naive_rerender", None, "safe"),
+        ("text_before_empty_call_text_dropped", "tito-required", "naive_rerender", None, "safe"),
+        ("long_text_before_assistant_dropped", "tito-required", "naive_rerender", None, "safe"),
     ],
 )
 def test_a_rewrite_of_earlier_turns_is_found_by_the_search(
@@ -175,6 +188,42 @@ def test_the_ids_sweep_repeats_a_call_and_reuses_ids_across_turns() -> None:
     assert all(len(m["tool_calls"]) == 1 for m in single if m.get("tool_calls"))
 
 
+def test_the_turns_sweep_plays_assistant_messages_in_a_row_as_loops_write_them() -> None:
+    """``sweep_turns``: a text alone then a call, once for each whitespace edge at its end, one line or two; three in
+    a row (a text ending with ':', the longest text, a turn of two calls with an empty text); an answer then another,
+    then a user turn; a call then another, both results after them. The sweep of values answers every other call by its
+    id alone."""
+    space = SearchSpace(reasoning=True)
+    messages = sweep_turns(space).messages
+    roles = "".join(m["role"][0] for m in messages)  # u, a, t(ool)
+    pairs = list(itertools.pairwise(messages))
+    edged = [
+        a["content"] for a, b in pairs if b.get("tool_calls") and a["content"] and a["content"].strip() in CALL_TEXTS
+    ]
+    assert len(edged) == len(EDGES) - 1
+    assert {t[len(t.rstrip()) :] for t in edged} == set(EDGES[1:]) and any("\n" in t.strip() for t in edged)
+    assert all(t == t.lstrip() for t in edged)  # a text starting with a line end may join the generation prompt's
+    assert "aaa" in roles
+    triple = messages[roles.index("aaa") : roles.index("aaa") + 3]
+    assert triple[0]["content"].endswith(":") and triple[1]["content"] == max(space.texts, key=len)
+    assert triple[2]["content"] == "" and len(triple[2]["tool_calls"]) == 2
+    answers = [
+        a
+        for a, b in pairs
+        if a["role"] == b["role"] == "assistant" and not (a.get("tool_calls") or b.get("tool_calls"))
+    ]
+    assert answers and messages[messages.index(answers[-1]) + 2]["role"] == "user"
+    (calls_then_calls,) = [(a, b) for a, b in pairs if a.get("tool_calls") and b.get("tool_calls")]
+    ids = [c["id"] for turn in calls_then_calls for c in turn["tool_calls"]]
+    after = messages.index(calls_then_calls[1]) + 1
+    assert [m.get("tool_call_id") for m in messages[after : after + 2]] == ids
+    assert all(m.get("reasoning_content") for m in messages if m["role"] == "assistant")
+    single = sweep_turns(SearchSpace(parallel=False)).messages
+    assert all(len(m["tool_calls"]) == 1 for m in single if m.get("tool_calls"))
+    results = [m for m in sweep(SearchSpace()).messages if m["role"] == "tool"]
+    assert any("name" in m for m in results) and any("name" not in m for m in results)
+
+
 def test_a_larger_search_draws_more_never_fewer() -> None:
     """``--search 100`` on the plain template draws its hundred (f22175c: it stopped after 43 draws on its share
     of the characters, where one of 40 drew its 40; red team 10 saw it at 200) and stays a clean SAFE."""
@@ -185,7 +234,7 @@ def test_a_larger_search_draws_more_never_fewer() -> None:
 
 
 def test_the_sweeps_are_the_first_conversations_of_the_budget() -> None:
-    """A budget of one plays the first sweep only; forty play the three sweeps and thirty-seven draws."""
+    """A budget of one plays the first sweep only; forty play the four sweeps and thirty-six draws."""
     one = audited("base", search=1).scenarios["search"]
     assert one["drawn"] == 1 and one["counterexamples"] == []
     full = audited("base").scenarios["search"]
@@ -201,3 +250,24 @@ def test_two_assistant_messages_in_a_row_are_played_as_the_loop_plays_them() -> 
     roles = [m["role"] for m in found["messages"]]
     assert any(a == b == "assistant" for a, b in itertools.pairwise(roles))
     assert r.check("tool_support").findings == [] and r.check("tool_append_prefix").findings == []
+
+
+def test_a_sweep_the_template_renders_but_no_comparison_can_judge_is_named(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A sweep whose turn starts inside a token (a seam: no canonical sample) is played but not judged; it is named
+    ``search:unjudged:NAME`` (the SAFE is then not clean), never counted as holding. Here the turns sweep is made
+    unjudged by hand: no bundled or shared model's sweep has a seam."""
+    from tito_audit import audit_model, load
+    from tito_audit.audit.search import run
+    from tito_audit.audit.search.result import SearchResult
+
+    real = run.judged
+
+    def judged(played):  # type: ignore[no-untyped-def]
+        texts = [m.get("content") for m in played.simulation.messages]
+        return real(played) and "Two things to check:" not in texts
+
+    monkeypatch.setattr(run, "judged", judged)
+    r = audit_model(load(TOKENIZER, chat_template_file=str(TEMPLATES / "base.jinja")))  # not audit_of's: not cached
+    assert r.verdict == "safe" and "search:unjudged:turns" in r.scenarios["not_probed"]
+    assert r.scenarios["search"]["unjudged"] == ["turns"]
+    assert SearchResult(40, 0, ("append",), unjudged=("turns",)).not_probed() == ["search:unjudged:turns"]

@@ -221,9 +221,12 @@ def _varied(turn: Message, cycles: int) -> list[Message]:
     return out
 
 
-def placed(turn: Message, results: list[Any], counter: list[int], ids: str | Sequence[str] = "short") -> list[Message]:
+def placed(
+    turn: Message, results: list[Any], counter: list[int], ids: str | Sequence[str] = "short", named: bool = True
+) -> list[Message]:
     """``turn`` with fresh call ids (``ids``: one of ``ID_STYLES``, ``none`` for calls and results without ids, or
-    the ids themselves, one per call), and its results."""
+    the ids themselves, one per call), and its results, each with its tool's name unless ``named`` is False (as
+    OpenAI's format has it: the call's id alone)."""
     calls = []
     for j, call in enumerate(turn["tool_calls"]):
         counter[0] += 1
@@ -234,6 +237,8 @@ def placed(turn: Message, results: list[Any], counter: list[int], ids: str | Seq
     out: list[Message] = [{**turn, "tool_calls": calls}]
     for call, text in zip(calls, results, strict=True):
         result: Message = {"role": "tool", "name": call["function"]["name"], "content": text}
+        if not named:
+            del result["name"]
         if "id" in call:
             result = {"role": "tool", "tool_call_id": call["id"], **{k: v for k, v in result.items() if k != "role"}}
         out.append(result)

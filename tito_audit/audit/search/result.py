@@ -29,16 +29,21 @@ class SearchResult:
     # why a shrink stopped before its bound (the search's CPU budget, which a loaded machine spends sooner): the
     # counterexample is real, but may not be the smallest, nor the one another machine reports
     shrink_stopped: str | None = None
+    # the sweeps (``sweep.SWEEP_NAMES``) the template rendered but no comparison could judge: a turn's first token
+    # spans the prompt and the turn (stop_boundary's seam), so no sample of it is canonical
+    unjudged: tuple[str, ...] = ()
 
-    def not_probed(self) -> str | None:
+    def not_probed(self) -> list[str]:
         """``search:WHY`` where the search ran short of what was asked (it failed, or its own render budget stopped
-        it before it drew ``budget`` conversations): the verdict then rests on less than it claims. None otherwise
-        (a search turned off, or not needed, is said in ``summary`` and is no gap: off is the user's choice)."""
+        it before it drew ``budget`` conversations), and ``search:unjudged:SWEEP`` for each sweep it could not judge
+        (before a counterexample was found): the verdict then rests on less than it claims. Nothing otherwise (a
+        search turned off, or not needed, is said in ``summary`` and is no gap: off is the user's choice)."""
         if self.skipped is not None and self.skipped.startswith("error"):
-            return "search:failed"
+            return ["search:failed"]
+        out = [f"search:unjudged:{name}" for name in self.unjudged] if not self.found else []
         if self.stopped is not None and not self.found and self.drawn < self.budget:
-            return f"search:{self.drawn}/{self.budget}"
-        return None
+            out.insert(0, f"search:{self.drawn}/{self.budget}")
+        return out
 
     def summary(self) -> dict[str, Any]:
         """The report's ``scenarios.search``."""
@@ -51,6 +56,7 @@ class SearchResult:
             drawn=self.drawn,
             rendered=self.rendered,
             plays=self.plays,
+            **({"unjudged": list(self.unjudged)} if self.unjudged else {}),
             **({"stopped": self.stopped} if self.stopped else {}),
             **({"shrink_stopped": self.shrink_stopped} if self.shrink_stopped else {}),
             counterexamples=[

@@ -23,7 +23,7 @@ from tito_audit.audit.search.conversations import conversations
 from tito_audit.audit.search.property import APPEND, KINDS, judged, play
 from tito_audit.audit.search.result import SearchResult
 from tito_audit.audit.search.space import SearchSpace
-from tito_audit.audit.search.sweep import shrunk, sweeps
+from tito_audit.audit.search.sweep import SWEEP_NAMES, shrunk, sweeps
 from tito_audit.compat import available, reproducible_search
 from tito_audit.errors import InternalError
 from tito_audit.scenarios.searched import Conversation
@@ -61,6 +61,8 @@ class _State:
     rendered: int = 0
     cap: int = 0
     hit: bool = False  # the current find has met a counterexample (what follows is shrinking)
+    unjudged: set[str] = field(default_factory=set)  # conversations the template rendered that could not be judged
+    sweeps: list[str] = field(default_factory=list)  # the sweeps' keys, in order
     stopped: str | None = None
     shrink_stopped: str | None = None  # the search's budget ran out while shrinking (the counterexample may be larger)
 
@@ -85,6 +87,7 @@ def search(
     _name_fallback(ctx)
     result.drawn, result.rendered, result.plays = state.drawn, state.rendered, state.plays
     result.stopped, result.shrink_stopped = state.stopped, state.shrink_stopped
+    result.unjudged = tuple(n for n, key in zip(SWEEP_NAMES, state.sweeps, strict=False) if key in state.unjudged)
     if coverage is not None and steering is None:
         coverage.skip()  # a small search's renders are not counted (the counterexamples' are, by the checks)
     return result
@@ -115,6 +118,7 @@ def _look(
     first, one for buffer + delta."""
     looking = list(result.wanted)
     plans = sweeps(space)[:budget]  # the sweeps are the budget's first conversations
+    state.sweeps = [c.key for c in plans]
     try:
         swept = _swept(ctx, plans, state, allowance, steering, tuple(looking))
     except _Spent:
@@ -296,6 +300,8 @@ class _Probe:
                     coverage.skip()
             state.plays += 1
             state.rendered += played.simulation.ok and not state.hit
+            if played.simulation.ok and not judged(played):
+                state.unjudged.add(key)
             state.memo[key] = played.kind
         if state.memo[key] in self.wanted:
             state.hit = True

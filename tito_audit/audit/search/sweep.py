@@ -7,10 +7,10 @@ space itself (``sweeps``). One of values (``sweep``): a tool cycle for each step
 shape, given the next argument value (``conversations.SWEEP``) and the next text core as an argument, with the next
 text next to it, and answered with the next text core, reasoning on every turn where the template shows it. One of
 texts and shapes (``sweep_texts``): each text core, whole (``TEXT_CHARS``), next to a call, and a second system
-message, two user turns in a row, two assistant messages in a row, calls without ids. Where one breaks, it is
-shrunk by hand as hypothesis would (``shrunk``): each tool cycle dropped, then each turn's reasoning, the text next
-to its call and each argument, while the break remains. Each counts as one of the budget's conversations; the
-draws follow where none breaks.
+message, two user turns in a row, calls without ids. Where one breaks, it is shrunk by hand as hypothesis would
+(``shrunk``): each tool cycle dropped, then each turn's reasoning, the text next to its call and each argument,
+while the break remains. Each counts as one of the budget's conversations; the draws follow where none breaks.
+The sweep of values answers every other call as OpenAI's format does, by its id alone (no ``name``).
 
 A third (``sweep_ids``) plays the shapes of calls no value holds: a turn of parallel calls whose ids are not in
 the order of the calls and whose second repeats the first, then turns whose ids start again at ``call_0`` (the same
@@ -18,6 +18,15 @@ id in many turns, each time another tool's), then ids as Anthropic and Kimi writ
 ``functions.get_weather:0``), then a second user turn. A template that looks a result's call up by
 its id, counts a call's results, sorts calls by id or drops repeated calls breaks on it where it does so for
 earlier turns only.
+
+A fourth (``sweep_turns``) plays two assistant messages in a row, as loops write them: a text alone and then the
+call (a loop that lets the model go on after it stopped, or keeps a text and a call apart), the text each time with
+other whitespace at its end and on one line or two; three in a row (a text ending with ':', the space's longest
+text, then a turn of two calls with an empty text); an answer and then another; a call and then another, their
+results after both (parallel calls split into messages). The buffer appends the generation prompt alone between
+them (``Trajectory.append_messages([])``). A template that rewrites the first of the two once the second follows
+(drops, trims or cuts its text, drops its reasoning or calls, writes another turn end) breaks on it; one that
+refuses two assistant messages in a row refuses this conversation only.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tito_audit.audit.search.conversations import SHORT, SWEEP, declarations, placed
-from tito_audit.audit.search.space import CALL_TEXTS, LONG, NAME_SHAPES, REASONING, SearchSpace
+from tito_audit.audit.search.space import CALL_TEXTS, EDGES, LONG, NAME_SHAPES, REASONING, TEXTS, SearchSpace
 from tito_audit.scenarios.searched import Conversation, Message
 
 # A text core of the sweep of texts is played whole up to twice the space's long text: the long ones are there to
@@ -35,17 +44,20 @@ from tito_audit.scenarios.searched import Conversation, Message
 TEXT_CHARS = 2 * LONG
 
 
+SWEEP_NAMES = ("values", "texts", "ids", "turns")  # ``sweeps``' conversations, in order (``search:unjudged:NAME``)
+
+
 def sweeps(space: SearchSpace) -> list[Conversation]:
-    """The sweep of values (``sweep``), of texts and shapes (``sweep_texts``), then of call ids (``sweep_ids``)."""
-    return [sweep(space), sweep_texts(space), sweep_ids(space)]
+    """The sweep of values (``sweep``), of texts and shapes (``sweep_texts``), of call ids (``sweep_ids``), then of
+    assistant turns in a row (``sweep_turns``)."""
+    return [sweep(space), sweep_texts(space), sweep_ids(space), sweep_turns(space)]
 
 
 def sweep_texts(space: SearchSpace) -> Conversation:
     """A tool cycle for each text core, written next to the call and returned as its result, in a conversation of
     the shapes loops send beside the catalogue's: a system prompt, a second system message in its middle (a
-    reminder, as coding agents inject), two user turns in a row, then two assistant messages in a row (a text
-    alone, then the call: a loop that lets the model go on after it stopped, or keeps a text and a call apart),
-    calls without ids. A template that refuses one of them refuses this conversation only."""
+    reminder, as coding agents inject), two user turns in a row, calls without ids. A template that refuses one
+    of them refuses this conversation only."""
     texts = [t[:TEXT_CHARS] for t in space.texts]
     messages: list[Message] = [
         {"role": "system", "content": "You are a helpful assistant."},
@@ -54,14 +66,10 @@ def sweep_texts(space: SearchSpace) -> Conversation:
     counter = [0]
     for k, text in enumerate(texts):
         if k == len(texts) // 2:
-            said: Message = {"role": "assistant", "content": "Let me check both."}
-            if space.reasoning:
-                said["reasoning_content"] = REASONING[k % len(REASONING)]
             messages += [
                 {"role": "system", "content": "Reminder: keep answers short."},
                 {"role": "user", "content": "And tomorrow?"},
                 {"role": "user", "content": "Also Lyon."},
-                said,  # then the call turn: two assistant messages in a row
             ]
         call = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
         turn: Message = {"role": "assistant", "content": text, "tool_calls": [call]}
@@ -84,7 +92,7 @@ def sweep(space: SearchSpace) -> Conversation:
         turn: Message = {"role": "assistant", "content": (None, *CALL_TEXTS)[k % 3], "tool_calls": [call]}
         if space.reasoning:
             turn["reasoning_content"] = REASONING[k % len(REASONING)]
-        messages += placed(turn, [texts[(k + 1) % len(texts)]], counter)
+        messages += placed(turn, [texts[(k + 1) % len(texts)]], counter, named=k % 2 == 0)
     answer: Message = {"role": "assistant", "content": "It is sunny in Paris."}
     if space.reasoning:
         answer["reasoning_content"] = REASONING[0]
@@ -134,6 +142,48 @@ def sweep_ids(space: SearchSpace) -> Conversation:
     return Conversation(tuple(messages), declarations(messages), ())
 
 
+def sweep_turns(space: SearchSpace) -> Conversation:
+    """The sweep of assistant turns in a row (see the module docstring), reasoning on every turn where the template
+    shows it."""
+
+    def said(content: str | None, *calls: dict[str, Any], k: int) -> Message:
+        turn: Message = {"role": "assistant", "content": content}
+        if calls:
+            turn["tool_calls"] = list(calls)
+        if space.reasoning:
+            turn["reasoning_content"] = REASONING[k % len(REASONING)]
+        return turn
+
+    def call(name: str, city: str) -> dict[str, Any]:
+        return {"type": "function", "function": {"name": name, "arguments": {"city": city}}}
+
+    counter = [0]
+    messages: list[Message] = [{"role": "user", "content": "What's the weather in Paris?"}]
+    # a text alone, then the call: other whitespace at the text's end each time (not at its start, which a
+    # tokenizer may join with the generation prompt's last line end into one token: a turn no comparison can judge,
+    # and with it the whole conversation)
+    for k, edge in enumerate(EDGES[1:]):
+        text = f"{CALL_TEXTS[k % len(CALL_TEXTS)]}{edge}"
+        messages += [said(text, k=k), *placed(said(None, call("get_weather", "Paris"), k=k + 1), [TEXTS[1]], counter)]
+    # three in a row: a text ending with ':', the space's longest text, then a turn of two calls (where the template
+    # renders parallel ones) with an empty text, as OpenAI's format writes a call turn's content
+    calls = [call("get_weather", "Paris"), call("get_time", "Paris")][: 2 if space.parallel else 1]
+    messages += [
+        said("Two things to check:", k=0),
+        said(max(space.texts, key=len), k=1),
+        *placed(said("", *calls, k=0), [TEXTS[1], "10:42"][: len(calls)], counter),
+    ]
+    messages += [
+        said("Here is what I found:\n", k=0),  # an answer, then another
+        said("It is sunny in Paris.", k=1),
+        {"role": "user", "content": "And the time in Lyon?"},
+    ]
+    first = placed(said(None, call("get_weather", "Lyon"), k=0), ["Cloudy."], counter)
+    second = placed(said(None, call("get_time", "Lyon"), k=1), ["10:42"], counter)
+    messages += [first[0], second[0], first[1], second[1], said("Cloudy, and it is 10:42 in Lyon.", k=0)]
+    return Conversation(tuple(messages), declarations(messages), ())
+
+
 def shrunk(conversation: Conversation, breaks: Callable[[Conversation], bool]) -> Conversation:
     """``conversation`` (which breaks) with each tool cycle dropped, then each turn simplified (``_simpler``), while
     ``breaks`` still holds (it bounds the plays: past its bound it answers False, which keeps what is left)."""
@@ -144,6 +194,8 @@ def shrunk(conversation: Conversation, breaks: Callable[[Conversation], bool]) -
         if k >= len(starts) or len(starts) == 1:
             break
         start = starts[k]
+        if start and messages[start - 1]["role"] == "assistant" and not messages[start - 1].get("tool_calls"):
+            start -= 1  # a text alone before the call (``sweep_turns``): part of its cycle
         end = next((i for i in range(start + 1, len(messages)) if messages[i]["role"] != "tool"), len(messages))
         candidate = messages[:start] + messages[end:]
         if breaks(_conversation(candidate, conversation)):
