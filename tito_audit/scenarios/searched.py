@@ -45,7 +45,7 @@ class Conversation:
         if names:
             parts.append("names " + ", ".join(names))
         if calls:
-            parts.append(f"up to {max(len(c['arguments']) for c in calls)} argument(s)")
+            parts.append(f"up to {max(_count(c['arguments']) for c in calls)} argument(s)")
         if any(m.get("reasoning_content") for m in self.messages):
             parts.append("reasoning")
         parts += [f"{k}={json.dumps(v)}" for k, v in self.kwargs]
@@ -58,3 +58,13 @@ class Conversation:
     def from_dict(cls, data: Mapping[str, Any]) -> Conversation:
         kwargs = tuple(sorted((data.get("template_kwargs") or {}).items()))
         return cls(tuple(data["messages"]), tuple(data.get("tools") or ()), kwargs)
+
+
+def _count(arguments: Any) -> int:
+    """How many top-level arguments a call has (its arguments a dict, or a JSON string of one)."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return 1
+    return len(arguments) if isinstance(arguments, dict) else 1

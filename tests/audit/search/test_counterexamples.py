@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import DATA, audit_of
 from tito_audit.audit.search.conversations import ID_STYLES, call_id
 from tito_audit.audit.search.space import CALL_TEXTS, EDGES, SearchSpace
-from tito_audit.audit.search.sweep import sweep, sweep_ids, sweep_turns
+from tito_audit.audit.search.sweep import sweep, sweep_ids, sweep_texts, sweep_turns
 
 TEMPLATES = DATA / "search"
 TOKENIZER = "qwen3-0.6b"  # has every control token the templates write (<|im_start|>, <tool_call>, <think>)
@@ -78,12 +78,23 @@ def test_the_plain_template_stays_safe_under_the_search() -> None:
         ("assistant_in_a_row_extra_line", "tito-required", "naive_rerender", None, "safe"),
         ("text_before_call_trimmed", "tito-required", "naive_rerender", None, "safe"),
         ("text_before_call_first_line", "tito-required", "naive_rerender", None, "safe"),
-        ("calls_in_a_row_first_dropped", "tito-required", "naive_rerender", None, "safe"),
+        # calls dropped from history: the template drops tool traffic (the finding names the second message, whose
+        # start the render that drops the first one's call hides: a wrong index, left)
+        ("calls_in_a_row_first_dropped", "unsafe", "naive_rerender", None, "safe"),
         ("unnamed_result_labelled_in_history", "tito-required", "naive_rerender", None, "safe"),
         # ... and three SAFE with exit 3 there (the arm named): three in a row, a call turn's empty text, a long text
         ("three_in_a_row_first_dropped", "tito-required", "naive_rerender", None, "safe"),
         ("text_before_empty_call_text_dropped", "tito-required", "naive_rerender", None, "safe"),
         ("long_text_before_assistant_dropped", "tito-required", "naive_rerender", None, "safe"),
+        # review 13 (each a clean SAFE under e99c580's search): four in a row, a result with neither an id nor a
+        # name, a result's extra key, a call turn's text before another call turn, an answer the next goes on from,
+        # a call's JSON-string arguments before another call turn
+        ("four_in_a_row_first_dropped", "tito-required", "naive_rerender", None, "safe"),
+        ("anonymous_result_labelled_in_history", "tito-required", "naive_rerender", None, "safe"),
+        ("result_extra_keys_while_last", "tito-required", "naive_rerender", None, "safe"),
+        ("text_of_call_before_call_dropped", "tito-required", "naive_rerender", None, "safe"),
+        ("answer_continued_dropped", "tito-required", "naive_rerender", None, "safe"),
+        ("string_arguments_before_call_reencoded", "tito-required", "naive_rerender", None, "safe"),
     ],
 )
 def test_a_rewrite_of_earlier_turns_is_found_by_the_search(
@@ -189,11 +200,12 @@ def test_the_ids_sweep_repeats_a_call_and_reuses_ids_across_turns() -> None:
 
 
 def test_the_turns_sweep_plays_assistant_messages_in_a_row_as_loops_write_them() -> None:
-    """``sweep_turns``: a text alone then a call, once for each whitespace edge at its end, one line or two; three in
-    a row (a text ending with ':', the longest text, a turn of two calls with an empty text); an answer then another,
-    then a user turn; a call then another, both results after them. The sweep of values answers every other call by its
-    id alone."""
-    space = SearchSpace(reasoning=True)
+    """``sweep_turns``: a text alone then a call, once for each whitespace edge at its end, one line or two; four in
+    a row (a text ending with ':', the longest text, another, a turn of two calls with an empty text); an answer then
+    another that goes on from it, then a user turn; a call with text (its arguments a JSON string where the template
+    renders one) then another call, both results after them. The sweep of values answers every other call by its id
+    alone and gives every third result a framework's key; the sweep of texts answers some with neither id nor name."""
+    space = SearchSpace(reasoning=True, string_arguments=True)
     messages = sweep_turns(space).messages
     roles = "".join(m["role"][0] for m in messages)  # u, a, t(ool)
     pairs = list(itertools.pairwise(messages))
@@ -203,25 +215,32 @@ def test_the_turns_sweep_plays_assistant_messages_in_a_row_as_loops_write_them()
     assert len(edged) == len(EDGES) - 1
     assert {t[len(t.rstrip()) :] for t in edged} == set(EDGES[1:]) and any("\n" in t.strip() for t in edged)
     assert all(t == t.lstrip() for t in edged)  # a text starting with a line end may join the generation prompt's
-    assert "aaa" in roles
-    triple = messages[roles.index("aaa") : roles.index("aaa") + 3]
-    assert triple[0]["content"].endswith(":") and triple[1]["content"] == max(space.texts, key=len)
-    assert triple[2]["content"] == "" and len(triple[2]["tool_calls"]) == 2
+    run = messages[roles.index("aaaa") : roles.index("aaaa") + 4]
+    assert run[0]["content"].endswith(":") and run[1]["content"] == max(space.texts, key=len)
+    assert run[3]["content"] == "" and len(run[3]["tool_calls"]) == 2
     answers = [
-        a
+        (a, b)
         for a, b in pairs
         if a["role"] == b["role"] == "assistant" and not (a.get("tool_calls") or b.get("tool_calls"))
     ]
-    assert answers and messages[messages.index(answers[-1]) + 2]["role"] == "user"
+    *_, (first, then) = answers  # the last pair: an answer, then another (the others stand before a call)
+    assert then["content"].startswith(first["content"]) and messages[messages.index(then) + 1]["role"] == "user"
     (calls_then_calls,) = [(a, b) for a, b in pairs if a.get("tool_calls") and b.get("tool_calls")]
+    assert calls_then_calls[0]["content"] and isinstance(
+        calls_then_calls[0]["tool_calls"][0]["function"]["arguments"], str
+    )
     ids = [c["id"] for turn in calls_then_calls for c in turn["tool_calls"]]
     after = messages.index(calls_then_calls[1]) + 1
     assert [m.get("tool_call_id") for m in messages[after : after + 2]] == ids
     assert all(m.get("reasoning_content") for m in messages if m["role"] == "assistant")
     single = sweep_turns(SearchSpace(parallel=False)).messages
     assert all(len(m["tool_calls"]) == 1 for m in single if m.get("tool_calls"))
+    assert all(isinstance(c["function"]["arguments"], dict) for m in single for c in m.get("tool_calls") or [])
     results = [m for m in sweep(SearchSpace()).messages if m["role"] == "tool"]
     assert any("name" in m for m in results) and any("name" not in m for m in results)
+    assert any(m.get("status") == "success" for m in results)
+    texts = [m for m in sweep_texts(SearchSpace()).messages if m["role"] == "tool"]
+    assert any("name" not in m and "tool_call_id" not in m for m in texts)
 
 
 def test_a_larger_search_draws_more_never_fewer() -> None:

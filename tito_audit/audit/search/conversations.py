@@ -14,6 +14,7 @@ the switches unset, that still break the property.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -222,11 +223,16 @@ def _varied(turn: Message, cycles: int) -> list[Message]:
 
 
 def placed(
-    turn: Message, results: list[Any], counter: list[int], ids: str | Sequence[str] = "short", named: bool = True
+    turn: Message,
+    results: list[Any],
+    counter: list[int],
+    ids: str | Sequence[str] = "short",
+    named: bool = True,
+    extra: dict[str, Any] | None = None,
 ) -> list[Message]:
     """``turn`` with fresh call ids (``ids``: one of ``ID_STYLES``, ``none`` for calls and results without ids, or
     the ids themselves, one per call), and its results, each with its tool's name unless ``named`` is False (as
-    OpenAI's format has it: the call's id alone)."""
+    OpenAI's format has it: the call's id alone), and the keys of ``extra``."""
     calls = []
     for j, call in enumerate(turn["tool_calls"]):
         counter[0] += 1
@@ -239,6 +245,7 @@ def placed(
         result: Message = {"role": "tool", "name": call["function"]["name"], "content": text}
         if not named:
             del result["name"]
+        result.update(extra or {})
         if "id" in call:
             result = {"role": "tool", "tool_call_id": call["id"], **{k: v for k, v in result.items() if k != "role"}}
         out.append(result)
@@ -264,7 +271,8 @@ def declarations(messages: list[Message]) -> tuple[dict[str, Any], ...]:
         for call in m.get("tool_calls") or []:
             fn = call["function"]
             props = params.setdefault(fn["name"], {})
-            for key, value in fn["arguments"].items():
+            args = fn["arguments"]
+            for key, value in (json.loads(args) if isinstance(args, str) else args).items():  # a JSON string too
                 props.setdefault(key, {"type": _json_type(value)})
     return tuple(
         {

@@ -98,7 +98,8 @@ class SearchSpace:
     unset first); ``parts``: a user turn may send its text as a list of text parts, where the template tests the
     type of a message's content (``content is string``...; elsewhere a template that concatenates content refuses
     parts); ``parallel``: a call turn may carry several calls, unless the template refused every catalogue scenario
-    that has some (it raises for them: every draw with one would be refused, and the budget spent on nothing)."""
+    that has some (it raises for them: every draw with one would be refused, and the budget spent on nothing);
+    ``string_arguments``: a call's arguments may be a JSON string, where the template rendered the catalogue's."""
 
     texts: tuple[str, ...] = TEXTS
     reasoning: bool = False
@@ -107,6 +108,9 @@ class SearchSpace:
     switches: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     parts: bool = False  # user content may be a list of text parts (the template tests what a value's type is)
     parallel: bool = True  # a call turn may carry several calls (the template renders a catalogue scenario that does)
+    # a call's arguments may be a JSON string, as OpenAI's format sends them (the template renders a catalogue scenario
+    # that does: a template indexing the arguments refuses them, and every conversation with one with them)
+    string_arguments: bool = False
 
     @classmethod
     def of(cls, ctx: AuditContext) -> SearchSpace:
@@ -124,4 +128,5 @@ class SearchSpace:
             switches=tuple(ctx.switches.values().items()),
             parts=bool(ctx.engine.is_template and _TYPE_TEST.search(ctx.model.chat_template or "")),
             parallel=any(s.ok for s in ctx.simulations if "parallel" in s.scenario.tags),
+            string_arguments=any(s.ok for s in ctx.simulations if s.scenario.id.endswith("/args_string")),
         )

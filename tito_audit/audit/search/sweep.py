@@ -10,7 +10,9 @@ texts and shapes (``sweep_texts``): each text core, whole (``TEXT_CHARS``), next
 message, two user turns in a row, calls without ids. Where one breaks, it is shrunk by hand as hypothesis would
 (``shrunk``): each tool cycle dropped, then each turn's reasoning, the text next to its call and each argument,
 while the break remains. Each counts as one of the budget's conversations; the draws follow where none breaks.
-The sweep of values answers every other call as OpenAI's format does, by its id alone (no ``name``).
+The sweep of values answers every other call as OpenAI's format does, by its id alone (no ``name``), and gives every
+third result a key a framework adds (``status``, as LangChain's ``ToolMessage`` has it); the sweep of texts
+answers every fourth call with neither an id nor a name.
 
 A third (``sweep_ids``) plays the shapes of calls no value holds: a turn of parallel calls whose ids are not in
 the order of the calls and whose second repeats the first, then turns whose ids start again at ``call_0`` (the same
@@ -21,16 +23,18 @@ earlier turns only.
 
 A fourth (``sweep_turns``) plays two assistant messages in a row, as loops write them: a text alone and then the
 call (a loop that lets the model go on after it stopped, or keeps a text and a call apart), the text each time with
-other whitespace at its end and on one line or two; three in a row (a text ending with ':', the space's longest
-text, then a turn of two calls with an empty text); an answer and then another; a call and then another, their
-results after both (parallel calls split into messages). The buffer appends the generation prompt alone between
-them (``Trajectory.append_messages([])``). A template that rewrites the first of the two once the second follows
-(drops, trims or cuts its text, drops its reasoning or calls, writes another turn end) breaks on it; one that
-refuses two assistant messages in a row refuses this conversation only.
+other whitespace at its end and on one line or two; four in a row (a text ending with ':', the space's longest
+text, another, then a turn of two calls with an empty text); an answer and then another that goes on from it; a call
+with text (its arguments a JSON string where the template renders one) and then another call, their results after
+both (parallel calls split into messages). The buffer appends
+the generation prompt alone between them (``Trajectory.append_messages([])``). A template that rewrites the first
+of the two once the second follows (drops, trims or cuts its text, drops its reasoning or calls, writes another turn
+end) breaks on it; one that refuses two assistant messages in a row refuses this conversation only.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -75,7 +79,8 @@ def sweep_texts(space: SearchSpace) -> Conversation:
         turn: Message = {"role": "assistant", "content": text, "tool_calls": [call]}
         if space.reasoning:
             turn["reasoning_content"] = REASONING[k % len(REASONING)]
-        messages += placed(turn, [texts[(k + 1) % len(texts)]], counter, "none" if k % 2 else "short")
+        # calls without ids every other cycle, and every fourth result with neither an id nor a name
+        messages += placed(turn, [texts[(k + 1) % len(texts)]], counter, "none" if k % 2 else "short", k % 4 != 3)
     messages.append({"role": "assistant", "content": "It is sunny in Paris."})
     return Conversation(tuple(messages), declarations(messages), ())
 
@@ -92,7 +97,8 @@ def sweep(space: SearchSpace) -> Conversation:
         turn: Message = {"role": "assistant", "content": (None, *CALL_TEXTS)[k % 3], "tool_calls": [call]}
         if space.reasoning:
             turn["reasoning_content"] = REASONING[k % len(REASONING)]
-        messages += placed(turn, [texts[(k + 1) % len(texts)]], counter, named=k % 2 == 0)
+        extra = {"status": "success"} if k % 3 == 2 else None  # a key a framework adds (LangChain's ToolMessage)
+        messages += placed(turn, [texts[(k + 1) % len(texts)]], counter, named=k % 2 == 0, extra=extra)
     answer: Message = {"role": "assistant", "content": "It is sunny in Paris."}
     if space.reasoning:
         answer["reasoning_content"] = REASONING[0]
@@ -165,20 +171,26 @@ def sweep_turns(space: SearchSpace) -> Conversation:
     for k, edge in enumerate(EDGES[1:]):
         text = f"{CALL_TEXTS[k % len(CALL_TEXTS)]}{edge}"
         messages += [said(text, k=k), *placed(said(None, call("get_weather", "Paris"), k=k + 1), [TEXTS[1]], counter)]
-    # three in a row: a text ending with ':', the space's longest text, then a turn of two calls (where the template
-    # renders parallel ones) with an empty text, as OpenAI's format writes a call turn's content
+    # four in a row: a text ending with ':', the space's longest text, another text, then a turn of two calls (where
+    # the template renders parallel ones) with an empty text, as OpenAI's format writes a call turn's content
     calls = [call("get_weather", "Paris"), call("get_time", "Paris")][: 2 if space.parallel else 1]
     messages += [
         said("Two things to check:", k=0),
         said(max(space.texts, key=len), k=1),
+        said("Checking both now.", k=0),
         *placed(said("", *calls, k=0), [TEXTS[1], "10:42"][: len(calls)], counter),
     ]
     messages += [
-        said("Here is what I found:\n", k=0),  # an answer, then another
-        said("It is sunny in Paris.", k=1),
+        said("Here is what I found:\n", k=0),  # an answer, then another that goes on from it
+        said("Here is what I found:\nIt is sunny in Paris.", k=1),
         {"role": "user", "content": "And the time in Lyon?"},
     ]
-    first = placed(said(None, call("get_weather", "Lyon"), k=0), ["Cloudy."], counter)
+    # a call with text, then another call: their results after both; the first call's arguments a JSON string, as
+    # OpenAI's format sends them, where the template renders one
+    lyon = call("get_weather", "Lyon")
+    if space.string_arguments:
+        lyon["function"]["arguments"] = json.dumps(lyon["function"]["arguments"])
+    first = placed(said("Checking Lyon.", lyon, k=0), ["Cloudy."], counter)
     second = placed(said(None, call("get_time", "Lyon"), k=1), ["10:42"], counter)
     messages += [first[0], second[0], first[1], second[1], said("Cloudy, and it is 10:42 in Lyon.", k=0)]
     return Conversation(tuple(messages), declarations(messages), ())
@@ -224,6 +236,8 @@ def _simpler(message: Message) -> list[Message]:
     if message.get("tool_calls") and message.get("content"):
         out.append({**message, "content": None})
     for call_index, call in enumerate(message.get("tool_calls") or []):
+        if not isinstance(call["function"]["arguments"], dict):
+            continue  # a JSON string: left whole
         for key in call["function"]["arguments"]:
             args = {k: v for k, v in call["function"]["arguments"].items() if k != key}
             out.append(_with_call(message, call_index, {**call["function"], "arguments": args}))
