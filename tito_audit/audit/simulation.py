@@ -123,10 +123,8 @@ def derive_turn(
     def history_text() -> str:
         return renderer.render(history[:index], tools=tools)
 
-    payloads = message_payloads(message)
-
-    def own(text: str) -> bool:
-        return payload_in(text, payloads) is not None
+    def own(text: str) -> bool:  # asked only where the history's tail may be the turn's own end (rare)
+        return payload_in(text, message_payloads(message)) is not None
 
     start = turn_start(prompt, full, history_text, own)
     completion = full[start:]
