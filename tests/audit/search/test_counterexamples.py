@@ -290,3 +290,6 @@ def test_a_sweep_the_template_renders_but_no_comparison_can_judge_is_named(monke
     assert r.verdict == "safe" and "search:unjudged:turns" in r.scenarios["not_probed"]
     assert r.scenarios["search"]["unjudged"] == ["turns"]
     assert SearchResult(40, 0, ("append",), unjudged=("turns",)).not_probed() == ["search:unjudged:turns"]
+    from tito_audit.audit.search.sweep import SWEEP_NAMES, sweeps
+
+    assert len(SWEEP_NAMES) == len(sweeps(SearchSpace()))  # a name for every sweep, in order
