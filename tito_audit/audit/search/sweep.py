@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from tito_audit.audit.search.conversations import SHORT, SWEEP, declarations, placed
@@ -48,13 +49,26 @@ from tito_audit.scenarios.searched import Conversation, Message
 TEXT_CHARS = 2 * LONG
 
 
-SWEEP_NAMES = ("values", "texts", "ids", "turns")  # ``sweeps``' conversations, in order (``search:unjudged:NAME``)
-
-
 def sweeps(space: SearchSpace) -> list[Conversation]:
     """The sweep of values (``sweep``), of texts and shapes (``sweep_texts``), of call ids (``sweep_ids``), then of
-    assistant turns in a row (``sweep_turns``)."""
-    return [sweep(space), sweep_texts(space), sweep_ids(space), sweep_turns(space)]
+    assistant turns in a row (``sweep_turns``): ``_SWEEPS``, in order."""
+    return [build(space) for _, build in _SWEEPS]
+
+
+def _assistant(space: SearchSpace, content: str | None, *calls: dict[str, Any], k: int = 0) -> Message:
+    """An assistant turn of the sweeps: ``content``, its ``calls`` if any, and the ``k``-th reasoning where the
+    template shows reasoning."""
+    turn: Message = {"role": "assistant", "content": content}
+    if calls:
+        turn["tool_calls"] = list(calls)
+    if space.reasoning:
+        turn["reasoning_content"] = REASONING[k % len(REASONING)]
+    return turn
+
+
+def _call(name: str, city: str) -> dict[str, Any]:
+    """A call of ``name`` with one argument, the city (the ids and turns sweeps' calls)."""
+    return {"type": "function", "function": {"name": name, "arguments": {"city": city}}}
 
 
 def sweep_texts(space: SearchSpace) -> Conversation:
@@ -75,10 +89,7 @@ def sweep_texts(space: SearchSpace) -> Conversation:
                 {"role": "user", "content": "And tomorrow?"},
                 {"role": "user", "content": "Also Lyon."},
             ]
-        call = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
-        turn: Message = {"role": "assistant", "content": text, "tool_calls": [call]}
-        if space.reasoning:
-            turn["reasoning_content"] = REASONING[k % len(REASONING)]
+        turn = _assistant(space, text, _call("get_weather", "Paris"), k=k)
         # calls without ids every other cycle, and every fourth result with neither an id nor a name
         messages += placed(turn, [texts[(k + 1) % len(texts)]], counter, "none" if k % 2 else "short", k % 4 != 3)
     messages.append({"role": "assistant", "content": "It is sunny in Paris."})
@@ -94,15 +105,10 @@ def sweep(space: SearchSpace) -> Conversation:
     for k in range(steps):
         args = {"city": texts[k % len(texts)], "value": SWEEP[k % len(SWEEP)]}
         call = {"type": "function", "function": {"name": NAME_SHAPES[k % len(NAME_SHAPES)], "arguments": args}}
-        turn: Message = {"role": "assistant", "content": (None, *CALL_TEXTS)[k % 3], "tool_calls": [call]}
-        if space.reasoning:
-            turn["reasoning_content"] = REASONING[k % len(REASONING)]
+        turn = _assistant(space, (None, *CALL_TEXTS)[k % 3], call, k=k)
         extra = {"status": "success"} if k % 3 == 2 else None  # a key a framework adds (LangChain's ToolMessage)
         messages += placed(turn, [texts[(k + 1) % len(texts)]], counter, named=k % 2 == 0, extra=extra)
-    answer: Message = {"role": "assistant", "content": "It is sunny in Paris."}
-    if space.reasoning:
-        answer["reasoning_content"] = REASONING[0]
-    messages.append(answer)
+    messages.append(_assistant(space, "It is sunny in Paris."))
     return Conversation(tuple(messages), declarations(messages), ())
 
 
@@ -116,35 +122,27 @@ def sweep_ids(space: SearchSpace) -> Conversation:
     """The sweep of call ids and repeated calls (see the module docstring): without parallel calls where the
     template refuses them (``SearchSpace.parallel``), its ids then only start again."""
 
-    def call(name: str, city: str) -> dict[str, Any]:
-        return {"type": "function", "function": {"name": name, "arguments": {"city": city}}}
-
     counter = [0]
 
     def cycle(calls: list[dict[str, Any]], ids: list[str], k: int) -> list[Message]:
-        turn: Message = {"role": "assistant", "content": None, "tool_calls": calls}
-        if space.reasoning:
-            turn["reasoning_content"] = REASONING[k % len(REASONING)]
-        return placed(turn, [f"Result {k}.{j}." for j in range(len(calls))], counter, ids)
+        results = [f"Result {k}.{j}." for j in range(len(calls))]
+        return placed(_assistant(space, None, *calls, k=k), results, counter, ids)
 
-    first = [call("get_weather", "Paris"), call("get_weather", "Paris"), call("get_forecast", "Lyon")]
+    first = [_call("get_weather", "Paris"), _call("get_weather", "Paris"), _call("get_forecast", "Lyon")]
     if not space.parallel:
         first = first[:1]
     messages: list[Message] = [
         {"role": "user", "content": "What's the weather in Paris and Lyon?"},
         *cycle(first, list(_UNORDERED_IDS[: len(first)]), 0),
-        *cycle([call("get_weather", "Lyon")], ["call_0"], 1),
-        *cycle([call("get_time", "Lyon")], ["call_0"], 2),
-        *cycle([call("get_forecast", "Paris")], [_VENDOR_IDS[0]], 3),
-        *cycle([call("get_weather", "Paris")], [_VENDOR_IDS[1]], 4),
+        *cycle([_call("get_weather", "Lyon")], ["call_0"], 1),
+        *cycle([_call("get_time", "Lyon")], ["call_0"], 2),
+        *cycle([_call("get_forecast", "Paris")], [_VENDOR_IDS[0]], 3),
+        *cycle([_call("get_weather", "Paris")], [_VENDOR_IDS[1]], 4),
         {"role": "assistant", "content": "Paris is sunny; Lyon is cloudy."},
         {"role": "user", "content": "And tomorrow?"},
-        *cycle([call("get_forecast", "Paris")], ["call_0"], 5),
+        *cycle([_call("get_forecast", "Paris")], ["call_0"], 5),
     ]
-    answer: Message = {"role": "assistant", "content": "Rain tomorrow."}
-    if space.reasoning:
-        answer["reasoning_content"] = REASONING[0]
-    messages.append(answer)
+    messages.append(_assistant(space, "Rain tomorrow."))
     return Conversation(tuple(messages), declarations(messages), ())
 
 
@@ -152,17 +150,7 @@ def sweep_turns(space: SearchSpace) -> Conversation:
     """The sweep of assistant turns in a row (see the module docstring), reasoning on every turn where the template
     shows it."""
 
-    def said(content: str | None, *calls: dict[str, Any], k: int) -> Message:
-        turn: Message = {"role": "assistant", "content": content}
-        if calls:
-            turn["tool_calls"] = list(calls)
-        if space.reasoning:
-            turn["reasoning_content"] = REASONING[k % len(REASONING)]
-        return turn
-
-    def call(name: str, city: str) -> dict[str, Any]:
-        return {"type": "function", "function": {"name": name, "arguments": {"city": city}}}
-
+    said = partial(_assistant, space)
     counter = [0]
     messages: list[Message] = [{"role": "user", "content": "What's the weather in Paris?"}]
     # a text alone, then the call: other whitespace at the text's end each time (not at its start, which a
@@ -170,10 +158,10 @@ def sweep_turns(space: SearchSpace) -> Conversation:
     # and with it the whole conversation)
     for k, edge in enumerate(EDGES[1:]):
         text = f"{CALL_TEXTS[k % len(CALL_TEXTS)]}{edge}"
-        messages += [said(text, k=k), *placed(said(None, call("get_weather", "Paris"), k=k + 1), [TEXTS[1]], counter)]
+        messages += [said(text, k=k), *placed(said(None, _call("get_weather", "Paris"), k=k + 1), [TEXTS[1]], counter)]
     # four in a row: a text ending with ':', the space's longest text, another text, then a turn of two calls (where
     # the template renders parallel ones) with an empty text, as OpenAI's format writes a call turn's content
-    calls = [call("get_weather", "Paris"), call("get_time", "Paris")][: 2 if space.parallel else 1]
+    calls = [_call("get_weather", "Paris"), _call("get_time", "Paris")][: 2 if space.parallel else 1]
     messages += [
         said("Two things to check:", k=0),
         said(max(space.texts, key=len), k=1),
@@ -187,13 +175,23 @@ def sweep_turns(space: SearchSpace) -> Conversation:
     ]
     # a call with text, then another call: their results after both; the first call's arguments a JSON string, as
     # OpenAI's format sends them, where the template renders one
-    lyon = call("get_weather", "Lyon")
+    lyon = _call("get_weather", "Lyon")
     if space.string_arguments:
         lyon["function"]["arguments"] = json.dumps(lyon["function"]["arguments"])
     first = placed(said("Checking Lyon.", lyon, k=0), ["Cloudy."], counter)
-    second = placed(said(None, call("get_time", "Lyon"), k=1), ["10:42"], counter)
+    second = placed(said(None, _call("get_time", "Lyon"), k=1), ["10:42"], counter)
     messages += [first[0], second[0], first[1], second[1], said("Cloudy, and it is 10:42 in Lyon.", k=0)]
     return Conversation(tuple(messages), declarations(messages), ())
+
+
+# Every sweep, by the name the report gives one it could not judge (``search:unjudged:NAME``), in the order played
+_SWEEPS: tuple[tuple[str, Callable[[SearchSpace], Conversation]], ...] = (
+    ("values", sweep),
+    ("texts", sweep_texts),
+    ("ids", sweep_ids),
+    ("turns", sweep_turns),
+)
+SWEEP_NAMES = tuple(name for name, _ in _SWEEPS)
 
 
 def shrunk(conversation: Conversation, breaks: Callable[[Conversation], bool]) -> Conversation:
