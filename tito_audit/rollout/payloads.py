@@ -10,6 +10,8 @@ import re
 from functools import lru_cache
 from typing import Any
 
+from tito_audit.rollout.call_arguments import arguments_dict
+
 _TAG = re.compile(r"</?[A-Za-z_][\w:.-]{0,30}>")  # ``<think>``/``</think>`` in inline reasoning: not the model's words
 _REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
 _SHORTEST = 2  # shorter pieces (``.``, ``a``) could be any template's glue
@@ -24,15 +26,13 @@ def _texts(value: Any) -> list[str]:
 
 
 def _arguments(arguments: Any) -> list[str]:
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            return [arguments]
+    """The string values of a call's arguments, nested objects' too; a string that is not arguments is one piece."""
+    parsed = arguments_dict(arguments)
+    if parsed is None:
+        return [arguments] if isinstance(arguments, str) else []
     out: list[str] = []
-    if isinstance(arguments, dict):
-        for value in arguments.values():
-            out += [value] if isinstance(value, str) else _arguments(value) if isinstance(value, dict) else []
+    for value in parsed.values():
+        out += [value] if isinstance(value, str) else _arguments(value) if isinstance(value, dict) else []
     return out
 
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tito_audit.rollout.call_arguments import arguments_dict
 from tito_audit.scenarios.spec import Scenario
 
 Message = dict[str, Any]
@@ -62,9 +63,5 @@ class Conversation:
 
 def _count(arguments: Any) -> int:
     """How many top-level arguments a call has (its arguments a dict, or a JSON string of one)."""
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
-            return 1
-    return len(arguments) if isinstance(arguments, dict) else 1
+    parsed = arguments_dict(arguments)
+    return 1 if parsed is None else len(parsed)

@@ -35,6 +35,7 @@ from tito_audit.audit.collector import Collector, divergence
 from tito_audit.audit.context import AuditContext
 from tito_audit.errors import RenderError
 from tito_audit.report.findings import Finding, Outcome
+from tito_audit.rollout.call_arguments import arguments_dict
 from tito_audit.scenarios.adapt import call_function, with_arguments
 
 Form = Callable[[dict[str, Any]], str]
@@ -150,10 +151,8 @@ def _forms_of(
     tools = list(sim.scenario.tools)
     idx = next(i for i, m in enumerate(sim.messages) if m.get("tool_calls"))
     msg = sim.messages[idx]
-    args = call_function(msg["tool_calls"][0])["arguments"]
-    if isinstance(args, str):
-        args = json.loads(args)
-    if not isinstance(args, dict):
+    args = arguments_dict(call_function(msg["tool_calls"][0])["arguments"])
+    if args is None:
         return None, pending
     history = sim.messages[:idx]
     try:

@@ -32,21 +32,17 @@ from tito_audit.audit.collector import Collector
 from tito_audit.audit.context import AuditContext
 from tito_audit.errors import RenderError
 from tito_audit.report.findings import Outcome
+from tito_audit.rollout.call_arguments import arguments_dict
 from tito_audit.rollout.tokens import common_prefix_len
 from tito_audit.scenarios.adapt import call_function, content_text, with_arguments
 
 
 def _string_arguments(arguments: object) -> dict[str, str]:
     """A call's top-level string argument values that hold text (from a dict, or a JSON string of one)."""
-    if isinstance(arguments, str):
-        text = arguments
-        try:
-            arguments = json.loads(text)
-        except json.JSONDecodeError:
-            return {"": text} if text.strip() else {}
-    if isinstance(arguments, dict):
-        return {str(k): v for k, v in arguments.items() if isinstance(v, str) and v.strip()}
-    return {}
+    parsed = arguments_dict(arguments)
+    if parsed is None:  # a string that is not arguments: its text is the one value
+        return {"": arguments} if isinstance(arguments, str) and arguments.strip() else {}
+    return {str(k): v for k, v in parsed.items() if isinstance(v, str) and v.strip()}
 
 
 def _shown(value: str, text: str) -> bool:
@@ -84,9 +80,9 @@ def _written_in_place(
     call = messages[i]["tool_calls"][j]
     arguments = call_function(call)["arguments"]
     as_string = isinstance(arguments, str)
-    parsed = json.loads(arguments) if as_string else arguments
-    value = parsed[key] if key else arguments
-    marked = {**parsed, key: _MARKER} if key else _MARKER
+    parsed = arguments_dict(arguments) if key else None  # ``key`` "": the arguments are a text of their own
+    value = parsed[key] if parsed is not None else arguments
+    marked = {**parsed, key: _MARKER} if parsed is not None else _MARKER
     calls = list(messages[i]["tool_calls"])
     calls[j] = with_arguments(call, json.dumps(marked) if as_string and key else marked)
     return _in_place(renderer, messages, i, {**messages[i], "tool_calls": calls}, value, full, tools)

@@ -14,7 +14,6 @@ the switches unset, that still break the property.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,6 +27,7 @@ from tito_audit.audit.search.space import (
     REASONING,
     SearchSpace,
 )
+from tito_audit.rollout.call_arguments import arguments_dict
 from tito_audit.scenarios.searched import Message
 
 UNSET = object()  # a switch left out of the template kwargs
@@ -271,8 +271,7 @@ def declarations(messages: list[Message]) -> tuple[dict[str, Any], ...]:
         for call in m.get("tool_calls") or []:
             fn = call["function"]
             props = params.setdefault(fn["name"], {})
-            args = fn["arguments"]
-            for key, value in (json.loads(args) if isinstance(args, str) else args).items():  # a JSON string too
+            for key, value in (arguments_dict(fn["arguments"]) or {}).items():  # a JSON string too
                 props.setdefault(key, {"type": _json_type(value)})
     return tuple(
         {
