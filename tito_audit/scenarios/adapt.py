@@ -27,7 +27,7 @@ def tool_as_user(messages: list[Message]) -> list[Message]:
     out: list[Message] = []
     for m in messages:
         if m["role"] == "tool":
-            text = m.get("content") or ""
+            text = content_text(m) or ""  # a result's text parts joined: the user message it joins is text
             if out and out[-1]["role"] == "user" and out[-1].get("_from_tool"):
                 out[-1] = {**out[-1], "content": out[-1]["content"] + "\n" + text}
             else:
@@ -43,7 +43,12 @@ def _system_into_user(messages: list[Message]) -> list[Message]:
     system, rest = messages[0], messages[1:]
     for i, m in enumerate(rest):
         if m["role"] == "user":
-            merged = {**m, "content": f"{system.get('content') or ''}\n\n{m.get('content') or ''}"}
+            prompt = content_text(system) or ""
+            content = m.get("content")
+            if isinstance(content, list):  # content parts: the system prompt as a text part before them
+                merged = {**m, "content": [{"type": "text", "text": prompt}, *content]}
+            else:
+                merged = {**m, "content": f"{prompt}\n\n{content or ''}"}
             return [*rest[:i], merged, *rest[i + 1 :]]
     return rest
 

@@ -187,6 +187,17 @@ def long_text(chars: int, what: str) -> str:
     return "".join(out).rstrip("\n")
 
 
+def long_line(chars: int) -> str:
+    """One line of at least ``chars`` characters: minified JSON, as an API or a file tool returns it (a template
+    that cuts a result's lines, or a text without line ends, keeps every line of ``long_text``)."""
+    records: list[str] = []
+    total = 2
+    while total < chars + 2:
+        records.append(f'{{"id":{len(records)},"city":"Paris","temp_c":{18 + len(records) % 7},"sky":"sunny"}}')
+        total += len(records[-1]) + 1
+    return "[" + ",".join(records) + "]"
+
+
 def with_literals(text: str, literals: Sequence[str]) -> str:
     """``text`` with every literal written into it, as it is and, for a JSON escape (``\\n``, ``\\"``), as the
     character it stands for (a template may test the literal on the JSON it writes the value as)."""

@@ -6,7 +6,11 @@ draw of three a long episode after them (``SearchSpace.cycles`` more cycles, fif
 turn), and an answer. Reasoning, where the template shows it, is on some turns or on every turn. A turn's later
 call may repeat its first (a model calling one tool twice alike). Call ids come the ways loops write them
 (``ID_STYLES``): counters over the conversation, long ones, none, counters that start again in every turn (the same
-id in many turns) and random ones (not in the order of the calls). Every choice is drawn simplest first, so
+id in many turns) and random ones (not in the order of the calls). Results may be answered by their call's id
+alone, a call turn's text may come as an assistant message of its own before its calls, arguments may be JSON
+strings where the template renders them (the forms the sweeps play once each, drawn with the rest), user turns may
+carry a name, answers an empty ``tool_calls``, and results may be lists of text parts or JSON objects where the
+template renders them. Every choice is drawn simplest first, so
 hypothesis shrinks a counterexample to the fewest messages, calls and arguments, the plainest names and texts, and
 the switches unset, that still break the property.
 """
@@ -26,8 +30,12 @@ from tito_audit.audit.search.space import (
     NAME_SHAPES,
     REASONING,
     SearchSpace,
+    answers_with_empty_calls,
+    results_as_objects,
+    results_as_parts,
 )
 from tito_audit.rollout.call_arguments import arguments_dict
+from tito_audit.scenarios.adapt import arguments_string
 from tito_audit.scenarios.searched import Message
 
 UNSET = object()  # a switch left out of the template kwargs
@@ -38,6 +46,9 @@ SHORT = 60  # characters a text of a long episode's compact turns keeps
 # letters and digits: not in the order of the calls, which a template that sorts calls by id reorders).
 ID_STYLES: tuple[str, ...] = ("short", "long", "none", "per_turn", "random")
 _ID_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+# Numbers JSON writes and a template may rewrite: an id past 2**53 (as Discord and X number things; through a float
+# it changes), a coordinate of nine decimals (past a rounding), a learning rate below 1e-4 (Python writes "1e-05")
+NUMBERS: tuple[Any, ...] = (1187460519375704065, 48.858370211, 1e-05)
 
 
 Drawn = tuple[tuple[Message, ...], tuple[dict[str, Any], ...], tuple[tuple[str, Any], ...]]
@@ -79,7 +90,7 @@ class _Strategies:
             st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False).map(lambda f: round(f, 3)),
             # values arguments often hold that a template may test for: zero, empty containers, a timestamp in
             # milliseconds (past 32 bits)
-            st.sampled_from((0, [], {}, 1_767_225_600_000)),
+            st.sampled_from((0, [], {}, 1_767_225_600_000, *NUMBERS)),
         )
         nested = st.one_of(
             st.lists(scalar, min_size=1, max_size=3),
@@ -162,11 +173,51 @@ class _Strategies:
             starts = [starts[0], *(k + 1 for k in starts[1:])]
         if len(starts) > 1 and draw(st.booleans()):
             messages.insert(starts[1], {"role": "system", "content": draw(self.text_full)})
+        # Drawn after the rest too (each shrinks to False, which leaves the conversation as it was): the forms loops
+        # send that the sweeps play once each, here with whatever else the draw holds: results answered by their
+        # call's id alone (OpenAI's format), a call turn's text sent as an assistant message of its own before its
+        # calls (two assistant messages in a row), and arguments as JSON strings where the template renders them.
+        if draw(st.booleans()):
+            messages = by_id_alone(messages)
+        if draw(st.booleans()):
+            messages = texts_apart(messages)
+        if space.string_arguments and draw(st.booleans()):
+            messages = arguments_string(messages)
+        # ... and what some clients add: a user's name (OpenAI's ``name``), an answer's empty ``tool_calls`` (as vLLM
+        # and some SDKs send a turn without calls), results as lists of text parts or as objects (a tool's structured
+        # output); the last three where the template renders them
+        if draw(st.booleans()):
+            messages = [{**m, "name": "ana"} if m["role"] == "user" else m for m in messages]
+        if space.empty_calls and draw(st.booleans()):
+            messages = answers_with_empty_calls(messages)
+        if space.result_parts and draw(st.booleans()):
+            messages = results_as_parts(messages)
+        elif space.result_objects and draw(st.booleans()):
+            messages = results_as_objects(messages)
         for key, roles in space.fields:  # the other keys the template renders, on some messages of their roles
             for i, m in enumerate(messages):
                 if m["role"] in roles and draw(st.booleans()):
                     messages[i] = {**m, key: draw(self.text_full)}
         return tuple(messages), declarations(messages), tuple(kwargs)
+
+
+def by_id_alone(messages: list[Message]) -> list[Message]:
+    """Every result that has its call's id without its tool's name, as OpenAI's format answers a call."""
+    return [{k: v for k, v in m.items() if k != "name"} if m.get("tool_call_id") else m for m in messages]
+
+
+def texts_apart(messages: list[Message]) -> list[Message]:
+    """Every call turn with text as two assistant messages: the text (and the turn's reasoning), then the calls, as
+    a loop writes them that lets the model go on after it stopped, or keeps a text and its calls apart."""
+    out: list[Message] = []
+    for m in messages:
+        text = m.get("content")
+        if m["role"] == "assistant" and m.get("tool_calls") and isinstance(text, str) and text.strip():
+            said = {k: v for k, v in m.items() if k != "tool_calls"}
+            out += [said, {k: v for k, v in m.items() if k != "reasoning_content"} | {"content": None}]
+        else:
+            out.append(m)
+    return out
 
 
 # The values a long episode's turns give one argument in turn: every JSON type at its edges, and the strings tools
@@ -184,6 +235,7 @@ SWEEP: tuple[Any, ...] = (
     "a\r\nb",
     '{"k": [1]}',
     "".join(f"line {i}\n" for i in range(1, 21)),
+    *NUMBERS,
 )
 
 

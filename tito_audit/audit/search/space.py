@@ -3,24 +3,28 @@
 The fixed part is what real agent traffic sends (``NAME_SHAPES``, ``ARGUMENT_KEYS``, ``TEXTS``, ``EDGES``): tool
 names in every common shape, calls of zero to ten top-level arguments with nested objects and arrays (and zero,
 empty containers, a millisecond timestamp), text with quotes, newlines, backslashes, non-ASCII characters, Windows
-line ends, ANSI colours, a zero-width space, a call written as text, with whitespace at its edges, empty, only
-whitespace (a tool result), long. The part read from the template (``SearchSpace.of``): whether reasoning reaches
-its render (then every assistant turn may carry it, and a long episode carries it on every turn), the other message
-keys it renders (``Reasoning.fields``), the literals it rewrites or looks for in text and texts past the lengths it
-tests (``scenarios.reach``: control-token texts are never written, ``special_token_injection`` judges them),
-episodes past the conversation lengths it tests, and the values of its switches (``scenarios.switches``). A long
-episode's turns go through the name shapes, the texts and the argument values of ``conversations.SWEEP`` one step
-a turn, so that a value a template keys a rewrite on is met without being drawn. Each list is ordered simplest
-first: the search shrinks a counterexample towards the first entries.
+line ends, ANSI colours, a zero-width space, a call written as text, a number, an email address, with whitespace at
+its edges, empty, only whitespace (a tool result), long (in many lines, or in one). The part read from the template
+(``SearchSpace.of``): whether reasoning reaches its render (then every assistant turn may carry it, and a long
+episode carries it on every turn), the other message keys it renders (``Reasoning.fields``), the literals it
+rewrites or looks for in text and texts past the lengths it tests (``scenarios.reach``: control-token texts are
+never written, ``special_token_injection`` judges them), episodes past the conversation lengths it tests, and the
+values of its switches (``scenarios.switches``). A long episode's turns go through the name shapes, the texts and
+the argument values of ``conversations.SWEEP`` one step a turn, so that a value a template keys a rewrite on is met
+without being drawn. Each list is ordered simplest first: the search shrinks a counterexample towards the first
+entries.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tito_audit.scenarios.reach import long_text
+from tito_audit.errors import RenderError
+from tito_audit.scenarios.reach import long_line, long_text
+from tito_audit.scenarios.spec import Message
 
 if TYPE_CHECKING:
     from tito_audit.audit.context import AuditContext
@@ -79,6 +83,11 @@ TEXTS: tuple[str, ...] = (
     "zero\u200bwidth",
     "".join(f"line {i}: x = {i}\n" for i in range(1, 21)),
     '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+    # what a calculator, a price or a count tool returns (a template may read a number out of a text), and an email
+    # address (a template may turn it into a link)
+    "42",
+    "19.99",
+    "Write to ana@example.com for access.",
 )
 EDGES: tuple[str, ...] = ("", " ", "\n", "\n\n", "\t", "  \n")  # whitespace at the start or end of a text
 CALL_TEXTS: tuple[str, ...] = ("I'll check the weather.", "Let me look that up.\nOne moment.")  # text next to calls
@@ -99,7 +108,10 @@ class SearchSpace:
     type of a message's content (``content is string``...; elsewhere a template that concatenates content refuses
     parts); ``parallel``: a call turn may carry several calls, unless the template refused every catalogue scenario
     that has some (it raises for them: every draw with one would be refused, and the budget spent on nothing);
-    ``string_arguments``: a call's arguments may be a JSON string, where the template rendered the catalogue's."""
+    ``string_arguments``: a call's arguments may be a JSON string, where the template rendered the catalogue's;
+    ``result_parts``, ``result_objects``: a tool result may be a list of text parts, or a JSON object, where the
+    template renders one; ``empty_calls``: an answer may carry ``tool_calls: []``, where the template renders one
+    (Llama 3's refuses any number of calls but one)."""
 
     texts: tuple[str, ...] = TEXTS
     reasoning: bool = False
@@ -108,6 +120,13 @@ class SearchSpace:
     switches: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     parts: bool = False  # user content may be a list of text parts (the template tests what a value's type is)
     parallel: bool = True  # a call turn may carry several calls (the template renders a catalogue scenario that does)
+    # a tool result may be a list of text parts, as OpenAI's format allows (the template renders one: one that
+    # concatenates content refuses them)
+    result_parts: bool = False
+    # ... or a JSON object, as agent frameworks hand a tool's structured output on (where the template renders one)
+    result_objects: bool = False
+    # an answer may carry an empty ``tool_calls``, as vLLM and some SDKs send one (where the template renders it)
+    empty_calls: bool = False
     # a call's arguments may be a JSON string, as OpenAI's format sends them (the template renders a catalogue scenario
     # that does: a template indexing the arguments refuses them, and every conversation with one with them)
     string_arguments: bool = False
@@ -118,7 +137,7 @@ class SearchSpace:
         reads = ctx.reach
         literals = tuple(f"before {lit} after" for lit in (*reads.literals, *reads.tested))
         lengths = (LONG, reads.length) if reads.length > LONG else (LONG,)
-        longs = tuple(long_text(n, "Step") for n in lengths)
+        longs = tuple(text for n in lengths for text in (long_text(n, "Step"), long_line(n)))
         cycles = min(MAX_CYCLES, max(15, reads.cycles + 1))
         return cls(
             texts=(*TEXTS, *literals, *longs),
@@ -129,4 +148,44 @@ class SearchSpace:
             parts=bool(ctx.engine.is_template and _TYPE_TEST.search(ctx.model.chat_template or "")),
             parallel=any(s.ok for s in ctx.simulations if "parallel" in s.scenario.tags),
             string_arguments=any(s.ok for s in ctx.simulations if s.scenario.id.endswith("/args_string")),
+            result_parts=_renders(ctx, results_as_parts),
+            result_objects=_renders(ctx, results_as_objects),
+            empty_calls=_renders(ctx, answers_with_empty_calls),
         )
+
+
+def _results(messages: list[Message], form: Callable[[str], Any]) -> list[Message]:
+    return [
+        {**m, "content": form(m["content"])} if m["role"] == "tool" and isinstance(m.get("content"), str) else m
+        for m in messages
+    ]
+
+
+def results_as_parts(messages: list[Message]) -> list[Message]:
+    """Every tool result's text as a list of one text part."""
+    return _results(messages, lambda text: [{"type": "text", "text": text}])
+
+
+def results_as_objects(messages: list[Message]) -> list[Message]:
+    """Every tool result's text as the JSON object a tool returns it in."""
+    return _results(messages, lambda text: {"result": text, "ok": True})
+
+
+def answers_with_empty_calls(messages: list[Message]) -> list[Message]:
+    """Every answer (an assistant turn without calls) with an empty ``tool_calls``."""
+    return [{**m, "tool_calls": []} if m["role"] == "assistant" and not m.get("tool_calls") else m for m in messages]
+
+
+def _renders(ctx: AuditContext, form: Callable[[list[Message]], list[Message]]) -> bool:
+    """Whether the template renders messages in ``form``: tried on the first catalogue conversation played that
+    ``form`` changes (one render; a template that adds a result's content to text, or that allows one call a turn
+    and no other number, raises), so that the search spends no draw on a form the template refuses."""
+    for sim in ctx.simulations:
+        if not sim.ok or (changed := form(sim.messages)) == sim.messages:
+            continue
+        try:
+            ctx.renderer_for(sim.scenario).render(changed, tools=list(sim.scenario.tools))
+        except RenderError:
+            return False
+        return True
+    return False

@@ -5,7 +5,8 @@ a call written as text) breaks on the first conversation that holds that value w
 random, forty conversations may all miss it. So before the draws, the search plays conversations built from the
 space itself (``sweeps``). One of values (``sweep``): a tool cycle for each step, each call named with the next name
 shape, given the next argument value (``conversations.SWEEP``) and the next text core as an argument, with the next
-text next to it, and answered with the next text core, reasoning on every turn where the template shows it. One of
+text next to it, and answered with the next text core, reasoning on every turn where the template shows it, then
+the answer, a user turn and another answer (every turn then history before the last user message). One of
 texts and shapes (``sweep_texts``): each text core, whole (``TEXT_CHARS``), next to a call, and a second system
 message, two user turns in a row, calls without ids. Where one breaks, it is shrunk by hand as hypothesis would
 (``shrunk``): each tool cycle dropped, then each turn's reasoning, the text next to its call and each argument,
@@ -108,7 +109,13 @@ def sweep(space: SearchSpace) -> Conversation:
         turn = _assistant(space, (None, *CALL_TEXTS)[k % 3], call, k=k)
         extra = {"status": "success"} if k % 3 == 2 else None  # a key a framework adds (LangChain's ToolMessage)
         messages += placed(turn, [texts[(k + 1) % len(texts)]], counter, named=k % 2 == 0, extra=extra)
-    messages.append(_assistant(space, "It is sunny in Paris."))
+    # then the user speaks again: every turn before is history before the last user message, which templates
+    # rewrite apart from the turns after it (Qwen3's reasoning, names mapped for an API)
+    messages += [
+        _assistant(space, "It is sunny in Paris."),
+        {"role": "user", "content": "Thanks. And tomorrow?"},
+        _assistant(space, "Rain tomorrow.", k=1),
+    ]
     return Conversation(tuple(messages), declarations(messages), ())
 
 
@@ -195,8 +202,9 @@ SWEEP_NAMES = tuple(name for name, _ in _SWEEPS)
 
 
 def shrunk(conversation: Conversation, breaks: Callable[[Conversation], bool]) -> Conversation:
-    """``conversation`` (which breaks) with each tool cycle dropped, then each turn simplified (``_simpler``), while
-    ``breaks`` still holds (it bounds the plays: past its bound it answers False, which keeps what is left)."""
+    """``conversation`` (which breaks) with each tool cycle dropped, then a last user turn and its answer, then
+    each turn simplified (``_simpler``), while ``breaks`` still holds (it bounds the plays: past its bound it
+    answers False, which keeps what is left)."""
     messages = list(conversation.messages)
     k = 0
     while True:
@@ -212,6 +220,14 @@ def shrunk(conversation: Conversation, breaks: Callable[[Conversation], bool]) -
             messages = candidate
         else:
             k += 1
+    tail = messages[-2:]  # a user turn and its answer after the last tool cycle (``sweep``'s): dropped if not needed
+    earlier_user = any(m["role"] == "user" for m in messages[:-2])
+    if (
+        [m["role"] for m in tail] == ["user", "assistant"]
+        and earlier_user
+        and breaks(_conversation(messages[:-2], conversation))
+    ):
+        messages = messages[:-2]
     for i in range(len(messages)):
         tried = 0
         while tried < len(options := _simpler(messages[i])):  # each accepted step makes the message anew
