@@ -78,13 +78,10 @@ def tool_append_prefix(ctx: AuditContext) -> Outcome:
     found.keep(_configured_stop_seam(ctx))
     for sim in ctx.ok_simulations():
         for idx, bridge_error in sim.bridge_errors:
-            block = _append_block(sim.messages, idx)
-            results = _tool_results(sim, idx, block)
-            if not results:
-                continue  # no tool result leads the block: a system or user append, append_matrix's concern
-            error = _tool_only_error(ctx, sim, idx, block, results, bridge_error)
-            if error is None:
-                continue  # the rewrite comes from a system/user message in the same block: append_matrix
+            results = _tool_results(sim, idx, _append_block(sim.messages, idx))
+            error = tool_append_error(ctx, sim, idx, bridge_error)
+            if error is None:  # no tool result leads the block, or the rewrite comes from a system or user
+                continue  # message in the same block: a system or user append, append_matrix's concern
             if error.inside_turn is not None:  # no rewrite: the engine's stop cuts the turn before its calls
                 if only_later_calls(sim.messages[idx], error.inside_turn):
                     continue  # one call per turn: tool_forms names the parallel form to avoid
@@ -110,6 +107,19 @@ def tool_append_prefix(ctx: AuditContext) -> Outcome:
         else f"tool appends break buffer + delta ({len(found.findings)} episode(s))"
     )
     return found.outcome(summary, "no tool conversation renders with this template")
+
+
+def tool_append_error(ctx: AuditContext, sim: Any, idx: int, error: BridgeError) -> BridgeError | None:
+    """The break of ``sim``'s append after assistant message ``idx`` (``error``) that its tool results alone make,
+    as this check judges it; None where the block has no leading tool result, or where appending only its results
+    is fine (the rewrite comes from a system or user message appended with them). The counterexample search's
+    property asks the same (``audit.search.property``), so that what it calls an append break is one this check
+    reports."""
+    block = _append_block(sim.messages, idx)
+    results = _tool_results(sim, idx, block)
+    if not results:
+        return None
+    return _tool_only_error(ctx, sim, idx, block, results, error)
 
 
 def _append_block(messages: list[dict[str, Any]], idx: int) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ the switches unset, that still break the property.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -47,8 +48,9 @@ SHORT = 60  # characters a text of a long episode's compact turns keeps
 ID_STYLES: tuple[str, ...] = ("short", "long", "none", "per_turn", "random")
 _ID_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 # Numbers JSON writes and a template may rewrite: an id past 2**53 (as Discord and X number things; through a float
-# it changes), a coordinate of nine decimals (past a rounding), a learning rate below 1e-4 (Python writes "1e-05")
-NUMBERS: tuple[Any, ...] = (1187460519375704065, 48.858370211, 1e-05)
+# it changes), a coordinate of nine decimals (past a rounding), a learning rate below 1e-4 (Python writes "1e-05"),
+# a whole float (``21.0``, which a template may write as an int) and a negative zero
+NUMBERS: tuple[Any, ...] = (1187460519375704065, 48.858370211, 1e-05, 21.0, -0.0)
 
 
 Drawn = tuple[tuple[Message, ...], tuple[dict[str, Any], ...], tuple[tuple[str, Any], ...]]
@@ -173,6 +175,10 @@ class _Strategies:
             starts = [starts[0], *(k + 1 for k in starts[1:])]
         if len(starts) > 1 and draw(st.booleans()):
             messages.insert(starts[1], {"role": "system", "content": draw(self.text_full)})
+        if space.roles and draw(st.booleans()):  # a role beside system the template names (OpenAI's developer)
+            messages.insert(
+                starts[0] + 1, {"role": draw(st.sampled_from(space.roles)), "content": draw(self.text_full)}
+            )
         # Drawn after the rest too (each shrinks to False, which leaves the conversation as it was): the forms loops
         # send that the sweeps play once each, here with whatever else the draw holds: results answered by their
         # call's id alone (OpenAI's format), a call turn's text sent as an assistant message of its own before its
@@ -181,6 +187,10 @@ class _Strategies:
             messages = by_id_alone(messages)
         if draw(st.booleans()):
             messages = texts_apart(messages)
+        if draw(st.booleans()):  # parallel calls' results as they complete, not in the calls' order
+            messages = results_out_of_order(messages)
+        if draw(st.booleans()):  # results named as a framework names its tool class (``WebSearchTool``)
+            messages = results_named_otherwise(messages)
         if space.string_arguments and draw(st.booleans()):
             messages = arguments_string(messages)
         # ... and what some clients add: a user's name (OpenAI's ``name``), an answer's empty ``tool_calls`` (as vLLM
@@ -204,6 +214,29 @@ class _Strategies:
 def by_id_alone(messages: list[Message]) -> list[Message]:
     """Every result that has its call's id without its tool's name, as OpenAI's format answers a call."""
     return [{k: v for k, v in m.items() if k != "name"} if m.get("tool_call_id") else m for m in messages]
+
+
+def results_out_of_order(messages: list[Message]) -> list[Message]:
+    """Every run of results (a parallel turn's) in the reverse order of its calls, as they complete."""
+    out: list[Message] = []
+    for m in messages:
+        run = len(out) - next((i for i, o in enumerate(reversed(out)) if o["role"] != "tool"), len(out))
+        if m["role"] == "tool" and run < len(out):
+            out.insert(run, m)  # before the results already placed: the run ends reversed
+        else:
+            out.append(m)
+    return out
+
+
+def results_named_otherwise(messages: list[Message]) -> list[Message]:
+    """Every result's ``name`` other than its call's: the tool class a framework names it by (``get_weather``:
+    ``GetWeatherTool``)."""
+    return [
+        {**m, "name": "".join(p[:1].upper() + p[1:] for p in re.split(r"[\W_]+", m["name"]) if p) + "Tool"}
+        if m["role"] == "tool" and isinstance(m.get("name"), str)
+        else m
+        for m in messages
+    ]
 
 
 def texts_apart(messages: list[Message]) -> list[Message]:
@@ -234,6 +267,7 @@ SWEEP: tuple[Any, ...] = (
     1_767_225_600_000,
     "a\r\nb",
     '{"k": [1]}',
+    ["Paris", "Paris", "Lyon"],  # a list with an item twice (tags, ids): a template may drop repeats
     "".join(f"line {i}\n" for i in range(1, 21)),
     *NUMBERS,
 )

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tito_audit.audit.checks.tool_append_prefix import tool_append_error
 from tito_audit.audit.simulation import Simulation, simulate
 from tito_audit.errors import InternalError
 from tito_audit.rollout.payloads import only_later_calls
@@ -51,7 +52,7 @@ def play(ctx: AuditContext, conversation: Conversation, sid: str) -> Played:
         raise InternalError(f"{type(exc).__name__}: {exc} (playing a searched conversation)") from exc
     if sim.internal is not None:
         raise sim.internal
-    return Played(kind_of(sim), sim)
+    return Played(kind_of(ctx, sim), sim)
 
 
 def judged(played: Played) -> bool:
@@ -61,14 +62,17 @@ def judged(played: Played) -> bool:
     return sim.ok and sim.trajectory is not None and not any(t.seam_merged for t in sim.turns)
 
 
-def kind_of(sim: Simulation) -> str | None:
-    """How ``sim`` breaks the property (``APPEND`` before ``RERENDER``), or None."""
+def kind_of(ctx: AuditContext, sim: Simulation) -> str | None:
+    """How ``sim`` breaks the property (``APPEND`` before ``RERENDER``), or None. An append break is one the tool
+    results alone make (``tool_append_prefix.tool_append_error``): a rewrite a system or user message appended
+    with them causes is append_matrix's, seen by the re-render below."""
     if not judged(Played(None, sim)) or sim.trajectory is None:
         return None  # refused, or no canonical sample (a token spans prompt and completion: stop_boundary's)
-    for idx, error in sim.bridge_errors:
+    for idx, bridge_error in sim.bridge_errors:
         turn = sim.messages[idx]
         if not turn.get("tool_calls"):  # a user or system append: append_matrix's, seen by the re-render below
             continue
-        if error.inside_turn is None or not only_later_calls(turn, error.inside_turn):
+        error = tool_append_error(ctx, sim, idx, bridge_error)
+        if error is not None and (error.inside_turn is None or not only_later_calls(turn, error.inside_turn)):
             return APPEND
     return RERENDER if list(sim.trajectory.input_ids) != list(sim.naive_ids) else None

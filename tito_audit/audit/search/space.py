@@ -83,15 +83,27 @@ TEXTS: tuple[str, ...] = (
     "zero\u200bwidth",
     "".join(f"line {i}: x = {i}\n" for i in range(1, 21)),
     '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
-    # what a calculator, a price or a count tool returns (a template may read a number out of a text), and an email
-    # address (a template may turn it into a link)
-    "42",
-    "19.99",
+    # what tools return that a template may read and write otherwise: a number as text (a zip code's leading zero,
+    # a price's trailing one, a sign), a JSON boolean, an ISO timestamp, an email address, a base64 blob, a progress
+    # line's carriage returns, Unicode spaces (a narrow and a no-break one), a Markdown table, HTML with an entity,
+    # an XML declaration
+    "02134",
+    "19.90",
+    "-7",
+    "true",
+    "2024-05-01T12:34:56Z",
     "Write to ana@example.com for access.",
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==",
+    "Downloading 10%\r55%\r100%",
+    "10:30\u202fAM in Tokyo\u00a0(JST)",
+    "| city | temp |\n| --- | --- |\n| Paris | 21 |",
+    "Q&amp;A: <b>Python</b> tips",
+    '<?xml version="1.0"?><rss><item>Sunny</item></rss>',
 )
 EDGES: tuple[str, ...] = ("", " ", "\n", "\n\n", "\t", "  \n")  # whitespace at the start or end of a text
 CALL_TEXTS: tuple[str, ...] = ("I'll check the weather.", "Let me look that up.\nOne moment.")  # text next to calls
 REASONING: tuple[str, ...] = ("The user wants the weather, so I call the tool.", "Check the forecast first.")
+OTHER_ROLES: tuple[str, ...] = ("developer",)  # roles beside system that APIs send (OpenAI's instructions role)
 LONG = 2_000  # characters of the long text every space has (past a template's own tests: ``lengths``)
 MAX_CYCLES = 24  # tool cycles of the longest episode drawn
 # a template testing the type of a message's content (``message.content is string``, ``m['content'] is iterable``)
@@ -111,7 +123,8 @@ class SearchSpace:
     ``string_arguments``: a call's arguments may be a JSON string, where the template rendered the catalogue's;
     ``result_parts``, ``result_objects``: a tool result may be a list of text parts, or a JSON object, where the
     template renders one; ``empty_calls``: an answer may carry ``tool_calls: []``, where the template renders one
-    (Llama 3's refuses any number of calls but one)."""
+    (Llama 3's refuses any number of calls but one); ``roles``: roles beside system (``OTHER_ROLES``) the template
+    names and renders, sent mid-conversation."""
 
     texts: tuple[str, ...] = TEXTS
     reasoning: bool = False
@@ -127,6 +140,8 @@ class SearchSpace:
     result_objects: bool = False
     # an answer may carry an empty ``tool_calls``, as vLLM and some SDKs send one (where the template renders it)
     empty_calls: bool = False
+    # roles beside system a loop may send mid-conversation that the template names and renders (OpenAI's developer)
+    roles: tuple[str, ...] = ()
     # a call's arguments may be a JSON string, as OpenAI's format sends them (the template renders a catalogue scenario
     # that does: a template indexing the arguments refuses them, and every conversation with one with them)
     string_arguments: bool = False
@@ -151,7 +166,26 @@ class SearchSpace:
             result_parts=_renders(ctx, results_as_parts),
             result_objects=_renders(ctx, results_as_objects),
             empty_calls=_renders(ctx, answers_with_empty_calls),
+            roles=tuple(role for role in OTHER_ROLES if _names_role(ctx, role) and _renders(ctx, _with_role(role))),
         )
+
+
+def _names_role(ctx: AuditContext, role: str) -> bool:
+    """Whether the template's code holds ``role`` as a string literal (a role it compares a message's with)."""
+    template = ctx.model.chat_template or "" if ctx.engine.is_template else ""
+    return f"'{role}'" in template or f'"{role}"' in template
+
+
+def _with_role(role: str) -> Callable[[list[Message]], list[Message]]:
+    """The conversation with a ``role`` message after its first user turn (a reminder a loop injects)."""
+
+    def form(messages: list[Message]) -> list[Message]:
+        first = next((i for i, m in enumerate(messages) if m["role"] == "user"), None)
+        if first is None:
+            return messages
+        return [*messages[: first + 1], {"role": role, "content": "Keep answers short."}, *messages[first + 1 :]]
+
+    return form
 
 
 def _results(messages: list[Message], form: Callable[[str], Any]) -> list[Message]:

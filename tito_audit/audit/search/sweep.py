@@ -202,24 +202,10 @@ SWEEP_NAMES = tuple(name for name, _ in _SWEEPS)
 
 
 def shrunk(conversation: Conversation, breaks: Callable[[Conversation], bool]) -> Conversation:
-    """``conversation`` (which breaks) with each tool cycle dropped, then a last user turn and its answer, then
-    each turn simplified (``_simpler``), while ``breaks`` still holds (it bounds the plays: past its bound it
-    answers False, which keeps what is left)."""
-    messages = list(conversation.messages)
-    k = 0
-    while True:
-        starts = [i for i, m in enumerate(messages) if m.get("tool_calls")]
-        if k >= len(starts) or len(starts) == 1:
-            break
-        start = starts[k]
-        if start and messages[start - 1]["role"] == "assistant" and not messages[start - 1].get("tool_calls"):
-            start -= 1  # a text alone before the call (``sweep_turns``): part of its cycle
-        end = next((i for i in range(start + 1, len(messages)) if messages[i]["role"] != "tool"), len(messages))
-        candidate = messages[:start] + messages[end:]
-        if breaks(_conversation(candidate, conversation)):
-            messages = candidate
-        else:
-            k += 1
+    """``conversation`` (which breaks) with its tool cycles dropped while it still breaks (``_fewer_cycles``), then a
+    last user turn and its answer, then each turn simplified (``_simpler``), while ``breaks`` still holds (it bounds
+    the plays: past its bound it answers False, which keeps what is left)."""
+    messages = _fewer_cycles(list(conversation.messages), lambda ms: breaks(_conversation(ms, conversation)))
     tail = messages[-2:]  # a user turn and its answer after the last tool cycle (``sweep``'s): dropped if not needed
     earlier_user = any(m["role"] == "user" for m in messages[:-2])
     if (
@@ -237,6 +223,43 @@ def shrunk(conversation: Conversation, breaks: Callable[[Conversation], bool]) -
             else:
                 tried += 1
     return _conversation(messages, conversation)
+
+
+def _cycles(messages: list[Message]) -> list[tuple[int, int]]:
+    """Each tool cycle's span: a call turn (with a text alone just before it, ``sweep_turns``'), then its results."""
+    spans = []
+    for start, m in enumerate(messages):
+        if not m.get("tool_calls"):
+            continue
+        end = next((i for i in range(start + 1, len(messages)) if messages[i]["role"] != "tool"), len(messages))
+        before = messages[start - 1] if start else None
+        if before is not None and before["role"] == "assistant" and not before.get("tool_calls"):
+            start -= 1  # a text alone before the call: part of its cycle
+        spans.append((start, end))
+    return spans
+
+
+def _fewer_cycles(messages: list[Message], breaks: Callable[[list[Message]], bool]) -> list[Message]:
+    """``messages`` without every run of tool cycles whose dropping keeps the break (one cycle always kept): runs
+    of half the cycles first, then of a quarter, down to one, as delta debugging does. A break one cycle causes is
+    found in about twice the logarithm of the cycles' number of plays, most of them of shorter conversations (a
+    sweep's thirty-odd cycles, each played whole, had spent a template's render budget one by one)."""
+    size = max(1, len(_cycles(messages)) // 2)
+    while True:
+        k = 0
+        while len(spans := _cycles(messages)) > 1 and k < len(spans):
+            block = spans[k : k + size]
+            if len(block) == len(spans):  # never every cycle
+                break
+            drop = {i for a, b in block for i in range(a, b)}
+            candidate = [m for i, m in enumerate(messages) if i not in drop]
+            if breaks(candidate):
+                messages = candidate
+            else:
+                k += size
+        if size == 1:
+            return messages
+        size //= 2
 
 
 def _simpler(message: Message) -> list[Message]:

@@ -1,0 +1,107 @@
+"""Review 15: history rewrites of Qwen2.5's template keyed on what tools return and loops send, after red team 14.
+
+Each template (``tests/data/search/outputs/``) picks its rewrite of earlier messages by a lookup
+(``{True: A, False: B}[hist and COND]``) or a list comparison, so that template coverage has no arm to name, and
+each was a clean SAFE (exit 0) under e88658d's default search, even at ``--search 200`` for most, confirmed broken
+by hand with ``apply_chat_template``. They key on a tool's output as text (a zip code's leading zero, a price's
+trailing zero, a sign, a JSON boolean, an ISO timestamp, a base64 blob, carriage returns, Unicode spaces, a
+Markdown table, HTML with an entity, an XML declaration), on arguments (a whole float, a negative zero, a list with
+an item twice, a zero-padded string), on a result named otherwise than its call (a framework's tool class), on
+parallel results in completion order, and on a ``developer`` message. The space now holds each
+(``audit/search/space.py``, ``conversations.py``), and a sweep's break is shrunk by halves first
+(``sweep._fewer_cycles``), so that a longer sweep's shrink fits the template's render budget. The controls make the
+same change on every turn: still clean SAFEs.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import DATA, audit_of
+
+OUTPUTS = DATA / "search" / "outputs"
+MODEL = "qwen2.5-7b-instruct"
+
+
+def audited(name: str):  # type: ignore[no-untyped-def]
+    return audit_of(MODEL, OUTPUTS / f"{name}.jinja")
+
+
+@pytest.mark.parametrize(
+    ("name", "verdict"),
+    [
+        ("zero_padded_result_as_int_in_history", "unsafe"),
+        ("decimal_result_normalized_in_history", "tito-required"),
+        ("xml_declaration_stripped_in_history", "unsafe"),
+        ("base64_result_omitted_in_history", "unsafe"),
+        ("line_ends_normalized_in_history", "tito-required"),
+        ("iso_timestamp_rewritten_in_history", "unsafe"),
+        ("unicode_spaces_squeezed_in_history", "tito-required"),
+        ("markdown_table_compacted_in_history", "tito-required"),
+        ("boolean_result_capitalized_in_history", "unsafe"),
+        ("negative_result_relabelled_in_history", "tito-required"),
+        ("html_result_stripped_in_history", "unsafe"),
+        ("result_name_shown_when_not_a_call_in_history", "tito-required"),
+        ("results_by_call_position_in_history", "tito-required"),
+        ("developer_as_system_in_history", "tito-required"),
+        ("whole_floats_as_ints_in_history", "unsafe"),
+        ("negative_zero_dropped_in_history", "unsafe"),
+        ("zero_padded_argument_as_int_in_history", "unsafe"),
+        ("repeated_list_items_dropped_in_history", "unsafe"),
+    ],
+)
+def test_a_rewrite_keyed_on_a_tool_output_or_a_loop_form_is_found(name: str, verdict: str) -> None:
+    r = audited(name)
+    assert r.verdict == verdict, r.verdict_reasons
+    (found, *_) = r.scenarios["search"]["counterexamples"]
+    assert "searched:" in found["conversation"]
+
+
+def test_a_sweep_that_breaks_is_shrunk_within_the_template_budget() -> None:
+    """The sweeps' break on a zero-padded argument: the first conversation breaks, and the shrink keeps one cycle,
+    where dropping its thirty-odd cycles one by one had spent the template's characters and kept them all."""
+    search = audited("zero_padded_argument_as_int_in_history").scenarios["search"]
+    assert search["drawn"] == 1 and "stopped" not in search
+    assert search["counterexamples"][0]["conversation"].startswith("searched: 4 messages, 1 call(s)")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "control_zero_padded_as_int_everywhere",
+        "control_line_ends_normalized_everywhere",
+        "control_iso_timestamp_rewritten_everywhere",
+        "control_unicode_spaces_squeezed_everywhere",
+        "control_whole_floats_as_ints_everywhere",
+    ],
+)
+def test_the_same_change_on_every_turn_stays_a_clean_safe(name: str) -> None:
+    r = audited(name)
+    assert r.verdict == "safe" and not r.scenarios.get("not_probed"), r.verdict_reasons
+    search = r.scenarios["search"]
+    assert search["drawn"] == search["budget"] and search["counterexamples"] == []
+
+
+def test_cycles_are_dropped_by_halves_first() -> None:
+    """``_fewer_cycles`` on 32 tool cycles where only the 23rd breaks: that one cycle is kept, in far fewer plays
+    than one per cycle, and a text alone before a call goes with its cycle."""
+    from tito_audit.audit.search.sweep import _cycles, _fewer_cycles
+
+    messages: list[dict] = [{"role": "user", "content": "go"}]  # type: ignore[type-arg]
+    for k in range(32):
+        if k % 4 == 0:
+            messages.append({"role": "assistant", "content": f"text {k}"})
+        call = {"id": f"c{k}", "type": "function", "function": {"name": "f", "arguments": {"k": k}}}
+        messages += [{"role": "assistant", "content": None, "tool_calls": [call]}, {"role": "tool", "content": str(k)}]
+    messages.append({"role": "assistant", "content": "done"})
+    plays = []
+
+    def breaks(ms: list[dict]) -> bool:  # type: ignore[type-arg]
+        plays.append(len(ms))
+        return any(m.get("content") == "22" for m in ms)
+
+    kept = _fewer_cycles(messages, breaks)
+    assert [m.get("content") for m in kept] == ["go", None, "22", "done"]
+    assert len(_cycles(kept)) == 1 and len(plays) < 16  # one by one: 31 plays, each of a longer conversation
+    with_text = _fewer_cycles(messages, lambda ms: any(m.get("content") == "text 20" for m in ms))
+    assert [m.get("content") for m in with_text] == ["go", "text 20", None, "20", "done"]
