@@ -11,19 +11,27 @@ import pytest
 from tests.conftest import DATA, audit_of, tito
 from tito_audit.scenarios.reach import MAX_WIDTH
 
-TEMPLATE = DATA / "search" / "developer_branch.jinja"
+TEMPLATE = DATA / "search" / "custom_role_branch.jinja"
 TOKENIZER = "qwen3-0.6b"
-LINE = next(n for n, line in enumerate(TEMPLATE.read_text().splitlines(), 1) if "'developer'" in line)
+LINE = next(n for n, line in enumerate(TEMPLATE.read_text().splitlines(), 1) if "'critic'" in line)
 
 
 def test_an_arm_no_conversation_takes_is_named_with_its_line_and_test() -> None:
     r = audit_of(TOKENIZER, TEMPLATE, scenarios="quick")
     assert r.verdict == "safe"
-    reason = f"not_probed:template_line:{LINE}: (message.role == 'developer')"
+    reason = f"not_probed:template_line:{LINE}: (message.role == 'critic')"
     assert reason in r.verdict_reasons, r.verdict_reasons
     coverage = r.scenarios["coverage"]
-    assert {"line": LINE, "test": "(message.role == 'developer')"} in coverage["unexercised"]
+    assert {"line": LINE, "test": "(message.role == 'critic')"} in coverage["unexercised"]
     assert coverage["ran"] == coverage["arms"] - 1  # every other arm ran
+
+
+def test_a_developer_arm_runs_where_the_search_sends_that_role() -> None:
+    """The same arm for OpenAI's ``developer`` role: the template names the role and renders it, so the search's
+    draws send one after a user turn, and the arm runs (before, no conversation sent one and SAFE named it)."""
+    r = audit_of(TOKENIZER, DATA / "search" / "developer_branch.jinja", scenarios="quick")
+    assert r.verdict == "safe" and r.scenarios["coverage"]["unexercised"] == [], r.verdict_reasons
+    assert not any(x.startswith("not_probed:") for x in r.verdict_reasons)
 
 
 def test_the_plain_template_has_no_arm_left() -> None:
@@ -35,7 +43,7 @@ def test_the_plain_template_has_no_arm_left() -> None:
 def test_a_safe_that_names_a_gap_exits_3_unless_allowed() -> None:
     out = tito("audit", TOKENIZER, "--chat-template", TEMPLATE, "-q")
     assert out.returncode == 3, (out.stdout, out.stderr)
-    assert "SAFE does not cover what was not probed" in out.stderr and "'developer'" in out.stderr
+    assert "SAFE does not cover what was not probed" in out.stderr and "'critic'" in out.stderr
     assert tito("audit", TOKENIZER, "--chat-template", TEMPLATE, "-q", "--allow-not-probed").returncode == 0
     assert tito("audit", TOKENIZER, "--chat-template", DATA / "search" / "base.jinja", "-q").returncode == 0
 

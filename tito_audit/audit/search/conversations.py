@@ -239,13 +239,18 @@ def results_named_otherwise(messages: list[Message]) -> list[Message]:
     ]
 
 
-def texts_apart(messages: list[Message]) -> list[Message]:
-    """Every call turn with text as two assistant messages: the text (and the turn's reasoning), then the calls, as
-    a loop writes them that lets the model go on after it stopped, or keeps a text and its calls apart."""
+def texts_apart(messages: list[Message], turns: int = 2) -> list[Message]:
+    """The first ``turns`` call turns with text as two assistant messages each: the text (and the turn's reasoning),
+    then the calls, as a loop writes them that lets the model go on after it stopped, or keeps a text and its calls
+    apart. Two are enough to put one in history; every turn of a long episode split made it a third longer, and its
+    renders spent the search's share of the characters after twenty conversations on a ChatML tool template."""
     out: list[Message] = []
+    split = 0
     for m in messages:
         text = m.get("content")
-        if m["role"] == "assistant" and m.get("tool_calls") and isinstance(text, str) and text.strip():
+        with_text = isinstance(text, str) and bool(text.strip())
+        if split < turns and m["role"] == "assistant" and m.get("tool_calls") and with_text:
+            split += 1
             said = {k: v for k, v in m.items() if k != "tool_calls"}
             out += [said, {k: v for k, v in m.items() if k != "reasoning_content"} | {"content": None}]
         else:

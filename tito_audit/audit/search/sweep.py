@@ -4,7 +4,7 @@ A rewrite keyed on one value (an MCP tool name, an empty list argument, a zero, 
 a call written as text) breaks on the first conversation that holds that value where history is rewritten. Drawn at
 random, forty conversations may all miss it. So before the draws, the search plays conversations built from the
 space itself (``sweeps``). One of values (``sweep``): a tool cycle for each step, each call named with the next name
-shape, given the next argument value (``conversations.SWEEP``) and the next text core as an argument, with the next
+shape, given the next argument value (``conversations.SWEEP``) and the next two text cores as arguments, with the next
 text next to it, and answered with the next text core, reasoning on every turn where the template shows it, then
 the answer, a user turn and another answer (every turn then history before the last user message). One of
 texts and shapes (``sweep_texts``): each text core, whole (``TEXT_CHARS``), next to a call, and a second system
@@ -100,11 +100,14 @@ def sweep_texts(space: SearchSpace) -> Conversation:
 def sweep(space: SearchSpace) -> Conversation:
     """The sweep conversation over ``space`` (see the module docstring)."""
     texts = [t[:SHORT] for t in space.texts]
-    steps = max(len(NAME_SHAPES), len(SWEEP), len(texts))
+    # two text cores a call (as its city and its query), so that every core is an argument within the names' and
+    # values' cycles: a cycle per core made this sweep quadratic in the cores (each render holds every cycle before)
+    steps = max(len(NAME_SHAPES), len(SWEEP), -(-len(texts) // 2))
     messages: list[Message] = [{"role": "user", "content": "What's the weather in Paris?"}]
     counter = [0]
     for k in range(steps):
-        args = {"city": texts[k % len(texts)], "value": SWEEP[k % len(SWEEP)]}
+        city, query = texts[2 * k % len(texts)], texts[(2 * k + 1) % len(texts)]
+        args = {"city": city, "value": SWEEP[k % len(SWEEP)], "query": query}
         call = {"type": "function", "function": {"name": NAME_SHAPES[k % len(NAME_SHAPES)], "arguments": args}}
         turn = _assistant(space, (None, *CALL_TEXTS)[k % 3], call, k=k)
         extra = {"status": "success"} if k % 3 == 2 else None  # a key a framework adds (LangChain's ToolMessage)
