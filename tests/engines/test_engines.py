@@ -12,12 +12,17 @@ from typer.testing import CliRunner
 
 from tests.conftest import ROOT, audit_of, needs_hub
 from tito_audit import load
+from tito_audit.audit.checks.base import run_check
+from tito_audit.audit.checks.renderer_pair import PAIR
 from tito_audit.audit.context import AuditContext, AuditOptions
 from tito_audit.audit.parallel import audit_models as audit
+from tito_audit.audit.search.conversations import declarations
+from tito_audit.audit.search.property import play
 from tito_audit.cli import app
 from tito_audit.engines.base import RendererUnavailable
 from tito_audit.engines.resolve import engine_for
 from tito_audit.errors import EXIT_OPERATIONAL
+from tito_audit.scenarios.searched import Conversation
 
 
 def audited(model: str, renderer: str | None, trainer: str | None = None, **kwargs: object):
@@ -107,11 +112,11 @@ def test_harmony_refuses_a_vocabulary_that_is_not_its_own(monkeypatch):
 
 def test_pair_harmony_engine_against_the_hf_template():
     """vLLM's gpt-oss renderer and the HF template part in the tools header: harmony writes an object parameter's
-    fields, the template writes ``object`` (the scenarios, no search). The search's conversation finds more: it
-    declares an array parameter, which harmony writes ``Array<any>`` and the template ``any[]``. Harmony renders
-    slowly, so the search stops on its CPU after 9 to 27 draws, and whether a draw before that breaks the property
-    depends on the draws: seed 1 finds one (as seeds 0 and 2 did before the ids sweep and the new id styles changed
-    the draws, and seed 2 still does; seed 0 now draws 27 without one)."""
+    fields, the template writes ``object`` (the scenarios, no search). A searched conversation finds more when it
+    declares an array parameter, which harmony writes ``Array<any>`` and the template ``any[]``. It is played here as
+    the search plays one (``property.play``), not drawn: harmony renders slowly, the search stops on its CPU after 15
+    to 29 draws, and which draw (if any) breaks the property there depends on the seed (seed 1 found one until the
+    draws changed with red teams 14 and 15's forms; none of seeds 0 to 14 does now)."""
     report = audited("gpt-oss-20b", "openai-harmony", "jinja", search=0)
     data = pair_data(report)
     assert data["engine"] == "openai-harmony" and data["trainer"] == "jinja"
@@ -124,7 +129,18 @@ def test_pair_harmony_engine_against_the_hf_template():
     # harmony writes each parallel call as a message closed by <|call|>: one call per turn, a form to avoid
     assert report.verdict == "tito-required" and "avoid:parallel_calls_per_turn" in report.verdict_reasons
     assert report.renderers["trainer"]["name"] == "jinja"
-    searched = pair_data(audited("gpt-oss-20b", "openai-harmony", "jinja", search_seed=1))
+    ctx = AuditContext(load("gpt-oss-20b"), AuditOptions(renderer="openai-harmony", train_renderer="jinja", search=0))
+    call = {"id": "call00001", "type": "function", "function": {"name": "get_weather", "arguments": {"days": [1, 2]}}}
+    messages = (
+        {"role": "user", "content": "Weather for two days?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call00001", "name": "get_weather", "content": "Sunny."},
+        {"role": "assistant", "content": "Sunny both days."},
+    )
+    conversation = Conversation(messages, declarations(list(messages)), ())
+    assert conversation.tools[0]["function"]["parameters"]["properties"]["days"] == {"type": "array"}
+    ctx.add_simulations([play(ctx, conversation, "search/1").simulation])
+    searched = run_check(PAIR, ctx).data
     firsts = {(d["scenario"], d["engine_token"], d["trainer_token"]) for d in searched["first_divergences"]}
     assert ("search/1", " Array", " any") in firsts
 

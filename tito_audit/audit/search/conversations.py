@@ -9,8 +9,10 @@ call may repeat its first (a model calling one tool twice alike). Call ids come 
 id in many turns) and random ones (not in the order of the calls). Results may be answered by their call's id
 alone, a call turn's text may come as an assistant message of its own before its calls, arguments may be JSON
 strings where the template renders them (the forms the sweeps play once each, drawn with the rest), user turns may
-carry a name, answers an empty ``tool_calls``, and results may be lists of text parts or JSON objects where the
-template renders them. Every choice is drawn simplest first, so
+carry a name, answers an empty ``tool_calls``, results may be lists of text parts or JSON objects (these three
+where the template renders them), come in the order parallel calls complete or be named as a framework names its
+tool class, and a ``developer`` message may follow the first user turn where the template names that role. Every
+choice is drawn simplest first, so
 hypothesis shrinks a counterexample to the fewest messages, calls and arguments, the plainest names and texts, and
 the switches unset, that still break the property.
 """
