@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import DATA, audit_of
+from tests.audit.search.qwen_rewrites import assert_clean_safe
+from tests.audit.search.qwen_rewrites import audited as qwen_rewrite
+from tests.conftest import DATA
 
 OUTPUTS = DATA / "search" / "outputs"
-MODEL = "qwen2.5-7b-instruct"
 
 
 def audited(name: str):  # type: ignore[no-untyped-def]
-    return audit_of(MODEL, OUTPUTS / f"{name}.jinja")
+    return qwen_rewrite(OUTPUTS, name)
 
 
 @pytest.mark.parametrize(
@@ -76,10 +77,7 @@ def test_a_sweep_that_breaks_is_shrunk_within_the_template_budget() -> None:
     ],
 )
 def test_the_same_change_on_every_turn_stays_a_clean_safe(name: str) -> None:
-    r = audited(name)
-    assert r.verdict == "safe" and not r.scenarios.get("not_probed"), r.verdict_reasons
-    search = r.scenarios["search"]
-    assert search["drawn"] == search["budget"] and search["counterexamples"] == []
+    assert_clean_safe(audited(name))
 
 
 def test_cycles_are_dropped_by_halves_first() -> None:

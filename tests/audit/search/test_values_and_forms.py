@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import DATA, audit_of
+from tests.audit.search.qwen_rewrites import MODEL, assert_clean_safe
+from tests.audit.search.qwen_rewrites import audited as qwen_rewrite
+from tests.conftest import DATA
 
 FORMS = DATA / "search" / "forms"
-MODEL = "qwen2.5-7b-instruct"
 
 
 def audited(name: str):  # type: ignore[no-untyped-def]
-    return audit_of(MODEL, FORMS / f"{name}.jinja")
+    return qwen_rewrite(FORMS, name)
 
 
 @pytest.mark.parametrize(
@@ -71,10 +72,7 @@ def test_a_rewrite_keyed_on_a_value_or_form_of_agent_traffic_is_found(name: str,
     ],
 )
 def test_the_same_change_on_every_turn_stays_a_clean_safe(name: str) -> None:
-    r = audited(name)
-    assert r.verdict == "safe" and not r.scenarios.get("not_probed"), r.verdict_reasons
-    search = r.scenarios["search"]
-    assert search["drawn"] == search["budget"] and search["counterexamples"] == []
+    assert_clean_safe(audited(name))
 
 
 def test_results_in_other_forms_are_drawn_only_where_the_template_renders_them() -> None:

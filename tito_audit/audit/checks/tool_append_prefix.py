@@ -78,8 +78,7 @@ def tool_append_prefix(ctx: AuditContext) -> Outcome:
     found.keep(_configured_stop_seam(ctx))
     for sim in ctx.ok_simulations():
         for idx, bridge_error in sim.bridge_errors:
-            results = _tool_results(sim, idx, _append_block(sim.messages, idx))
-            error = tool_append_error(ctx, sim, idx, bridge_error)
+            results, error = _tool_append(ctx, sim, idx, bridge_error)
             if error is None:  # no tool result leads the block, or the rewrite comes from a system or user
                 continue  # message in the same block: a system or user append, append_matrix's concern
             if error.inside_turn is not None:  # no rewrite: the engine's stop cuts the turn before its calls
@@ -115,11 +114,17 @@ def tool_append_error(ctx: AuditContext, sim: Any, idx: int, error: BridgeError)
     is fine (the rewrite comes from a system or user message appended with them). The counterexample search's
     property asks the same (``audit.search.property``), so that what it calls an append break is one this check
     reports."""
+    return _tool_append(ctx, sim, idx, error)[1]
+
+
+def _tool_append(
+    ctx: AuditContext, sim: Any, idx: int, error: BridgeError
+) -> tuple[list[dict[str, Any]], BridgeError | None]:
+    """The tool results that lead the block appended after assistant message ``idx``, and the break they alone make
+    (``tool_append_error``)."""
     block = _append_block(sim.messages, idx)
     results = _tool_results(sim, idx, block)
-    if not results:
-        return None
-    return _tool_only_error(ctx, sim, idx, block, results, error)
+    return results, (_tool_only_error(ctx, sim, idx, block, results, error) if results else None)
 
 
 def _append_block(messages: list[dict[str, Any]], idx: int) -> list[dict[str, Any]]:

@@ -172,7 +172,7 @@ class SearchSpace:
 
 def _names_role(ctx: AuditContext, role: str) -> bool:
     """Whether the template's code holds ``role`` as a string literal (a role it compares a message's with)."""
-    template = ctx.model.chat_template or "" if ctx.engine.is_template else ""
+    template = (ctx.model.chat_template or "") if ctx.engine.is_template else ""
     return f"'{role}'" in template or f'"{role}"' in template
 
 

@@ -1,0 +1,23 @@
+"""What the red-team suites of history rewrites of Qwen2.5's template share (``test_values_and_forms.py``,
+``test_tool_outputs.py``): the audit of one rewrite as a user runs it, and what a control must show."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.conftest import audit_of
+
+MODEL = "qwen2.5-7b-instruct"
+
+
+def audited(folder: Path, name: str):  # type: ignore[no-untyped-def]
+    """The default audit of Qwen2.5 with ``folder/name.jinja`` as its template (once per test session)."""
+    return audit_of(MODEL, folder / f"{name}.jinja")
+
+
+def assert_clean_safe(report) -> None:  # type: ignore[no-untyped-def]
+    """A control (the same change on every turn): SAFE with nothing named, every conversation of the search drawn
+    and none breaking."""
+    assert report.verdict == "safe" and not report.scenarios.get("not_probed"), report.verdict_reasons
+    search = report.scenarios["search"]
+    assert search["drawn"] == search["budget"] and search["counterexamples"] == []
