@@ -99,7 +99,7 @@ def derive_turn(
     tools: Any,
     stop_ids: Sequence[int],
     emit_reasoning: tuple[str, str] | None = None,
-    prefixes: Sequence[str] = (),
+    prefixes: Sequence[str | None] = (),
     reasoning_field: str = "reasoning_content",
 ) -> Turn:
     """The ids a model would sample for ``history[index]`` (an assistant message).
@@ -108,7 +108,8 @@ def derive_turn(
     reasoning (in ``reasoning_field``), not even as the last turn, the model emits it anyway; the sampled text then
     carries it, in the template's delimiters, where the template would write it (``emit``).
     ``prefixes``: the renders ``_first_render_error`` made of ``history``'s prefixes with ``tools`` (the k-th of the
-    first k+1 messages), which are this turn's prompt and full text where their generation prompts agree.
+    first k+1 messages, None where no loop renders it), which are this turn's prompt and full text where their
+    generation prompts agree.
 
     The turn starts where the generation prompt ends in the message's own render (``turn_start``: not inside an
     earlier turn that the render with this message rewrites) and ends at the first stop token the engine meets.
@@ -116,9 +117,10 @@ def derive_turn(
     (``cut_text``): the engine ends the turn there, and nothing of the message is passed off as template text.
     """
     known = len(prefixes) > index and index > 0 and history[index - 1]["role"] != "assistant"
-    prompt = prefixes[index - 1] if known else renderer.render(history[:index], tools=tools, add_generation_prompt=True)
+    before, rendered = (prefixes[index - 1], prefixes[index]) if known else (None, None)
+    prompt = before if before is not None else renderer.render(history[:index], tools=tools, add_generation_prompt=True)
     message = history[index]
-    full = prefixes[index] if known else renderer.render(history[: index + 1], tools=tools)
+    full = rendered if rendered is not None else renderer.render(history[: index + 1], tools=tools)
 
     def history_text() -> str:
         return renderer.render(history[:index], tools=tools)
@@ -206,15 +208,14 @@ def _deferred_stop(
     tools: Any,
     full: str,
     stops: dict[str, int],
-    prefixes: Sequence[str],
+    prefixes: Sequence[str | None],
     kind: str = ANSWER,
 ) -> str:
     """The text up to and including the stop token the template writes right after assistant turn ``index`` once
     another message follows it (only whitespace before it), or ``""``. The next message of ``history``, or a user
     turn after the last one."""
-    if index + 1 < len(prefixes):
-        after = prefixes[index + 1]
-    else:
+    after = prefixes[index + 1] if index + 1 < len(prefixes) else None
+    if after is None:
         following = history[index + 1 : index + 2] or [_NEXT_PROBE]
         try:
             after = renderer.render([*history[: index + 1], *following], tools=tools)
@@ -247,11 +248,16 @@ def emit(thought: str, completion: str, prompt: str, written: tuple[str, str]) -
 
 
 def _first_render_error(
-    renderer: Renderer, messages: list[Message], tools: Any, texts: list[str] | None = None
+    renderer: Renderer, messages: list[Message], tools: Any, texts: list[str | None] | None = None
 ) -> RenderError | None:
-    """The first prefix of ``messages`` that fails to render (with a generation prompt unless it ends with the
-    assistant), or None; ``texts`` receives the renders in order."""
+    """The first prefix of ``messages`` a rollout loop renders (``renders_in_a_loop``; with a generation prompt
+    unless it ends with the assistant) that fails to render, or None; ``texts`` receives each prefix's render in
+    order (None for a prefix no loop renders)."""
     for i in range(1, len(messages) + 1):
+        if not renders_in_a_loop(messages, i):
+            if texts is not None:
+                texts.append(None)
+            continue
         try:
             text = renderer.render(
                 messages[:i], tools=tools, add_generation_prompt=messages[i - 1]["role"] != "assistant"
@@ -261,6 +267,15 @@ def _first_render_error(
         if texts is not None:
             texts.append(text)
     return None
+
+
+def renders_in_a_loop(messages: Sequence[Message], i: int) -> bool:
+    """Whether a rollout loop renders the first ``i`` of ``messages``: the prompt before each assistant turn, each
+    assistant turn, and the whole conversation. Never a system prompt alone, nor a block of messages cut inside
+    (one of two tool results, a tool result before the system notice appended with it): a template that refuses
+    those (no user message yet, a call without its result) refuses nothing a loop sends it, and is audited on the
+    conversation as sent, not adapted for them."""
+    return i == len(messages) or messages[i]["role"] == "assistant" or messages[i - 1]["role"] == "assistant"
 
 
 def adapt_to_template(
@@ -274,13 +289,13 @@ def adapt_to_template(
 
 def _adapted(
     renderer: Renderer, scenario: Scenario, shapes: Shapes | None
-) -> tuple[list[Message], tuple[str, ...], RenderError | None, list[str]]:
+) -> tuple[list[Message], tuple[str, ...], RenderError | None, list[str | None]]:
     """``adapt_to_template``, and the renders of the returned conversation's prefixes where it renders."""
     messages, shaped = (shapes or Shapes()).apply(scenario.messages_list())
     if renderer.tools_as is not None and scenario.tools:  # tool declarations in the schema the template reads
         shaped = (*shaped, renderer.tools_as[0])
     tools = list(scenario.tools)
-    texts: list[str] = []
+    texts: list[str | None] = []
     err = _first_render_error(renderer, messages, tools, texts)
     if err is None or err.kind in ("timeout", "too_large", "security"):
         return messages, shaped, err, texts
