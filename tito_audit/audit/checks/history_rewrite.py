@@ -10,11 +10,20 @@ last turn ends with ``<|return|>``, which becomes ``<|end|>`` once a user messag
 
 ``Qwen/Qwen3-0.6B``, ``single_call/plain``: ``assistant message 1 renders differently once later turns follow``
 (the empty think block, as in ``tool_append_prefix``).
+
+A rewrite may last only while some message is last: a template that writes earlier turns otherwise while a system
+notice or a user turn it appended with tool results ends the conversation. The final render is then as the buffer
+holds it, but the prompt a loop rendered at that turn was not: an episode whose turns all render alike is also
+judged at each append the loop made (the ``Trajectory``'s), and an append block that rewrites the history because
+of a system or user message in it, not its tool results (``tool_append_prefix``'s), is this check's finding.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from tito_audit.audit.checks.base import check
+from tito_audit.audit.checks.tool_append_prefix import append_block, tool_append_error
 from tito_audit.audit.collector import Collector
 from tito_audit.audit.context import AuditContext
 from tito_audit.errors import RenderError
@@ -45,6 +54,7 @@ def history_rewrite(ctx: AuditContext) -> Outcome:
         tools = list(sim.scenario.tools)
         try:
             final = renderer.render_ids(sim.messages, tools=tools)
+            rewritten = False
             for turn in sim.turns[:-1]:
                 ids, stop = assistant_stop_position(renderer, sim.messages[: turn.index + 1], tools, ctx.stop_ids)
                 prefix = ids[: stop + 1] if stop is not None else ids
@@ -57,6 +67,8 @@ def history_rewrite(ctx: AuditContext) -> Outcome:
                 )
                 if rewritten:
                     break
+            if not rewritten:
+                _rewritten_while_last(ctx, sim, found)
         except RenderError as err:
             found.failed(sim.scenario.id, err)
     findings = found.findings
@@ -66,3 +78,19 @@ def history_rewrite(ctx: AuditContext) -> Outcome:
         else (f"history rewritten in {len(findings)} episode(s): {findings[0].cls.replace('_', ' ')}")
     )
     return found.outcome(summary, "no episode has an earlier assistant turn to compare")
+
+
+def _rewritten_while_last(ctx: AuditContext, sim: Any, found: Collector) -> None:
+    """The first append of ``sim`` that rewrites the history because of a system or user message in its block (not
+    its tool results: ``tool_append_prefix.tool_append_error``), as a finding."""
+    for idx, bridge_error in sim.bridge_errors:
+        if sim.messages[idx].get("tool_calls") and tool_append_error(ctx, sim, idx, bridge_error) is not None:
+            continue  # its tool results alone break it: tool_append_prefix's finding
+        block = "+".join(m["role"] for m in append_block(sim.messages, idx))
+        found.compare(
+            sim.scenario.id,
+            bridge_error.before,
+            bridge_error.after,
+            f"appending {block} after assistant message {idx} rewrites the history while it is last",
+        )
+        return

@@ -122,12 +122,12 @@ def _tool_append(
 ) -> tuple[list[dict[str, Any]], BridgeError | None]:
     """The tool results that lead the block appended after assistant message ``idx``, and the break they alone make
     (``tool_append_error``)."""
-    block = _append_block(sim.messages, idx)
+    block = append_block(sim.messages, idx)
     results = _tool_results(sim, idx, block)
     return results, (_tool_only_error(ctx, sim, idx, block, results, error) if results else None)
 
 
-def _append_block(messages: list[dict[str, Any]], idx: int) -> list[dict[str, Any]]:
+def append_block(messages: list[dict[str, Any]], idx: int) -> list[dict[str, Any]]:
     """The environment messages appended after assistant message ``idx``, up to the next assistant turn."""
     block: list[dict[str, Any]] = []
     for m in messages[idx + 1 :]:
@@ -159,7 +159,7 @@ def _tool_results(sim: Any, idx: int, block: list[dict[str, Any]]) -> list[dict[
     turns = [i for i, m in enumerate(original) if m["role"] == "assistant"]
     if turn > len(turns):
         return []
-    sent = _append_block(original, turns[turn - 1])
+    sent = append_block(original, turns[turn - 1])
     return block[:1] if sent and sent[0]["role"] == "tool" else []
 
 

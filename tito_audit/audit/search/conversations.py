@@ -33,6 +33,7 @@ from tito_audit.audit.search.space import (
     NAME_SHAPES,
     REASONING,
     SearchSpace,
+    after_results,
     answers_with_empty_calls,
     results_as_objects,
     results_as_parts,
@@ -133,6 +134,8 @@ class _Strategies:
         turn: Message = {"role": "assistant", "content": draw(self.call_text), "tool_calls": self.calls(draw)}
         if reasoning:
             turn["reasoning_content"] = draw(self.reasoning)
+            if not self.space.text_with_reasoning:  # the template refuses both on a call turn (gpt-oss's)
+                turn["content"] = None
         return turn, [draw(self.result) for _ in turn["tool_calls"]]
 
     def draw(self, draw: Any) -> Drawn:
@@ -195,6 +198,8 @@ class _Strategies:
             messages = results_named_otherwise(messages)
         if space.string_arguments and draw(st.booleans()):
             messages = arguments_string(messages)
+        if space.after_results and draw(st.booleans()):  # a user turn or a notice right after a call turn's results
+            messages = after_results(messages, draw(st.sampled_from(space.after_results)))
         # ... and what some clients add: a user's name (OpenAI's ``name``), an answer's empty ``tool_calls`` (as vLLM
         # and some SDKs send a turn without calls), results as lists of text parts or as objects (a tool's structured
         # output); the last three where the template renders them

@@ -8,7 +8,9 @@ property in one of two ways, the first outranking the second:
   (``tool_append_prefix``'s finding; the verdict is then ``unsafe``), or the engine's stop cuts the turn before
   calls that are not merely later parallel ones (its stop seam);
 - ``RERENDER``: re-rendering the parsed conversation and re-encoding it departs from the buffer
-  (``naive_rerender``'s; the verdict is then at least ``tito-required``).
+  (``naive_rerender``'s), or an append rewrites the history because of a system or user message in it, not its
+  tool results (``append_matrix``'s: a loop that re-renders at that turn departs from the buffer there, though the
+  final re-render, where that message is no longer last, may not); the verdict is then at least ``tito-required``.
 
 The verdict is never decided here: a counterexample joins the audit's scenarios and the checks judge it like any
 other (``audit.search``).
@@ -65,14 +67,15 @@ def judged(played: Played) -> bool:
 def kind_of(ctx: AuditContext, sim: Simulation) -> str | None:
     """How ``sim`` breaks the property (``APPEND`` before ``RERENDER``), or None. An append break is one the tool
     results alone make (``tool_append_prefix.tool_append_error``): a rewrite a system or user message appended
-    with them causes is append_matrix's, seen by the re-render below."""
+    with them causes (or without them) is append_matrix's, a ``RERENDER``."""
     if not judged(Played(None, sim)) or sim.trajectory is None:
         return None  # refused, or no canonical sample (a token spans prompt and completion: stop_boundary's)
+    rewritten = False  # an append a system or user message in it breaks: append_matrix's
     for idx, bridge_error in sim.bridge_errors:
         turn = sim.messages[idx]
-        if not turn.get("tool_calls"):  # a user or system append: append_matrix's, seen by the re-render below
-            continue
-        error = tool_append_error(ctx, sim, idx, bridge_error)
-        if error is not None and (error.inside_turn is None or not only_later_calls(turn, error.inside_turn)):
+        error = tool_append_error(ctx, sim, idx, bridge_error) if turn.get("tool_calls") else None
+        if error is None:
+            rewritten = True
+        elif error.inside_turn is None or not only_later_calls(turn, error.inside_turn):
             return APPEND
-    return RERENDER if list(sim.trajectory.input_ids) != list(sim.naive_ids) else None
+    return RERENDER if rewritten or list(sim.trajectory.input_ids) != list(sim.naive_ids) else None

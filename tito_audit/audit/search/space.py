@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from tito_audit.errors import RenderError
@@ -124,7 +125,8 @@ class SearchSpace:
     ``result_parts``, ``result_objects``: a tool result may be a list of text parts, or a JSON object, where the
     template renders one; ``empty_calls``: an answer may carry ``tool_calls: []``, where the template renders one
     (Llama 3's refuses any number of calls but one); ``roles``: roles beside system (``OTHER_ROLES``) the template
-    names and renders, sent mid-conversation."""
+    names and renders, sent mid-conversation; ``after_results``: the messages of ``AFTER_RESULTS`` the template
+    renders right after a call turn's results, in their append (each probed on a catalogue conversation)."""
 
     texts: tuple[str, ...] = TEXTS
     reasoning: bool = False
@@ -145,6 +147,12 @@ class SearchSpace:
     # a call's arguments may be a JSON string, as OpenAI's format sends them (the template renders a catalogue scenario
     # that does: a template indexing the arguments refuses them, and every conversation with one with them)
     string_arguments: bool = False
+    # roles of messages a loop may append with a call turn's results, before the model answers (``AFTER_RESULTS``: a
+    # user who speaks while the tools ran, a notice injected after tool output), those the template renders there
+    after_results: tuple[str, ...] = ()
+    # a call turn may carry text and reasoning together (gpt-oss's template refuses both: "Cannot pass both content
+    # and thinking in an assistant message with tool calls!", and so every draw with one)
+    text_with_reasoning: bool = True
 
     @classmethod
     def of(cls, ctx: AuditContext) -> SearchSpace:
@@ -167,6 +175,8 @@ class SearchSpace:
             result_objects=_renders(ctx, results_as_objects),
             empty_calls=_renders(ctx, answers_with_empty_calls),
             roles=tuple(role for role in OTHER_ROLES if _names_role(ctx, role) and _renders(ctx, _with_role(role))),
+            after_results=tuple(r for r in AFTER_RESULTS if _renders(ctx, partial(after_results, role=r))),
+            text_with_reasoning=not reasoning.mode or _renders(ctx, _call_text_with_reasoning),
         )
 
 
@@ -186,6 +196,31 @@ def _with_role(role: str) -> Callable[[list[Message]], list[Message]]:
         return [*messages[: first + 1], {"role": role, "content": "Keep answers short."}, *messages[first + 1 :]]
 
     return form
+
+
+# What a loop may append with a call turn's results, in the same block, before the model answers: the user speaking
+# while the tools ran (a correction, an interruption), and a notice an agent injects after tool output
+AFTER_RESULTS: dict[str, str] = {"user": "Actually, use Celsius.", "system": "Reminder: keep answers short."}
+
+
+def after_results(messages: list[Message], role: str) -> list[Message]:
+    """A ``role`` message (``AFTER_RESULTS``) right after the first call turn's results, in the same append."""
+    end = next((i for i, m in enumerate(messages) if m["role"] == "tool"), None)
+    if end is None:
+        return messages
+    while end < len(messages) and messages[end]["role"] == "tool":
+        end += 1
+    return [*messages[:end], {"role": role, "content": AFTER_RESULTS[role]}, *messages[end:]]
+
+
+def _call_text_with_reasoning(messages: list[Message]) -> list[Message]:
+    """Every call turn with a text and reasoning next to its calls."""
+    return [
+        {**m, "content": m.get("content") or CALL_TEXTS[0], "reasoning_content": REASONING[0]}
+        if m["role"] == "assistant" and m.get("tool_calls")
+        else m
+        for m in messages
+    ]
 
 
 def _results(messages: list[Message], form: Callable[[str], Any]) -> list[Message]:

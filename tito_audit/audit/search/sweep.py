@@ -64,6 +64,8 @@ def _assistant(space: SearchSpace, content: str | None, *calls: dict[str, Any], 
         turn["tool_calls"] = list(calls)
     if space.reasoning:
         turn["reasoning_content"] = REASONING[k % len(REASONING)]
+        if calls and not space.text_with_reasoning:  # the template refuses both on a call turn (gpt-oss's)
+            turn["content"] = None
     return turn
 
 

@@ -1,0 +1,80 @@
+"""Red team 16: rewrites of the history that last only while a system or user message appended with tool results is
+the last message.
+
+Each template (``tests/data/search/appends/``) writes every call's JSON compactly while a system notice (or a user
+turn) that a loop appended with tool results ends the conversation. The final re-render, where that message is no
+longer last, is as the buffer holds it, so ``naive_rerender`` and the turn-by-turn comparison of ``history_rewrite``
+saw nothing, and ``tool_append_prefix`` leaves a block whose tool results alone keep the prefix: each was a clean
+SAFE (exit 0) on 6ea8c29, with plain ``apply_chat_template`` showing the break (the prompt a loop renders after the
+notice is not the buffer's history). ``history_rewrite`` now judges every append a scenario made where its turns
+render alike, and the search counts such a break as a re-render break and draws a user turn or a notice right after
+a call turn's results (the catalogue's ``system_notice`` plays the notice; no scenario plays the user turn).
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import pytest
+
+from tests.audit.search.qwen_rewrites import MODEL, assert_clean_safe
+from tests.audit.search.qwen_rewrites import audited as qwen_rewrite
+from tests.conftest import DATA, audit_of
+from tito_audit.audit.search.space import AFTER_RESULTS, after_results
+
+APPENDS = DATA / "search" / "appends"
+
+
+def audited(name: str):  # type: ignore[no-untyped-def]
+    return qwen_rewrite(APPENDS, name)
+
+
+def _while_last(report) -> list[str]:  # type: ignore[no-untyped-def]
+    return [f.message for f in report.check("history_rewrite").findings if "while it is last" in f.message]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "call_json_compacted_while_a_notice_follows_results",
+        "call_json_compacted_while_a_notice_follows_results_lookup",
+        "call_json_compacted_while_a_system_message_is_last",
+    ],
+)
+def test_a_rewrite_while_a_notice_is_last_makes_the_buffer_required(name: str) -> None:
+    r = audited(name)
+    assert r.verdict == "tito-required", r.verdict_reasons
+    assert "tito-required:history_rewrite" in r.verdict_reasons
+    assert any("system after assistant message" in m for m in _while_last(r)), _while_last(r)
+
+
+def test_a_rewrite_while_a_user_turn_follows_results_is_found_by_the_search() -> None:
+    """No catalogue scenario appends a user turn with tool results: the search draws one, and its counterexample holds
+    a tool result and the user turn right after it."""
+    r = audited("call_json_compacted_while_a_user_follows_results_lookup")
+    assert r.verdict == "tito-required", r.verdict_reasons
+    (found, *_) = r.scenarios["search"]["counterexamples"]
+    roles = [m["role"] for m in found["messages"]]
+    assert any(a == "tool" and b == "user" for a, b in pairwise(roles)), roles
+    assert any(f.scenario.startswith("search/") for f in r.check("history_rewrite").findings)
+    without = audit_of(MODEL, APPENDS / "call_json_compacted_while_a_user_follows_results_lookup.jinja", search=0)
+    assert without.verdict == "safe", without.verdict_reasons
+
+
+def test_a_notice_marked_when_it_follows_results_stays_a_clean_safe() -> None:
+    """The control: the notice itself is written otherwise after a tool result, the history never: nothing to find."""
+    assert_clean_safe(audited("control_notice_after_results_marked"))
+
+
+def test_after_results_puts_the_message_in_the_results_append() -> None:
+    messages = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": None, "tool_calls": [{}, {}]},
+        {"role": "tool", "content": "a"},
+        {"role": "tool", "content": "b"},
+        {"role": "assistant", "content": "Done."},
+    ]
+    out = after_results(messages, "user")
+    assert [m["role"] for m in out] == ["user", "assistant", "tool", "tool", "user", "assistant"]
+    assert out[4]["content"] == AFTER_RESULTS["user"]
+    assert after_results(messages[:2], "system") == messages[:2]  # no results: nothing to follow
