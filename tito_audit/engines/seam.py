@@ -181,11 +181,11 @@ class EngineRenderer(Renderer):
             self._shared.derived[key] = hit
         return hit
 
-    def _guarded(self, run: Callable[[], Any], template_code: bool = True) -> Any:
+    def _guarded(self, run: Callable[[], Any], template_code: bool = True, replay: bool = False) -> Any:
         """``Renderer._guarded``; a refusal by the engine's library is a ``raised`` render error (the library
         refused the conversation, as a template's ``raise_exception`` does), not a crash."""
         try:
-            return super()._guarded(run, template_code)
+            return super()._guarded(run, template_code, replay)
         except RenderError as err:
             if isinstance(err.__cause__, RendererRefused):
                 raise RenderError("raised", err.__cause__.message) from None

@@ -241,13 +241,16 @@ class Renderer:
         """What this template has spent of its per-template budget (shared by every derived renderer)."""
         return self._shared.budget
 
-    def _guarded(self, run: Any, template_code: bool = True) -> Any:
+    def _guarded(self, run: Any, template_code: bool = True, replay: bool = False) -> Any:
         """``run()`` under the pinned date and the render limits; every failure becomes a classified RenderError.
         A render of template code is charged to the template's budget (``budget``); once that is spent, the render
         is refused without running.
 
         ``template_code=False`` is for encoding text a guarded render already produced: no template code runs,
-        so the time and memory budgets (set per call, at a cost) are left out; the size bound still applies."""
+        so the time and memory budgets (set per call, at a cost) are left out; the size bound still applies.
+        ``replay``: a render played again through coverage's instrumented copy (``trace_untraced``): its CPU is
+        charged, its characters are not (the render it repeats was charged them once, and the search's share of the
+        characters is for the conversations it plays)."""
         if not template_code:
             return self._run_guarded(run, False)
         budget = self._shared.budget
@@ -259,7 +262,8 @@ class Renderer:
         except RenderError as err:
             budget.charge(thread_time() - started, err.kind == "timeout" or err.memory)
             raise
-        budget.charge(thread_time() - started, False, len(out) if isinstance(out, str | list) else 0)
+        produced = 0 if replay else len(out) if isinstance(out, str | list) else 0
+        budget.charge(thread_time() - started, False, produced)
         return out
 
     def _limits_now(self) -> RenderLimits:
@@ -358,7 +362,7 @@ class Renderer:
             played += 1
             r = self._derive(kwargs, date, self.tools_as)
             try:
-                r._guarded(lambda r=r, m=messages, t=tools, a=agp: play(r, m, t, a))
+                r._guarded(lambda r=r, m=messages, t=tools, a=agp: play(r, m, t, a), replay=True)
             except RenderError as err:
                 detached(err)  # its tracebacks would hold this audit's frames in a cycle
                 continue

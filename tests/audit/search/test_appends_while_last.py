@@ -1,5 +1,5 @@
-"""Red team 16: rewrites of the history that last only while a system or user message appended with tool results is
-the last message.
+"""Red teams 16 and 17: rewrites of the history that last only while a system or user message appended with tool
+results, or after an answer, is the last message.
 
 Each template (``tests/data/search/appends/``) writes every call's JSON compactly while a system notice (or a user
 turn) that a loop appended with tool results ends the conversation. The final re-render, where that message is no
@@ -61,9 +61,26 @@ def test_a_rewrite_while_a_user_turn_follows_results_is_found_by_the_search() ->
     assert without.verdict == "safe", without.verdict_reasons
 
 
+@pytest.mark.parametrize(
+    ("name", "probe"),
+    [
+        ("answer_rewritten_while_a_notice_follows_it", "append/system/after_answer[default]"),
+        ("answers_rewritten_while_a_user_turn_is_last_in_chat", "append/user/after_answer[default]"),
+    ],
+)
+def test_a_rewrite_while_an_append_after_an_answer_is_last_makes_the_buffer_required(name: str, probe: str) -> None:
+    """Red team 17: a notice or a user turn appended after an answer (no tool result in the block, no scenario that
+    plays it whole): append_matrix's probes showed the rewrite, with no role in the verdict; history_rewrite reads
+    them now."""
+    r = audited(name)
+    assert r.verdict == "tito-required", r.verdict_reasons
+    assert probe in {f.scenario for f in r.check("history_rewrite").findings}
+
+
 def test_a_notice_marked_when_it_follows_results_stays_a_clean_safe() -> None:
     """The control: the notice itself is written otherwise after a tool result, the history never: nothing to find."""
     assert_clean_safe(audited("control_notice_after_results_marked"))
+    assert_clean_safe(audited("control_answers_end_with_a_line_end_everywhere"))
 
 
 def test_after_results_puts_the_message_in_the_results_append() -> None:

@@ -16,6 +16,7 @@ template hoists every system message to the top, so appending a system notice re
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from tito_audit.audit.checks.base import check
@@ -48,32 +49,67 @@ depend on what follows (reasoning kept on every turn, no last-turn-only markers)
 def append_matrix(ctx: AuditContext) -> Outcome:
     found = Collector(ctx, "append_matrix")
     cells: dict[str, dict[str, str]] = {}
-    for mode in ctx.thinking_modes:
-        renderer = ctx.renderer.with_kwargs(**mode) if mode else ctx.renderer
-        row: dict[str, str] = {}
-        for base_name, base in APPEND_BASES.items():
-            for role, new in APPENDS.items():
-                if base_name == "after_answer" and role == "tool":
-                    continue
-                cell = f"{role} {base_name.replace('_', ' ')}"
-                try:
-                    compute_bridge(
-                        renderer, base, new, list(TOOLS), ctx.stop_ids, add_generation_prompt=role != "assistant"
-                    )
-                    row[cell] = "pass"
-                    found.compared()
-                except BridgeError as exc:
-                    row[cell] = "fail"
-                    found.compare(
-                        f"append/{role}/{base_name}[{_mode_name(mode)}]",
-                        exc.before,
-                        exc.after,
-                        f"appending {role} {base_name.replace('_', ' ')} rewrites the history ({_mode_name(mode)})",
-                    )
-                except RenderError as err:
-                    row[cell] = "n/a"
-                    found.failed(f"append/{role}/{base_name}[{_mode_name(mode)}]", err)
-        cells[_mode_name(mode)] = row
+    for probe in append_probes(ctx):
+        row = cells.setdefault(probe.mode, {})
+        if isinstance(probe.outcome, BridgeError):
+            row[probe.cell] = "fail"
+            found.compare(
+                probe.scenario,
+                probe.outcome.before,
+                probe.outcome.after,
+                f"appending {probe.role} {probe.base.replace('_', ' ')} rewrites the history ({probe.mode})",
+            )
+        elif isinstance(probe.outcome, RenderError):
+            row[probe.cell] = "n/a"
+            found.failed(probe.scenario, probe.outcome)
+        else:
+            row[probe.cell] = "pass"
+            found.compared()
     fails = [f"{cell} [{mode}]" for mode, row in cells.items() for cell, v in row.items() if v == "fail"]
     summary = "every append preserves the prefix" if not fails else "rewrites on: " + "; ".join(fails[:4])
     return found.outcome(summary, "the template rejects every append probe", {"matrix": cells})
+
+
+@dataclass(frozen=True)
+class AppendProbe:
+    """One append played on one base in one thinking mode: its outcome is None (the prefix holds), the
+    ``BridgeError`` of a rewrite, or the ``RenderError`` of a template that refuses the append."""
+
+    mode: str
+    base: str
+    role: str
+    outcome: BridgeError | RenderError | None
+
+    @property
+    def cell(self) -> str:
+        return f"{self.role} {self.base.replace('_', ' ')}"
+
+    @property
+    def scenario(self) -> str:
+        return f"append/{self.role}/{self.base}[{self.mode}]"
+
+
+def append_probes(ctx: AuditContext, roles: tuple[str, ...] = tuple(APPENDS)) -> list[AppendProbe]:
+    """Each append of ``roles`` (``APPENDS``) played after an answer and after a call (``APPEND_BASES``; a tool
+    result after a call only), in every thinking mode (``history_rewrite`` reads the user and system ones)."""
+    probes: list[AppendProbe] = []
+    for mode in ctx.thinking_modes:
+        renderer = ctx.renderer.with_kwargs(**mode) if mode else ctx.renderer
+        for base_name, base in APPEND_BASES.items():
+            for role in roles:
+                if base_name == "after_answer" and role == "tool":
+                    continue
+                outcome: BridgeError | RenderError | None = None
+                try:
+                    compute_bridge(
+                        renderer,
+                        base,
+                        APPENDS[role],
+                        list(TOOLS),
+                        ctx.stop_ids,
+                        add_generation_prompt=role != "assistant",
+                    )
+                except (BridgeError, RenderError) as exc:
+                    outcome = exc
+                probes.append(AppendProbe(_mode_name(mode), base_name, role, outcome))
+    return probes

@@ -15,20 +15,23 @@ A rewrite may last only while some message is last: a template that writes earli
 notice or a user turn it appended with tool results ends the conversation. The final render is then as the buffer
 holds it, but the prompt a loop rendered at that turn was not: an episode whose turns all render alike is also
 judged at each append the loop made (the ``Trajectory``'s), and an append block that rewrites the history because
-of a system or user message in it, not its tool results (``tool_append_prefix``'s), is this check's finding.
+of a system or user message in it, not its tool results (``tool_append_prefix``'s), is this check's finding. So is
+a rewrite ``append_matrix``'s probes show when a user turn or a system notice is appended after an answer or after
+a call (``append_probes``); a probe the template refuses is an append it never renders, not a failed comparison.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from tito_audit.audit.checks.append_matrix import append_probes
 from tito_audit.audit.checks.base import check
 from tito_audit.audit.checks.tool_append_prefix import append_block, tool_append_error
 from tito_audit.audit.collector import Collector
 from tito_audit.audit.context import AuditContext
 from tito_audit.errors import RenderError
 from tito_audit.report.findings import Outcome
-from tito_audit.rollout.bridge import assistant_stop_position
+from tito_audit.rollout.bridge import BridgeError, assistant_stop_position
 from tito_audit.rollout.tokens import common_prefix_len
 
 
@@ -71,6 +74,15 @@ def history_rewrite(ctx: AuditContext) -> Outcome:
                 _rewritten_while_last(ctx, sim, found)
         except RenderError as err:
             found.failed(sim.scenario.id, err)
+    for probe in append_probes(ctx, ("user", "system")):
+        if isinstance(probe.outcome, BridgeError):
+            error = probe.outcome
+            where = probe.base.replace("_", " ")
+            found.compare(
+                probe.scenario, error.before, error.after, f"appending {probe.role} {where} rewrites the history"
+            )
+        elif probe.outcome is None:
+            found.compared()
     findings = found.findings
     summary = (
         f"earlier turns render identically ({found.comparisons} turns compared)"

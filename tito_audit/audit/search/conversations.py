@@ -86,6 +86,9 @@ class _Strategies:
         # no whitespace at its start: the model writes it first in its turn, where whitespace merges with the
         # generation prompt's last token (a seam stop_boundary reports; no canonical sample has it)
         self.answer = st.builds(join, st.just(""), cores, edges)
+        # the text of a user turn or a notice appended with results: a text core, short (a template may key a
+        # rewrite on what the notice says: a number, a literal it looks for)
+        self.notice = st.sampled_from(tuple(dict.fromkeys(t[:SHORT] for t in space.texts)))
         self.reasoning = st.builds(join, edges, st.sampled_from(REASONING), edges)
         scalar = st.one_of(
             self.text,
@@ -199,7 +202,7 @@ class _Strategies:
         if space.string_arguments and draw(st.booleans()):
             messages = arguments_string(messages)
         if space.after_results and draw(st.booleans()):  # a user turn or a notice right after a call turn's results
-            messages = after_results(messages, draw(st.sampled_from(space.after_results)))
+            messages = after_results(messages, draw(st.sampled_from(space.after_results)), draw(self.notice))
         # ... and what some clients add: a user's name (OpenAI's ``name``), an answer's empty ``tool_calls`` (as vLLM
         # and some SDKs send a turn without calls), results as lists of text parts or as objects (a tool's structured
         # output); the last three where the template renders them

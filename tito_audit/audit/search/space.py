@@ -203,14 +203,15 @@ def _with_role(role: str) -> Callable[[list[Message]], list[Message]]:
 AFTER_RESULTS: dict[str, str] = {"user": "Actually, use Celsius.", "system": "Reminder: keep answers short."}
 
 
-def after_results(messages: list[Message], role: str) -> list[Message]:
-    """A ``role`` message (``AFTER_RESULTS``) right after the first call turn's results, in the same append."""
+def after_results(messages: list[Message], role: str, text: str | None = None) -> list[Message]:
+    """A ``role`` message right after the first call turn's results, in the same append: ``text``, or the role's
+    in ``AFTER_RESULTS``."""
     end = next((i for i, m in enumerate(messages) if m["role"] == "tool"), None)
     if end is None:
         return messages
     while end < len(messages) and messages[end]["role"] == "tool":
         end += 1
-    return [*messages[:end], {"role": role, "content": AFTER_RESULTS[role]}, *messages[end:]]
+    return [*messages[:end], {"role": role, "content": AFTER_RESULTS[role] if text is None else text}, *messages[end:]]
 
 
 def _call_text_with_reasoning(messages: list[Message]) -> list[Message]:
