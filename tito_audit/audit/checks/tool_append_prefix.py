@@ -10,7 +10,8 @@ turn of its own), is a finding of its own (``unsafe:stop_inside_turn``): the eng
 delta after it would hand the rest of the model's message to the environment.
 
 Only the tool results of an append block are judged: a system notice appended with them, or a block that holds no
-tool result, is ``append_matrix``'s concern, also where the template needs tool results as user turns
+tool result, is ``history_rewrite``'s (``tito-required``) and ``append_matrix``'s concern, also where the template
+needs tool results as user turns
 (``adapt:tool_as_user``): the user turn a scenario's leading tool results became is the tool part, a user turn of
 the scenario's own is not.
 
@@ -58,8 +59,9 @@ would show the model, and the gradient is computed on a context the model never 
 the engine's stop token; when only the template (not the tokenizer's eos or generation_config) ends the turn,
 an engine samples on to the eos, and what the template writes after the turn must survive the append too.
 Only the tool results of an append block are judged here (where the template needs them as user turns, the user
-turn they became); system or user messages appended with them, or without them, are `append_matrix`'s concern,
-and templates that drop tool messages altogether are `tool_support`'s.""",
+turn they became); a rewrite that system or user messages appended with them, or without them, make is
+`history_rewrite`'s (the verdict is then `tito-required`), and templates that drop tool messages altogether are
+`tool_support`'s.""",
     fix_hint="""
 Patch the template so an assistant turn renders the same whether or not it is the last message (for example
 emit the empty `<think></think>` block on every turn, not only the last: `tito-audit fix`), or freeze the
@@ -80,7 +82,7 @@ def tool_append_prefix(ctx: AuditContext) -> Outcome:
         for idx, bridge_error in sim.bridge_errors:
             results, error = _tool_append(ctx, sim, idx, bridge_error)
             if error is None:  # no tool result leads the block, or the rewrite comes from a system or user
-                continue  # message in the same block: a system or user append, append_matrix's concern
+                continue  # message in the same block: a system or user append, history_rewrite's
             if error.inside_turn is not None:  # no rewrite: the engine's stop cuts the turn before its calls
                 if only_later_calls(sim.messages[idx], error.inside_turn):
                     continue  # one call per turn: tool_forms names the parallel form to avoid

@@ -9,8 +9,9 @@ property in one of two ways, the first outranking the second:
   calls that are not merely later parallel ones (its stop seam);
 - ``RERENDER``: re-rendering the parsed conversation and re-encoding it departs from the buffer
   (``naive_rerender``'s), or an append rewrites the history because of a system or user message in it, not its
-  tool results (``append_matrix``'s: a loop that re-renders at that turn departs from the buffer there, though the
-  final re-render, where that message is no longer last, may not); the verdict is then at least ``tito-required``.
+  tool results (``history_rewrite``'s finding at that append: a loop that re-renders at that turn departs from the
+  buffer there, though the final re-render, where that message is no longer last, may not); the verdict is then at
+  least ``tito-required``.
 
 The verdict is never decided here: a counterexample joins the audit's scenarios and the checks judge it like any
 other (``audit.search``).
@@ -67,10 +68,10 @@ def judged(played: Played) -> bool:
 def kind_of(ctx: AuditContext, sim: Simulation) -> str | None:
     """How ``sim`` breaks the property (``APPEND`` before ``RERENDER``), or None. An append break is one the tool
     results alone make (``tool_append_prefix.tool_append_error``): a rewrite a system or user message appended
-    with them causes (or without them) is append_matrix's, a ``RERENDER``."""
+    with them causes (or without them) is ``history_rewrite``'s, a ``RERENDER``."""
     if not judged(Played(None, sim)) or sim.trajectory is None:
         return None  # refused, or no canonical sample (a token spans prompt and completion: stop_boundary's)
-    rewritten = False  # an append a system or user message in it breaks: append_matrix's
+    rewritten = False  # an append a system or user message in it breaks: history_rewrite's
     for idx, bridge_error in sim.bridge_errors:
         turn = sim.messages[idx]
         error = tool_append_error(ctx, sim, idx, bridge_error) if turn.get("tool_calls") else None
