@@ -22,7 +22,7 @@ from typing import Any
 from tito_audit.audit.checks.base import check
 from tito_audit.audit.collector import Collector
 from tito_audit.audit.context import AuditContext
-from tito_audit.errors import RenderError
+from tito_audit.errors import RenderError, detached
 from tito_audit.report.findings import Outcome
 from tito_audit.rollout.bridge import BridgeError, compute_bridge
 from tito_audit.rollout.probes import APPEND_BASES, APPENDS, TOOLS
@@ -110,6 +110,6 @@ def append_probes(ctx: AuditContext, roles: tuple[str, ...] = tuple(APPENDS)) ->
                         add_generation_prompt=role != "assistant",
                     )
                 except (BridgeError, RenderError) as exc:
-                    outcome = exc
+                    outcome = detached(exc)  # kept without its traceback, which holds this audit's frames
                 probes.append(AppendProbe(_mode_name(mode), base_name, role, outcome))
     return probes
