@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from tito_audit.audit.checks.base import check
 from tito_audit.audit.collector import Collector
@@ -89,9 +90,22 @@ class AppendProbe:
         return f"append/{self.role}/{self.base}[{self.mode}]"
 
 
+# Each audit's probes, played once for both checks that read them (``append_matrix``, ``history_rewrite``)
+_PLAYED: WeakKeyDictionary[AuditContext, list[AppendProbe]] = WeakKeyDictionary()
+
+
 def append_probes(ctx: AuditContext, roles: tuple[str, ...] = tuple(APPENDS)) -> list[AppendProbe]:
     """Each append of ``roles`` (``APPENDS``) played after an answer and after a call (``APPEND_BASES``; a tool
-    result after a call only), in every thinking mode (``history_rewrite`` reads the user and system ones)."""
+    result after a call only), in every thinking mode (``history_rewrite`` reads the user and system ones); played
+    once per audit."""
+    played = _PLAYED.get(ctx)
+    if played is None:
+        played = _PLAYED[ctx] = _play_probes(ctx)
+    return [p for p in played if p.role in roles]
+
+
+def _play_probes(ctx: AuditContext) -> list[AppendProbe]:
+    roles = tuple(APPENDS)
     probes: list[AppendProbe] = []
     for mode in ctx.thinking_modes:
         renderer = ctx.renderer.with_kwargs(**mode) if mode else ctx.renderer
