@@ -105,12 +105,11 @@ def append_probes(ctx: AuditContext, roles: tuple[str, ...] = tuple(APPENDS)) ->
 
 
 def _play_probes(ctx: AuditContext) -> list[AppendProbe]:
-    roles = tuple(APPENDS)
     probes: list[AppendProbe] = []
     for mode in ctx.thinking_modes:
         renderer = ctx.renderer.with_kwargs(**mode) if mode else ctx.renderer
         for base_name, base in APPEND_BASES.items():
-            for role in roles:
+            for role, appended in APPENDS.items():
                 if base_name == "after_answer" and role == "tool":
                     continue
                 outcome: BridgeError | RenderError | None = None
@@ -118,7 +117,7 @@ def _play_probes(ctx: AuditContext) -> list[AppendProbe]:
                     compute_bridge(
                         renderer,
                         base,
-                        APPENDS[role],
+                        appended,
                         list(TOOLS),
                         ctx.stop_ids,
                         add_generation_prompt=role != "assistant",
