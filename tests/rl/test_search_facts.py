@@ -4,11 +4,10 @@ dotted tool names with '_' in the turns before the last user message; on 507ac91
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
-from tests.conftest import DATA, needs_hub, snapshot
+from tests.conftest import DATA, needs_hub
+from tests.rl.qwen_template import qwen_with_template
 from tito_audit.audit.context import SEARCH_BUDGET
 from tito_audit.rl import RLConfig, run_rl
 
@@ -17,14 +16,7 @@ QUICK = dict(steps=1, groups=1, group_size=3, scenarios=("single_call/plain", "t
 
 def _model(tmp_path: Path) -> str:
     """Qwen2.5's tokenizer with the template of tests/data/search/mcp_names_hidden.jinja."""
-    source = snapshot("Qwen/Qwen2.5-7B-Instruct")
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(source / name, tmp_path / name)
-    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
-    config.pop("chat_template", None)
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
-    (tmp_path / "chat_template.jinja").write_text((DATA / "search" / "mcp_names_hidden.jinja").read_text())
-    return str(tmp_path)
+    return qwen_with_template(tmp_path, DATA / "search" / "mcp_names_hidden.jinja")
 
 
 @needs_hub

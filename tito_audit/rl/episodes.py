@@ -12,14 +12,19 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tito_audit.audit.simulation import simulate
+from tito_audit.audit.episode_cuts import cuts as cuts_of
+from tito_audit.audit.episode_cuts import endings
+from tito_audit.audit.simulation import Simulation, simulate
 from tito_audit.errors import RenderError
 from tito_audit.policy.view import View
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.rl.toolformat import ToolCallFormat
 from tito_audit.scenarios.spec import Scenario
+
+if TYPE_CHECKING:
+    from tito_audit.audit.context import AuditContext
 
 Message = dict[str, Any]
 
@@ -40,6 +45,7 @@ class Episode:
     naive_error: str | None = None  # naive code could not even rebuild the conversation
     parses: list[dict[str, Any]] = field(default_factory=list)  # per assistant turn: calls expected / parsed
     canonical_turns: list[bool] = field(default_factory=list)  # per turn: encode(decode(ids)) == ids
+    cut_of: str | None = None  # the scenario whose episode this one is cut from (``cut_episodes``)
 
 
 def _call_names(message: Message) -> list[str]:
@@ -149,10 +155,13 @@ def canonical_episodes(
     noncanonical_rate: float = 0.0,
     seed: int = 0,
     format_for: Callable[[Renderer], ToolCallFormat] | None = None,
+    cuts: list[Episode] | None = None,
 ) -> tuple[list[Episode], list[str]]:
     """Episodes whose sampled ids are the template's own tokenization (the audit's simulator).
 
-    Returns the episodes and the ids of scenarios the template cannot render.
+    Returns the episodes and the ids of scenarios the template cannot render. ``cuts`` receives, for each episode
+    whose re-render is exact, its cuts after appended messages whose re-render rewrites the history
+    (``audit.episode_cuts``, ``cut_episodes``): the token facts count them, the batches do not play them.
     """
     rng = random.Random(seed)
     format_for = format_for or FormatCache(stop_ids)
@@ -181,6 +190,8 @@ def canonical_episodes(
             err = None
         except RenderError as exc:
             naive, err = View([], []), f"{exc.kind}: {exc.message}"
+        if cuts is not None and sim.naive_ids == traj.input_ids:
+            cuts += cut_episodes(r, sim, parsed, stop_ids)
         episodes.append(
             Episode(
                 sc.id,
@@ -195,6 +206,47 @@ def canonical_episodes(
             )
         )
     return episodes, skipped
+
+
+def cut_episodes(renderer: Renderer, sim: Simulation, parsed: list[Message], stop_ids: Sequence[int]) -> list[Episode]:
+    """The cuts of ``sim``'s episode whose naive re-render (``parsed`` up to the cut, no generation prompt) differs
+    from the buffer before the appended block, each an episode of its own: both views end where that block starts
+    (what follows is untrained, and rendered differently without a generation prompt by design)."""
+    traj = sim.trajectory
+    assert traj is not None
+    out: list[Episode] = []
+    for cut in cuts_of(sim):
+        h = cut.history
+        buffer = View(list(traj.input_ids[:h]), list(traj.loss_mask[:h]))
+        try:
+            full = naive_view(renderer, parsed[: cut.messages], list(sim.scenario.tools), stop_ids)
+            naive, err = View(full.ids[:h], full.mask[:h]), None
+        except RenderError as exc:
+            naive, err = View([], []), f"{exc.kind}: {exc.message}"
+        if naive.ids == buffer.ids and naive.mask == buffer.mask:
+            continue
+        label = cut.label(sim.scenario.id)
+        out.append(Episode(label, buffer, naive, sim.messages[: cut.messages], naive_error=err, cut_of=sim.scenario.id))
+    return out
+
+
+def ending_episodes(ctx: AuditContext, stop_ids: Sequence[int]) -> list[Episode]:
+    """The audit's episodes ended by a message the loop appended after the final answer (``episode_cuts.endings``)
+    whose naive re-render rewrites the history, each an episode of its own: both views over the buffer's length."""
+    out: list[Episode] = []
+    for ending in endings(ctx):
+        if ending.ids == ending.buffer:
+            continue
+        n = len(ending.buffer)
+        sim = next(s for s in ctx.simulations if s.scenario.id == ending.scenario)
+        try:
+            full = naive_view(ctx.renderer_for(sim.scenario), ending.messages, ending.tools, stop_ids)
+            naive, err = View(full.ids[:n], full.mask[:n]), None
+        except RenderError as exc:
+            naive, err = View([], []), f"{exc.kind}: {exc.message}"
+        buffer = View(ending.buffer, ending.loss_mask)
+        out.append(Episode(ending.label, buffer, naive, ending.messages, naive_error=err, cut_of=ending.scenario))
+    return out
 
 
 def assign_groups(episodes: list[Episode], group_size: int) -> None:

@@ -377,7 +377,7 @@ def run_rl(
     policy, vmap, trained_policy = _policy(cfg, template, device, setup)
     # Model-free and exact: what re-tokenization does to every scenario the template renders, in every thinking
     # mode, whatever --scenario plays and before --control replaces R with B for the gradient comparison.
-    setup["token_facts"] = diagnostics.token_facts(template.all_episodes, template.mode_of)
+    setup["token_facts"] = diagnostics.token_facts([*template.all_episodes, *template.cut_episodes], template.mode_of)
     setup["template_parse_rate"] = diagnostics.parse_rate(template.all_episodes)["rate"]
     setup["noncanonical_splits"] = {
         "rate": cfg.noncanonical_rate,

@@ -14,7 +14,7 @@ from tito_audit.audit.search import counterexample_scenarios
 from tito_audit.errors import UsageError
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.rl.config import RLConfig
-from tito_audit.rl.episodes import Episode, FormatCache, canonical_episodes
+from tito_audit.rl.episodes import Episode, FormatCache, canonical_episodes, ending_episodes
 from tito_audit.rollout.stop import stop_token_ids
 from tito_audit.rollout.tokens import special_token_strings
 from tito_audit.scenarios.catalog import build_scenarios
@@ -55,8 +55,10 @@ class TemplateEpisodes:
         if self.filter and not any(self.selected(s.id) for s in scenarios):
             raise UsageError(cfg.model, "no scenario matches --scenario")
         self.formats = FormatCache(self.stops)
+        # episodes cut after appended messages whose re-render rewrites the history: token facts, never batches
+        self.cut_episodes: list[Episode] = []
         self.all_episodes, self.skipped = canonical_episodes(
-            self.renderer, scenarios, self.stops, cfg.noncanonical_rate, cfg.seed, self.formats
+            self.renderer, scenarios, self.stops, cfg.noncanonical_rate, cfg.seed, self.formats, self.cut_episodes
         )
         self.episodes = [e for e in self.all_episodes if self.selected(e.scenario_id)]
         if len(self.episodes) < 2:
@@ -64,6 +66,8 @@ class TemplateEpisodes:
             raise UsageError(cfg.model, f"the template renders only {len(self.episodes)} {which}")
         by_id = {s.id: s for s in scenarios}
         self.mode_of = {s.id: mode_label(dict(s.kwargs)) for s in scenarios}
+        self.cut_episodes += ending_episodes(audit, self.stops)
+        self.mode_of.update({e.scenario_id: self.mode_of.get(e.cut_of or "", DEFAULT_MODE) for e in self.cut_episodes})
         self.scenarios = [by_id[e.scenario_id] for e in self.episodes]
         self.index = {e.scenario_id: k for k, e in enumerate(self.episodes)}
 

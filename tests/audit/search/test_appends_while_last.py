@@ -95,3 +95,41 @@ def test_after_results_puts_the_message_in_the_results_append() -> None:
     assert [m["role"] for m in out] == ["user", "assistant", "tool", "tool", "user", "assistant"]
     assert out[4]["content"] == AFTER_RESULTS["user"]
     assert after_results(messages[:2], "system") == messages[:2]  # no results: nothing to follow
+
+
+def test_a_rewrite_while_an_appended_developer_message_is_last_makes_the_buffer_required() -> None:
+    """Red team 17's D and 18's a3: the draws sent a role the template names (OpenAI's developer) only after the first
+    user turn, and no probe appended one: clean SAFEs on 48827d0. append_matrix's probes now append one after an
+    answer and after a call where the template names and renders the role, and history_rewrite reads them."""
+    r = audited("call_json_compacted_while_a_developer_message_is_last")
+    assert r.verdict == "tito-required", r.verdict_reasons
+    probes = {f.scenario for f in r.check("history_rewrite").findings}
+    assert "append/developer/after_call[default]" in probes, probes  # (after an answer no call is there to rewrite)
+    assert_clean_safe(audited("control_developer_messages_rendered_alike"))
+
+
+def test_a_rewrite_while_a_developer_message_follows_results_is_found_by_the_sweep() -> None:
+    """Red team 18's c12: a developer message appended with tool results (no probe appends one after a result, and the
+    draws met it at one seed and missed it at another): the sweep of texts appends each message the template renders
+    after results (a user turn, a notice, a developer message) with its first cycles' results."""
+    r = audited("call_json_compacted_while_a_developer_message_follows_results")
+    assert r.verdict == "tito-required", r.verdict_reasons
+    (found, *_) = r.scenarios["search"]["counterexamples"]
+    roles = [m["role"] for m in found["messages"]]
+    assert any(a == "tool" and b == "developer" for a, b in pairwise(roles)), roles
+    without = audit_of(MODEL, APPENDS / "call_json_compacted_while_a_developer_message_follows_results.jinja", search=0)
+    assert without.verdict == "safe", without.verdict_reasons
+
+
+def test_a_rewrite_while_a_developer_message_follows_a_later_user_turn_is_found_by_the_search() -> None:
+    """Red team 18's e4: a developer message appended with a user turn after an answer (no probe appends the two); the
+    draws put one after a user turn they pick, not only the first."""
+    r = audited("call_json_compacted_while_a_developer_message_follows_a_user_turn")
+    assert r.verdict == "tito-required", r.verdict_reasons
+    (found, *_) = r.scenarios["search"]["counterexamples"]
+    roles = [m["role"] for m in found["messages"]]
+    assert any(a == "user" and b == "developer" for a, b in pairwise(roles[2:])), roles
+    without = audit_of(
+        MODEL, APPENDS / "call_json_compacted_while_a_developer_message_follows_a_user_turn.jinja", search=0
+    )
+    assert without.verdict == "safe", without.verdict_reasons

@@ -1,7 +1,8 @@
 r"""append_matrix: prefix preservation for appended user, system, tool and assistant messages, per thinking mode.
 
 Each append is played after an answer and after a tool call, in every thinking mode the template has
-(``enable_thinking=True/False``, default). The matrix is in the check's ``data``.
+(``enable_thinking=True/False``, default); so is a message of a role beside those (``developer``) where the
+template names and renders one (``audit.other_roles``). The matrix is in the check's ``data``.
 
 **Example** (``deepseek-ai/DeepSeek-V3``, ``append/system/after_answer[default]``, first divergent token 1): the
 template hoists every system message to the top, so appending a system notice rewrites the whole conversation.
@@ -23,6 +24,7 @@ from weakref import WeakKeyDictionary
 from tito_audit.audit.checks.base import check
 from tito_audit.audit.collector import Collector
 from tito_audit.audit.context import AuditContext
+from tito_audit.audit.other_roles import other_roles
 from tito_audit.errors import RenderError, detached
 from tito_audit.report.findings import Outcome
 from tito_audit.rollout.bridge import BridgeError, compute_bridge
@@ -94,22 +96,23 @@ class AppendProbe:
 _PLAYED: WeakKeyDictionary[AuditContext, list[AppendProbe]] = WeakKeyDictionary()
 
 
-def append_probes(ctx: AuditContext, roles: tuple[str, ...] = tuple(APPENDS)) -> list[AppendProbe]:
-    """Each append of ``roles`` (``APPENDS``) played after an answer and after a call (``APPEND_BASES``; a tool
-    result after a call only), in every thinking mode (``history_rewrite`` reads the user and system ones); played
-    once per audit."""
+def append_probes(ctx: AuditContext, roles: tuple[str, ...] | None = None) -> list[AppendProbe]:
+    """Each append of ``roles`` (``APPENDS``, and the template's ``other_roles``; every one by default) played after
+    an answer and after a call (``APPEND_BASES``; a tool result after a call only), in every thinking mode
+    (``history_rewrite`` reads all but the tool and assistant ones); played once per audit."""
     played = _PLAYED.get(ctx)
     if played is None:
         played = _PLAYED[ctx] = _play_probes(ctx)
-    return [p for p in played if p.role in roles]
+    return [p for p in played if roles is None or p.role in roles]
 
 
 def _play_probes(ctx: AuditContext) -> list[AppendProbe]:
     probes: list[AppendProbe] = []
+    appends = {**APPENDS, **{r: [{"role": r, "content": "Notice: be brief."}] for r in other_roles(ctx)}}
     for mode in ctx.thinking_modes:
         renderer = ctx.renderer.with_kwargs(**mode) if mode else ctx.renderer
         for base_name, base in APPEND_BASES.items():
-            for role, appended in APPENDS.items():
+            for role, appended in appends.items():
                 if base_name == "after_answer" and role == "tool":
                     continue
                 outcome: BridgeError | RenderError | None = None

@@ -16,8 +16,9 @@ notice or a user turn it appended with tool results ends the conversation. The f
 holds it, but the prompt a loop rendered at that turn was not: an episode whose turns all render alike is also
 judged at each append the loop made (the ``Trajectory``'s), and an append block that rewrites the history because
 of a system or user message in it, not its tool results (``tool_append_prefix``'s), is this check's finding. So is
-a rewrite ``append_matrix``'s probes show when a user turn or a system notice is appended after an answer or after
-a call (``append_probes``); a probe the template refuses is an append it never renders, not a failed comparison.
+a rewrite ``append_matrix``'s probes show when a user turn, a system notice or a message of a role the template
+names (``developer``) is appended after an answer or after a call (``append_probes``); a probe the template refuses
+is an append it never renders, not a failed comparison.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from typing import Any
 
 from tito_audit.audit.checks.append_matrix import append_probes
 from tito_audit.audit.checks.base import check
-from tito_audit.audit.checks.tool_append_prefix import append_block, tool_append_error
+from tito_audit.audit.checks.tool_append_prefix import append_block, judged_appends
 from tito_audit.audit.collector import Collector
 from tito_audit.audit.context import AuditContext
+from tito_audit.audit.other_roles import notice_roles
 from tito_audit.errors import RenderError
 from tito_audit.report.findings import Outcome
 from tito_audit.rollout.bridge import BridgeError, assistant_stop_position
@@ -74,7 +76,7 @@ def history_rewrite(ctx: AuditContext) -> Outcome:
                 _rewritten_while_last(ctx, sim, found)
         except RenderError as err:
             found.failed(sim.scenario.id, err)
-    for probe in append_probes(ctx, ("user", "system")):
+    for probe in append_probes(ctx, notice_roles(ctx)):
         if isinstance(probe.outcome, BridgeError):
             error = probe.outcome
             where = probe.base.replace("_", " ")
@@ -94,9 +96,9 @@ def history_rewrite(ctx: AuditContext) -> Outcome:
 
 def _rewritten_while_last(ctx: AuditContext, sim: Any, found: Collector) -> None:
     """The first append of ``sim`` that rewrites the history because of a system or user message in its block (not
-    its tool results: ``tool_append_prefix.tool_append_error``), as a finding."""
-    for idx, bridge_error in sim.bridge_errors:
-        if sim.messages[idx].get("tool_calls") and tool_append_error(ctx, sim, idx, bridge_error) is not None:
+    its tool results: ``tool_append_prefix.judged_appends``), as a finding."""
+    for idx, bridge_error, _, error in judged_appends(ctx, sim):
+        if error is not None:
             continue  # its tool results alone break it: tool_append_prefix's finding
         block = "+".join(m["role"] for m in append_block(sim.messages, idx))
         found.compare(

@@ -13,6 +13,9 @@ from __future__ import annotations
 from tito_audit.audit.checks.base import check
 from tito_audit.audit.collector import Collector
 from tito_audit.audit.context import AuditContext
+from tito_audit.audit.episode_cuts import cut_ids, cuts, endings
+from tito_audit.audit.simulation import Simulation
+from tito_audit.errors import RenderError
 from tito_audit.report.findings import Outcome
 
 
@@ -27,16 +30,22 @@ from tito_audit.report.findings import Outcome
 Naive rollout code keeps a message list and re-renders plus re-encodes it every turn. This compares that
 sequence with the token buffer (prompt + sampled ids + deltas) for canonical tokens. Any divergence means the
 gradient lands on tokens that were never sampled and loss masks shift; the number of trainable tokens the
-alignment loses is reported per episode.""",
+alignment loses is reported per episode. Each episode whose re-render is exact is also cut after every block of
+messages the loop appended (an episode that reached its turn limit there), re-rendered without a generation prompt,
+and its history before that block compared with the buffer: a template that rewrites the history only while an
+appended message is last and no generation prompt is asked fails here; so does one that rewrites it when an episode
+ends on a user turn, a system notice or a developer message appended after its final answer.""",
     fix_hint="""
 Keep a token buffer (tito_audit.Trajectory): store sampled ids, append deltas, never re-encode the history.""",
 )
 def naive_rerender(ctx: AuditContext) -> Outcome:
     found = Collector(ctx, "naive_rerender")
+    episodes = cut_episodes = in_cuts = 0
     for sim in ctx.ok_simulations(exclude_tags=("special_text",)):
         traj = sim.trajectory
         if traj is None:
             continue
+        episodes += 1
         f = found.compare(
             sim.scenario.id,
             traj.input_ids,
@@ -50,13 +59,55 @@ def naive_rerender(ctx: AuditContext) -> Outcome:
                 f"re-rendered ids diverge at token {f.index}; {f.affected_trainable} of {sampled} "
                 "sampled tokens are lost"
             )
-    findings, episodes = found.findings, found.comparisons
-    summary = (
-        f"exact in {episodes} episodes"
-        if not findings
-        else (
-            f"diverges in {len(findings)} of {episodes} episodes "
-            f"({', '.join(sorted({f.cls.replace('_', ' ') for f in findings}))})"
+        if f is None:  # where the whole episode diverges, its cuts would show the same history again
+            compared, diverged = _judge_cuts(ctx, found, sim)
+            cut_episodes, in_cuts = cut_episodes + compared, in_cuts + diverged
+    for ending in endings(ctx):
+        cut_episodes += 1
+        finding = found.compare(
+            ending.label,
+            ending.buffer,
+            ending.ids,
+            f"re-rendering the episode ended by a {ending.role} message appended after its answer rewrites the history",
+            trainable=ending.loss_mask,
         )
+        in_cuts += finding is not None
+    findings = found.findings
+    summary = f"exact in {episodes} episodes" + (
+        f" and {cut_episodes} ended at messages the loop appended" if cut_episodes else ""
     )
-    return found.outcome(summary, "no episode could be simulated", {"episodes": episodes, "diverging": len(findings)})
+    if findings:
+        summary = f"diverges in {len(findings) - in_cuts} of {episodes} episodes"
+        if in_cuts:  # (cuts that all kept the history are counted in ``data``)
+            summary += f" and in {in_cuts} of {cut_episodes} ended at messages the loop appended"
+        summary += f" ({', '.join(sorted({f.cls.replace('_', ' ') for f in findings}))})"
+    data = {"episodes": episodes, "diverging": len(findings)}
+    if cut_episodes:
+        data["cuts"] = cut_episodes
+    return found.outcome(summary, "no episode could be simulated", data)
+
+
+def _judge_cuts(ctx: AuditContext, found: Collector, sim: Simulation) -> tuple[int, int]:
+    """Compare the re-render of ``sim``'s episode cut after each appended block with the buffer's history before
+    that block (``episode_cuts``); returns how many cuts were compared and how many diverged."""
+    traj = sim.trajectory
+    assert traj is not None
+    compared = diverged = 0
+    for cut in cuts(sim):
+        label = cut.label(sim.scenario.id)
+        try:
+            ids = cut_ids(ctx.renderer, sim, cut)
+        except RenderError as err:
+            found.failed(label, err)
+            continue
+        compared += 1
+        finding = found.compare(
+            label,
+            traj.input_ids[: cut.history],
+            ids[: cut.history],
+            "re-rendering the episode cut after the messages the loop appended (a turn limit reached there) "
+            "rewrites the history before them",
+            trainable=traj.loss_mask[: cut.history],
+        )
+        diverged += finding is not None
+    return compared, diverged

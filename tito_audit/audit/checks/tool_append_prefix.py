@@ -32,6 +32,7 @@ result follows``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from tito_audit.audit.checks.base import check
@@ -79,8 +80,7 @@ def tool_append_prefix(ctx: AuditContext) -> Outcome:
         found.failed("probe/minimal", err)  # strict templates reject the bare probe; the scenarios still decide
     found.keep(_configured_stop_seam(ctx))
     for sim in ctx.ok_simulations():
-        for idx, bridge_error in sim.bridge_errors:
-            results, error = _tool_append(ctx, sim, idx, bridge_error)
+        for idx, _, results, error in judged_appends(ctx, sim):
             if error is None:  # no tool result leads the block, or the rewrite comes from a system or user
                 continue  # message in the same block: a system or user append, history_rewrite's
             if error.inside_turn is not None:  # no rewrite: the engine's stop cuts the turn before its calls
@@ -108,6 +108,21 @@ def tool_append_prefix(ctx: AuditContext) -> Outcome:
         else f"tool appends break buffer + delta ({len(found.findings)} episode(s))"
     )
     return found.outcome(summary, "no tool conversation renders with this template")
+
+
+def judged_appends(
+    ctx: AuditContext, sim: Any
+) -> Iterator[tuple[int, BridgeError, list[dict[str, Any]], BridgeError | None]]:
+    """``sim``'s refused appends, in order, each with its leading tool results and the break they alone make
+    (``tool_append_error``), up to the first that is not theirs: a rewrite a system, user or developer message in the
+    block causes (``history_rewrite``'s). The simulator appends a refused block anyway, as code without the check
+    would (``Trajectory.append_refused``), so the appends after that one are judged against a buffer that holds the
+    rewritten prompt, not the template's history: what they show is its consequence, not a break of their own."""
+    for idx, bridge_error in sim.bridge_errors:
+        results, error = _tool_append(ctx, sim, idx, bridge_error)
+        yield idx, bridge_error, results, error
+        if error is None:
+            return
 
 
 def tool_append_error(ctx: AuditContext, sim: Any, idx: int, error: BridgeError) -> BridgeError | None:

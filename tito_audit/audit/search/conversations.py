@@ -11,7 +11,7 @@ alone, a call turn's text may come as an assistant message of its own before its
 strings where the template renders them (the forms the sweeps play once each, drawn with the rest), user turns may
 carry a name, answers an empty ``tool_calls``, results may be lists of text parts or JSON objects (these three
 where the template renders them), come in the order parallel calls complete or be named as a framework names its
-tool class, and a ``developer`` message may follow the first user turn where the template names that role. Every
+tool class, and a ``developer`` message may follow a user turn where the template names that role. Every
 choice is drawn simplest first, so
 hypothesis shrinks a counterexample to the fewest messages, calls and arguments, the plainest names and texts, and
 the switches unset, that still break the property.
@@ -184,9 +184,10 @@ class _Strategies:
         if len(starts) > 1 and draw(st.booleans()):
             messages.insert(starts[1], {"role": "system", "content": draw(self.text_full)})
         if space.roles and draw(st.booleans()):  # a role beside system the template names (OpenAI's developer)
-            messages.insert(
-                starts[0] + 1, {"role": draw(st.sampled_from(space.roles)), "content": draw(self.text_full)}
-            )
+            # after a user turn: the first (what it shrinks to), or a later one, appended with it after an answer
+            users = [i for i, m in enumerate(messages) if m["role"] == "user"]
+            at = draw(st.sampled_from(users)) + 1
+            messages.insert(at, {"role": draw(st.sampled_from(space.roles)), "content": draw(self.text_full)})
         # Drawn after the rest too (each shrinks to False, which leaves the conversation as it was): the forms loops
         # send that the sweeps play once each, here with whatever else the draw holds: results answered by their
         # call's id alone (OpenAI's format), a call turn's text sent as an assistant message of its own before its

@@ -10,8 +10,10 @@ property in one of two ways, the first outranking the second:
 - ``RERENDER``: re-rendering the parsed conversation and re-encoding it departs from the buffer
   (``naive_rerender``'s), or an append rewrites the history because of a system or user message in it, not its
   tool results (``history_rewrite``'s finding at that append: a loop that re-renders at that turn departs from the
-  buffer there, though the final re-render, where that message is no longer last, may not); the verdict is then at
-  least ``tito-required``.
+  buffer there, though the final re-render, where that message is no longer last, may not), or the re-render of the
+  episode cut after its last appended block (a turn limit reached there) departs from the buffer before it
+  (``naive_rerender``'s cuts, which judge every block of the scenarios, ``audit.episode_cuts``); the verdict is then
+  at least ``tito-required``.
 
 The verdict is never decided here: a counterexample joins the audit's scenarios and the checks judge it like any
 other (``audit.search``).
@@ -22,7 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tito_audit.audit.checks.tool_append_prefix import tool_append_error
+from tito_audit.audit.checks.tool_append_prefix import judged_appends
+from tito_audit.audit.episode_cuts import rewritten_cut
 from tito_audit.audit.simulation import Simulation, simulate
 from tito_audit.errors import InternalError
 from tito_audit.rollout.payloads import only_later_calls
@@ -44,9 +47,10 @@ class Played:
     simulation: Simulation
 
 
-def play(ctx: AuditContext, conversation: Conversation, sid: str) -> Played:
-    """``conversation`` played as scenario ``sid`` in the shape the template accepts (``AuditContext.shapes``).
-    Raises ``InternalError`` where our code or a library's fails (never a template's doing)."""
+def play(ctx: AuditContext, conversation: Conversation, sid: str, every_cut: bool = False) -> Played:
+    """``conversation`` played as scenario ``sid`` in the shape the template accepts (``AuditContext.shapes``);
+    ``every_cut``: judged cut after each appended block, not the last only (``kind_of``). Raises ``InternalError``
+    where our code or a library's fails (never a template's doing)."""
     try:
         sim = simulate(ctx.renderer, conversation.scenario(sid), ctx.stop_ids, ctx.shapes)
     except InternalError:
@@ -55,7 +59,7 @@ def play(ctx: AuditContext, conversation: Conversation, sid: str) -> Played:
         raise InternalError(f"{type(exc).__name__}: {exc} (playing a searched conversation)") from exc
     if sim.internal is not None:
         raise sim.internal
-    return Played(kind_of(ctx, sim), sim)
+    return Played(kind_of(ctx, sim, every_cut), sim)
 
 
 def judged(played: Played) -> bool:
@@ -65,18 +69,21 @@ def judged(played: Played) -> bool:
     return sim.ok and sim.trajectory is not None and not any(t.seam_merged for t in sim.turns)
 
 
-def kind_of(ctx: AuditContext, sim: Simulation) -> str | None:
+def kind_of(ctx: AuditContext, sim: Simulation, every_cut: bool = False) -> str | None:
     """How ``sim`` breaks the property (``APPEND`` before ``RERENDER``), or None. An append break is one the tool
     results alone make (``tool_append_prefix.tool_append_error``): a rewrite a system or user message appended
-    with them causes (or without them) is ``history_rewrite``'s, a ``RERENDER``."""
+    with them causes (or without them) is ``history_rewrite``'s, a ``RERENDER``, and the appends after it are not
+    judged (``tool_append_prefix.judged_appends``: the buffer then holds the rewritten prompt). The episode is judged
+    cut after its last appended block, or after each with ``every_cut`` (the sweeps': a value they hold in one block
+    only is met where the episode is cut after that block)."""
     if not judged(Played(None, sim)) or sim.trajectory is None:
         return None  # refused, or no canonical sample (a token spans prompt and completion: stop_boundary's)
-    rewritten = False  # an append a system or user message in it breaks: history_rewrite's
-    for idx, bridge_error in sim.bridge_errors:
-        turn = sim.messages[idx]
-        error = tool_append_error(ctx, sim, idx, bridge_error) if turn.get("tool_calls") else None
+    rewritten = False  # an append a system or user message in it breaks: history_rewrite's (judged last)
+    for idx, _, _, error in judged_appends(ctx, sim):
         if error is None:
             rewritten = True
-        elif error.inside_turn is None or not only_later_calls(turn, error.inside_turn):
+        elif error.inside_turn is None or not only_later_calls(sim.messages[idx], error.inside_turn):
             return APPEND
-    return RERENDER if rewritten or list(sim.trajectory.input_ids) != list(sim.naive_ids) else None
+    if rewritten or list(sim.trajectory.input_ids) != list(sim.naive_ids):
+        return RERENDER
+    return RERENDER if rewritten_cut(ctx.renderer, sim, last_only=not every_cut) is not None else None

@@ -208,7 +208,7 @@ def _swept(
     """The first of the sweep conversations ``plans`` that breaks the property in a way ``wanted`` (see ``sweep``),
     shrunk; None otherwise. Played as a draw is: memoized, within the caps, its arms counted (not scored: no draw
     follows)."""
-    probe = _Probe(ctx, state, allowance, coverage, wanted, lambda *args, **kwargs: None)
+    probe = _Probe(ctx, state, allowance, coverage, wanted, lambda *args, **kwargs: None, every_cut=True)
     state.hit = False
     for conversation in plans:
         if probe.breaks(conversation):
@@ -272,6 +272,7 @@ class _Probe:
     coverage: Coverage | None
     wanted: tuple[str, ...]
     target: Any
+    every_cut: bool = False  # each conversation judged cut after each appended block (the sweeps': ``kind_of``)
 
     def breaks(self, conversation: Conversation) -> bool:
         """Whether ``conversation`` breaks the property in a way ``wanted`` (memoized; see the module docstring)."""
@@ -289,7 +290,7 @@ class _Probe:
                 return False  # past the bound: the shrink stops at the smallest counterexample so far
             before = coverage.arms_run() if coverage is not None else 0
             try:
-                played = play(self.ctx, conversation, "search/candidate")
+                played = play(self.ctx, conversation, "search/candidate", self.every_cut)
             except InternalError as exc:
                 raise _Failed(exc) from None
             if coverage is not None and not state.hit:

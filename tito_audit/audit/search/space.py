@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from tito_audit.errors import RenderError
+from tito_audit.audit.other_roles import other_roles, renders
 from tito_audit.scenarios.reach import long_line, long_text
 from tito_audit.scenarios.spec import Message
 
@@ -61,7 +61,7 @@ ARGUMENT_KEYS: tuple[str, ...] = (
     "API_KEY",
 )
 # Text cores: plain first, then quotes, newlines, a backslash, non-ASCII, JSON in a string, code, a URL, a code
-# fence, an emoji, an error a tool returns, a sentence of about a hundred characters, and tool output's own shapes.
+# fence, an emoji, errors a tool returns, a sentence of about a hundred characters, and tool output's own shapes.
 TEXTS: tuple[str, ...] = (
     "Paris",
     "Sunny, 21 C.",
@@ -76,6 +76,7 @@ TEXTS: tuple[str, ...] = (
     "Here it is:\n```python\nprint(1)\n```",
     "On it ☀️",
     "Error: city not found",
+    "error: connection timed out (retrying)",  # ... and as command-line tools and loggers write one, lower case
     "The forecast for the next three days shows light rain in the morning and clear skies after noon.",
     # what shell and file tools return and code arguments hold: Windows line ends, ANSI colours, a zero-width space,
     # a function of many lines; and a call written as text (a model reasoning about it, or a call its parser missed)
@@ -104,7 +105,6 @@ TEXTS: tuple[str, ...] = (
 EDGES: tuple[str, ...] = ("", " ", "\n", "\n\n", "\t", "  \n")  # whitespace at the start or end of a text
 CALL_TEXTS: tuple[str, ...] = ("I'll check the weather.", "Let me look that up.\nOne moment.")  # text next to calls
 REASONING: tuple[str, ...] = ("The user wants the weather, so I call the tool.", "Check the forecast first.")
-OTHER_ROLES: tuple[str, ...] = ("developer",)  # roles beside system that APIs send (OpenAI's instructions role)
 LONG = 2_000  # characters of the long text every space has (past a template's own tests: ``lengths``)
 MAX_CYCLES = 24  # tool cycles of the longest episode drawn
 # a template testing the type of a message's content (``message.content is string``, ``m['content'] is iterable``)
@@ -125,8 +125,9 @@ class SearchSpace:
     ``result_parts``, ``result_objects``: a tool result may be a list of text parts, or a JSON object, where the
     template renders one; ``empty_calls``: an answer may carry ``tool_calls: []``, where the template renders one
     (Llama 3's refuses any number of calls but one); ``roles``: roles beside system (``OTHER_ROLES``) the template
-    names and renders, sent mid-conversation; ``after_results``: the messages of ``AFTER_RESULTS`` the template
-    renders right after a call turn's results, in their append (each probed on a catalogue conversation)."""
+    names and renders, sent mid-conversation; ``after_results``: the messages of ``AFTER_RESULTS`` and of those
+    ``roles`` the template renders right after a call turn's results, in their append (each probed on a catalogue
+    conversation)."""
 
     texts: tuple[str, ...] = TEXTS
     reasoning: bool = False
@@ -148,7 +149,8 @@ class SearchSpace:
     # that does: a template indexing the arguments refuses them, and every conversation with one with them)
     string_arguments: bool = False
     # roles of messages a loop may append with a call turn's results, before the model answers (``AFTER_RESULTS``: a
-    # user who speaks while the tools ran, a notice injected after tool output), those the template renders there
+    # user who speaks while the tools ran, a notice injected after tool output; and ``roles``: a developer message an
+    # agent injects there), those the template renders there
     after_results: tuple[str, ...] = ()
     # a call turn may carry text and reasoning together (gpt-oss's template refuses both: "Cannot pass both content
     # and thinking in an assistant message with tool calls!", and so every draw with one)
@@ -162,6 +164,7 @@ class SearchSpace:
         lengths = (LONG, reads.length) if reads.length > LONG else (LONG,)
         longs = tuple(text for n in lengths for text in (long_text(n, "Step"), long_line(n)))
         cycles = min(MAX_CYCLES, max(15, reads.cycles + 1))
+        roles = other_roles(ctx)
         return cls(
             texts=(*TEXTS, *literals, *longs),
             reasoning=bool(reasoning.mode),
@@ -171,31 +174,13 @@ class SearchSpace:
             parts=bool(ctx.engine.is_template and _TYPE_TEST.search(ctx.model.chat_template or "")),
             parallel=any(s.ok for s in ctx.simulations if "parallel" in s.scenario.tags),
             string_arguments=any(s.ok for s in ctx.simulations if s.scenario.id.endswith("/args_string")),
-            result_parts=_renders(ctx, results_as_parts),
-            result_objects=_renders(ctx, results_as_objects),
-            empty_calls=_renders(ctx, answers_with_empty_calls),
-            roles=tuple(role for role in OTHER_ROLES if _names_role(ctx, role) and _renders(ctx, _with_role(role))),
-            after_results=tuple(r for r in AFTER_RESULTS if _renders(ctx, partial(after_results, role=r))),
-            text_with_reasoning=not reasoning.mode or _renders(ctx, _call_text_with_reasoning),
+            result_parts=renders(ctx, results_as_parts),
+            result_objects=renders(ctx, results_as_objects),
+            empty_calls=renders(ctx, answers_with_empty_calls),
+            roles=roles,
+            after_results=tuple(r for r in (*AFTER_RESULTS, *roles) if renders(ctx, partial(after_results, role=r))),
+            text_with_reasoning=not reasoning.mode or renders(ctx, _call_text_with_reasoning),
         )
-
-
-def _names_role(ctx: AuditContext, role: str) -> bool:
-    """Whether the template's code holds ``role`` as a string literal (a role it compares a message's with)."""
-    template = (ctx.model.chat_template or "") if ctx.engine.is_template else ""
-    return f"'{role}'" in template or f'"{role}"' in template
-
-
-def _with_role(role: str) -> Callable[[list[Message]], list[Message]]:
-    """The conversation with a ``role`` message after its first user turn (a reminder a loop injects)."""
-
-    def form(messages: list[Message]) -> list[Message]:
-        first = next((i for i, m in enumerate(messages) if m["role"] == "user"), None)
-        if first is None:
-            return messages
-        return [*messages[: first + 1], {"role": role, "content": "Keep answers short."}, *messages[first + 1 :]]
-
-    return form
 
 
 # What a loop may append with a call turn's results, in the same block, before the model answers: the user speaking
@@ -205,13 +190,14 @@ AFTER_RESULTS: dict[str, str] = {"user": "Actually, use Celsius.", "system": "Re
 
 def after_results(messages: list[Message], role: str, text: str | None = None) -> list[Message]:
     """A ``role`` message right after the first call turn's results, in the same append: ``text``, or the role's
-    in ``AFTER_RESULTS``."""
+    in ``AFTER_RESULTS`` (a role beside those, OpenAI's ``developer``, the notice's)."""
     end = next((i for i, m in enumerate(messages) if m["role"] == "tool"), None)
     if end is None:
         return messages
     while end < len(messages) and messages[end]["role"] == "tool":
         end += 1
-    return [*messages[:end], {"role": role, "content": AFTER_RESULTS[role] if text is None else text}, *messages[end:]]
+    text = AFTER_RESULTS.get(role, AFTER_RESULTS["system"]) if text is None else text
+    return [*messages[:end], {"role": role, "content": text}, *messages[end:]]
 
 
 def _call_text_with_reasoning(messages: list[Message]) -> list[Message]:
@@ -244,18 +230,3 @@ def results_as_objects(messages: list[Message]) -> list[Message]:
 def answers_with_empty_calls(messages: list[Message]) -> list[Message]:
     """Every answer (an assistant turn without calls) with an empty ``tool_calls``."""
     return [{**m, "tool_calls": []} if m["role"] == "assistant" and not m.get("tool_calls") else m for m in messages]
-
-
-def _renders(ctx: AuditContext, form: Callable[[list[Message]], list[Message]]) -> bool:
-    """Whether the template renders messages in ``form``: tried on the first catalogue conversation played that
-    ``form`` changes (one render; a template that adds a result's content to text, or that allows one call a turn
-    and no other number, raises), so that the search spends no draw on a form the template refuses."""
-    for sim in ctx.simulations:
-        if not sim.ok or (changed := form(sim.messages)) == sim.messages:
-            continue
-        try:
-            ctx.renderer_for(sim.scenario).render(changed, tools=list(sim.scenario.tools))
-        except RenderError:
-            return False
-        return True
-    return False

@@ -13,7 +13,8 @@ message, two user turns in a row, calls without ids. Where one breaks, it is shr
 while the break remains. Each counts as one of the budget's conversations; the draws follow where none breaks.
 The sweep of values answers every other call as OpenAI's format does, by its id alone (no ``name``), and gives every
 third result a key a framework adds (``status``, as LangChain's ``ToolMessage`` has it); the sweep of texts
-answers every fourth call with neither an id nor a name.
+answers every fourth call with neither an id nor a name, and appends with the first results a user turn, a notice
+and a developer message where the template renders them there.
 
 A third (``sweep_ids``) plays the shapes of calls no value holds: a turn of parallel calls whose ids are not in
 the order of the calls and whose second repeats the first, then turns whose ids start again at ``call_0`` (the same
@@ -77,8 +78,9 @@ def _call(name: str, city: str) -> dict[str, Any]:
 def sweep_texts(space: SearchSpace) -> Conversation:
     """A tool cycle for each text core, written next to the call and returned as its result, in a conversation of
     the shapes loops send beside the catalogue's: a system prompt, a second system message in its middle (a
-    reminder, as coding agents inject), two user turns in a row, calls without ids. A template that refuses one
-    of them refuses this conversation only."""
+    reminder, as coding agents inject), two user turns in a row, calls without ids, and after the first cycles'
+    results each message a loop may append with them that the template renders there (``after_results``: a user
+    turn, a notice, a developer message). A template that refuses one of them refuses this conversation only."""
     texts = [t[:TEXT_CHARS] for t in space.texts]
     messages: list[Message] = [
         {"role": "system", "content": "You are a helpful assistant."},
@@ -95,6 +97,8 @@ def sweep_texts(space: SearchSpace) -> Conversation:
         turn = _assistant(space, text, _call("get_weather", "Paris"), k=k)
         # calls without ids every other cycle, and every fourth result with neither an id nor a name
         messages += placed(turn, [texts[(k + 1) % len(texts)]], counter, "none" if k % 2 else "short", k % 4 != 3)
+        if k < len(space.after_results):  # appended with this cycle's result, before the model answers
+            messages.append({"role": space.after_results[k], "content": "Reminder: keep answers short."})
     messages.append({"role": "assistant", "content": "It is sunny in Paris."})
     return Conversation(tuple(messages), declarations(messages), ())
 
