@@ -190,8 +190,8 @@ def canonical_episodes(
             err = None
         except RenderError as exc:
             naive, err = View([], []), f"{exc.kind}: {exc.message}"
-        if cuts is not None and sim.naive_ids == traj.input_ids:
-            cuts += cut_episodes(r, sim, parsed, stop_ids)
+        if cuts is not None and err is None and naive.ids == buffer.ids and naive.mask == buffer.mask:
+            cuts += cut_episodes(r, sim, parsed, stop_ids)  # (where the whole differs, that is this episode's fact)
         episodes.append(
             Episode(
                 sc.id,
@@ -209,25 +209,26 @@ def canonical_episodes(
 
 
 def cut_episodes(renderer: Renderer, sim: Simulation, parsed: list[Message], stop_ids: Sequence[int]) -> list[Episode]:
-    """The cuts of ``sim``'s episode whose naive re-render (``parsed`` up to the cut, no generation prompt) differs
-    from the buffer before the appended block, each an episode of its own: both views end where that block starts
-    (what follows is untrained, and rendered differently without a generation prompt by design)."""
+    """The first cut of ``sim``'s episode whose naive re-render (``parsed`` up to the cut, no generation prompt)
+    differs from the buffer before the appended block, as an episode of its own (none where every cut agrees): both
+    views end where that block starts (what follows is untrained, and rendered otherwise without a generation prompt by
+    design). The first only: the cuts of one episode are nested, and each would count the same trained tokens again.
+    A cut the template refuses to render is passed over, as ``naive_rerender`` names it: naive code fails there
+    loudly, it does not train on other tokens."""
     traj = sim.trajectory
     assert traj is not None
-    out: list[Episode] = []
     for cut in cuts_of(sim):
         h = cut.history
         buffer = View(list(traj.input_ids[:h]), list(traj.loss_mask[:h]))
         try:
             full = naive_view(renderer, parsed[: cut.messages], list(sim.scenario.tools), stop_ids)
-            naive, err = View(full.ids[:h], full.mask[:h]), None
-        except RenderError as exc:
-            naive, err = View([], []), f"{exc.kind}: {exc.message}"
-        if naive.ids == buffer.ids and naive.mask == buffer.mask:
+        except RenderError:
             continue
-        label = cut.label(sim.scenario.id)
-        out.append(Episode(label, buffer, naive, sim.messages[: cut.messages], naive_error=err, cut_of=sim.scenario.id))
-    return out
+        naive = View(full.ids[:h], full.mask[:h])
+        if naive.ids != buffer.ids or naive.mask != buffer.mask:
+            label = cut.label(sim.scenario.id)
+            return [Episode(label, buffer, naive, sim.messages[: cut.messages], cut_of=sim.scenario.id)]
+    return []
 
 
 def ending_episodes(ctx: AuditContext, stop_ids: Sequence[int]) -> list[Episode]:
@@ -241,11 +242,10 @@ def ending_episodes(ctx: AuditContext, stop_ids: Sequence[int]) -> list[Episode]
         sim = next(s for s in ctx.simulations if s.scenario.id == ending.scenario)
         try:
             full = naive_view(ctx.renderer_for(sim.scenario), ending.messages, ending.tools, stop_ids)
-            naive, err = View(full.ids[:n], full.mask[:n]), None
-        except RenderError as exc:
-            naive, err = View([], []), f"{exc.kind}: {exc.message}"
-        buffer = View(ending.buffer, ending.loss_mask)
-        out.append(Episode(ending.label, buffer, naive, ending.messages, naive_error=err, cut_of=ending.scenario))
+        except RenderError:
+            continue  # (as a refused cut: ``cut_episodes``)
+        naive, buffer = View(full.ids[:n], full.mask[:n]), View(ending.buffer, ending.loss_mask)
+        out.append(Episode(ending.label, buffer, naive, ending.messages, cut_of=ending.scenario))
     return out
 
 

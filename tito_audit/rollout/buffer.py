@@ -71,7 +71,9 @@ class Segment:
     kind: SegmentKind
     start: int
     end: int
-    messages: int  # index into Trajectory.messages of the first message this segment encodes
+    # Trajectory.messages when it was pushed: for sampled ids, the index of their assistant message; for the prompt
+    # and a bridge, pushed once their messages joined, the count of messages up to the last they encode
+    messages: int
 
 
 @dataclass(frozen=True)

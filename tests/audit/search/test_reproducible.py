@@ -34,9 +34,9 @@ def drawn(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     keys: list[str] = []
     real = search_run.play
 
-    def spy(ctx, conversation, name):  # type: ignore[no-untyped-def]
+    def spy(ctx, conversation, name, every_cut=False):  # type: ignore[no-untyped-def]
         keys.append(conversation.key)
-        return real(ctx, conversation, name)
+        return real(ctx, conversation, name, every_cut)
 
     monkeypatch.setattr(search_run, "play", spy)
     yield keys

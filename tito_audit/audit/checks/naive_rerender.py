@@ -10,6 +10,8 @@ is gone from the re-rendered history, which continues with 151657 ``<tool_call>`
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tito_audit.audit.checks.base import check
 from tito_audit.audit.collector import Collector
 from tito_audit.audit.context import AuditContext
@@ -32,7 +34,8 @@ sequence with the token buffer (prompt + sampled ids + deltas) for canonical tok
 gradient lands on tokens that were never sampled and loss masks shift; the number of trainable tokens the
 alignment loses is reported per episode. Each episode whose re-render is exact is also cut after every block of
 messages the loop appended (an episode that reached its turn limit there), re-rendered without a generation prompt,
-and its history before that block compared with the buffer: a template that rewrites the history only while an
+and its history before that block compared with the buffer (not where the template refused one of its appends: those
+are tool_append_prefix's and history_rewrite's): a template that rewrites the history only while an
 appended message is last and no generation prompt is asked fails here; so does one that rewrites it when an episode
 ends on a user turn, a system notice or a developer message appended after its final answer.""",
     fix_hint="""
@@ -40,7 +43,8 @@ Keep a token buffer (tito_audit.Trajectory): store sampled ids, append deltas, n
 )
 def naive_rerender(ctx: AuditContext) -> Outcome:
     found = Collector(ctx, "naive_rerender")
-    episodes = cut_episodes = in_cuts = 0
+    stopped = _Stopped()
+    episodes = 0
     for sim in ctx.ok_simulations(exclude_tags=("special_text",)):
         traj = sim.trajectory
         if traj is None:
@@ -60,10 +64,9 @@ def naive_rerender(ctx: AuditContext) -> Outcome:
                 "sampled tokens are lost"
             )
         if f is None:  # where the whole episode diverges, its cuts would show the same history again
-            compared, diverged = _judge_cuts(ctx, found, sim)
-            cut_episodes, in_cuts = cut_episodes + compared, in_cuts + diverged
+            _judge_cuts(ctx, found, sim, stopped)
     for ending in endings(ctx):
-        cut_episodes += 1
+        stopped.compared += 1
         finding = found.compare(
             ending.label,
             ending.buffer,
@@ -71,43 +74,54 @@ def naive_rerender(ctx: AuditContext) -> Outcome:
             f"re-rendering the episode ended by a {ending.role} message appended after its answer rewrites the history",
             trainable=ending.loss_mask,
         )
-        in_cuts += finding is not None
+        stopped.diverged += finding is not None
     findings = found.findings
     summary = f"exact in {episodes} episodes" + (
-        f" and {cut_episodes} ended at messages the loop appended" if cut_episodes else ""
+        f" and {stopped.compared} ended at messages the loop appended" if stopped.compared else ""
     )
     if findings:
-        summary = f"diverges in {len(findings) - in_cuts} of {episodes} episodes"
-        if in_cuts:  # (cuts that all kept the history are counted in ``data``)
-            summary += f" and in {in_cuts} of {cut_episodes} ended at messages the loop appended"
+        summary = f"diverges in {len(findings) - stopped.diverged} of {episodes} episodes"
+        if stopped.diverged:  # (cuts that all kept the history are counted in ``data``)
+            summary += f" and in {stopped.diverged} of {stopped.compared} ended at messages the loop appended"
         summary += f" ({', '.join(sorted({f.cls.replace('_', ' ') for f in findings}))})"
+    if stopped.refused:
+        summary += f"; the template refuses {stopped.refused} episode(s) cut after appended messages"
     data = {"episodes": episodes, "diverging": len(findings)}
-    if cut_episodes:
-        data["cuts"] = cut_episodes
+    if stopped.compared:
+        data["cuts"] = stopped.compared
+    if stopped.refused:
+        data["cuts_refused"] = stopped.refused
     return found.outcome(summary, "no episode could be simulated", data)
 
 
-def _judge_cuts(ctx: AuditContext, found: Collector, sim: Simulation) -> tuple[int, int]:
+@dataclass
+class _Stopped:
+    """The episodes stopped at messages the loop appended (cuts and endings): compared, diverging, and cuts the
+    template refuses to render without a generation prompt (a trainer's re-render fails there, loudly)."""
+
+    compared: int = 0
+    diverged: int = 0
+    refused: int = 0
+
+
+def _judge_cuts(ctx: AuditContext, found: Collector, sim: Simulation, stopped: _Stopped) -> None:
     """Compare the re-render of ``sim``'s episode cut after each appended block with the buffer's history before
-    that block (``episode_cuts``); returns how many cuts were compared and how many diverged."""
+    that block (``episode_cuts``), counted in ``stopped``."""
     traj = sim.trajectory
     assert traj is not None
-    compared = diverged = 0
     for cut in cuts(sim):
-        label = cut.label(sim.scenario.id)
         try:
             ids = cut_ids(ctx.renderer, sim, cut)
-        except RenderError as err:
-            found.failed(label, err)
+        except RenderError:
+            stopped.refused += 1
             continue
-        compared += 1
+        stopped.compared += 1
         finding = found.compare(
-            label,
+            cut.label(sim.scenario.id),
             traj.input_ids[: cut.history],
             ids[: cut.history],
             "re-rendering the episode cut after the messages the loop appended (a turn limit reached there) "
             "rewrites the history before them",
             trainable=traj.loss_mask[: cut.history],
         )
-        diverged += finding is not None
-    return compared, diverged
+        stopped.diverged += finding is not None

@@ -114,15 +114,21 @@ def judged_appends(
     ctx: AuditContext, sim: Any
 ) -> Iterator[tuple[int, BridgeError, list[dict[str, Any]], BridgeError | None]]:
     """``sim``'s refused appends, in order, each with its leading tool results and the break they alone make
-    (``tool_append_error``), up to the first that is not theirs: a rewrite a system, user or developer message in the
-    block causes (``history_rewrite``'s). The simulator appends a refused block anyway, as code without the check
-    would (``Trajectory.append_refused``), so the appends after that one are judged against a buffer that holds the
-    rewritten prompt, not the template's history: what they show is its consequence, not a break of their own."""
+    (``tool_append_error``), but the append after the assistant turn that follows a rewrite a system, user or
+    developer message in its block caused (``history_rewrite``'s). That turn's sampled ids were read off a prompt
+    whose history the template rewrote, not off its own render's (``simulation.derive_turn``), so a break at its
+    append is the rewrite's consequence, not one of its own: the append after it was judged an engine's stop inside
+    the turn where the template rewrites nothing on a tool append (red team 18's e4). The appends after that turn are
+    judged again: their turns' prompts are renders of their own."""
+    skip: int | None = None
     for idx, bridge_error in sim.bridge_errors:
+        if idx == skip:
+            continue
         results, error = _tool_append(ctx, sim, idx, bridge_error)
         yield idx, bridge_error, results, error
         if error is None:
-            return
+            messages = sim.messages
+            skip = next((k for k in range(idx + 1, len(messages)) if messages[k]["role"] == "assistant"), None)
 
 
 def tool_append_error(ctx: AuditContext, sim: Any, idx: int, error: BridgeError) -> BridgeError | None:

@@ -126,8 +126,8 @@ def _look(
         return
     except _Failed as failed:
         raise failed.error from None
-    if swept is not None:
-        played = play(ctx, swept, f"search/{len(result.found) + 1}")
+    if swept is not None:  # judged as the sweeps are: cut after every block (``_swept``)
+        played = play(ctx, swept, f"search/{len(result.found) + 1}", every_cut=True)
         result.found.append(played)
         if played.kind == APPEND or APPEND not in looking:
             return
