@@ -15,8 +15,10 @@ system notice, a ``developer`` message where the template names one) to an exact
 thinking mode, renders it without a generation prompt, and compares it with the episode's buffer.
 
 ``naive_rerender`` judges the cuts of every episode whose full re-render is exact and the endings, the counterexample
-search counts a cut that diverges as a re-render break (``search.property``), and ``tito-audit rl`` adds the cuts that
-diverge to its token facts, so that none says "exact" or "identical" where a cut is not.
+search counts a cut that diverges as a re-render break (``search.property``), and ``tito-audit rl`` adds the first cut
+of an episode that diverges, and each ending that does, to its token facts, so that none says "exact" or "identical"
+where a cut is not. A cut or an ending the template refuses to render is no silent rewrite (naive code fails there,
+loudly): ``naive_rerender`` names the refused cuts, the search and ``rl`` pass them over.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ def cut_ids(renderer: Renderer, sim: Simulation, cut: Cut) -> list[int]:
 
 def rewritten_cut(renderer: Renderer, sim: Simulation, last_only: bool = False) -> Cut | None:
     """The first cut of ``sim``'s episode whose re-render departs from the buffer before its block, or None (a cut the
-    template refuses to render is not one: ``naive_rerender`` names such failures). ``last_only``: the last cut alone,
+    template refuses to render is not one: ``naive_rerender`` names those). ``last_only``: the last cut alone,
     the one with the most history (the search's: each cut renders the conversation up to it, and a long episode's
     every cut would spend its render budget on one conversation)."""
     traj = sim.trajectory

@@ -13,14 +13,22 @@ a call turn's results (the catalogue's ``system_notice`` plays the notice; no sc
 
 from __future__ import annotations
 
+import json
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 
 from tests.audit.search.qwen_rewrites import MODEL, assert_clean_safe
 from tests.audit.search.qwen_rewrites import audited as qwen_rewrite
 from tests.conftest import DATA, audit_of
+from tito_audit import load
+from tito_audit.audit.checks.tool_append_prefix import _tool_append, judged_appends
+from tito_audit.audit.context import AuditContext, AuditOptions
+from tito_audit.audit.search.property import RERENDER, kind_of
 from tito_audit.audit.search.space import AFTER_RESULTS, after_results
+from tito_audit.audit.simulation import simulate
+from tito_audit.scenarios.searched import Conversation
 
 APPENDS = DATA / "search" / "appends"
 
@@ -133,3 +141,25 @@ def test_a_rewrite_while_a_developer_message_follows_a_later_user_turn_is_found_
         MODEL, APPENDS / "call_json_compacted_while_a_developer_message_follows_a_user_turn.jinja", search=0
     )
     assert without.verdict == "safe", without.verdict_reasons
+
+
+def test_the_append_after_the_turn_sampled_off_a_rewritten_prompt_is_not_judged() -> None:
+    """Red team 18's e4: after a [system, user, developer] block the template rewrote (developer last), the next
+    turn's sampled ids are read off that rewritten prompt, and the append after that turn showed "the template writes
+    the stop token inside the assistant turn": an append break, UNSAFE, that the same conversation does not show on
+    Qwen2.5's own template. ``judged_appends`` skips that append; the notice's rewrite stays history_rewrite's."""
+    folder = APPENDS / "cascade"
+    conversation = Conversation.from_dict(json.loads((folder / "conversation.json").read_text()))
+
+    def played(template: Path | None):  # type: ignore[no-untyped-def]
+        model = load(MODEL, chat_template_file=str(template)) if template else load(MODEL)
+        ctx = AuditContext(model, AuditOptions(search=0))
+        return ctx, simulate(ctx.renderer, conversation.scenario("x"), ctx.stop_ids, ctx.shapes)
+
+    ctx, sim = played(folder / "developer_after_a_user_turn.jinja")
+    (first, _), (second, error) = sim.bridge_errors
+    assert _tool_append(ctx, sim, first, sim.bridge_errors[0][1])[1] is None  # the developer message's rewrite
+    assert _tool_append(ctx, sim, second, error)[1] is not None  # what the next turn's append showed
+    assert [idx for idx, *_ in judged_appends(ctx, sim)] == [first]
+    assert kind_of(ctx, sim) == RERENDER
+    assert played(None)[1].bridge_errors == []  # the template's own rendering of the same conversation: no break
