@@ -28,10 +28,14 @@ def test_a_cut_whose_rerender_rewrites_the_history_is_a_token_fact(tmp_path: Pat
     # the full episodes end on an answer: their re-render is exact
     assert all(row["sequences_affected"] == 0 for name, row in rows.items() if name not in cut_rows)
     assert result.summary["verdict"] == "corrupted"
+    stopped = result.setup["coverage"]["stopped_episodes"]
+    assert stopped == len(cut_rows)
+    assert any(f"and {stopped} stopped at messages the loop appended" in r for r in result.summary["reasons"])
 
 
 @needs_hub
 def test_a_cut_whose_history_is_kept_adds_no_fact(tmp_path: Path) -> None:
     result = run_rl(RLConfig(model=_model(tmp_path, "closing_line_when_cut.jinja"), **QUICK))
     assert not [name for name in result.setup["token_facts"]["by_scenario"] if " cut after message " in name]
+    assert "stopped_episodes" not in result.setup["coverage"]
     assert result.summary["verdict"] == "identical"

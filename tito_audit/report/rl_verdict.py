@@ -154,6 +154,8 @@ def _fact_reasons(setup: dict[str, Any]) -> list[str]:
     template_facts, sampled_facts = setup.get("token_facts"), setup.get("sampled_token_facts")
     cov = setup.get("coverage") or {}
     every = f"all {cov['scenarios']} scenarios" if cov else "every scenario"
+    if cov.get("stopped_episodes"):  # episodes cut or ended at messages the loop appended (``audit.episode_cuts``)
+        every += f" and {cov['stopped_episodes']} stopped at messages the loop appended"
     reasons: list[str] = []
     for label, facts in ((f"{every}, canonical ids", template_facts), ("the sampled episodes", sampled_facts)):
         if facts and _fact_changes(facts):

@@ -83,7 +83,7 @@ class TemplateEpisodes:
         """What the token facts and the batches cover: scenarios, thinking modes, template kwargs, the filter."""
         modes = [mode_label(m) for m in self.thinking_modes]
         played, total = len(self.episodes), len(self.all_episodes)
-        return {
+        out = {
             "scenarios": total,
             "played": played,
             "filter": list(self.filter),
@@ -93,6 +93,9 @@ class TemplateEpisodes:
             "template_kwargs": dict(self.renderer.template_kwargs),
             "search": self.search.summary(),
         }
+        if self.cut_episodes:  # the token facts hold them too (named, never played by the batches)
+            out["stopped_episodes"] = len(self.cut_episodes)
+        return out
 
 
 def used_ids(episodes: list[Episode], stops: tuple[int, ...]) -> set[int]:
