@@ -131,7 +131,10 @@ def endings(ctx: AuditContext) -> list[Ending]:
                 ids = renderer.encode(renderer.render(ended, tools=tools))
             except RenderError:
                 continue
-            n = len(traj.input_ids)
-            buffer, mask = list(traj.input_ids), list(traj.loss_mask)
+            # where the template writes a turn's stop only once the conversation goes on (the next turn's opener,
+            # GLM's), the final turn's stop is the opener of what follows, as at every append (the simulator's
+            # convention): the ending's, compared as the appended message's own, not as history
+            n = len(traj.input_ids) - (1 if sim.turns and sim.turns[-1].stop_deferred else 0)
+            buffer, mask = list(traj.input_ids[:n]), list(traj.loss_mask[:n])
             out.append(Ending(sim.scenario.id, role, buffer, mask, ids[:n], ended, tools))
     return out
