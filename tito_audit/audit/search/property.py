@@ -74,9 +74,8 @@ def kind_of(ctx: AuditContext, sim: Simulation, every_cut: bool = False) -> str 
     results alone make (``tool_append_prefix.tool_append_error``): a rewrite a system or user message appended
     with them causes (or without them) is ``history_rewrite``'s, a ``RERENDER``, and the append of the turn sampled
     after it is not judged (``tool_append_prefix.judged_appends``: that turn was read off the rewritten prompt). The
-    episode is judged
-    cut after its last appended block, or after each with ``every_cut`` (the sweeps': a value they hold in one block
-    only is met where the episode is cut after that block)."""
+    episode is judged cut after its last appended block, or after each with ``every_cut`` (the sweeps': a value they
+    hold in one block only is met where the episode is cut after that block)."""
     if not judged(Played(None, sim)) or sim.trajectory is None:
         return None  # refused, or no canonical sample (a token spans prompt and completion: stop_boundary's)
     rewritten = False  # an append a system or user message in it breaks: history_rewrite's (judged last)
