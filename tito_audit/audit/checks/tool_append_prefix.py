@@ -114,37 +114,30 @@ def judged_appends(
     ctx: AuditContext, sim: Any
 ) -> Iterator[tuple[int, BridgeError, list[dict[str, Any]], BridgeError | None]]:
     """``sim``'s refused appends, in order, each with its leading tool results and the break they alone make
-    (``tool_append_error``), but the append after the assistant turn that follows a rewrite a system, user or
-    developer message in its block caused (``history_rewrite``'s). That turn's sampled ids were read off a prompt
-    whose history the template rewrote, not off its own render's (``simulation.derive_turn``), so a break at its
-    append is the rewrite's consequence, not one of its own: the append after it was judged an engine's stop inside
-    the turn where the template rewrites nothing on a tool append (red team 18's e4). The appends after that turn are
-    judged again: their turns' prompts are renders of their own."""
+    (``_tool_append``; None where the block has no leading tool result, or where appending only its results is fine:
+    the rewrite comes from a system or user message appended with them), but the append after the assistant turn
+    that follows a rewrite a system, user or developer message in its block caused (``history_rewrite``'s). That
+    turn's sampled ids were read off a prompt whose history the template rewrote, not off its own render's
+    (``simulation.derive_turn``), so a break at its append is the rewrite's consequence, not one of its own: the
+    append after it was judged an engine's stop inside the turn where the template rewrites nothing on a tool append
+    (red team 18's e4). The appends after that turn are judged again: their turns' prompts are renders of their
+    own."""
     skip: int | None = None
     for idx, bridge_error in sim.bridge_errors:
         if idx == skip:
             continue
         results, error = _tool_append(ctx, sim, idx, bridge_error)
         yield idx, bridge_error, results, error
-        if error is None:
-            messages = sim.messages
-            skip = next((k for k in range(idx + 1, len(messages)) if messages[k]["role"] == "assistant"), None)
-
-
-def tool_append_error(ctx: AuditContext, sim: Any, idx: int, error: BridgeError) -> BridgeError | None:
-    """The break of ``sim``'s append after assistant message ``idx`` (``error``) that its tool results alone make,
-    as this check judges it; None where the block has no leading tool result, or where appending only its results
-    is fine (the rewrite comes from a system or user message appended with them). The counterexample search's
-    property asks the same (``audit.search.property``), so that what it calls an append break is one this check
-    reports."""
-    return _tool_append(ctx, sim, idx, error)[1]
+        if error is None:  # the assistant turn after this block (past the end where none follows)
+            skip = idx + 1 + len(append_block(sim.messages, idx))
 
 
 def _tool_append(
     ctx: AuditContext, sim: Any, idx: int, error: BridgeError
 ) -> tuple[list[dict[str, Any]], BridgeError | None]:
-    """The tool results that lead the block appended after assistant message ``idx``, and the break they alone make
-    (``tool_append_error``)."""
+    """The tool results that lead the block appended after assistant message ``idx``, and the break they alone make,
+    as this check judges it. The counterexample search's property and ``history_rewrite`` ask the same
+    (``judged_appends``), so that what the search calls an append break is one this check reports."""
     block = append_block(sim.messages, idx)
     results = _tool_results(sim, idx, block)
     return results, (_tool_only_error(ctx, sim, idx, block, results, error) if results else None)

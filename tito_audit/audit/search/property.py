@@ -71,7 +71,7 @@ def judged(played: Played) -> bool:
 
 def kind_of(ctx: AuditContext, sim: Simulation, every_cut: bool = False) -> str | None:
     """How ``sim`` breaks the property (``APPEND`` before ``RERENDER``), or None. An append break is one the tool
-    results alone make (``tool_append_prefix.tool_append_error``): a rewrite a system or user message appended
+    results alone make (``tool_append_prefix.judged_appends``): a rewrite a system or user message appended
     with them causes (or without them) is ``history_rewrite``'s, a ``RERENDER``, and the append of the turn sampled
     after it is not judged (``tool_append_prefix.judged_appends``: that turn was read off the rewritten prompt). The
     episode is judged cut after its last appended block, or after each with ``every_cut`` (the sweeps': a value they
