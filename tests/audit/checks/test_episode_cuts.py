@@ -8,11 +8,15 @@ The templates (tests/data/templates/cuts/) are ChatML with tools on Qwen2.5's to
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conftest import DATA, audit_of
 from tito_audit import load
 from tito_audit.audit.context import AuditContext, AuditOptions
 from tito_audit.audit.episode_cuts import cut_ids, cuts
 from tito_audit.audit.search.property import RERENDER, kind_of
+from tito_audit.audit.search.space import SearchSpace
+from tito_audit.audit.search.sweep import sweep_answers
 
 CUTS = DATA / "templates" / "cuts"
 MODEL = "qwen2.5-7b-instruct"
@@ -90,6 +94,68 @@ def test_cuts_end_on_each_appended_block_and_keep_the_buffer_before_it() -> None
             if "special_text" not in sim.scenario.tags:
                 assert cut_ids(ctx.renderer, sim, cut)[: cut.history] == traj.input_ids[: cut.history]
     assert seen > 10
+
+
+def test_a_rewrite_while_the_episode_ends_at_an_answer_that_reports_an_error_is_found_by_the_sweeps() -> None:
+    """Red team 18's c7: the rewrite lasts while the last message is an answer that reports an error (a rollout ends
+    where the model answers without a call) and no generation prompt follows, a value no catalogue scenario's answer
+    holds and the code hides. The sweep of answers plays each text core as an answer that more messages follow: the
+    simulator renders each answer as the last message without a generation prompt (the episode ended there: the
+    render that gives its sampled turn), and the append after it, or the re-render, shows the rewrite. Without the
+    search it is SAFE."""
+    name = "compact_calls_when_the_answer_reports_an_error.jinja"
+    report = audit_of(MODEL, CUTS / name)
+    assert report.verdict == "tito-required", report.verdict_reasons
+    assert "tito-required:naive_rerender" in report.verdict_reasons
+    (found, *_) = report.scenarios["search"]["counterexamples"]
+    _from_the_sweep_of_answers(found)
+    answers = [m for m in found["messages"] if m["role"] == "assistant" and not m.get("tool_calls")]
+    assert found["kind"] == "rerender" and any("error" in (m["content"] or "").lower() for m in answers), found
+    assert audit_of(MODEL, CUTS / name, search=0).verdict == "safe"
+
+
+def test_a_rewrite_while_a_user_turn_reports_an_error_is_found_by_the_sweep_of_answers() -> None:
+    """Red team 18's c11: while the last message is a user turn that reports an error (the loop appends it with the
+    generation prompt), every call before it is written otherwise. The sweep of answers sends each text core as a
+    user turn after an answer; ``history_rewrite`` judges that append."""
+    name = "compact_calls_while_a_user_turn_reports_an_error.jinja"
+    report = audit_of(MODEL, CUTS / name)
+    assert report.verdict == "tito-required", report.verdict_reasons
+    assert any(f.scenario.startswith("search/") for f in report.check("history_rewrite").findings)
+    (found, *_) = report.scenarios["search"]["counterexamples"]
+    _from_the_sweep_of_answers(found)
+    users = [m["content"] for m in found["messages"][1:] if m["role"] == "user"]
+    assert any("error" in u.lower() for u in users), found
+    assert audit_of(MODEL, CUTS / name, search=0).verdict == "safe"
+
+
+def test_a_rewrite_while_the_last_result_carries_an_mcp_name_is_found_by_the_sweep_of_values() -> None:
+    """Red team 18's c9: the episode cut after the result of an MCP tool (``mcp__server__tool``, a name the result
+    carries) is re-rendered otherwise. The sweep of values names every result, so each name shape stands in one."""
+    name = "compact_calls_when_cut_after_an_mcp_result.jinja"
+    report = audit_of(MODEL, CUTS / name)
+    assert report.verdict == "tito-required", report.verdict_reasons
+    (found, *_) = report.scenarios["search"]["counterexamples"]
+    assert any("__" in (m.get("name") or "") for m in found["messages"] if m["role"] == "tool"), found
+    assert audit_of(MODEL, CUTS / name, search=0).verdict == "safe"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["control_user_turns_that_report_an_error_marked_alike", "control_answers_that_report_an_error_marked_alike"],
+)
+def test_a_turn_that_reports_an_error_marked_on_every_render_stays_safe(name: str) -> None:
+    """Controls: the same marker on a user turn, or an answer, that reports an error, whatever follows it."""
+    from tests.audit.search.qwen_rewrites import assert_clean_safe
+
+    assert_clean_safe(audit_of(MODEL, CUTS / f"{name}.jinja"))
+
+
+def _from_the_sweep_of_answers(found: dict) -> None:  # type: ignore[type-arg]
+    """The counterexample is the sweep of answers' (its tool cycle, as it opens), shrunk: not a draw's."""
+    sweep = sweep_answers(SearchSpace()).messages
+    assert [m.get("content") for m in found["messages"][:3]] == [m.get("content") for m in sweep[:3]], found
+    assert found["messages"][1]["tool_calls"][0]["function"]["name"] == "get_weather"
 
 
 def test_the_search_counts_a_cut_that_rewrites_the_history_as_a_rerender_break() -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import DATA, audit_of
 from tito_audit.audit.search.conversations import ID_STYLES, call_id
-from tito_audit.audit.search.space import CALL_TEXTS, EDGES, SearchSpace
+from tito_audit.audit.search.space import CALL_TEXTS, EDGES, NAME_SHAPES, SearchSpace
 from tito_audit.audit.search.sweep import sweep, sweep_ids, sweep_texts, sweep_turns
 
 TEMPLATES = DATA / "search"
@@ -73,7 +73,8 @@ def test_the_plain_template_stays_safe_under_the_search() -> None:
         ("assistant_text_dropped_before_assistant", "tito-required", "naive_rerender", None, "safe"),
         # red team 12 (each SAFE with exit 0 under dc74207's search, which played one pair: a one-line text, then a
         # call): the sweep of assistant turns in a row plays texts with whitespace at their edges and on two lines,
-        # an answer then another, a call then another; the sweep of values answers every other call by its id alone
+        # an answer then another, a call then another; the sweep of values answers every other call past its name
+        # shapes by its id alone
         ("answers_in_a_row_first_dropped", "tito-required", "naive_rerender", None, "safe"),
         ("assistant_in_a_row_extra_line", "tito-required", "naive_rerender", None, "safe"),
         ("text_before_call_trimmed", "tito-required", "naive_rerender", None, "safe"),
@@ -236,8 +237,11 @@ def test_the_turns_sweep_plays_assistant_messages_in_a_row_as_loops_write_them()
     single = sweep_turns(SearchSpace(parallel=False)).messages
     assert all(len(m["tool_calls"]) == 1 for m in single if m.get("tool_calls"))
     assert all(isinstance(c["function"]["arguments"], dict) for m in single for c in m.get("tool_calls") or [])
+    # every name shape stands in a result's name (red team 18's c9: an MCP name read from the last result, whose
+    # result had gone unnamed), and results answered by the call's id alone stand there too
     results = [m for m in sweep(SearchSpace()).messages if m["role"] == "tool"]
-    assert any("name" in m for m in results) and any("name" not in m for m in results)
+    assert set(NAME_SHAPES) <= {m.get("name") for m in results}
+    assert any("name" not in m and "tool_call_id" in m for m in results)
     assert any(m.get("status") == "success" for m in results)
     texts = [m for m in sweep_texts(SearchSpace()).messages if m["role"] == "tool"]
     assert any("name" not in m and "tool_call_id" not in m for m in texts)
@@ -253,7 +257,7 @@ def test_a_larger_search_draws_more_never_fewer() -> None:
 
 
 def test_the_sweeps_are_the_first_conversations_of_the_budget() -> None:
-    """A budget of one plays the first sweep only; forty play the four sweeps and thirty-six draws."""
+    """A budget of one plays the first sweep only; forty play the five sweeps and thirty-five draws."""
     one = audited("base", search=1).scenarios["search"]
     assert one["drawn"] == 1 and one["counterexamples"] == []
     full = audited("base").scenarios["search"]

@@ -11,8 +11,9 @@ texts and shapes (``sweep_texts``): each text core, whole (``TEXT_CHARS``), next
 message, two user turns in a row, calls without ids. Where one breaks, it is shrunk by hand as hypothesis would
 (``shrunk``): each tool cycle dropped, then each turn's reasoning, the text next to its call and each argument,
 while the break remains. Each counts as one of the budget's conversations; the draws follow where none breaks.
-The sweep of values answers every other call as OpenAI's format does, by its id alone (no ``name``), and gives every
-third result a key a framework adds (``status``, as LangChain's ``ToolMessage`` has it); the sweep of texts
+The sweep of values names the result of each name shape's first call (a template may read a result's name as well
+as a call's), answers every other call after them as OpenAI's format does, by its id alone (no ``name``), and gives
+every third result a key a framework adds (``status``, as LangChain's ``ToolMessage`` has it); the sweep of texts
 answers every fourth call with neither an id nor a name, and appends with the first results a user turn, a notice
 and a developer message where the template renders them there.
 
@@ -32,6 +33,13 @@ both (parallel calls split into messages). The buffer appends
 the generation prompt alone between them (``Trajectory.append_messages([])``). A template that rewrites the first
 of the two once the second follows (drops, trims or cuts its text, drops its reasoning or calls, writes another turn
 end) breaks on it; one that refuses two assistant messages in a row refuses this conversation only.
+
+A fifth (``sweep_answers``) plays each text core as an answer and then as the user turn after one: a tool cycle,
+then an exchange of an answer and a user turn per core. Each answer is rendered as the last message without a
+generation prompt (the episode as it ends there: a model that answers without a call ends its rollout; the render
+that gives the simulator its sampled turn), and the loop appends each user turn with the generation prompt. A
+template that rewrites the history only while the last message is an answer, or a user turn, that says a certain
+thing (an error, a refusal) breaks on it; its counterexample keeps the exchanges that break it.
 """
 
 from __future__ import annotations
@@ -52,8 +60,9 @@ TEXT_CHARS = 2 * LONG
 
 
 def sweeps(space: SearchSpace) -> list[Conversation]:
-    """The sweep of values (``sweep``), of texts and shapes (``sweep_texts``), of call ids (``sweep_ids``), then of
-    assistant turns in a row (``sweep_turns``): ``_SWEEPS``, in order."""
+    """The sweep of values (``sweep``), of texts and shapes (``sweep_texts``), of call ids (``sweep_ids``), of
+    assistant turns in a row (``sweep_turns``), then of answers and user turns (``sweep_answers``): ``_SWEEPS``, in
+    order."""
     return [build(space) for _, build in _SWEEPS]
 
 
@@ -117,7 +126,10 @@ def sweep(space: SearchSpace) -> Conversation:
         call = {"type": "function", "function": {"name": NAME_SHAPES[k % len(NAME_SHAPES)], "arguments": args}}
         turn = _assistant(space, (None, *CALL_TEXTS)[k % 3], call, k=k)
         extra = {"status": "success"} if k % 3 == 2 else None  # a key a framework adds (LangChain's ToolMessage)
-        messages += placed(turn, [texts[(k + 1) % len(texts)]], counter, named=k % 2 == 0, extra=extra)
+        # each name shape's first result carries its name (a template may read a result's name as well as a call's);
+        # past them every other result is answered by its call's id alone (OpenAI's format)
+        named = k < len(NAME_SHAPES) or k % 2 == 0
+        messages += placed(turn, [texts[(k + 1) % len(texts)]], counter, named=named, extra=extra)
     # then the user speaks again: every turn before is history before the last user message, which templates
     # rewrite apart from the turns after it (Qwen3's reasoning, names mapped for an API)
     messages += [
@@ -200,21 +212,40 @@ def sweep_turns(space: SearchSpace) -> Conversation:
     return Conversation(tuple(messages), declarations(messages), ())
 
 
+def sweep_answers(space: SearchSpace) -> Conversation:
+    """The sweep of answers and user turns (see the module docstring): a tool cycle, then each text core, whole, as
+    an answer and then as the user turn that follows one, reasoning on every turn where the template shows it."""
+    texts = [t[:TEXT_CHARS] for t in space.texts]
+    messages: list[Message] = [
+        {"role": "user", "content": "What's the weather in Paris?"},
+        *placed(_assistant(space, None, _call("get_weather", "Paris")), [TEXTS[1]], [0]),
+    ]
+    for k, text in enumerate(texts):
+        messages += [_assistant(space, text, k=k), {"role": "user", "content": texts[(k + 1) % len(texts)]}]
+    messages.append(_assistant(space, "It is sunny in Paris.", k=1))
+    return Conversation(tuple(messages), declarations(messages), ())
+
+
 # Every sweep, by the name the report gives one it could not judge (``search:unjudged:NAME``), in the order played
 _SWEEPS: tuple[tuple[str, Callable[[SearchSpace], Conversation]], ...] = (
     ("values", sweep),
     ("texts", sweep_texts),
     ("ids", sweep_ids),
     ("turns", sweep_turns),
+    ("answers", sweep_answers),
 )
 SWEEP_NAMES = tuple(name for name, _ in _SWEEPS)
 
 
 def shrunk(conversation: Conversation, breaks: Callable[[Conversation], bool]) -> Conversation:
-    """``conversation`` (which breaks) with its tool cycles dropped while it still breaks (``_fewer_cycles``), then a
-    last user turn and its answer, then each turn simplified (``_simpler``), while ``breaks`` still holds (it bounds
-    the plays: past its bound it answers False, which keeps what is left)."""
-    messages = _fewer_cycles(list(conversation.messages), lambda ms: breaks(_conversation(ms, conversation)))
+    """``conversation`` (which breaks) with its tool cycles dropped while it still breaks (``_fewer``), then
+    its exchanges of an answer and a user turn after the cycles (``sweep_answers``'), then a last user turn and its
+    answer, then each turn simplified (``_simpler``), while ``breaks`` still holds (it bounds the plays: past its
+    bound it answers False, which keeps what is left)."""
+    still = lambda ms: breaks(_conversation(ms, conversation))  # noqa: E731
+    messages = _fewer(list(conversation.messages), _cycles, still)
+    if len(_exchanges(messages)) > 1:  # the sweep of answers' (another sweep's one is the tail, below)
+        messages = _fewer(messages, _exchanges, still, keep=0, last_first=True)
     tail = messages[-2:]  # a user turn and its answer after the last tool cycle (``sweep``'s): dropped if not needed
     earlier_user = any(m["role"] == "user" for m in messages[:-2])
     if (
@@ -248,17 +279,36 @@ def _cycles(messages: list[Message]) -> list[tuple[int, int]]:
     return spans
 
 
-def _fewer_cycles(messages: list[Message], breaks: Callable[[list[Message]], bool]) -> list[Message]:
-    """``messages`` without every run of tool cycles whose dropping keeps the break (one cycle always kept): runs
-    of half the cycles first, then of a quarter, down to one, as delta debugging does. A break one cycle causes is
-    found in about twice the logarithm of the cycles' number of plays, most of them of shorter conversations (a
-    sweep's thirty-odd cycles, each played whole, had spent a template's render budget one by one)."""
-    size = max(1, len(_cycles(messages)) // 2)
+def _exchanges(messages: list[Message]) -> list[tuple[int, int]]:
+    """Each exchange of an answer and the user turn after it, once the conversation's tool cycles are over (the
+    sweep of answers'; another sweep has one at most, before its last user turn and answer)."""
+    last_call = max((i for i, m in enumerate(messages) if m.get("tool_calls")), default=-1)
+    return [
+        (i, i + 2)
+        for i in range(last_call + 1, len(messages) - 1)
+        if messages[i]["role"] == "assistant" and messages[i + 1]["role"] == "user"
+    ]
+
+
+def _fewer(
+    messages: list[Message],
+    units: Callable[[list[Message]], list[tuple[int, int]]],
+    breaks: Callable[[list[Message]], bool],
+    keep: int = 1,
+    last_first: bool = False,
+) -> list[Message]:
+    """``messages`` without every run of ``units`` (tool cycles, exchanges) whose dropping keeps the break (``keep``
+    of them always kept: a tool cycle, none of the exchanges): runs of half the units first, then of a quarter, down
+    to one, as delta debugging does. A break one unit causes is found in about twice the logarithm of the units'
+    number of plays, most of them of shorter conversations (a sweep's thirty-odd cycles, each played whole, had spent
+    a template's render budget one by one). ``last_first``: the runs are tried from the end, so that of two units
+    that break alike the earlier stays (the sweep of answers' cores come simplest first)."""
+    size = max(1, len(units(messages)) // 2)
     while True:
         k = 0
-        while len(spans := _cycles(messages)) > 1 and k < len(spans):
-            block = spans[k : k + size]
-            if len(block) == len(spans):  # never every cycle
+        while len(spans := units(messages)) > keep and k < len(spans):
+            block = spans[::-1][k : k + size] if last_first else spans[k : k + size]
+            if len(spans) - len(block) < keep:  # never fewer than ``keep``
                 break
             drop = {i for a, b in block for i in range(a, b)}
             candidate = [m for i, m in enumerate(messages) if i not in drop]
