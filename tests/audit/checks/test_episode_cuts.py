@@ -131,12 +131,14 @@ def test_a_rewrite_while_a_user_turn_reports_an_error_is_found_by_the_sweep_of_a
 
 def test_a_rewrite_while_the_last_result_carries_an_mcp_name_is_found_by_the_sweep_of_values() -> None:
     """Red team 18's c9: the episode cut after the result of an MCP tool (``mcp__server__tool``, a name the result
-    carries) is re-rendered otherwise. The sweep of values names every result, so each name shape stands in one."""
+    carries) is re-rendered otherwise. The sweep of values names each name shape's first result, so every shape
+    stands in one: the first conversation of the budget finds it (a budget of one plays that sweep alone; before,
+    the MCP call's result went unnamed, and only a draw that happened to pair the name with an ending found it)."""
     name = "compact_calls_when_cut_after_an_mcp_result.jinja"
-    report = audit_of(MODEL, CUTS / name)
-    assert report.verdict == "tito-required", report.verdict_reasons
-    (found, *_) = report.scenarios["search"]["counterexamples"]
-    assert any("__" in (m.get("name") or "") for m in found["messages"] if m["role"] == "tool"), found
+    for report in (audit_of(MODEL, CUTS / name, search=1), audit_of(MODEL, CUTS / name)):
+        assert report.verdict == "tito-required", report.verdict_reasons
+        (found, *_) = report.scenarios["search"]["counterexamples"]
+        assert any("__" in (m.get("name") or "") for m in found["messages"] if m["role"] == "tool"), found
     assert audit_of(MODEL, CUTS / name, search=0).verdict == "safe"
 
 
