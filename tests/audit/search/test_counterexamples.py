@@ -257,7 +257,7 @@ def test_a_larger_search_draws_more_never_fewer() -> None:
 
 
 def test_the_sweeps_are_the_first_conversations_of_the_budget() -> None:
-    """A budget of one plays the first sweep only; forty play the five sweeps and thirty-five draws."""
+    """A budget of one plays the first sweep only; forty play the six sweeps and thirty-four draws."""
     one = audited("base", search=1).scenarios["search"]
     assert one["drawn"] == 1 and one["counterexamples"] == []
     full = audited("base").scenarios["search"]

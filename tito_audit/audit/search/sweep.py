@@ -40,6 +40,13 @@ generation prompt (the episode as it ends there: a model that answers without a 
 that gives the simulator its sampled turn), and the loop appends each user turn with the generation prompt. A
 template that rewrites the history only while the last message is an answer, or a user turn, that says a certain
 thing (an error, a refusal) breaks on it; its counterexample keeps the exchanges that break it.
+
+A sixth (``sweep_agent``) plays a coding agent's episode as its harness sends it: a system prompt that says what the
+model is, tools declared as such harnesses declare them (a shell tool described as one, a file tool whose parameter
+is ``file_path``, a tool without a description: ``AGENT_TOOLS``), what those tools return (a Python traceback, a
+shell's exit status, a file), a call's text, an answer that asks, and a user who says "continue". A template that
+rewrites the history where the system prompt, the tools' declarations or such a result say something breaks on it;
+its shrink keeps the harness's declarations of the tools still called.
 """
 
 from __future__ import annotations
@@ -61,8 +68,8 @@ TEXT_CHARS = 2 * LONG
 
 def sweeps(space: SearchSpace) -> list[Conversation]:
     """The sweep of values (``sweep``), of texts and shapes (``sweep_texts``), of call ids (``sweep_ids``), of
-    assistant turns in a row (``sweep_turns``), then of answers and user turns (``sweep_answers``): ``_SWEEPS``, in
-    order."""
+    assistant turns in a row (``sweep_turns``), of answers and user turns (``sweep_answers``), then a coding agent's
+    episode (``sweep_agent``): ``_SWEEPS``, in order."""
     return [build(space) for _, build in _SWEEPS]
 
 
@@ -226,6 +233,76 @@ def sweep_answers(space: SearchSpace) -> Conversation:
     return Conversation(tuple(messages), declarations(messages), ())
 
 
+# A coding agent's harness, as such loops declare it: a system prompt that says what the model is, a shell tool
+# described as one, a file tool whose parameter is a path, a tool declared without a description
+AGENT_SYSTEM = (
+    "You are an autonomous coding agent working in the user's repository. Use the tools to run commands, read "
+    "files and fix what fails; keep going until the task is done."
+)
+AGENT_TOOLS: tuple[dict[str, Any], ...] = (
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "Run a command in a bash shell and return its output and exit code.",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file of the repository.",
+            "parameters": {
+                "type": "object",
+                "properties": {"file_path": {"type": "string"}, "limit": {"type": "integer"}},
+                "required": ["file_path"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "todo_write",
+            "parameters": {"type": "object", "properties": {"todos": {"type": "array"}}, "required": ["todos"]},
+        },
+    },
+)
+# what a coding agent's tools return: a Python traceback, a shell's exit status as Codex CLI reports it, a file
+_TRACEBACK = (
+    'Traceback (most recent call last):\n  File "tests/test_app.py", line 3, in <module>\n    from app import main\n'
+    "ModuleNotFoundError: No module named 'app'\n"
+)
+_EXIT = "Exit code: 1\nWall time: 0.4 seconds\nOutput:\nFAILED tests/test_app.py::test_main - ZeroDivisionError\n"
+
+
+def sweep_agent(space: SearchSpace) -> Conversation:
+    """The sweep of a coding agent's episode (see the module docstring): a harness's system prompt and tools
+    (``AGENT_TOOLS``), what shell and file tools return, a user who says "continue"."""
+
+    def call(name: str, **arguments: Any) -> dict[str, Any]:
+        return {"type": "function", "function": {"name": name, "arguments": arguments}}
+
+    counter = [0]
+    said = partial(_assistant, space)
+    messages: list[Message] = [
+        {"role": "system", "content": AGENT_SYSTEM},
+        {"role": "user", "content": "The tests fail in this repo. Fix them."},
+        *placed(said(None, call("bash", command="python -m pytest -q"), k=0), [_TRACEBACK], counter),
+        *placed(said("Let me look at the code.", call("read_file", file_path="src/app.py"), k=1), [_SOURCE], counter),
+        *placed(said(None, call("bash", command="pytest -q tests/test_app.py"), k=0), [_EXIT], counter),
+        *placed(said(None, call("todo_write", todos=["fix the import", "fix main"]), k=1), ["ok"], counter),
+        said("The import path was wrong and main divided by zero; both are fixed. Run the linter too?", k=0),
+        {"role": "user", "content": "continue"},
+        *placed(said(None, call("bash", command="ruff check ."), k=1), ["All checks passed!"], counter),
+        said("Done: the tests pass and the linter is clean.", k=0),
+    ]
+    return Conversation(tuple(messages), AGENT_TOOLS, ())
+
+
+_SOURCE = "def main():\n    return 1 / 0\n"
+
+
 # Every sweep, by the name the report gives one it could not judge (``search:unjudged:NAME``), in the order played
 _SWEEPS: tuple[tuple[str, Callable[[SearchSpace], Conversation]], ...] = (
     ("values", sweep),
@@ -233,6 +310,7 @@ _SWEEPS: tuple[tuple[str, Callable[[SearchSpace], Conversation]], ...] = (
     ("ids", sweep_ids),
     ("turns", sweep_turns),
     ("answers", sweep_answers),
+    ("agent", sweep_agent),
 )
 SWEEP_NAMES = tuple(name for name, _ in _SWEEPS)
 
@@ -347,4 +425,12 @@ def _with_call(message: Message, index: int, function: dict[str, Any]) -> Messag
 
 
 def _conversation(messages: list[Message], like: Conversation) -> Conversation:
-    return Conversation(tuple(messages), declarations(messages), like.kwargs)
+    """``messages`` as a conversation of ``like``'s: each tool called declared as ``declarations`` would, or as
+    ``like`` declared it where that is not the derived declaration (a harness's, ``sweep_agent``'s)."""
+    own = {
+        t["function"]["name"]: t
+        for t in like.tools
+        if t["function"].get("description") != f"The {t['function']['name']} tool."
+    }
+    derived = declarations(messages)
+    return Conversation(tuple(messages), tuple(own.get(t["function"]["name"], t) for t in derived), like.kwargs)
