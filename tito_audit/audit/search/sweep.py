@@ -274,6 +274,7 @@ _TRACEBACK = (
     "ModuleNotFoundError: No module named 'app'\n"
 )
 _EXIT = "Exit code: 1\nWall time: 0.4 seconds\nOutput:\nFAILED tests/test_app.py::test_main - ZeroDivisionError\n"
+_SOURCE = "def main():\n    return 1 / 0\n"
 
 
 def sweep_agent(space: SearchSpace) -> Conversation:
@@ -298,9 +299,6 @@ def sweep_agent(space: SearchSpace) -> Conversation:
         said("Done: the tests pass and the linter is clean.", k=0),
     ]
     return Conversation(tuple(messages), AGENT_TOOLS, ())
-
-
-_SOURCE = "def main():\n    return 1 / 0\n"
 
 
 # Every sweep, by the name the report gives one it could not judge (``search:unjudged:NAME``), in the order played
