@@ -86,9 +86,9 @@ def _assistant(space: SearchSpace, content: str | None, *calls: dict[str, Any], 
     return turn
 
 
-def _call(name: str, city: str) -> dict[str, Any]:
-    """A call of ``name`` with one argument, the city (the ids and turns sweeps' calls)."""
-    return {"type": "function", "function": {"name": name, "arguments": {"city": city}}}
+def _call(name: str, **arguments: Any) -> dict[str, Any]:
+    """A call of ``name`` with ``arguments`` (the ids, turns, answers and agent sweeps' calls)."""
+    return {"type": "function", "function": {"name": name, "arguments": arguments}}
 
 
 def sweep_texts(space: SearchSpace) -> Conversation:
@@ -110,7 +110,7 @@ def sweep_texts(space: SearchSpace) -> Conversation:
                 {"role": "user", "content": "And tomorrow?"},
                 {"role": "user", "content": "Also Lyon."},
             ]
-        turn = _assistant(space, text, _call("get_weather", "Paris"), k=k)
+        turn = _assistant(space, text, _call("get_weather", city="Paris"), k=k)
         # calls without ids every other cycle, and every fourth result with neither an id nor a name
         messages += placed(turn, [texts[(k + 1) % len(texts)]], counter, "none" if k % 2 else "short", k % 4 != 3)
         if k < len(space.after_results):  # appended with this cycle's result, before the model answers
@@ -163,19 +163,19 @@ def sweep_ids(space: SearchSpace) -> Conversation:
         results = [f"Result {k}.{j}." for j in range(len(calls))]
         return placed(_assistant(space, None, *calls, k=k), results, counter, ids)
 
-    first = [_call("get_weather", "Paris"), _call("get_weather", "Paris"), _call("get_forecast", "Lyon")]
+    first = [_call("get_weather", city="Paris"), _call("get_weather", city="Paris"), _call("get_forecast", city="Lyon")]
     if not space.parallel:
         first = first[:1]
     messages: list[Message] = [
         {"role": "user", "content": "What's the weather in Paris and Lyon?"},
         *cycle(first, list(_UNORDERED_IDS[: len(first)]), 0),
-        *cycle([_call("get_weather", "Lyon")], ["call_0"], 1),
-        *cycle([_call("get_time", "Lyon")], ["call_0"], 2),
-        *cycle([_call("get_forecast", "Paris")], [_VENDOR_IDS[0]], 3),
-        *cycle([_call("get_weather", "Paris")], [_VENDOR_IDS[1]], 4),
+        *cycle([_call("get_weather", city="Lyon")], ["call_0"], 1),
+        *cycle([_call("get_time", city="Lyon")], ["call_0"], 2),
+        *cycle([_call("get_forecast", city="Paris")], [_VENDOR_IDS[0]], 3),
+        *cycle([_call("get_weather", city="Paris")], [_VENDOR_IDS[1]], 4),
         {"role": "assistant", "content": "Paris is sunny; Lyon is cloudy."},
         {"role": "user", "content": "And tomorrow?"},
-        *cycle([_call("get_forecast", "Paris")], ["call_0"], 5),
+        *cycle([_call("get_forecast", city="Paris")], ["call_0"], 5),
     ]
     messages.append(_assistant(space, "Rain tomorrow."))
     return Conversation(tuple(messages), declarations(messages), ())
@@ -193,10 +193,13 @@ def sweep_turns(space: SearchSpace) -> Conversation:
     # and with it the whole conversation)
     for k, edge in enumerate(EDGES[1:]):
         text = f"{CALL_TEXTS[k % len(CALL_TEXTS)]}{edge}"
-        messages += [said(text, k=k), *placed(said(None, _call("get_weather", "Paris"), k=k + 1), [TEXTS[1]], counter)]
+        messages += [
+            said(text, k=k),
+            *placed(said(None, _call("get_weather", city="Paris"), k=k + 1), [TEXTS[1]], counter),
+        ]
     # four in a row: a text ending with ':', the space's longest text, another text, then a turn of two calls (where
     # the template renders parallel ones) with an empty text, as OpenAI's format writes a call turn's content
-    calls = [_call("get_weather", "Paris"), _call("get_time", "Paris")][: 2 if space.parallel else 1]
+    calls = [_call("get_weather", city="Paris"), _call("get_time", city="Paris")][: 2 if space.parallel else 1]
     messages += [
         said("Two things to check:", k=0),
         said(max(space.texts, key=len), k=1),
@@ -210,11 +213,11 @@ def sweep_turns(space: SearchSpace) -> Conversation:
     ]
     # a call with text, then another call: their results after both; the first call's arguments a JSON string, as
     # OpenAI's format sends them, where the template renders one
-    lyon = _call("get_weather", "Lyon")
+    lyon = _call("get_weather", city="Lyon")
     if space.string_arguments:
         lyon["function"]["arguments"] = json.dumps(lyon["function"]["arguments"])
     first = placed(said("Checking Lyon.", lyon, k=0), ["Cloudy."], counter)
-    second = placed(said(None, _call("get_time", "Lyon"), k=1), ["10:42"], counter)
+    second = placed(said(None, _call("get_time", city="Lyon"), k=1), ["10:42"], counter)
     messages += [first[0], second[0], first[1], second[1], said("Cloudy, and it is 10:42 in Lyon.", k=0)]
     return Conversation(tuple(messages), declarations(messages), ())
 
@@ -225,7 +228,7 @@ def sweep_answers(space: SearchSpace) -> Conversation:
     texts = [t[:TEXT_CHARS] for t in space.texts]
     messages: list[Message] = [
         {"role": "user", "content": "What's the weather in Paris?"},
-        *placed(_assistant(space, None, _call("get_weather", "Paris")), [TEXTS[1]], [0]),
+        *placed(_assistant(space, None, _call("get_weather", city="Paris")), [TEXTS[1]], [0]),
     ]
     for k, text in enumerate(texts):
         messages += [_assistant(space, text, k=k), {"role": "user", "content": texts[(k + 1) % len(texts)]}]
@@ -281,21 +284,18 @@ def sweep_agent(space: SearchSpace) -> Conversation:
     """The sweep of a coding agent's episode (see the module docstring): a harness's system prompt and tools
     (``AGENT_TOOLS``), what shell and file tools return, a user who says "continue"."""
 
-    def call(name: str, **arguments: Any) -> dict[str, Any]:
-        return {"type": "function", "function": {"name": name, "arguments": arguments}}
-
     counter = [0]
     said = partial(_assistant, space)
     messages: list[Message] = [
         {"role": "system", "content": AGENT_SYSTEM},
         {"role": "user", "content": "The tests fail in this repo. Fix them."},
-        *placed(said(None, call("bash", command="python -m pytest -q"), k=0), [_TRACEBACK], counter),
-        *placed(said("Let me look at the code.", call("read_file", file_path="src/app.py"), k=1), [_SOURCE], counter),
-        *placed(said(None, call("bash", command="pytest -q tests/test_app.py"), k=0), [_EXIT], counter),
-        *placed(said(None, call("todo_write", todos=["fix the import", "fix main"]), k=1), ["ok"], counter),
+        *placed(said(None, _call("bash", command="python -m pytest -q"), k=0), [_TRACEBACK], counter),
+        *placed(said("Let me look at the code.", _call("read_file", file_path="src/app.py"), k=1), [_SOURCE], counter),
+        *placed(said(None, _call("bash", command="pytest -q tests/test_app.py"), k=0), [_EXIT], counter),
+        *placed(said(None, _call("todo_write", todos=["fix the import", "fix main"]), k=1), ["ok"], counter),
         said("The import path was wrong and main divided by zero; both are fixed. Run the linter too?", k=0),
         {"role": "user", "content": "continue"},
-        *placed(said(None, call("bash", command="ruff check ."), k=1), ["All checks passed!"], counter),
+        *placed(said(None, _call("bash", command="ruff check ."), k=1), ["All checks passed!"], counter),
         said("Done: the tests pass and the linter is clean.", k=0),
     ]
     return Conversation(tuple(messages), AGENT_TOOLS, ())
@@ -424,11 +424,10 @@ def _with_call(message: Message, index: int, function: dict[str, Any]) -> Messag
 
 def _conversation(messages: list[Message], like: Conversation) -> Conversation:
     """``messages`` as a conversation of ``like``'s: each tool called declared as ``declarations`` would, or as
-    ``like`` declared it where that is not the derived declaration (a harness's, ``sweep_agent``'s)."""
-    own = {
-        t["function"]["name"]: t
-        for t in like.tools
-        if t["function"].get("description") != f"The {t['function']['name']} tool."
-    }
-    derived = declarations(messages)
-    return Conversation(tuple(messages), tuple(own.get(t["function"]["name"], t) for t in derived), like.kwargs)
+    ``like`` declared it where that is not what ``declarations`` derives from ``like``'s own messages (a harness's,
+    ``sweep_agent``'s)."""
+    derived = {t["function"]["name"]: t for t in declarations(list(like.messages))}
+    own = {t["function"]["name"]: t for t in like.tools if t != derived.get(t["function"]["name"])}
+    return Conversation(
+        tuple(messages), tuple(own.get(t["function"]["name"], t) for t in declarations(messages)), like.kwargs
+    )
