@@ -11,7 +11,7 @@ This is the audit's side (the checks read its ``Simulation``s through ``AuditCon
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -299,21 +299,29 @@ def _adapted(
     err = _first_render_error(renderer, messages, tools, texts)
     if err is None or err.kind in ("timeout", "too_large", "security"):
         return messages, shaped, err, texts
-    tried: list[tuple[str, ...]] = [
-        ("system_into_user",),
-        ("tool_as_user",),
-        ("system_into_user", "tool_as_user"),
-    ]
-    for names in tried:
-        adapted = messages
-        for name in names:
-            adapted = ADAPTERS[name](adapted)
-        if adapted == messages:
-            continue
+    for names, adapted in fallbacks(messages):
         texts = []
         if _first_render_error(renderer, adapted, tools, texts) is None:
             return adapted, (*shaped, *names), None, texts
     return messages, shaped, err, []
+
+
+# The adapters tried, one by one and then together, where the template refuses a conversation in its own shape
+FALLBACK_ADAPTERS: tuple[tuple[str, ...], ...] = (
+    ("system_into_user",),
+    ("tool_as_user",),
+    ("system_into_user", "tool_as_user"),
+)
+
+
+def fallbacks(messages: list[Message]) -> Iterator[tuple[tuple[str, ...], list[Message]]]:
+    """Each set of ``FALLBACK_ADAPTERS`` that changes ``messages``, and the messages it makes."""
+    for names in FALLBACK_ADAPTERS:
+        adapted = messages
+        for name in names:
+            adapted = ADAPTERS[name](adapted)
+        if adapted != messages:
+            yield names, adapted
 
 
 def simulate(

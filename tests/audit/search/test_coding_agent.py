@@ -52,7 +52,7 @@ def test_the_harness_declares_its_tools_as_harnesses_do() -> None:
     """A shell tool described as one, a file tool whose parameter is a path, a tool without a description; the
     shrink keeps those declarations for the tools still called (a rewrite keyed on them must still break)."""
     from tito_audit.audit.search.space import SearchSpace
-    from tito_audit.audit.search.sweep import _conversation, sweep_agent
+    from tito_audit.audit.search.sweep import like_sweep, sweep_agent
 
     conversation = sweep_agent(SearchSpace())
     assert conversation.tools == AGENT_TOOLS
@@ -62,5 +62,5 @@ def test_the_harness_declares_its_tools_as_harnesses_do() -> None:
     users = [m["content"] for m in conversation.messages if m["role"] == "user"]
     results = [m["content"] for m in conversation.messages if m["role"] == "tool"]
     assert "continue" in users and any(r.startswith("Traceback") for r in results)
-    kept = _conversation([m for m in conversation.messages[:4]], conversation)  # the first call and its result
+    kept = like_sweep([m for m in conversation.messages[:4]], conversation)  # the first call and its result
     assert [t["function"]["name"] for t in kept.tools] == ["bash"] and kept.tools[0] == AGENT_TOOLS[0]

@@ -31,17 +31,17 @@ def audited(name: str):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize(
     ("name", "verdict"),
     [
-        ("zero_padded_result_as_int_in_history", "unsafe"),
+        ("zero_padded_result_as_int_in_history", "tito-required"),
         ("decimal_result_normalized_in_history", "tito-required"),
-        ("xml_declaration_stripped_in_history", "unsafe"),
-        ("base64_result_omitted_in_history", "unsafe"),
+        ("xml_declaration_stripped_in_history", "tito-required"),
+        ("base64_result_omitted_in_history", "tito-required"),
         ("line_ends_normalized_in_history", "tito-required"),
-        ("iso_timestamp_rewritten_in_history", "unsafe"),
+        ("iso_timestamp_rewritten_in_history", "tito-required"),
         ("unicode_spaces_squeezed_in_history", "tito-required"),
         ("markdown_table_compacted_in_history", "tito-required"),
-        ("boolean_result_capitalized_in_history", "unsafe"),
+        ("boolean_result_capitalized_in_history", "tito-required"),
         ("negative_result_relabelled_in_history", "tito-required"),
-        ("html_result_stripped_in_history", "unsafe"),
+        ("html_result_stripped_in_history", "tito-required"),
         ("result_name_shown_when_not_a_call_in_history", "tito-required"),
         ("results_by_call_position_in_history", "tito-required"),
         ("developer_as_system_in_history", "tito-required"),
@@ -103,3 +103,23 @@ def test_cycles_are_dropped_by_halves_first() -> None:
     assert len(_cycles(kept)) == 1 and len(plays) < 16  # one by one: 31 plays, each of a longer conversation
     with_text = _fewer(messages, _cycles, lambda ms: any(m.get("content") == "text 20" for m in ms))
     assert [m.get("content") for m in with_text] == ["go", "text 20", None, "20", "done"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "zero_padded_result_as_int_in_history",
+        "decimal_result_normalized_in_history",
+        "base64_result_omitted_in_history",
+        "html_result_stripped_in_history",
+    ],
+)
+def test_a_result_rewritten_only_in_history_is_not_called_dropped(name: str) -> None:
+    """The model is shown each result when its block is appended; the template writes it otherwise (or leaves it
+    out) only once it is history. That is a rewrite of the history: the token buffer keeps what the model was shown,
+    so buffer + delta stays exact and only the re-render breaks (``tito-required``), never ``drops_tool_results``
+    (on de5514b these were ``unsafe`` for that reason where the rewritten text no longer held the result's, and
+    ``tito-required`` where it still did: ``-7`` written ``-7.0``)."""
+    r = audited(name)
+    assert "unsafe:drops_tool_results" not in r.verdict_reasons, r.verdict_reasons
+    assert r.verdict == "tito-required" and "tito-required:naive_rerender" in r.verdict_reasons, r.verdict_reasons

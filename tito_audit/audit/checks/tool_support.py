@@ -12,7 +12,10 @@ place holds every letter and digit of the value, in order. A value the template 
 A tool result or an argument value whose whitespace the template writes otherwise (runs of spaces and newlines
 squeezed into one space) is rendered: every word of it is there, in order. A tool result the template writes in a
 form of its own on every turn (JSON written compact, quotes escaped) is rendered where the same marker test holds
-for it; a result replaced by a note is dropped (the marker is replaced too).
+for it; a result replaced by a note is dropped (the marker is replaced too). A result the model is shown when its block
+is appended (the prompt the loop renders then) and that the template writes otherwise only once it is history (a
+number normalized, an old result cut short) is rendered: that is a rewrite of the history, which the appends and the
+re-render judge.
 
 **Example** (``microsoft/Phi-3-mini-4k-instruct``, ``probe/canonical``, class ``template``, reason
 ``drops_tool_calls``): ``tool calls are not rendered in the canonical form (with the adaptations it needs:
@@ -95,6 +98,23 @@ def _result_in_place(renderer: Any, messages: list[dict[str, Any]], i: int, text
     if not any(c.isalnum() for c in text):
         return False
     return _in_place(renderer, messages, i, {**messages[i], "content": _MARKER}, text, full, tools)
+
+
+def _result_shown(renderer: Any, messages: list[dict[str, Any]], i: int, text: str, full: str, tools: Any) -> bool:
+    """Whether tool result ``i`` (whose text begins ``text``) is rendered: in the whole conversation's render
+    ``full``, or else in the prompt the loop renders once the result's block is appended (the model is shown it
+    there; a template that writes it otherwise only once it is history, a number normalized or an old result cut,
+    rewrites the history, which the appends and the re-render judge: ``tool_append_prefix``, ``naive_rerender``)."""
+    if _shown(text, full) or _result_in_place(renderer, messages, i, text, full, tools):
+        return True
+    end = next((k for k in range(i + 1, len(messages)) if messages[k]["role"] == "assistant"), len(messages))
+    if end == len(messages):  # the result's block ends the conversation: ``full`` was the render it is shown in
+        return False
+    try:
+        prompt = renderer.render(messages[:end], tools=tools, add_generation_prompt=True)
+    except RenderError:
+        return False
+    return _shown(text, prompt) or _result_in_place(renderer, messages[:end], i, text, prompt, tools)
 
 
 def _in_place(
@@ -181,7 +201,7 @@ def tool_support(ctx: AuditContext) -> Outcome:
         found.compared()
         for i, m in enumerate(sim.messages):  # as played (adapted), so that indices match the turns
             text = (content_text(m) or "").strip()[:40] if m["role"] == "tool" else ""
-            if text and not _shown(text, full) and not _result_in_place(renderer, sim.messages, i, text, full, tools):
+            if text and not _result_shown(renderer, sim.messages, i, text, full, tools):
                 found.add(
                     sim.scenario.id,
                     "template",

@@ -32,15 +32,21 @@ class SearchResult:
     # the sweeps (``sweep.SWEEP_NAMES``) the template rendered but no comparison could judge: a turn's first token
     # spans the prompt and the turn (stop_boundary's seam), so no sample of it is canonical
     unjudged: tuple[str, ...] = ()
+    # the sweeps the template refused whole: how many of each one's blocks it refused (the rest, ``accepted``, was
+    # played in its place); and those of which it accepted no part (their values were tried nowhere)
+    refused: dict[str, int] = field(default_factory=dict)
+    unplayed: tuple[str, ...] = ()
 
     def not_probed(self) -> list[str]:
         """``search:WHY`` where the search ran short of what was asked (it failed, or its own render budget stopped
-        it before it drew ``budget`` conversations), and ``search:unjudged:SWEEP`` for each sweep it could not judge
-        (before a counterexample was found): the verdict then rests on less than it claims. Nothing otherwise (a
-        search turned off, or not needed, is said in ``summary`` and is no gap: off is the user's choice)."""
+        it before it drew ``budget`` conversations), ``search:unjudged:SWEEP`` for each sweep it could not judge
+        and ``search:refused:SWEEP`` for each the template accepted no part of (before a counterexample was found):
+        the verdict then rests on less than it claims. Nothing otherwise (a search turned off, or not needed, is
+        said in ``summary`` and is no gap: off is the user's choice)."""
         if self.skipped is not None and self.skipped.startswith("error"):
             return ["search:failed"]
         out = [f"search:unjudged:{name}" for name in self.unjudged] if not self.found else []
+        out += [f"search:refused:{name}" for name in self.unplayed] if not self.found else []
         if self.stopped is not None and not self.found and self.drawn < self.budget:
             out.insert(0, f"search:{self.drawn}/{self.budget}")
         return out
@@ -57,6 +63,7 @@ class SearchResult:
             rendered=self.rendered,
             plays=self.plays,
             **({"unjudged": list(self.unjudged)} if self.unjudged else {}),
+            **({"refused": self.refused} if self.refused else {}),
             **({"stopped": self.stopped} if self.stopped else {}),
             **({"shrink_stopped": self.shrink_stopped} if self.shrink_stopped else {}),
             counterexamples=[

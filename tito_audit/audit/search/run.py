@@ -6,7 +6,9 @@ importing ``tito_audit.cli``, or running under pytest, changed the draws), so th
 seed and hypothesis release give the same counterexample on every run, machine and entry point. The budget is the number
 of conversations drawn before giving up (``max_examples``); shrinking a counterexample is bounded too
 (``SHRINK_PLAYS`` plays): a conversation played once is never played again (a memo by content), and past the
-bound every unplayed candidate counts as holding, which ends the shrink at the smallest counterexample so far.
+bound every unplayed candidate counts as holding, which ends the shrink at the smallest counterexample so far. A
+shrink keeps the kind of break found: a conversation that breaks buffer + delta is not shrunk into one that only
+breaks the re-render (whose finding is the weaker one).
 Where a safe template's first counterexample only breaks the re-render, the search goes on for one that breaks
 buffer + delta (the stronger finding) with the budget left, replaying what it drew from the memo.
 """
@@ -15,17 +17,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from random import Random
 from typing import TYPE_CHECKING, Any
 
 from tito_audit.audit.search import DEFAULT_BUDGET, steers
+from tito_audit.audit.search.accepted import accepted, refusal, renders_whole
 from tito_audit.audit.search.conversations import conversations
 from tito_audit.audit.search.property import APPEND, KINDS, judged, play
 from tito_audit.audit.search.result import SearchResult
 from tito_audit.audit.search.space import SearchSpace
-from tito_audit.audit.search.sweep import SWEEP_NAMES, shrunk, sweeps
+from tito_audit.audit.search.sweep import SWEEP_NAMES, like_sweep, shrunk, sweeps
 from tito_audit.compat import available, reproducible_search
-from tito_audit.errors import InternalError
+from tito_audit.errors import InternalError, RenderError
 from tito_audit.scenarios.searched import Conversation
 
 if TYPE_CHECKING:
@@ -61,8 +65,12 @@ class _State:
     rendered: int = 0
     cap: int = 0
     hit: bool = False  # the current find has met a counterexample (what follows is shrinking)
+    hit_kind: str = ""  # how it broke: the shrink keeps that kind (or a stronger one)
     unjudged: set[str] = field(default_factory=set)  # conversations the template rendered that could not be judged
-    sweeps: list[str] = field(default_factory=list)  # the sweeps' keys, in order
+    sweeps: list[str] = field(default_factory=list)  # the sweeps' keys, in order (a refused one's accepted part's)
+    errors: dict[str, RenderError] = field(default_factory=dict)  # why the template refused a conversation, by key
+    refused: dict[str, int] = field(default_factory=dict)  # the blocks of each refused sweep the template refused
+    unplayed: list[str] = field(default_factory=list)  # the sweeps no part of which the template accepted
     stopped: str | None = None
     shrink_stopped: str | None = None  # the search's budget ran out while shrinking (the counterexample may be larger)
 
@@ -88,6 +96,7 @@ def search(
     result.drawn, result.rendered, result.plays = state.drawn, state.rendered, state.plays
     result.stopped, result.shrink_stopped = state.stopped, state.shrink_stopped
     result.unjudged = tuple(n for n, key in zip(SWEEP_NAMES, state.sweeps, strict=False) if key in state.unjudged)
+    result.refused, result.unplayed = dict(state.refused), tuple(state.unplayed)
     if coverage is not None and steering is None:
         coverage.skip()  # a small search's renders are not counted (the counterexamples' are, by the checks)
     return result
@@ -207,12 +216,30 @@ def _swept(
 ) -> Conversation | None:
     """The first of the sweep conversations ``plans`` that breaks the property in a way ``wanted`` (see ``sweep``),
     shrunk; None otherwise. Played as a draw is: memoized, within the caps, its arms counted (not scored: no draw
-    follows)."""
+    follows). A sweep the template refuses is played again as the part of it the template accepts (``accepted``),
+    which is not another draw; one with no such part is named (``SearchResult.unplayed``)."""
     probe = _Probe(ctx, state, allowance, coverage, wanted, lambda *args, **kwargs: None, every_cut=True)
     state.hit = False
-    for conversation in plans:
+    renders = renders_whole(ctx)
+
+    def within_allowance(conversation: Conversation) -> bool:
+        if allowance.spent():
+            raise _Spent
+        return renders(conversation)
+
+    for i, conversation in enumerate(plans):
         if probe.breaks(conversation):
             return shrunk(conversation, probe.breaks)
+        if not refusal(state.errors.get(conversation.key)):
+            continue
+        name = SWEEP_NAMES[i]
+        part, state.refused[name] = accepted(conversation, partial(like_sweep, like=conversation), within_allowance)
+        if part is not None:
+            state.sweeps[i] = part.key
+            if probe.breaks(part, draw=False):
+                return shrunk(part, probe.breaks)
+        if part is None or refusal(state.errors.get(part.key)):
+            state.unplayed.append(name)
     return None
 
 
@@ -274,16 +301,18 @@ class _Probe:
     target: Any
     every_cut: bool = False  # each conversation judged cut after each appended block (the sweeps': ``kind_of``)
 
-    def breaks(self, conversation: Conversation) -> bool:
-        """Whether ``conversation`` breaks the property in a way ``wanted`` (memoized; see the module docstring)."""
+    def breaks(self, conversation: Conversation, draw: bool = True) -> bool:
+        """Whether ``conversation`` breaks the property in a way ``wanted`` (memoized; see the module docstring).
+        ``draw``: it counts as one of the conversations drawn (a refused sweep's accepted part does not)."""
         state, coverage = self.state, self.coverage
         key = conversation.key
-        if not state.hit:
+        draw = draw and not state.hit
+        if draw:
             state.drawn += 1
         if key not in state.memo:
             if state.plays >= state.cap or self.allowance.spent():
                 if not state.hit and self.allowance.why:
-                    state.drawn -= 1
+                    state.drawn -= draw
                     raise _Spent
                 if self.allowance.why:  # a loaded machine may stop a slow template's shrink elsewhere: said
                     state.shrink_stopped = self.allowance.why
@@ -303,8 +332,15 @@ class _Probe:
             state.rendered += played.simulation.ok and not state.hit
             if played.simulation.ok and not judged(played):
                 state.unjudged.add(key)
+            if played.simulation.error is not None:
+                state.errors[key] = played.simulation.error
             state.memo[key] = played.kind
-        if state.memo[key] in self.wanted:
-            state.hit = True
+        kind = state.memo[key]
+        if kind not in self.wanted:
+            return False
+        if not state.hit:
+            state.hit, state.hit_kind = True, kind
             return True
-        return False
+        # shrinking: a smaller conversation that breaks only in a weaker way (the re-render, where the one found
+        # broke buffer + delta) is not the same counterexample, and would report the weaker finding
+        return KINDS.index(kind) <= KINDS.index(state.hit_kind)

@@ -110,7 +110,9 @@ def sweep_texts(space: SearchSpace) -> Conversation:
                 {"role": "user", "content": "And tomorrow?"},
                 {"role": "user", "content": "Also Lyon."},
             ]
-        turn = _assistant(space, text, _call("get_weather", city="Paris"), k=k)
+        # each call named with the next name shape: every text core, as a result, is in one episode with every name
+        # shape (a rewrite keyed on both, a dotted name and a number returned, meets them together)
+        turn = _assistant(space, text, _call(NAME_SHAPES[k % len(NAME_SHAPES)], city="Paris"), k=k)
         # calls without ids every other cycle, and every fourth result with neither an id nor a name
         messages += placed(turn, [texts[(k + 1) % len(texts)]], counter, "none" if k % 2 else "short", k % 4 != 3)
         if k < len(space.after_results):  # appended with this cycle's result, before the model answers
@@ -318,7 +320,7 @@ def shrunk(conversation: Conversation, breaks: Callable[[Conversation], bool]) -
     its exchanges of an answer and a user turn after the cycles (``sweep_answers``'), then a last user turn and its
     answer, then each turn simplified (``_simpler``), while ``breaks`` still holds (it bounds the plays: past its
     bound it answers False, which keeps what is left)."""
-    still = lambda ms: breaks(_conversation(ms, conversation))  # noqa: E731
+    still = lambda ms: breaks(like_sweep(ms, conversation))  # noqa: E731
     messages = _fewer(list(conversation.messages), _cycles, still)
     if len(_exchanges(messages)) > 1:  # the sweep of answers' (another sweep's one is the tail, below)
         messages = _fewer(messages, _exchanges, still, keep=0, last_first=True)
@@ -327,18 +329,18 @@ def shrunk(conversation: Conversation, breaks: Callable[[Conversation], bool]) -
     if (
         [m["role"] for m in tail] == ["user", "assistant"]
         and earlier_user
-        and breaks(_conversation(messages[:-2], conversation))
+        and breaks(like_sweep(messages[:-2], conversation))
     ):
         messages = messages[:-2]
     for i in range(len(messages)):
         tried = 0
         while tried < len(options := _simpler(messages[i])):  # each accepted step makes the message anew
             candidate = [*messages[:i], options[tried], *messages[i + 1 :]]
-            if breaks(_conversation(candidate, conversation)):
+            if breaks(like_sweep(candidate, conversation)):
                 messages = candidate
             else:
                 tried += 1
-    return _conversation(messages, conversation)
+    return like_sweep(messages, conversation)
 
 
 def _cycles(messages: list[Message]) -> list[tuple[int, int]]:
@@ -422,7 +424,7 @@ def _with_call(message: Message, index: int, function: dict[str, Any]) -> Messag
     return {**message, "tool_calls": calls}
 
 
-def _conversation(messages: list[Message], like: Conversation) -> Conversation:
+def like_sweep(messages: list[Message], like: Conversation) -> Conversation:
     """``messages`` as a conversation of ``like``'s: each tool called declared as ``declarations`` would, or as
     ``like`` declared it where that is not what ``declarations`` derives from ``like``'s own messages (a harness's,
     ``sweep_agent``'s)."""
