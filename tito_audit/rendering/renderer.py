@@ -341,6 +341,15 @@ class Renderer:
             raise _again(hit)
         return hit
 
+    def render_trial(self, messages: Sequence[Message], tools: Any = None, add_generation_prompt: bool = False) -> str:
+        """A render that tests whether the template accepts a conversation (``audit.search.accepted``): under the
+        render limits and charged to the template's budget like any, but neither cached nor played through template
+        coverage's copy, which counts only the conversations an audit plays. Raises RenderError."""
+        if tools is not None and not self._shared.reads_tools:
+            tools = None
+        tools = self._tools(tools)
+        return str(self._guarded(lambda: self._text(messages, tools, add_generation_prompt, self.template_kwargs)))
+
     def drop_untraced(self) -> int:
         """Forget the renders not played through coverage's copy yet (they will not count); returns how many."""
         dropped, self._shared.untraced = len(self._shared.untraced), []

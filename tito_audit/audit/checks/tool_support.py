@@ -91,13 +91,15 @@ def _written_in_place(
     return _in_place(renderer, messages, i, {**messages[i], "tool_calls": calls}, value, full, tools)
 
 
-def _result_in_place(renderer: Any, messages: list[dict[str, Any]], i: int, text: str, full: str, tools: Any) -> bool:
+def _result_in_place(
+    renderer: Any, messages: list[dict[str, Any]], i: int, text: str, full: str, tools: Any, agp: bool = False
+) -> bool:
     """Whether the render writes tool result ``i`` (whose text begins ``text``) in a form of its own: JSON compacted
-    or re-indented, quotes escaped, every turn alike (see ``_in_place``). A text without a letter or digit proves
-    nothing this way: not written in place."""
+    or re-indented, quotes escaped, every turn alike (see ``_in_place``; ``agp``: ``full`` was rendered with the
+    generation prompt). A text without a letter or digit proves nothing this way: not written in place."""
     if not any(c.isalnum() for c in text):
         return False
-    return _in_place(renderer, messages, i, {**messages[i], "content": _MARKER}, text, full, tools)
+    return _in_place(renderer, messages, i, {**messages[i], "content": _MARKER}, text, full, tools, agp)
 
 
 def _result_shown(renderer: Any, messages: list[dict[str, Any]], i: int, text: str, full: str, tools: Any) -> bool:
@@ -108,25 +110,33 @@ def _result_shown(renderer: Any, messages: list[dict[str, Any]], i: int, text: s
     if _shown(text, full) or _result_in_place(renderer, messages, i, text, full, tools):
         return True
     end = next((k for k in range(i + 1, len(messages)) if messages[k]["role"] == "assistant"), len(messages))
-    if end == len(messages):  # the result's block ends the conversation: ``full`` was the render it is shown in
+    if end == len(messages):  # the result's block ends the conversation: no turn was sampled after it is shown
         return False
     try:
         prompt = renderer.render(messages[:end], tools=tools, add_generation_prompt=True)
     except RenderError:
         return False
-    return _shown(text, prompt) or _result_in_place(renderer, messages[:end], i, text, prompt, tools)
+    return _shown(text, prompt) or _result_in_place(renderer, messages[:end], i, text, prompt, tools, agp=True)
 
 
 def _in_place(
-    renderer: Any, messages: list[dict[str, Any]], i: int, marked: dict[str, Any], value: str, full: str, tools: Any
+    renderer: Any,
+    messages: list[dict[str, Any]],
+    i: int,
+    marked: dict[str, Any],
+    value: str,
+    full: str,
+    tools: Any,
+    agp: bool = False,
 ) -> bool:
-    """Rendered with message ``i`` replaced by ``marked`` (a marker where the value was), the marker shows, and
-    what the real render ``full`` writes in the marker's place holds every letter and digit of ``value``, in order.
-    Not rendered where ``full`` as a whole does not hold them in order (the marker's place is part of it)."""
+    """Rendered with message ``i`` replaced by ``marked`` (a marker where the value was; with the generation prompt
+    where ``full`` has it, ``agp``), the marker shows, and what the real render ``full`` writes in the marker's place
+    holds every letter and digit of ``value``, in order. Not rendered where ``full`` as a whole does not hold them in
+    order (the marker's place is part of it)."""
     if not _in_order(value, full):
         return False
     try:
-        other = renderer.render([*messages[:i], marked, *messages[i + 1 :]], tools=tools)
+        other = renderer.render([*messages[:i], marked, *messages[i + 1 :]], tools=tools, add_generation_prompt=agp)
     except RenderError:
         return False
     if _MARKER not in other:

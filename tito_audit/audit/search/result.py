@@ -32,15 +32,17 @@ class SearchResult:
     # the sweeps (``sweep.SWEEP_NAMES``) the template rendered but no comparison could judge: a turn's first token
     # spans the prompt and the turn (stop_boundary's seam), so no sample of it is canonical
     unjudged: tuple[str, ...] = ()
-    # the sweeps the template refused whole: how many of each one's blocks it refused (the rest, ``accepted``, was
-    # played in its place); and those of which it accepted no part (their values were tried nowhere)
-    refused: dict[str, int] = field(default_factory=dict)
+    # the sweeps the template refused whole: how many of each one's blocks it accepted only in their plainest form
+    # (``reshaped``) and how many it refused in both (``dropped``; the rest, ``accepted``, was played in its place);
+    # and those a dropped block of which held a text or value no conversation played holds (tried nowhere)
+    refused: dict[str, dict[str, int]] = field(default_factory=dict)
     unplayed: tuple[str, ...] = ()
 
     def not_probed(self) -> list[str]:
         """``search:WHY`` where the search ran short of what was asked (it failed, or its own render budget stopped
         it before it drew ``budget`` conversations), ``search:unjudged:SWEEP`` for each sweep it could not judge
-        and ``search:refused:SWEEP`` for each the template accepted no part of (before a counterexample was found):
+        and ``search:refused:SWEEP`` for each whose refused blocks held a value tried nowhere (before a
+        counterexample was found):
         the verdict then rests on less than it claims. Nothing otherwise (a search turned off, or not needed, is
         said in ``summary`` and is no gap: off is the user's choice)."""
         if self.skipped is not None and self.skipped.startswith("error"):

@@ -22,7 +22,7 @@ from random import Random
 from typing import TYPE_CHECKING, Any
 
 from tito_audit.audit.search import DEFAULT_BUDGET, steers
-from tito_audit.audit.search.accepted import accepted, refusal, renders_whole
+from tito_audit.audit.search.accepted import accepted, held, refusal, renders_whole
 from tito_audit.audit.search.conversations import conversations
 from tito_audit.audit.search.property import APPEND, KINDS, judged, play
 from tito_audit.audit.search.result import SearchResult
@@ -69,8 +69,9 @@ class _State:
     unjudged: set[str] = field(default_factory=set)  # conversations the template rendered that could not be judged
     sweeps: list[str] = field(default_factory=list)  # the sweeps' keys, in order (a refused one's accepted part's)
     errors: dict[str, RenderError] = field(default_factory=dict)  # why the template refused a conversation, by key
-    refused: dict[str, int] = field(default_factory=dict)  # the blocks of each refused sweep the template refused
-    unplayed: list[str] = field(default_factory=list)  # the sweeps no part of which the template accepted
+    refused: dict[str, dict[str, int]] = field(default_factory=dict)  # per sweep refused: its blocks reshaped, dropped
+    dropped: dict[str, set[str]] = field(default_factory=dict)  # what those blocks held (``accepted.held``)
+    played: set[str] = field(default_factory=set)  # what the sweeps the template rendered held
     stopped: str | None = None
     shrink_stopped: str | None = None  # the search's budget ran out while shrinking (the counterexample may be larger)
 
@@ -96,7 +97,8 @@ def search(
     result.drawn, result.rendered, result.plays = state.drawn, state.rendered, state.plays
     result.stopped, result.shrink_stopped = state.stopped, state.shrink_stopped
     result.unjudged = tuple(n for n, key in zip(SWEEP_NAMES, state.sweeps, strict=False) if key in state.unjudged)
-    result.refused, result.unplayed = dict(state.refused), tuple(state.unplayed)
+    result.refused = dict(state.refused)
+    result.unplayed = tuple(name for name, values in state.dropped.items() if values - state.played)
     if coverage is not None and steering is None:
         coverage.skip()  # a small search's renders are not counted (the counterexamples' are, by the checks)
     return result
@@ -128,37 +130,36 @@ def _look(
     looking = list(result.wanted)
     plans = sweeps(space)[:budget]  # the sweeps are the budget's first conversations
     state.sweeps = [c.key for c in plans]
-    try:
-        swept = _swept(ctx, plans, state, allowance, steering, tuple(looking))
-    except _Spent:
-        state.stopped = allowance.why
-        return
-    except _Failed as failed:
-        raise failed.error from None
-    if swept is not None:  # judged as the sweeps are: cut after every block (``_swept``)
-        played = play(ctx, swept, f"search/{len(result.found) + 1}", every_cut=True)
-        result.found.append(played)
-        if played.kind == APPEND or APPEND not in looking:
-            return
-        looking = [APPEND]  # a re-render break: the draws look on for the stronger one
-        state.cap += shrink
-    draws = budget - len(plans)
-    while looking and draws > 0:
-        try:
-            found = _find(ctx, space, draws, seed, tuple(looking), state, allowance, steering)
-        except _Spent:
-            state.stopped = allowance.why
-            return
-        except _Failed as failed:
-            raise failed.error from None
-        if found is None:
-            return
-        played = play(ctx, found, f"search/{len(result.found) + 1}")
-        result.found.append(played)
-        if played.kind == APPEND or APPEND not in looking:
-            return
-        looking = [APPEND]  # a re-render break found first: look on for the stronger one
-        state.cap += shrink
+    start = 0
+
+    def from_sweeps(kinds: tuple[str, ...]) -> Conversation | None:
+        nonlocal start
+        found, start = _swept(ctx, plans, start, state, allowance, steering, kinds)
+        return found
+
+    def from_draws(kinds: tuple[str, ...]) -> Conversation | None:
+        draws = budget - len(plans)
+        return _find(ctx, space, draws, seed, kinds, state, allowance, steering) if draws > 0 else None
+
+    # a sweep's break is judged as the sweeps are (cut after every block); after a re-render break, the sweeps left
+    # and then the draws look on for the stronger one
+    for finder, every_cut in ((from_sweeps, True), (from_draws, False)):
+        while looking:
+            try:
+                found = finder(tuple(looking))
+            except _Spent:
+                state.stopped = allowance.why
+                return
+            except _Failed as failed:
+                raise failed.error from None
+            if found is None:
+                break
+            played = play(ctx, found, f"search/{len(result.found) + 1}", every_cut=every_cut)
+            result.found.append(played)
+            if played.kind == APPEND or APPEND not in looking:
+                return
+            looking = [APPEND]
+            state.cap += shrink
 
 
 class _Allowance:
@@ -209,15 +210,17 @@ class _Allowance:
 def _swept(
     ctx: AuditContext,
     plans: list[Conversation],
+    start: int,
     state: _State,
     allowance: _Allowance,
     coverage: Coverage | None,
     wanted: tuple[str, ...],
-) -> Conversation | None:
-    """The first of the sweep conversations ``plans`` that breaks the property in a way ``wanted`` (see ``sweep``),
-    shrunk; None otherwise. Played as a draw is: memoized, within the caps, its arms counted (not scored: no draw
-    follows). A sweep the template refuses is played again as the part of it the template accepts (``accepted``),
-    which is not another draw; one with no such part is named (``SearchResult.unplayed``)."""
+) -> tuple[Conversation | None, int]:
+    """The first of the sweep conversations ``plans[start:]`` that breaks the property in a way ``wanted`` (see
+    ``sweep``), shrunk, and the index of the sweep after it; None (and the end) otherwise. Played as a draw is:
+    memoized, within the caps, its arms counted (not scored: no draw follows). A sweep the template refuses is
+    played again as the part of it the template accepts (``accepted``), which is not another draw; what the blocks it
+    refused held is kept, to name the sweep where no conversation played holds it (``SearchResult.unplayed``)."""
     probe = _Probe(ctx, state, allowance, coverage, wanted, lambda *args, **kwargs: None, every_cut=True)
     state.hit = False
     renders = renders_whole(ctx)
@@ -227,20 +230,33 @@ def _swept(
             raise _Spent
         return renders(conversation)
 
-    for i, conversation in enumerate(plans):
+    for i in range(start, len(plans)):
+        conversation, name = plans[i], SWEEP_NAMES[i]
         if probe.breaks(conversation):
-            return shrunk(conversation, probe.breaks)
-        if not refusal(state.errors.get(conversation.key)):
+            return shrunk(conversation, probe.breaks), i + 1
+        if conversation.key not in state.errors:  # rendered (or judged already): what it holds was played
+            state.played |= held(conversation.messages)
             continue
-        name = SWEEP_NAMES[i]
-        part, state.refused[name] = accepted(conversation, partial(like_sweep, like=conversation), within_allowance)
-        if part is not None:
-            state.sweeps[i] = part.key
-            if probe.breaks(part, draw=False):
-                return shrunk(part, probe.breaks)
-        if part is None or refusal(state.errors.get(part.key)):
-            state.unplayed.append(name)
-    return None
+        if not refusal(state.errors[conversation.key]) or name in state.refused:
+            continue
+        try:
+            part, refused, reshaped = accepted(conversation, partial(like_sweep, like=conversation), within_allowance)
+        except _Spent:
+            state.dropped[name] = held(conversation.messages)  # its values were tried nowhere: said
+            raise
+        state.refused[name] = {"reshaped": reshaped, "dropped": len(refused)}
+        state.dropped[name] = held(m for block in refused for m in block)
+        if part is None:
+            state.dropped[name] = held(conversation.messages)
+            continue
+        state.sweeps[i] = part.key
+        if probe.breaks(part, draw=False):
+            return shrunk(part, probe.breaks), i + 1
+        if part.key in state.errors:  # the part alone is refused (a loop prefix the trial render does not make)
+            state.dropped[name] = held(conversation.messages)
+        else:
+            state.played |= held(part.messages)
+    return None, len(plans)
 
 
 def _find(
@@ -329,7 +345,7 @@ class _Probe:
                 else:  # refused, or not judged (no canonical sample): the arms it took prove nothing
                     coverage.skip()
             state.plays += 1
-            state.rendered += played.simulation.ok and not state.hit
+            state.rendered += played.simulation.ok and draw
             if played.simulation.ok and not judged(played):
                 state.unjudged.add(key)
             if played.simulation.error is not None:
