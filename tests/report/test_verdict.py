@@ -476,3 +476,16 @@ def test_each_not_probed_kind_is_described_as_itself() -> None:
     assert closer == "reasoning not probed (</think>: the probe does not render)"
     assert "tool-call turns" in describe_reason("not_probed:reasoning:tool_calls")
     assert describe_reason("not_probed:something_new:x") == "something_new:x not probed"
+
+
+def test_every_search_gap_reads_as_itself() -> None:
+    """Each ``not_probed:search:...`` reason in its own words (on de5514b ``search:unjudged:agent`` read "the
+    counterexample search drew unjudged:agent of  conversations", as a budget stop)."""
+    from tito_audit.report.verdict import describe_reason
+
+    assert describe_reason("not_probed:search:12/40").startswith("the counterexample search drew 12 of 40")
+    assert "failed" in describe_reason("not_probed:search:failed")
+    unjudged = describe_reason("not_probed:search:unjudged:agent")
+    assert unjudged.startswith("the search's sweep of agent") and "judged" in unjudged and "drew" not in unjudged
+    refused = describe_reason("not_probed:search:refused:texts")
+    assert refused.startswith("the search's sweep of texts") and "tried nowhere" in refused and "drew" not in refused

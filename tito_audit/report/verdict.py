@@ -230,6 +230,14 @@ def describe_reason(reason: str) -> str:
         if what == "search":
             if name == "failed":
                 return "the counterexample search failed (an error in tito-audit or a library, not the template)"
+            why, _, sweep = name.partition(":")
+            if why == "unjudged":
+                return f"the search's sweep of {sweep} rendered but could not be judged (a turn starts inside a token)"
+            if why == "refused":
+                return (
+                    f"the search's sweep of {sweep} was refused in part, and values it held were tried nowhere "
+                    "(the template refuses a message they came in)"
+                )
             drawn, _, budget = name.partition("/")
             return f"the counterexample search drew {drawn} of {budget} conversations (its render budget ran out)"
         if what == "switch":
