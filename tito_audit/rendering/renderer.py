@@ -316,11 +316,13 @@ class Renderer:
         return render_text(self.tokenizer, self.chat_template, messages, tools, agp, kwargs)
 
     def _keyed(self, messages: Sequence[Message], tools: Any, agp: bool) -> tuple[bytes | str, Any]:
-        """The cache key of a render, and the tools to render with (None for a template that never reads them)."""
-        if tools is not None and not self._shared.reads_tools:
-            tools = None
-        tools = self._tools(tools)
+        """The cache key of a render, and the tools to render with (``_render_tools``)."""
+        tools = self._render_tools(tools)
         return _key(messages, tools, agp, self.template_kwargs, self._date_key), tools
+
+    def _render_tools(self, tools: Any) -> Any:
+        """The tools a text render passes: None for a template that never reads them, else converted (``_tools``)."""
+        return self._tools(None if tools is not None and not self._shared.reads_tools else tools)
 
     def render(self, messages: Sequence[Message], tools: Any = None, add_generation_prompt: bool = False) -> str:
         """Rendered text; raises RenderError (cached, so a failing render is not retried)."""
@@ -345,9 +347,7 @@ class Renderer:
         """A render that tests whether the template accepts a conversation (``audit.search.accepted``): under the
         render limits and charged to the template's budget like any, but neither cached nor played through template
         coverage's copy, which counts only the conversations an audit plays. Raises RenderError."""
-        if tools is not None and not self._shared.reads_tools:
-            tools = None
-        tools = self._tools(tools)
+        tools = self._render_tools(tools)
         return str(self._guarded(lambda: self._text(messages, tools, add_generation_prompt, self.template_kwargs)))
 
     def drop_untraced(self) -> int:

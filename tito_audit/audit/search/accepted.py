@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 # Failures a smaller episode does not get past: the sandbox refused the template's code, or the template's budget is
 # spent. A refusal (it raised, its code failed) or a limit one render ran into (time, size: a long episode's) may.
-_FINAL = ("security", "budget", "internal")
+_FINAL = ("security", "budget")
 _PLAIN_IDS = 90_000  # the plainest form's ids count from here (``call00000`` style: no sweep's id is one of them)
 
 

@@ -245,16 +245,15 @@ def _swept(
             state.dropped[name] = held(conversation.messages)  # its values were tried nowhere: said
             raise
         state.refused[name] = {"reshaped": reshaped, "dropped": len(refused)}
-        state.dropped[name] = held(m for block in refused for m in block)
-        if part is None:
-            state.dropped[name] = held(conversation.messages)
-            continue
-        state.sweeps[i] = part.key
-        if probe.breaks(part, draw=False):
-            return shrunk(part, probe.breaks), i + 1
-        if part.key in state.errors:  # the part alone is refused (a loop prefix the trial render does not make)
+        if part is not None:
+            state.sweeps[i] = part.key
+            if probe.breaks(part, draw=False):
+                return shrunk(part, probe.breaks), i + 1
+        # no part, or the part alone refused (a loop prefix the trial render does not make): nothing of it was tried
+        if part is None or part.key in state.errors:
             state.dropped[name] = held(conversation.messages)
         else:
+            state.dropped[name] = held(m for block in refused for m in block)
             state.played |= held(part.messages)
     return None, len(plans)
 
