@@ -520,3 +520,16 @@ def test_an_audit_leaves_no_reference_cycles_of_its_own(loaded, model) -> None:
     # a compiled template and its jinja environment (``_ReadingEnvironment``, the class transformers compiled it
     # with) refer to each other by jinja's design, and the memo of its ``tojson`` lives and dies with them
     assert ours - {"BoundedCache", "_ReadingEnvironment"} == set()
+
+
+def test_a_trial_render_is_neither_cached_nor_counted_by_template_coverage(loaded) -> None:
+    """``render_trial`` (the search's test of whether a template accepts a piece of a sweep) renders what ``render``
+    renders, but leaves no render for coverage's replay and no cached text: a refused candidate's arms must not count
+    as taken by a conversation played (on 7b34281 they cleared a ``not_probed:template_line`` reason)."""
+    m = loaded("qwen2.5-7b-instruct")
+    renderer = Renderer(m.tokenizer, m.chat_template)
+    messages = [{"role": "user", "content": "Hello"}]
+    trial = renderer.render_trial(messages, None, True)
+    assert renderer._shared.untraced == [] and renderer._shared.texts == {}
+    assert trial == renderer.render(messages, add_generation_prompt=True)
+    assert len(renderer._shared.untraced) == 1 and len(renderer._shared.texts) == 1
