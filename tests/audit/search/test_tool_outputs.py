@@ -9,7 +9,7 @@ Markdown table, HTML with an entity, an XML declaration), on arguments (a whole 
 an item twice, a zero-padded string), on a result named otherwise than its call (a framework's tool class), on
 parallel results in completion order, and on a ``developer`` message. The space now holds each
 (``audit/search/space.py``, ``conversations.py``), and a sweep's break is shrunk by halves first
-(``sweep._fewer``), so that a longer sweep's shrink fits the template's render budget. The controls make the
+(``shrink._fewer``), so that a longer sweep's shrink fits the template's render budget. The controls make the
 same change on every turn: still clean SAFEs.
 """
 
@@ -83,7 +83,7 @@ def test_the_same_change_on_every_turn_stays_a_clean_safe(name: str) -> None:
 def test_cycles_are_dropped_by_halves_first() -> None:
     """``_fewer`` on 32 tool cycles where only the 23rd breaks: that one cycle is kept, in far fewer plays
     than one per cycle, and a text alone before a call goes with its cycle."""
-    from tito_audit.audit.search.sweep import _cycles, _fewer
+    from tito_audit.audit.search.shrink import _cycles, _fewer
 
     messages: list[dict] = [{"role": "user", "content": "go"}]  # type: ignore[type-arg]
     for k in range(32):

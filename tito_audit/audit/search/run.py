@@ -26,8 +26,9 @@ from tito_audit.audit.search.accepted import accepted, held, refusal, renders_wh
 from tito_audit.audit.search.conversations import conversations
 from tito_audit.audit.search.property import APPEND, KINDS, judged, play
 from tito_audit.audit.search.result import SearchResult
+from tito_audit.audit.search.shrink import shrunk
 from tito_audit.audit.search.space import SearchSpace
-from tito_audit.audit.search.sweep import SWEEP_NAMES, like_sweep, shrunk, sweeps
+from tito_audit.audit.search.sweep import SWEEP_NAMES, like_sweep, sweeps
 from tito_audit.compat import available, reproducible_search
 from tito_audit.errors import InternalError, RenderError
 from tito_audit.scenarios.searched import Conversation
