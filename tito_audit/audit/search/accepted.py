@@ -126,24 +126,31 @@ def held(messages: Iterable[Message]) -> set[str]:
 
 
 def renders_whole(ctx: AuditContext) -> Callable[[Conversation], bool]:
+    """Whether the template renders a whole conversation as the loop renders it (``trial_text``)."""
+    text = trial_text(ctx)
+    return lambda conversation: text(conversation, None) is not None
+
+
+def trial_text(ctx: AuditContext) -> Callable[[Conversation, bool | None], str | None]:
     """A trial render of a whole conversation as the loop renders it (with the generation prompt unless it ends with
-    the assistant), in the shape the template accepts (``AuditContext.shapes``), with its kwargs, else adapted as the
-    audit's own scenarios had to be for this template (``simulation.fallbacks``: tool results as user turns only
-    for a template that refuses them as tool messages): True where the template renders it. No other adapter: a
-    block a template refuses in its own shape is one a loop does not send it, and adapting the whole episode for that
-    block would judge another loop. ``Renderer.render_trial``: neither cached nor counted by template coverage."""
+    the assistant, or as asked), in the shape the template accepts (``AuditContext.shapes``), with its kwargs, else
+    adapted as the audit's own scenarios had to be for this template (``simulation.fallbacks``: tool results as user
+    turns only for a template that refuses them as tool messages): its text, or None where the template refuses it.
+    No other adapter: a block a template refuses in its own shape is one a loop does not send it, and adapting the
+    whole episode for that block would judge another loop. ``Renderer.render_trial``: neither cached nor counted by
+    template coverage."""
     needed = {names for s in ctx.simulations if s.ok for names in FALLBACK_ADAPTERS if set(names) <= set(s.adapters)}
 
-    def renders(conversation: Conversation) -> bool:
+    def text(conversation: Conversation, add_generation_prompt: bool | None = None) -> str | None:
         renderer = ctx.renderer.with_kwargs(**dict(conversation.kwargs)) if conversation.kwargs else ctx.renderer
         messages, _ = ctx.shapes.apply(list(conversation.messages))
         tried = (messages, *(adapted for names, adapted in fallbacks(messages) if names in needed))
         for shaped in tried:
+            agp = shaped[-1]["role"] != "assistant" if add_generation_prompt is None else add_generation_prompt
             try:
-                renderer.render_trial(shaped, list(conversation.tools), shaped[-1]["role"] != "assistant")
+                return renderer.render_trial(shaped, list(conversation.tools), agp)
             except RenderError:
                 continue
-            return True
-        return False
+        return None
 
-    return renders
+    return text

@@ -37,6 +37,8 @@ class SearchResult:
     # and those a dropped block of which held a text or value no conversation played holds (tried nowhere)
     refused: dict[str, dict[str, int]] = field(default_factory=dict)
     unplayed: tuple[str, ...] = ()
+    # the screen of pairs within one message (``pairs``), where it ran: the pairs screened, the candidates played
+    pairs: dict[str, int] = field(default_factory=dict)
 
     def not_probed(self) -> list[str]:
         """``search:WHY`` where the search ran short of what was asked (it failed, or its own render budget stopped
@@ -66,6 +68,7 @@ class SearchResult:
             plays=self.plays,
             **({"unjudged": list(self.unjudged)} if self.unjudged else {}),
             **({"refused": self.refused} if self.refused else {}),
+            **({"pairs": self.pairs} if self.pairs else {}),
             **({"stopped": self.stopped} if self.stopped else {}),
             **({"shrink_stopped": self.shrink_stopped} if self.shrink_stopped else {}),
             counterexamples=[

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 from tito_audit.audit.search import DEFAULT_BUDGET, steers
 from tito_audit.audit.search.accepted import accepted, held, refusal, renders_whole
 from tito_audit.audit.search.conversations import conversations
-from tito_audit.audit.search.property import APPEND, KINDS, judged, play
+from tito_audit.audit.search.pairs import UNSCREENED, screened
+from tito_audit.audit.search.property import APPEND, KINDS, RERENDER, judged, play
 from tito_audit.audit.search.result import SearchResult
 from tito_audit.audit.search.shrink import shrunk
 from tito_audit.audit.search.space import SearchSpace
@@ -73,6 +74,7 @@ class _State:
     refused: dict[str, dict[str, int]] = field(default_factory=dict)  # per sweep refused: its blocks reshaped, dropped
     dropped: dict[str, set[str]] = field(default_factory=dict)  # what those blocks held (``accepted.held``)
     played: set[str] = field(default_factory=set)  # what the sweeps the template rendered held
+    pairs: dict[str, int] = field(default_factory=dict)  # the screen of pairs: pairs screened, candidates played
     stopped: str | None = None
     shrink_stopped: str | None = None  # the search's budget ran out while shrinking (the counterexample may be larger)
 
@@ -99,6 +101,7 @@ def search(
     result.stopped, result.shrink_stopped = state.stopped, state.shrink_stopped
     result.unjudged = tuple(n for n, key in zip(SWEEP_NAMES, state.sweeps, strict=False) if key in state.unjudged)
     result.refused = dict(state.refused)
+    result.pairs = dict(state.pairs)
     result.unplayed = tuple(name for name, values in state.dropped.items() if values - state.played)
     if coverage is not None and steering is None:
         coverage.skip()  # a small search's renders are not counted (the counterexamples' are, by the checks)
@@ -126,25 +129,32 @@ def _look(
     steering: Coverage | None,
     shrink: int,
 ) -> None:
-    """The finds: the sweep first (``sweep``), then one for every kind wanted, then, where a re-render break came
-    first, one for buffer + delta."""
+    """The finds: the sweeps first (``sweep``), then the screen of pairs (``pairs``), then the draws: one for every
+    kind wanted, then, where a re-render break came first, one for buffer + delta."""
     looking = list(result.wanted)
     plans = sweeps(space)[:budget]  # the sweeps are the budget's first conversations
     state.sweeps = [c.key for c in plans]
-    start = 0
+    start, screen = 0, False
 
     def from_sweeps(kinds: tuple[str, ...]) -> Conversation | None:
         nonlocal start
         found, start = _swept(ctx, plans, start, state, allowance, steering, kinds)
         return found
 
+    def from_pairs(kinds: tuple[str, ...]) -> Conversation | None:
+        nonlocal screen
+        if RERENDER not in kinds or screen:
+            return None
+        screen = True
+        return _paired(ctx, space, state, allowance, steering, kinds)
+
     def from_draws(kinds: tuple[str, ...]) -> Conversation | None:
         draws = budget - len(plans)
         return _find(ctx, space, draws, seed, kinds, state, allowance, steering) if draws > 0 else None
 
     # a sweep's break is judged as the sweeps are (cut after every block); after a re-render break, the sweeps left
-    # and then the draws look on for the stronger one
-    for finder, every_cut in ((from_sweeps, True), (from_draws, False)):
+    # and then the draws look on for the stronger one (the screen of pairs looks for re-render breaks only)
+    for finder, every_cut in ((from_sweeps, True), (from_pairs, True), (from_draws, False)):
         while looking:
             try:
                 found = finder(tuple(looking))
@@ -257,6 +267,37 @@ def _swept(
             state.dropped[name] = held(m for block in refused for m in block)
             state.played |= held(part.messages)
     return None, len(plans)
+
+
+def _paired(
+    ctx: AuditContext,
+    space: SearchSpace,
+    state: _State,
+    allowance: _Allowance,
+    coverage: Coverage | None,
+    wanted: tuple[str, ...],
+) -> Conversation | None:
+    """The first candidate of the screen of pairs (``pairs.screened``) that breaks the property in a way ``wanted``,
+    shrunk; None otherwise. Played as a sweep is, but not counted as a draw (the screen chose it); where no pair
+    could be screened, the search names it (``pairs.UNSCREENED``)."""
+    probe = _Probe(ctx, state, allowance, coverage, wanted, lambda *args, **kwargs: None, every_cut=True)
+    state.hit = False
+
+    def check() -> None:
+        if allowance.spent():
+            raise _Spent
+        state.pairs["screened"] += 1
+
+    candidates = screened(ctx, space, check)
+    if candidates is None:
+        state.dropped[UNSCREENED] = {UNSCREENED}  # held by no conversation played: named
+        return None
+    state.pairs = {"screened": 0, "candidates": 0}
+    for candidate in candidates:
+        state.pairs["candidates"] += 1
+        if probe.breaks(candidate, draw=False):
+            return shrunk(candidate, probe.breaks)
+    return None
 
 
 def _find(

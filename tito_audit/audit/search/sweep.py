@@ -73,7 +73,7 @@ def sweeps(space: SearchSpace) -> list[Conversation]:
     return [build(space) for _, build in _SWEEPS]
 
 
-def _assistant(space: SearchSpace, content: str | None, *calls: dict[str, Any], k: int = 0) -> Message:
+def sweep_turn(space: SearchSpace, content: str | None, *calls: dict[str, Any], k: int = 0) -> Message:
     """An assistant turn of the sweeps: ``content``, its ``calls`` if any, and the ``k``-th reasoning where the
     template shows reasoning."""
     turn: Message = {"role": "assistant", "content": content}
@@ -112,7 +112,7 @@ def sweep_texts(space: SearchSpace) -> Conversation:
             ]
         # each call named with the next name shape: every text core, as a result, is in one episode with every name
         # shape (a rewrite keyed on both, a dotted name and a number returned, meets them together)
-        turn = _assistant(space, text, _call(NAME_SHAPES[k % len(NAME_SHAPES)], city="Paris"), k=k)
+        turn = sweep_turn(space, text, _call(NAME_SHAPES[k % len(NAME_SHAPES)], city="Paris"), k=k)
         # calls without ids every other cycle, and every fourth result with neither an id nor a name
         messages += placed(turn, [texts[(k + 1) % len(texts)]], counter, "none" if k % 2 else "short", k % 4 != 3)
         if k < len(space.after_results):  # appended with this cycle's result, before the model answers
@@ -133,7 +133,7 @@ def sweep(space: SearchSpace) -> Conversation:
         city, query = texts[2 * k % len(texts)], texts[(2 * k + 1) % len(texts)]
         args = {"city": city, "value": SWEEP[k % len(SWEEP)], "query": query}
         call = {"type": "function", "function": {"name": NAME_SHAPES[k % len(NAME_SHAPES)], "arguments": args}}
-        turn = _assistant(space, (None, *CALL_TEXTS)[k % 3], call, k=k)
+        turn = sweep_turn(space, (None, *CALL_TEXTS)[k % 3], call, k=k)
         extra = {"status": "success"} if k % 3 == 2 else None  # a key a framework adds (LangChain's ToolMessage)
         # each name shape's first result carries its name (a template may read a result's name as well as a call's);
         # past them every other result is answered by its call's id alone (OpenAI's format)
@@ -142,9 +142,9 @@ def sweep(space: SearchSpace) -> Conversation:
     # then the user speaks again: every turn before is history before the last user message, which templates
     # rewrite apart from the turns after it (Qwen3's reasoning, names mapped for an API)
     messages += [
-        _assistant(space, "It is sunny in Paris."),
+        sweep_turn(space, "It is sunny in Paris."),
         {"role": "user", "content": "Thanks. And tomorrow?"},
-        _assistant(space, "Rain tomorrow.", k=1),
+        sweep_turn(space, "Rain tomorrow.", k=1),
     ]
     return Conversation(tuple(messages), declarations(messages), ())
 
@@ -163,7 +163,7 @@ def sweep_ids(space: SearchSpace) -> Conversation:
 
     def cycle(calls: list[dict[str, Any]], ids: list[str], k: int) -> list[Message]:
         results = [f"Result {k}.{j}." for j in range(len(calls))]
-        return placed(_assistant(space, None, *calls, k=k), results, counter, ids)
+        return placed(sweep_turn(space, None, *calls, k=k), results, counter, ids)
 
     first = [_call("get_weather", city="Paris"), _call("get_weather", city="Paris"), _call("get_forecast", city="Lyon")]
     if not space.parallel:
@@ -179,7 +179,7 @@ def sweep_ids(space: SearchSpace) -> Conversation:
         {"role": "user", "content": "And tomorrow?"},
         *cycle([_call("get_forecast", city="Paris")], ["call_0"], 5),
     ]
-    messages.append(_assistant(space, "Rain tomorrow."))
+    messages.append(sweep_turn(space, "Rain tomorrow."))
     return Conversation(tuple(messages), declarations(messages), ())
 
 
@@ -187,7 +187,7 @@ def sweep_turns(space: SearchSpace) -> Conversation:
     """The sweep of assistant turns in a row (see the module docstring), reasoning on every turn where the template
     shows it."""
 
-    said = partial(_assistant, space)
+    said = partial(sweep_turn, space)
     counter = [0]
     messages: list[Message] = [{"role": "user", "content": "What's the weather in Paris?"}]
     # a text alone, then the call: other whitespace at the text's end each time (not at its start, which a
@@ -230,11 +230,11 @@ def sweep_answers(space: SearchSpace) -> Conversation:
     texts = [t[:TEXT_CHARS] for t in space.texts]
     messages: list[Message] = [
         {"role": "user", "content": "What's the weather in Paris?"},
-        *placed(_assistant(space, None, _call("get_weather", city="Paris")), [TEXTS[1]], [0]),
+        *placed(sweep_turn(space, None, _call("get_weather", city="Paris")), [TEXTS[1]], [0]),
     ]
     for k, text in enumerate(texts):
-        messages += [_assistant(space, text, k=k), {"role": "user", "content": texts[(k + 1) % len(texts)]}]
-    messages.append(_assistant(space, "It is sunny in Paris.", k=1))
+        messages += [sweep_turn(space, text, k=k), {"role": "user", "content": texts[(k + 1) % len(texts)]}]
+    messages.append(sweep_turn(space, "It is sunny in Paris.", k=1))
     return Conversation(tuple(messages), declarations(messages), ())
 
 
@@ -287,7 +287,7 @@ def sweep_agent(space: SearchSpace) -> Conversation:
     (``AGENT_TOOLS``), what shell and file tools return, a user who says "continue"."""
 
     counter = [0]
-    said = partial(_assistant, space)
+    said = partial(sweep_turn, space)
     messages: list[Message] = [
         {"role": "system", "content": AGENT_SYSTEM},
         {"role": "user", "content": "The tests fail in this repo. Fix them."},

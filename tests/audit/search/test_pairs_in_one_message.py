@@ -1,0 +1,89 @@
+"""Two values of one message together: every name shape with every text core, screened by text (``search/pairs.py``).
+
+The sweeps and the draws hold each value, not each pair of values in one message. A rewrite of an earlier result
+keyed on its tool's name *and* its content (a dotted name and digits alone), or of an earlier call keyed on its name
+and an argument (a capital letter and an email address), was a clean SAFE (exit 0) on 0f039cf: no conversation
+held both in one message. The templates (``tests/data/search/pairs/``, ChatML with tools on Qwen2.5's tokenizer)
+choose by a lookup (``{True: A, False: B}[...]``), so template coverage has no arm to name either.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.audit.search.qwen_rewrites import MODEL, assert_clean_safe
+from tests.conftest import DATA, audit_of
+from tito_audit.audit.search.space import NAME_SHAPES, TEXTS
+
+PAIRS = DATA / "search" / "pairs"
+
+
+def _messages(report, kind: str) -> list[dict]:  # type: ignore[no-untyped-def,type-arg]
+    (found, *_) = report.scenarios["search"]["counterexamples"]
+    assert found["kind"] == kind, found
+    return found["messages"]
+
+
+def test_a_result_rewritten_for_its_dotted_name_and_digits_together_is_found() -> None:
+    """The result is written ``value=02134`` once it is history: the re-render breaks (buffer + delta does not, the
+    buffer never sees the rewrite), so TITO-REQUIRED, and the counterexample is one tool cycle."""
+    report = audit_of(MODEL, PAIRS / "dotted_name_numeric_result_in_history.jinja")
+    assert report.verdict == "tito-required", report.verdict_reasons
+    messages = _messages(report, "rerender")
+    results = [m for m in messages if m["role"] == "tool"]
+    assert len(messages) == 4 and len(results) == 1, messages
+    assert "." in results[0]["name"] and results[0]["content"].isdigit(), results
+    assert report.scenarios["search"]["pairs"]["candidates"] == 1
+    without = audit_of(MODEL, PAIRS / "dotted_name_numeric_result_in_history.jinja", search=0)
+    assert without.verdict == "safe" and not without.scenarios.get("not_probed"), without.verdict_reasons
+
+
+def test_a_call_rewritten_for_a_capital_in_its_name_and_an_email_together_is_found() -> None:
+    """The call's arguments are written compactly once a result follows it: the append of the result re-renders
+    the sampled call, so UNSAFE, and the counterexample holds the pair in one call."""
+    report = audit_of(MODEL, PAIRS / "camel_name_email_argument_in_history.jinja")
+    assert report.verdict == "unsafe" and "unsafe:rewrites_on_tool_append" in report.verdict_reasons
+    calls = [c["function"] for m in _messages(report, "append") for c in m.get("tool_calls") or []]
+    assert len(calls) == 1 and calls[0]["name"] != calls[0]["name"].lower(), calls
+    assert any("@" in str(v) for v in calls[0]["arguments"].values()), calls
+    without = audit_of(MODEL, PAIRS / "camel_name_email_argument_in_history.jinja", search=0)
+    assert without.verdict == "safe" and not without.scenarios.get("not_probed"), without.verdict_reasons
+
+
+def test_the_same_pair_alike_on_every_turn_is_no_candidate() -> None:
+    """Control: the dotted name and digits written ``value=N`` on every turn alike. Every pair is screened, none is
+    a candidate, and the SAFE is clean."""
+    report = audit_of(MODEL, PAIRS / "control_dotted_name_numeric_result_every_turn.jinja")
+    assert_clean_safe(report)
+    screened = report.scenarios["search"]["pairs"]
+    cores = len({t[:60] for t in TEXTS})
+    assert screened["candidates"] == 0 and screened["screened"] % len(NAME_SHAPES) == 0, screened
+    assert screened["screened"] >= len(NAME_SHAPES) * cores, screened
+
+
+def test_a_screen_that_cannot_run_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Where the template refuses the plainest pair's episode (here: every episode holds a role it refuses), no
+    pair is screened, and the SAFE says so (``search:refused:pairs``: not a clean SAFE)."""
+    from tito_audit import audit_model, load
+    from tito_audit.audit.context import AuditOptions
+    from tito_audit.audit.search import pairs
+    from tito_audit.scenarios.searched import Conversation
+
+    episode = pairs.episode
+
+    def refused(*args, **kwargs) -> Conversation:  # type: ignore[no-untyped-def]
+        made = episode(*args, **kwargs)
+        return Conversation(({"role": "refused", "content": "x"}, *made.messages), made.tools, made.kwargs)
+
+    monkeypatch.setattr(pairs, "episode", refused)
+    loop = "{%- for message in messages %}"
+    refusal = "{%- if message.role == 'refused' %}{{- raise_exception('no such role') }}{%- endif %}"
+    template = (PAIRS / "control_dotted_name_numeric_result_every_turn.jinja").read_text()
+    assert loop in template
+    (tmp_path / "refusing.jinja").write_text(template.replace(loop, loop + refusal, 1))
+    report = audit_model(load(MODEL, chat_template_file=tmp_path / "refusing.jinja"), AuditOptions())
+    assert report.verdict == "safe", report.verdict_reasons
+    assert "pairs" not in report.scenarios["search"], report.scenarios["search"]
+    assert "search:refused:pairs" in report.scenarios["not_probed"], report.scenarios.get("not_probed")
