@@ -233,6 +233,11 @@ def describe_reason(reason: str) -> str:
             why, _, sweep = name.partition(":")
             if why == "unjudged":
                 return f"the search's sweep of {sweep} rendered but could not be judged (a turn starts inside a token)"
+            if why == "pairs":
+                return (
+                    "the search's screen of pairs within one message stopped after its first candidates (more pairs "
+                    "render otherwise once they are history, in a way that breaks nothing looked for)"
+                )
             if why == "refused" and sweep == "pairs":
                 return (
                     "the search's screen of pairs within one message could not run (the template refuses its "

@@ -3,7 +3,8 @@
 The sweeps and the draws hold each value, not each pair of values in one message. A rewrite of an earlier result
 keyed on its tool's name *and* its content (a dotted name and digits alone), or of an earlier call keyed on its name
 and an argument (a capital letter and an email address), was a clean SAFE (exit 0) on 0f039cf: no conversation
-held both in one message. The templates (``tests/data/search/pairs/``, ChatML with tools on Qwen2.5's tokenizer)
+held both in one message; on a template TITO-REQUIRED for another rewrite, the second was TITO-REQUIRED there
+(buffer + delta called exact). The templates (``tests/data/search/pairs/``, ChatML with tools on Qwen2.5's tokenizer)
 choose by a lookup (``{True: A, False: B}[...]``), so template coverage has no arm to name either.
 """
 
@@ -52,6 +53,20 @@ def test_a_call_rewritten_for_a_capital_in_its_name_and_an_email_together_is_fou
     assert without.verdict == "safe" and not without.scenarios.get("not_probed"), without.verdict_reasons
 
 
+def test_on_a_tito_required_template_the_pair_that_breaks_buffer_and_delta_is_found() -> None:
+    """The same call rewrite on a template that also trims earlier answers (TITO-REQUIRED by the scenarios): the
+    search looks for buffer + delta breaks only, and the screen compares the sampled call with the prompt after its
+    result's append. TITO-REQUIRED on 532d25a, where the screen ran for SAFE verdicts only: buffer + delta was called
+    exact."""
+    name = "camel_name_email_argument_on_a_trimming_template.jinja"
+    assert audit_of(MODEL, PAIRS / name, search=0).verdict == "tito-required"
+    report = audit_of(MODEL, PAIRS / name)
+    assert report.verdict == "unsafe" and "unsafe:rewrites_on_tool_append" in report.verdict_reasons
+    assert report.scenarios["search"]["looked_for"] == ["append"]
+    calls = [c["function"] for m in _messages(report, "append") for c in m.get("tool_calls") or []]
+    assert any("@" in str(v) for v in calls[0]["arguments"].values()), calls
+
+
 def test_the_same_pair_alike_on_every_turn_is_no_candidate() -> None:
     """Control: the dotted name and digits written ``value=N`` on every turn alike. Every pair is screened, none is
     a candidate, and the SAFE is clean."""
@@ -87,3 +102,17 @@ def test_a_screen_that_cannot_run_is_named(monkeypatch: pytest.MonkeyPatch, tmp_
     assert report.verdict == "safe", report.verdict_reasons
     assert "pairs" not in report.scenarios["search"], report.scenarios["search"]
     assert "search:refused:pairs" in report.scenarios["not_probed"], report.scenarios.get("not_probed")
+
+
+def test_a_screen_stopped_before_its_end_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``MAX_CANDIDATES`` candidates played (here none may be), the screen stops, and the pairs it left are
+    named (``search:pairs:stopped``: not a clean SAFE), never passed over."""
+    from tito_audit import audit_model, load
+    from tito_audit.audit.search import run
+    from tito_audit.report.verdict import describe_reason
+
+    monkeypatch.setattr(run, "MAX_CANDIDATES", 0)
+    report = audit_model(load(MODEL, chat_template_file=PAIRS / "dotted_name_numeric_result_in_history.jinja"))
+    assert report.scenarios["search"]["pairs"] == {"screened": 126, "candidates": 0, "stopped": 1}
+    assert report.verdict == "safe" and "search:pairs:stopped" in report.scenarios["not_probed"], report.verdict_reasons
+    assert describe_reason("not_probed:search:pairs:stopped").startswith("the search's screen of pairs")

@@ -37,20 +37,22 @@ class SearchResult:
     # and those a dropped block of which held a text or value no conversation played holds (tried nowhere)
     refused: dict[str, dict[str, int]] = field(default_factory=dict)
     unplayed: tuple[str, ...] = ()
-    # the screen of pairs within one message (``pairs``), where it ran: the pairs screened, the candidates played
+    # the screen of pairs within one message (``pairs``), where it ran: the pairs screened, the candidates played,
+    # and ``stopped`` where it played ``pairs.MAX_CANDIDATES`` and stopped (named: ``search:pairs:stopped``)
     pairs: dict[str, int] = field(default_factory=dict)
 
     def not_probed(self) -> list[str]:
         """``search:WHY`` where the search ran short of what was asked (it failed, or its own render budget stopped
         it before it drew ``budget`` conversations), ``search:unjudged:SWEEP`` for each sweep it could not judge
-        and ``search:refused:SWEEP`` for each whose refused blocks held a value tried nowhere (before a
-        counterexample was found):
+        ``search:refused:SWEEP`` for each whose refused blocks held a value tried nowhere, and ``search:pairs:stopped``
+        where the screen of pairs stopped before its end (before a counterexample was found):
         the verdict then rests on less than it claims. Nothing otherwise (a search turned off, or not needed, is
         said in ``summary`` and is no gap: off is the user's choice)."""
         if self.skipped is not None and self.skipped.startswith("error"):
             return ["search:failed"]
         out = [f"search:unjudged:{name}" for name in self.unjudged] if not self.found else []
         out += [f"search:refused:{name}" for name in self.unplayed] if not self.found else []
+        out += ["search:pairs:stopped"] if self.pairs.get("stopped") and not self.found else []
         if self.stopped is not None and not self.found and self.drawn < self.budget:
             out.insert(0, f"search:{self.drawn}/{self.budget}")
         return out

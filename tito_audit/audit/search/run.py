@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 from tito_audit.audit.search import DEFAULT_BUDGET, steers
 from tito_audit.audit.search.accepted import accepted, held, refusal, renders_whole
 from tito_audit.audit.search.conversations import conversations
-from tito_audit.audit.search.pairs import UNSCREENED, screened
-from tito_audit.audit.search.property import APPEND, KINDS, RERENDER, judged, play
+from tito_audit.audit.search.pairs import MAX_CANDIDATES, UNSCREENED, screened
+from tito_audit.audit.search.property import APPEND, KINDS, judged, play
 from tito_audit.audit.search.result import SearchResult
 from tito_audit.audit.search.shrink import shrunk
 from tito_audit.audit.search.space import SearchSpace
@@ -143,7 +143,7 @@ def _look(
 
     def from_pairs(kinds: tuple[str, ...]) -> Conversation | None:
         nonlocal screen
-        if RERENDER not in kinds or screen:
+        if screen:
             return None
         screen = True
         return _paired(ctx, space, state, allowance, steering, kinds)
@@ -153,7 +153,7 @@ def _look(
         return _find(ctx, space, draws, seed, kinds, state, allowance, steering) if draws > 0 else None
 
     # a sweep's break is judged as the sweeps are (cut after every block); after a re-render break, the sweeps left
-    # and then the draws look on for the stronger one (the screen of pairs looks for re-render breaks only)
+    # and then the screen of pairs and the draws look on for the stronger one
     for finder, every_cut in ((from_sweeps, True), (from_pairs, True), (from_draws, False)):
         while looking:
             try:
@@ -288,13 +288,17 @@ def _paired(
             raise _Spent
         state.pairs["screened"] += 1
 
-    candidates = screened(ctx, space, check)
+    candidates = screened(ctx, space, check, wanted)
     if candidates is None:
         state.dropped[UNSCREENED] = {UNSCREENED}  # held by no conversation played: named
         return None
     state.pairs = {"screened": 0, "candidates": 0}
     for candidate in candidates:
+        if state.pairs["candidates"] == MAX_CANDIDATES:  # the pairs left unscreened: named
+            state.pairs["stopped"] = 1
+            return None
         state.pairs["candidates"] += 1
+        state.cap += 1  # a candidate is played on top of the budget's conversations, never in their place
         if probe.breaks(candidate, draw=False):
             return shrunk(candidate, probe.breaks)
     return None
