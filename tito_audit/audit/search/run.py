@@ -11,6 +11,8 @@ shrink keeps the kind of break found: a conversation that breaks buffer + delta 
 breaks the re-render (whose finding is the weaker one).
 Where a safe template's first counterexample only breaks the re-render, the search goes on for one that breaks
 buffer + delta (the stronger finding) with the budget left, replaying what it drew from the memo.
+Before the draws come the sweeps (``sweep``: the budget's first conversations) and the screen of pairs within one
+message (``pairs``: its candidates are played on top of the budget).
 """
 
 from __future__ import annotations
