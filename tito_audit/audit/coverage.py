@@ -67,13 +67,14 @@ class Coverage:
         """Play every render made since the last call through the instrumented copy; with ``until_complete``, only
         until every arm history can reach has run (``complete``): the renders left cannot change what coverage
         reports, and are dropped. Not for a search that is steered by ``arms_run`` (it counts every arm)."""
+        self.replayed += self.renderer.trace_untraced(self.play, self.complete if until_complete else None)
+
+    def play(self, renderer: Any, messages: Any, tools: Any, agp: bool) -> str:
+        """One render through the instrumented copy (``renderer``'s kwargs): the text the template renders, and
+        the arms it takes recorded."""
+        kwargs = renderer.template_kwargs
         probe = {PROBE: self.recorder.probe}
-
-        def play(renderer: Any, messages: Any, tools: Any, agp: bool) -> str:
-            kwargs = renderer.template_kwargs
-            return render_compiled(self.instrumented, renderer.tokenizer, messages, tools, agp, kwargs, probe)
-
-        self.replayed += self.renderer.trace_untraced(play, self.complete if until_complete else None)
+        return render_compiled(self.instrumented, renderer.tokenizer, messages, tools, agp, kwargs, probe)
 
     def complete(self) -> bool:
         """Every arm history can reach, except those that raise, has run: ``summary`` and ``not_probed`` are what

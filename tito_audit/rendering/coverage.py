@@ -16,8 +16,10 @@ one) or a macro called from one; one whose ``if`` was reached but which was neve
 Conditions that pick a value rather than a block are arms too, probed by their test's own call
 (``_probe_conditions``): inline ``A if TEST else B``, a loop filter's test (``{% for c in calls if TEST %}``: an
 item kept or dropped), and each operand of an ``and``/``or`` that picks a value (``{{ COND and A or B }}``) but the
-last (whether the next is read). An ``and``/``or`` inside a test is not: the test's own arms are counted. What picks
-a value without a condition (``{True: A, False: B}[TEST]``) has no arm.
+last (whether the next is read). An ``and``/``or`` inside a test is not: the test's own arms are counted. A value
+picked by a lookup of a test in a literal (``{True: A, False: B}[TEST]``, ``[B, A][TEST | int]``) is a condition too:
+its two arms are the two values, and the test's truth picks one (a red team hid twelve history rewrites behind it).
+What picks a value otherwise (arithmetic on a test: ``'x' * (TEST | int)``) has no arm.
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ class TemplateBranches:
             # an inline ``A if TEST else B`` (a value, a slice bound, a filter's argument...), a loop filter's test,
             # an and/or operand that picks a value: its two arms, each named by keys no compiled line has
             # (negative), probed by the test's own call (``_probe_conditions``)
-            decided = node.test if operand is None else node.values[operand]  # type: ignore[union-attr]
+            decided = _decided(node, operand)
             source = segment(decided) or ast.unparse(decided)
             test = template_syntax(source, functions)[:_MAX_TEST]
             line, history = template_line(decided.lineno), decided.lineno in history_lines
@@ -96,6 +98,9 @@ class TemplateBranches:
             if operand is None:
                 body_raises = "raise_exception" in _source(node.body)  # type: ignore[union-attr]
                 else_raises = "raise_exception" in _source(node.orelse)  # type: ignore[union-attr]
+            elif operand == _LOOKUP:  # the value picked where the key is true (``True``, index 1), and the other
+                values = _lookup_values(node.args[0])  # type: ignore[union-attr]
+                body_raises, else_raises = ("raise_exception" in _source(v) for v in values)
             else:  # the operands after it are read when ``and``'s is true (``or``'s false)
                 rest = "raise_exception" in "".join(ast.unparse(v) for v in node.values[operand + 1 :])  # type: ignore[union-attr]
                 and_ = isinstance(node.op, ast.And)  # type: ignore[union-attr]
@@ -148,7 +153,50 @@ def _source(part: ast.AST | list[ast.stmt]) -> str:
     return "\n".join(ast.unparse(n) for n in part) if isinstance(part, list) else ast.unparse(part)
 
 
-_Condition = tuple[ast.IfExp | ast.If | ast.BoolOp, int | None]  # a node, and for an and/or which operand decides
+# a node, and for an and/or which operand decides (``_LOOKUP`` for a lookup: ``environment.getitem(LITERAL, KEY)``)
+_Condition = tuple[ast.IfExp | ast.If | ast.BoolOp | ast.Call, int | None]
+_LOOKUP = -1
+
+
+def _decided(node: ast.AST, operand: int | None) -> ast.expr:
+    """The expression a condition's arm depends on: its test, the and/or operand, or the lookup's key."""
+    if operand is None:
+        return node.test  # type: ignore[attr-defined]
+    if operand == _LOOKUP:
+        return node.args[1]  # type: ignore[attr-defined]
+    return node.values[operand]  # type: ignore[attr-defined]
+
+
+def _lookup_values(literal: ast.expr) -> tuple[ast.expr, ast.expr]:
+    """The values a two-way lookup's literal picks for a true key and for a false one."""
+    if isinstance(literal, ast.Dict):
+        by_key = {bool(k.value): v for k, v in zip(literal.keys, literal.values, strict=True)}  # type: ignore[union-attr]
+        return by_key[True], by_key[False]
+    return literal.elts[1], literal.elts[0]  # type: ignore[attr-defined]
+
+
+def _is_lookup(node: ast.Call) -> bool:
+    """``environment.getitem(LITERAL, KEY)``: ``{True: A, False: B}[TEST]`` or ``[B, A][TEST]`` in the template (a
+    value picked by a test without a condition), with a key that is not a constant (jinja folds those)."""
+    func = node.func
+    if not (
+        type(func) is ast.Attribute
+        and func.attr == "getitem"
+        and type(func.value) is ast.Name
+        and func.value.id == "environment"
+        and len(node.args) == 2
+        and type(node.args[1]) is not ast.Constant
+    ):
+        return False
+    literal = node.args[0]
+    if type(literal) is ast.Dict:
+        keys = literal.keys
+        return (
+            len(keys) == 2
+            and all(type(k) is ast.Constant and k.value in (True, False) and type(k.value) in (bool, int) for k in keys)
+            and {bool(k.value) for k in keys} == {True, False}  # type: ignore[union-attr]
+        )
+    return type(literal) in (ast.List, ast.Tuple) and len(literal.elts) == 2  # type: ignore[attr-defined]
 
 
 def _inline_conditions(tree: ast.AST) -> list[_Condition]:
@@ -190,6 +238,8 @@ def _inline_conditions(tree: ast.AST) -> list[_Condition]:
                 found.append((node, None))  # type: ignore[arg-type]
         elif kind is ast.BoolOp and not in_test:
             found.extend((node, k) for k in range(len(node.values) - 1))  # type: ignore[attr-defined,misc]
+        elif kind is ast.Call and _is_lookup(node):  # type: ignore[arg-type]
+            found.append((node, _LOOKUP))  # type: ignore[arg-type]
 
     visit(tree, False, False, False)
     return found
@@ -269,6 +319,8 @@ def _probe_conditions(conditions: list[_Condition]) -> None:
         key = -(3 * k + 1)
         if operand is None:
             node.test = _probe_value(key, node.test)  # type: ignore[union-attr]
+        elif operand == _LOOKUP:  # the key, whose truth picks the value (``_lookup_values``)
+            node.args[1] = _probe_value(key, node.args[1])  # type: ignore[union-attr]
         else:
             node.values[operand] = _probe_value(key, node.values[operand])  # type: ignore[union-attr]
 

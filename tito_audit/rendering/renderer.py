@@ -248,9 +248,9 @@ class Renderer:
 
         ``template_code=False`` is for encoding text a guarded render already produced: no template code runs,
         so the time and memory budgets (set per call, at a cost) are left out; the size bound still applies.
-        ``replay``: a render played again through coverage's instrumented copy (``trace_untraced``): its CPU is
-        charged, its characters are not (the render it repeats was charged them once, and the search's share of the
-        characters is for the conversations it plays)."""
+        ``replay``: its CPU is charged, its characters are not: a render played again through coverage's copy
+        (``trace_untraced``: the render it repeats was charged them), or a trial of a fixed screen (``render_trial``;
+        the search's share of the characters is for the conversations it plays)."""
         if not template_code:
             return self._run_guarded(run, False)
         budget = self._shared.budget
@@ -343,12 +343,16 @@ class Renderer:
             raise _again(hit)
         return hit
 
-    def render_trial(self, messages: Sequence[Message], tools: Any = None, add_generation_prompt: bool = False) -> str:
-        """A render that tests whether the template accepts a conversation (``audit.search.accepted``): under the
-        render limits and charged to the template's budget like any, but neither cached nor played through template
-        coverage's copy, which counts only the conversations an audit plays. Raises RenderError."""
-        tools = self._render_tools(tools)
-        return str(self._guarded(lambda: self._text(messages, tools, add_generation_prompt, self.template_kwargs)))
+    def render_trial(
+        self, messages: Sequence[Message], tools: Any, agp: bool, play: Any = None, chars: bool = True
+    ) -> str:
+        """A render that tests whether the template accepts a conversation (``audit.search.accepted``): limited and
+        charged to the template's budget like any (its characters unless ``chars`` is False: ``audit.search.pairs``'
+        fixed screen), neither cached nor played through template coverage's copy (it counts only the conversations
+        an audit plays), unless through ``play`` (``Coverage.play``: a trial compared as a played render is)."""
+        tools, kwargs = self._render_tools(tools), self.template_kwargs
+        run = (lambda: play(self, messages, tools, agp)) if play else lambda: self._text(messages, tools, agp, kwargs)
+        return str(self._guarded(run, replay=not chars))
 
     def drop_untraced(self) -> int:
         """Forget the renders not played through coverage's copy yet (they will not count); returns how many."""

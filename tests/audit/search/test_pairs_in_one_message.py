@@ -5,7 +5,8 @@ keyed on its tool's name *and* its content (a dotted name and digits alone), or 
 and an argument (a capital letter and an email address), was a clean SAFE (exit 0) on 0f039cf: no conversation
 held both in one message; on a template TITO-REQUIRED for another rewrite, the second was TITO-REQUIRED there
 (buffer + delta called exact). The templates (``tests/data/search/pairs/``, ChatML with tools on Qwen2.5's tokenizer)
-choose by a lookup (``{True: A, False: B}[...]``), so template coverage has no arm to name either.
+choose by a lookup (``{True: A, False: B}[...]``), which template coverage had no arm for either (it names the
+untaken one now: ``tests/rendering/test_coverage_lookups.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,12 @@ def _messages(report, kind: str) -> list[dict]:  # type: ignore[no-untyped-def,t
     return found["messages"]
 
 
+def _lookup_named(report) -> bool:  # type: ignore[no-untyped-def]
+    """Without the search, the SAFE names the lookup's arm no catalogue conversation took (template coverage counts
+    a lookup's two values as arms): a SAFE, but not a clean one."""
+    return any(r.startswith("template_line:") and "hist and" in r for r in report.scenarios.get("not_probed", []))
+
+
 def test_a_result_rewritten_for_its_dotted_name_and_digits_together_is_found() -> None:
     """The result is written ``value=02134`` once it is history: the re-render breaks (buffer + delta does not, the
     buffer never sees the rewrite), so TITO-REQUIRED, and the counterexample is one tool cycle."""
@@ -38,7 +45,7 @@ def test_a_result_rewritten_for_its_dotted_name_and_digits_together_is_found() -
     assert "." in results[0]["name"] and results[0]["content"].isdigit(), results
     assert report.scenarios["search"]["pairs"]["candidates"] == 1
     without = audit_of(MODEL, PAIRS / "dotted_name_numeric_result_in_history.jinja", search=0)
-    assert without.verdict == "safe" and not without.scenarios.get("not_probed"), without.verdict_reasons
+    assert without.verdict == "safe" and _lookup_named(without), without.verdict_reasons
 
 
 def test_a_call_rewritten_for_a_capital_in_its_name_and_an_email_together_is_found() -> None:
@@ -50,7 +57,7 @@ def test_a_call_rewritten_for_a_capital_in_its_name_and_an_email_together_is_fou
     assert len(calls) == 1 and calls[0]["name"] != calls[0]["name"].lower(), calls
     assert any("@" in str(v) for v in calls[0]["arguments"].values()), calls
     without = audit_of(MODEL, PAIRS / "camel_name_email_argument_in_history.jinja", search=0)
-    assert without.verdict == "safe" and not without.scenarios.get("not_probed"), without.verdict_reasons
+    assert without.verdict == "safe" and _lookup_named(without), without.verdict_reasons
 
 
 def test_on_a_tito_required_template_the_pair_that_breaks_buffer_and_delta_is_found() -> None:
@@ -67,6 +74,35 @@ def test_on_a_tito_required_template_the_pair_that_breaks_buffer_and_delta_is_fo
     assert any("@" in str(v) for v in calls[0]["arguments"].values()), calls
 
 
+# Red team 20's rewrites keyed on a value and another field of the same cycle (each a clean SAFE at e03860e): the
+# screen meets each other form of a cycle's fields (a call id's shape, a result without a name, a call without
+# arguments) with every text core and every name shape
+OTHER_FIELDS = {
+    "json_result_for_a_toolu_id_in_history": "rerender",  # an Anthropic id and a JSON object returned
+    "digits_result_for_a_kimi_id_in_history": "rerender",  # a Kimi id (``functions.NAME:0``) and digits returned
+    "unnamed_json_result_in_history": "rerender",  # a result answered by its id alone, holding a JSON object
+    "dashed_name_without_arguments_in_history": "append",  # a dashed name called without arguments
+    "slash_name_without_arguments_in_history": "append",  # a name namespaced by "/" called without arguments
+}
+
+
+@pytest.mark.parametrize("name", sorted(OTHER_FIELDS))
+def test_a_rewrite_keyed_on_a_value_and_another_field_of_its_cycle_is_found(name: str) -> None:
+    report = audit_of(MODEL, PAIRS / f"{name}.jinja")
+    kind = OTHER_FIELDS[name]
+    assert report.verdict == ("unsafe" if kind == "append" else "tito-required"), report.verdict_reasons
+    messages = _messages(report, kind)
+    assert len(messages) == 4, messages  # one tool cycle and its answer
+    assert report.scenarios["search"]["pairs"]["candidates"] == 1
+
+
+@pytest.mark.parametrize(
+    "name", ["control_json_result_for_a_toolu_id_everywhere", "control_unnamed_json_result_everywhere"]
+)
+def test_the_same_rewrite_on_every_turn_is_a_clean_safe(name: str) -> None:
+    assert_clean_safe(audit_of(MODEL, PAIRS / f"{name}.jinja"))
+
+
 def test_the_same_pair_alike_on_every_turn_is_no_candidate() -> None:
     """Control: the dotted name and digits written ``value=N`` on every turn alike. Every pair is screened, none is
     a candidate, and the SAFE is clean."""
@@ -74,8 +110,8 @@ def test_the_same_pair_alike_on_every_turn_is_no_candidate() -> None:
     assert_clean_safe(report)
     screened = report.scenarios["search"]["pairs"]
     cores = len({t[:60] for t in TEXTS})
-    assert screened["candidates"] == 0 and screened["screened"] % len(NAME_SHAPES) == 0, screened
-    assert screened["screened"] >= len(NAME_SHAPES) * cores, screened
+    # every name with every core, then each other form of a cycle's fields with every core and every name
+    assert screened["candidates"] == 0 and screened["screened"] > len(NAME_SHAPES) * cores, screened
 
 
 def test_a_screen_that_cannot_run_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -113,6 +149,7 @@ def test_a_screen_stopped_before_its_end_is_named(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(run, "MAX_CANDIDATES", 0)
     report = audit_model(load(MODEL, chat_template_file=PAIRS / "dotted_name_numeric_result_in_history.jinja"))
-    assert report.scenarios["search"]["pairs"] == {"screened": 126, "candidates": 0, "stopped": 1}
+    pairs = report.scenarios["search"]["pairs"]
+    assert pairs["candidates"] == 0 and pairs["stopped"] == 1 and pairs["screened"] > 0, pairs
     assert report.verdict == "safe" and "search:pairs:stopped" in report.scenarios["not_probed"], report.verdict_reasons
     assert describe_reason("not_probed:search:pairs:stopped").startswith("the search's screen of pairs")

@@ -131,14 +131,16 @@ def renders_whole(ctx: AuditContext) -> Callable[[Conversation], bool]:
     return lambda conversation: text(conversation, None) is not None
 
 
-def trial_text(ctx: AuditContext) -> Callable[[Conversation, bool | None], str | None]:
+def trial_text(
+    ctx: AuditContext, play: Any = None, chars: bool = True
+) -> Callable[[Conversation, bool | None], str | None]:
     """A trial render of a whole conversation as the loop renders it (with the generation prompt unless it ends with
     the assistant, or as asked), in the shape the template accepts (``AuditContext.shapes``), with its kwargs, else
     adapted as the audit's own scenarios had to be for this template (``simulation.fallbacks``: tool results as user
     turns only for a template that refuses them as tool messages): its text, or None where the template refuses it.
     No other adapter: a block a template refuses in its own shape is one a loop does not send it, and adapting the
     whole episode for that block would judge another loop. ``Renderer.render_trial``: neither cached nor counted by
-    template coverage."""
+    template coverage, unless played through ``play`` (``Coverage.play``); ``chars``: its characters are charged."""
     needed = {names for s in ctx.simulations if s.ok for names in FALLBACK_ADAPTERS if set(names) <= set(s.adapters)}
 
     def text(conversation: Conversation, add_generation_prompt: bool | None = None) -> str | None:
@@ -148,7 +150,7 @@ def trial_text(ctx: AuditContext) -> Callable[[Conversation, bool | None], str |
         for shaped in tried:
             agp = shaped[-1]["role"] != "assistant" if add_generation_prompt is None else add_generation_prompt
             try:
-                return renderer.render_trial(shaped, list(conversation.tools), agp)
+                return renderer.render_trial(shaped, list(conversation.tools), agp, play, chars)
             except RenderError:
                 continue
         return None

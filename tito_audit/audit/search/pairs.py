@@ -7,7 +7,9 @@ as conversations, every name shape with every text core is some five hundred too
 its pair is the one result of its append: thousands of renders of long episodes.
 
 So each pair is screened first, by trial renders of one short episode (``episode``): a user turn, a call of that
-name given that core, its result named so and holding it, an answer, a user turn and another answer. Each
+name given that core, its result holding it, an answer, a user turn and another answer; every name shape with every
+core in the plainest forms of the cycle's other fields, then each other form of each (a call id's shape, a result
+without its name, a call without arguments, the key holding the core) with every core and every name (``pairs``). Each
 comparison (``comparisons``) is of two renders of it, a shorter cut that a longer one must begin with: the call turn
 last (the model's turn, as the loop renders it to read the sample) against the prompt after the result's append
 (buffer + delta), and the call turn last or the result last against the whole episode (the re-render). Only the
@@ -19,17 +21,22 @@ tokens, shrunk, shown at its first divergent token): the screen only chooses wha
 is one a loop cannot send it, and is skipped; where the template refuses the plainest pair's episode, or keeps none
 of its comparisons, no pair can be screened, and the search names it (``search:refused:pairs``).
 
-Its renders are trials (``Renderer.render_trial``): charged to the template's budget, neither cached nor counted by
-template coverage; each cut is rendered once per pair.
+Its renders are trials (``Renderer.render_trial``): not cached, each cut rendered once per pair, their CPU charged
+to the search's allowance (``check``) but not their characters: the screen's size is fixed, and the characters left
+are the draws'. Where the search is steered by template coverage (its default budget), they render through the
+template's instrumented copy and count: each was compared as a played conversation's would be, by the text the
+history rewrite would change (a lookup of a pair, ``{True: A, False: B}[TEST]``, taken only in the screen is no
+longer named as never taken).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from tito_audit.audit.search.accepted import trial_text
-from tito_audit.audit.search.conversations import SHORT, SWEEP, declarations, placed
+from tito_audit.audit.search.conversations import SHORT, SWEEP, declarations
 from tito_audit.audit.search.property import APPEND, RERENDER
 from tito_audit.audit.search.space import NAME_SHAPES, TEXTS, SearchSpace
 from tito_audit.audit.search.sweep import sweep_turn
@@ -42,16 +49,52 @@ UNSCREENED = "pairs"  # the name ``SearchResult.unplayed`` gives a screen that c
 _CALL, _RESULT = 1, 2  # where an episode (``episode``) has its call turn and its result
 
 
-def episode(space: SearchSpace, name: str, text: str, k: int = 0) -> Conversation:
-    """The short episode of one pair: a call of ``name`` given ``text`` (and the ``k``-th argument value of the sweep
-    of values), its result named ``name`` holding ``text``, then an answer, a user turn and another answer."""
-    call = {
+# The other fields of a tool cycle, each in its forms (the first: the plainest, the one every name shape meets every
+# text core in): how the call and its result are tied (an id as counters, Anthropic and Kimi write it, one that starts
+# again in every turn, or none), whether the result names its tool (or answers by its id alone, as OpenAI's format
+# does), the call's arguments (the core and a value of the sweep of values, none, the core alone) and the key that
+# holds the core.
+IDS: tuple[str | None, ...] = ("call00001", None, "toolu_01A09q90qw90lq917835lq9", "functions.{name}:0", "call_0")
+NAMED: tuple[bool, ...] = (True, False)
+ARGUMENTS: tuple[str, ...] = ("core and value", "none", "core")
+KEYS: tuple[str, ...] = ("query", "url", "path", "city", "maxResults")
+# values tools are given whole that no text core is (a fetch tool's URL, a file tool's path, a mail tool's address)
+VALUES: tuple[str, ...] = ("https://example.com/weather?city=Paris", "/home/user/notes.txt", "ana@example.com")
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One pair of the screen: a name shape, a text core, and the forms of the cycle's other fields (indices into
+    ``IDS``, ``NAMED``, ``ARGUMENTS`` and ``KEYS``), with ``k`` the pair's place (the value of the sweep of values
+    it carries)."""
+
+    name: str
+    text: str
+    forms: tuple[int, int, int, int] = (0, 0, 0, 0)
+    k: int = 0
+
+
+def episode(space: SearchSpace, pair: Pair) -> Conversation:
+    """The short episode of one pair: a call of its name given its text (as ``pair.forms`` say), its result holding
+    the text, then an answer, a user turn and another answer."""
+    ids, named, arguments, key = pair.forms
+    given = {"core and value": {KEYS[key]: pair.text, "value": SWEEP[pair.k % len(SWEEP)]}, "none": {}}
+    call: dict[str, Any] = {
         "type": "function",
-        "function": {"name": name, "arguments": {"query": text, "value": SWEEP[k % len(SWEEP)]}},
+        "function": {"name": pair.name, "arguments": given.get(ARGUMENTS[arguments], {KEYS[key]: pair.text})},
     }
+    ident = IDS[ids]
+    if ident is not None:
+        call = {"id": ident.format(name=pair.name), **call}
+    result: Message = {"role": "tool", "name": pair.name, "content": pair.text}
+    if ident is not None:
+        result = {"role": "tool", "tool_call_id": call["id"], "name": pair.name, "content": pair.text}
+    if not NAMED[named] and ident is not None:  # a result with neither an id nor a name answers nothing
+        del result["name"]
     messages: list[Message] = [
         {"role": "user", "content": "What's the weather in Paris?"},
-        *placed(sweep_turn(space, None, call), [text], [0]),
+        sweep_turn(space, None, call),
+        result,
         sweep_turn(space, "It is sunny in Paris."),
         {"role": "user", "content": "Thanks. And tomorrow?"},
         sweep_turn(space, "Rain tomorrow.", k=1),
@@ -59,11 +102,24 @@ def episode(space: SearchSpace, name: str, text: str, k: int = 0) -> Conversatio
     return Conversation(tuple(messages), declarations(messages), ())
 
 
-def pairs(space: SearchSpace) -> list[tuple[str, str]]:
+def pairs(space: SearchSpace) -> list[Pair]:
     """Every name shape with every text core (cut to ``SHORT`` characters: the lengths a template tests are the
-    sweep of texts'), name by name."""
-    texts = list(dict.fromkeys(t[:SHORT] for t in space.texts))
-    return [(name, text) for name in NAME_SHAPES for text in texts]
+    sweep of texts'; and ``VALUES``) in the plainest forms, name by name; then each other form of each field with
+    every core (the names turning with them) and with every name (the cores turning), the rest plainest. One field
+    apart at a time: a form packed with another pair's (no name on the result) would hide what that pair holds (a
+    dotted name)."""
+    texts = list(dict.fromkeys([*(t[:SHORT] for t in space.texts), *VALUES]))
+    names = NAME_SHAPES
+    rows = [(name, text, (0, 0, 0, 0)) for name in names for text in texts]
+    for field, forms in enumerate((IDS, NAMED, ARGUMENTS, KEYS)):
+        for form in range(1, len(forms)):
+            levels = [0, 0, 0, 0]
+            levels[field] = form
+            shape = (levels[0], levels[1], levels[2], levels[3])
+            rows += [(names[(j + form) % len(names)], text, shape) for j, text in enumerate(texts)]
+            rows += [(name, texts[(i + form) % len(texts)], shape) for i, name in enumerate(names)]
+    unique = dict.fromkeys(rows)
+    return [Pair(name, text, forms, k) for k, (name, text, forms) in enumerate(unique)]
 
 
 # A render of an episode cut after its first N messages, with the generation prompt or not; the whole episode is
@@ -88,12 +144,13 @@ def comparisons(wanted: Sequence[str]) -> tuple[tuple[Cut, Cut], ...]:
 
 
 def screened(
-    ctx: AuditContext, space: SearchSpace, check: Callable[[], None], wanted: Sequence[str]
+    ctx: AuditContext, space: SearchSpace, check: Callable[[], None], wanted: Sequence[str], coverage: Any = None
 ) -> Iterator[Conversation] | None:
     """The candidates' episodes, in order (lazily: the first that breaks ends the screen), or None where no pair
     can be screened (see the module docstring). ``check`` is called before each pair (it raises to stop the
-    screen: the search's allowance)."""
-    text = trial_text(ctx)
+    screen: the search's allowance); ``coverage``: the template's arms, which the screen's renders count (a steered
+    search's)."""
+    text = trial_text(ctx, coverage.play if coverage is not None else None, chars=False)
 
     def kept(conversation: Conversation, compared: Sequence[tuple[Cut, Cut]]) -> list[bool | None]:
         """For each comparison, whether the render of its longer cut begins with its shorter's; None where either is
@@ -114,7 +171,7 @@ def screened(
 
     # the comparisons the plainest pair's episode keeps: the rest cannot tell one pair from another
     possible = comparisons(wanted)
-    keeps = kept(episode(space, NAME_SHAPES[0], TEXTS[0]), possible)
+    keeps = kept(episode(space, Pair(NAME_SHAPES[0], TEXTS[0])), possible)
     compared = [c for c, ok in zip(possible, keeps, strict=True) if ok]
     if (_RESULT + 1, False) in {short for short, _ in compared}:  # one render of the result last is enough
         compared = [c for c in compared if c[0] != (_RESULT + 1, True)]
@@ -122,9 +179,9 @@ def screened(
         return None
 
     def candidates() -> Iterator[Conversation]:
-        for k, (name, core) in enumerate(pairs(space)):
+        for pair in pairs(space):
             check()
-            candidate = episode(space, name, core, k)
+            candidate = episode(space, pair)
             if False in kept(candidate, compared):
                 yield candidate
 

@@ -290,7 +290,7 @@ def _paired(
             raise _Spent
         state.pairs["screened"] += 1
 
-    candidates = screened(ctx, space, check, wanted)
+    candidates = screened(ctx, space, check, wanted, coverage)
     if candidates is None:
         state.dropped[UNSCREENED] = {UNSCREENED}  # held by no conversation played: named
         return None
