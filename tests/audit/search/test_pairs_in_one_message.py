@@ -83,6 +83,10 @@ OTHER_FIELDS = {
     "unnamed_json_result_in_history": "rerender",  # a result answered by its id alone, holding a JSON object
     "dashed_name_without_arguments_in_history": "append",  # a dashed name called without arguments
     "slash_name_without_arguments_in_history": "append",  # a name namespaced by "/" called without arguments
+    # two other fields together, each picked by arithmetic on its tests (no arm for template coverage): an Anthropic
+    # id on a result without its name (Claude's format converted), on a call without arguments (red team 21)
+    "unnamed_result_for_a_toolu_id_in_history": "rerender",
+    "toolu_call_without_arguments_in_history": "append",
 }
 
 
@@ -97,7 +101,12 @@ def test_a_rewrite_keyed_on_a_value_and_another_field_of_its_cycle_is_found(name
 
 
 @pytest.mark.parametrize(
-    "name", ["control_json_result_for_a_toolu_id_everywhere", "control_unnamed_json_result_everywhere"]
+    "name",
+    [
+        "control_json_result_for_a_toolu_id_everywhere",
+        "control_unnamed_json_result_everywhere",
+        "control_unnamed_result_for_a_toolu_id_everywhere",
+    ],
 )
 def test_the_same_rewrite_on_every_turn_is_a_clean_safe(name: str) -> None:
     assert_clean_safe(audit_of(MODEL, PAIRS / f"{name}.jinja"))

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import combinations
 from typing import TYPE_CHECKING, Any
 
 from tito_audit.audit.search.accepted import trial_text
@@ -105,21 +106,34 @@ def episode(space: SearchSpace, pair: Pair) -> Conversation:
 def pairs(space: SearchSpace) -> list[Pair]:
     """Every name shape with every text core (cut to ``SHORT`` characters: the lengths a template tests are the
     sweep of texts'; and ``VALUES``) in the plainest forms, name by name; then each other form of each field with
-    every core (the names turning with them) and with every name (the cores turning), the rest plainest. One field
-    apart at a time: a form packed with another pair's (no name on the result) would hide what that pair holds (a
-    dotted name)."""
+    every core (the names turning with them) and with every name (the cores turning), the rest plainest; then each
+    other form of a field with each other form of another. Apart, not packed into the first rows: a form packed
+    with another pair's (no name on the result) would hide what that pair holds (a dotted name)."""
     texts = list(dict.fromkeys([*(t[:SHORT] for t in space.texts), *VALUES]))
     names = NAME_SHAPES
     rows = [(name, text, (0, 0, 0, 0)) for name in names for text in texts]
-    for field, forms in enumerate((IDS, NAMED, ARGUMENTS, KEYS)):
-        for form in range(1, len(forms)):
-            levels = [0, 0, 0, 0]
-            levels[field] = form
-            shape = (levels[0], levels[1], levels[2], levels[3])
+    fields = (len(IDS), len(NAMED), len(ARGUMENTS), len(KEYS))
+    for field, count in enumerate(fields):
+        for form in range(1, count):
+            shape = _forms({field: form})
             rows += [(names[(j + form) % len(names)], text, shape) for j, text in enumerate(texts)]
             rows += [(name, texts[(i + form) % len(texts)], shape) for i, name in enumerate(names)]
+    # then every other form of one field with every other form of another (an Anthropic id on a result without its
+    # name, as a conversation converted from Claude's format sends it), names and cores turning
+    crossed = [
+        _forms({f: a, g: b})
+        for f, g in combinations(range(4), 2)
+        for a in range(1, fields[f])
+        for b in range(1, fields[g])
+    ]
+    rows += [(names[r % len(names)], texts[r % len(texts)], shape) for r, shape in enumerate(crossed)]
     unique = dict.fromkeys(rows)
     return [Pair(name, text, forms, k) for k, (name, text, forms) in enumerate(unique)]
+
+
+def _forms(chosen: dict[int, int]) -> tuple[int, int, int, int]:
+    """The forms of the four fields: those ``chosen`` (field: form), the plainest for the rest."""
+    return (chosen.get(0, 0), chosen.get(1, 0), chosen.get(2, 0), chosen.get(3, 0))
 
 
 # A render of an episode cut after its first N messages, with the generation prompt or not; the whole episode is
