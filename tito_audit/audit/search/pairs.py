@@ -106,7 +106,7 @@ def episode(space: SearchSpace, pair: Pair) -> Conversation:
 def pairs(space: SearchSpace) -> list[Pair]:
     """Every name shape with every text core (cut to ``SHORT`` characters: the lengths a template tests are the
     sweep of texts'; and ``VALUES``) in the plainest forms, name by name; then each other form of each field with
-    every core (the names turning with them) and with every name (the cores turning), the rest plainest; then each
+    every core, the names turning with them (so with every name too), the rest plainest; then each
     other form of a field with each other form of another. Apart, not packed into the first rows: a form packed
     with another pair's (no name on the result) would hide what that pair holds (a dotted name)."""
     texts = list(dict.fromkeys([*(t[:SHORT] for t in space.texts), *VALUES]))
@@ -116,8 +116,8 @@ def pairs(space: SearchSpace) -> list[Pair]:
     for field, count in enumerate(fields):
         for form in range(1, count):
             shape = _forms({field: form})
+            # the names turn with the cores: each name meets the form too (the cores outnumber the names)
             rows += [(names[(j + form) % len(names)], text, shape) for j, text in enumerate(texts)]
-            rows += [(name, texts[(i + form) % len(texts)], shape) for i, name in enumerate(names)]
     # then every other form of one field with every other form of another (an Anthropic id on a result without its
     # name, as a conversation converted from Claude's format sends it), names and cores turning
     crossed = [
@@ -149,6 +149,19 @@ RERENDER_COMPARISONS: tuple[tuple[Cut, Cut], ...] = (
     ((_RESULT + 1, True), WHOLE),  # where the template renders no result last without the prompt
 )
 MAX_CANDIDATES = 24  # candidates played at most (a template that renders many pairs otherwise in a way not looked for)
+
+
+def _fewest(compared: list[tuple[Cut, Cut]]) -> list[tuple[Cut, Cut]]:
+    """``compared`` without the comparisons the others imply, so that each pair costs the fewest renders: one render
+    of the result last against the whole (the one with the prompt, which the append's comparison renders anyway,
+    where the plainest pair keeps it), and none of the call last against the whole where it begins the prompt after
+    its result and that prompt begins the whole (a prefix of a prefix is one)."""
+    append, result_whole = (_SAMPLED, (_RESULT + 1, True)), ((_RESULT + 1, True), WHOLE)
+    if result_whole in compared:
+        compared = [c for c in compared if c != ((_RESULT + 1, False), WHOLE)]
+    if append in compared and result_whole in compared:
+        compared = [c for c in compared if c != (_SAMPLED, WHOLE)]
+    return compared
 
 
 def comparisons(wanted: Sequence[str]) -> tuple[tuple[Cut, Cut], ...]:
@@ -186,9 +199,7 @@ def screened(
     # the comparisons the plainest pair's episode keeps: the rest cannot tell one pair from another
     possible = comparisons(wanted)
     keeps = kept(episode(space, Pair(NAME_SHAPES[0], TEXTS[0])), possible)
-    compared = [c for c, ok in zip(possible, keeps, strict=True) if ok]
-    if (_RESULT + 1, False) in {short for short, _ in compared}:  # one render of the result last is enough
-        compared = [c for c in compared if c[0] != (_RESULT + 1, True)]
+    compared = _fewest([c for c, ok in zip(possible, keeps, strict=True) if ok])
     if not compared:
         return None
 
