@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from tito_audit.audit.search.accepted import trial_text
 from tito_audit.audit.search.conversations import SHORT, SWEEP, declarations
 from tito_audit.audit.search.property import APPEND, RERENDER
-from tito_audit.audit.search.space import NAME_SHAPES, TEXTS, SearchSpace
+from tito_audit.audit.search.space import LONG, NAME_SHAPES, TEXTS, SearchSpace
 from tito_audit.audit.search.sweep import sweep_turn
 from tito_audit.scenarios.searched import Conversation, Message
 
@@ -104,12 +104,13 @@ def episode(space: SearchSpace, pair: Pair) -> Conversation:
 
 
 def pairs(space: SearchSpace) -> list[Pair]:
-    """Every name shape with every text core (cut to ``SHORT`` characters: the lengths a template tests are the
-    sweep of texts'; and ``VALUES``) in the plainest forms, name by name; then each other form of each field with
-    every core, the names turning with them (so with every name too), the rest plainest; then each
-    other form of a field with each other form of another. Apart, not packed into the first rows: a form packed
-    with another pair's (no name on the result) would hide what that pair holds (a dotted name)."""
-    texts = list(dict.fromkeys([*(t[:SHORT] for t in space.texts), *VALUES]))
+    """Every name shape with every text core (cut to ``SHORT`` characters, the long ones left out: the lengths a
+    template tests are the sweep of texts'; and ``VALUES``) in the plainest forms, name by name; then each other
+    form of each field with every core, the names turning with them (so with every name too), the rest plainest;
+    then each other form of a field with each other form of another. Apart, not packed into the first rows: a form
+    packed with another pair's (no name on the result) would hide what that pair holds (a dotted name)."""
+    cores = (t[:SHORT] for t in space.texts if len(t) < LONG)  # a long text cut short is prose the cores hold
+    texts = list(dict.fromkeys([*cores, *VALUES]))
     names = NAME_SHAPES
     rows = [(name, text, (0, 0, 0, 0)) for name in names for text in texts]
     fields = (len(IDS), len(NAMED), len(ARGUMENTS), len(KEYS))
