@@ -83,10 +83,17 @@ class Coverage:
             self._needed = {b.body_line for b in self.branches.branches if b.history and not b.raises}
         return self._needed <= self.recorder.ran
 
-    def skip(self) -> None:
+    def skip(self, since: set[int] | None = None) -> None:
         """Leave the renders made since the last ``trace`` out of the coverage (a search too small to steer: its
-        arms are not counted, and cost nothing)."""
+        arms are not counted, and cost nothing); ``since``: and the arms recorded since that ``checkpoint`` (renders
+        made through ``play``, ``Renderer.render_through``)."""
         self.renderer.drop_untraced()
+        if since is not None:
+            self.recorder.ran = set(since)
+
+    def checkpoint(self) -> set[int]:
+        """The arms recorded so far, for ``skip`` to go back to."""
+        return set(self.recorder.ran)
 
     def arms_run(self) -> int:
         """How many arms ran so far (the search's targeting score reads its growth)."""

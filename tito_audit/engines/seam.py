@@ -28,7 +28,8 @@ from tito_audit.errors import RendererRefused, RenderError
 from tito_audit.rendering.analysis import transformers_compiles
 from tito_audit.rendering.clock import DEFAULT_DATE
 from tito_audit.rendering.guard import RenderLimits
-from tito_audit.rendering.renderer import Message, Renderer, _Shared
+from tito_audit.rendering.renderer import Message, Renderer
+from tito_audit.rendering.shared_state import SharedState
 
 
 class Engine(Protocol):
@@ -109,7 +110,7 @@ def changes_a_probe(engine: Engine, options: dict[str, Any]) -> bool:
     return False
 
 
-class _EngineShared(_Shared):
+class _EngineShared(SharedState):
     """``Renderer``'s shared caches, plus the engine's ids of each text it rendered. No template to prepare or
     analyse: the engine is given the tools on every render."""
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import weakref
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import replace
@@ -29,14 +28,13 @@ from jinja2 import TemplateError
 from jinja2.exceptions import SecurityError
 
 from tito_audit.errors import InternalError, RendererRefused, RenderError, detached, first_line
-from tito_audit.rendering.analysis import loaded_names, prepare_for_renders, transformers_compiles
+from tito_audit.rendering.analysis import prepare_for_renders, transformers_compiles
 from tito_audit.rendering.bounded_cache import content_key
 from tito_audit.rendering.budget import TemplateBudget
 from tito_audit.rendering.clock import DEFAULT_DATE, pinned_date
 from tito_audit.rendering.guard import RenderLimits, RenderTimeout, render_limits
-from tito_audit.rendering.sanitizer import Sanitizer, sanitizer_for
-from tito_audit.rendering.template_inputs import render_text
-from tito_audit.rendering.tokenizer_cache import tokenizer_cache
+from tito_audit.rendering.shared_state import SharedState as _Shared
+from tito_audit.rendering.template_inputs import covered, render_text
 
 # RenderError, tokenizer_cache and DEFAULT_DATE are also importable from here, where the package has long found them.
 __all__ = ["Message", "Renderer"]
@@ -108,65 +106,6 @@ def _again(cached: RenderError) -> RenderError:
     """A cached failure raised once more, as a copy: raising the cached one would give it a traceback through
     this renderer's frames, a reference cycle through its caches (``errors.detached``)."""
     return RenderError(cached.kind, cached.message)
-
-
-class _Shared:
-    """What every renderer derived from one ``Renderer(...)`` shares: render caches, derived renderers, sanitizer."""
-
-    def __init__(self, tokenizer: Any, chat_template: str, limits: RenderLimits | None = None) -> None:
-        self.cache = tokenizer_cache(tokenizer)
-        self.texts: dict[bytes | str, str | RenderError] = {}
-        self.ids: dict[bytes | str, tuple[int, ...] | RenderError] = {}  # marked (``sanitize_control_tokens``)
-        self.plain_ids: dict[bytes | str, tuple[int, ...] | RenderError] = {}  # the render encoded plainly
-        # held weakly: a derived renderer holds this, and a cycle would keep every cache of an audit alive until the
-        # garbage collector finds it (one that is dropped is derived again, cheaply: the caches are here)
-        self.derived: weakref.WeakValueDictionary[str, Renderer] = weakref.WeakValueDictionary()
-        self._sanitizer: Sanitizer | None = None
-        self._sanitizer_tried = False
-        self.tokenizer = tokenizer
-        self.chat_template = chat_template
-        self._reads_tools: bool | None = None
-        self._reads_clock: bool | None = None
-        self.compiles_seen = transformers_compiles()  # the constructor has just prepared the template
-        # Template coverage (``rendering.coverage``): the text renders not yet played through its instrumented copy
-        # (the kwargs and date of the renderer, and the inputs; ``trace_untraced``). Only references: what a render
-        # was given, never copied, and no renderer (which holds this: a cycle would keep an audit's caches alive).
-        self.untraced: list[tuple[dict[str, Any], dt.datetime, Sequence[Message], Any, bool]] = []
-        limits = limits or RenderLimits()
-        self.budget = TemplateBudget(
-            limits.template_cpu_seconds, limits.template_limit_hits, limits.template_output_chars
-        )
-
-    @property
-    def reads_tools(self) -> bool:
-        """Whether the template reads ``tools`` at all. A template only sees context variables through names it
-        loads, so one that never loads ``tools`` renders the same with tools=None, which spares copying and keying
-        the tool schemas on every render."""
-        if self._reads_tools is None:
-            try:
-                self._reads_tools = "tools" in loaded_names(self.chat_template)
-            except Exception:  # does not parse: let the render report it, with the tools it was given
-                self._reads_tools = True
-        return self._reads_tools
-
-    @property
-    def reads_clock(self) -> bool:
-        """Whether the template can see the render date. It sees it only through ``strftime_now`` (``clock``), a
-        name it must load; one that never does renders alike at every date, so renders at another date
-        (``Renderer.with_date``: the clock checks) are the cached ones, not template runs that cannot differ."""
-        if self._reads_clock is None:
-            try:
-                self._reads_clock = "strftime_now" in loaded_names(self.chat_template)
-            except Exception:  # does not parse: every date renders (and fails) on its own
-                self._reads_clock = True
-        return self._reads_clock
-
-    @property
-    def sanitizer(self) -> Sanitizer | None:
-        if not self._sanitizer_tried:
-            self._sanitizer_tried = True
-            self._sanitizer = sanitizer_for(self.tokenizer, self.chat_template, self.cache)
-        return self._sanitizer
 
 
 class Renderer:
@@ -333,9 +272,17 @@ class Renderer:
         texts = self._shared.texts
         hit = texts.get(key)
         if hit is None:
-            self._shared.untraced.append((self.template_kwargs, self.date, messages, tools, add_generation_prompt))
+            agp, kwargs, through = add_generation_prompt, self.template_kwargs, self._shared.through
+            if through is None or not covered(self.tokenizer, messages, tools, kwargs):
+                self._shared.untraced.append((kwargs, self.date, messages, tools, agp))
+                through = None
+            run = (
+                (lambda: through(self, messages, tools, agp))
+                if through
+                else lambda: self._text(messages, tools, agp, kwargs)
+            )
             try:
-                hit = self._guarded(lambda: self._text(messages, tools, add_generation_prompt, self.template_kwargs))
+                hit = self._guarded(run)
             except RenderError as err:
                 hit = detached(err)  # kept: its traceback would keep this renderer's frames (and caches) alive
             texts[key] = hit
@@ -353,6 +300,12 @@ class Renderer:
         tools, kwargs = self._render_tools(tools), self.template_kwargs
         run = (lambda: play(self, messages, tools, agp)) if play else lambda: self._text(messages, tools, agp, kwargs)
         return str(self._guarded(run, replay=not chars))
+
+    def render_through(self, play: Any) -> None:
+        """Make each text render with ``play`` (``Coverage.play``: the same text, its arms recorded as it renders)
+        instead of playing it through coverage's copy later, where ``render_text`` renders the compiled template
+        itself (``covered``); None: as before."""
+        self._shared.through = play
 
     def drop_untraced(self) -> int:
         """Forget the renders not played through coverage's copy yet (they will not count); returns how many."""

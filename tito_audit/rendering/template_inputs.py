@@ -68,7 +68,7 @@ def render_text(
 ) -> str:
     """``tokenizer.apply_chat_template(messages, tools=tools, chat_template=chat_template,
     add_generation_prompt=add_generation_prompt, tokenize=False, **kwargs)``, with each input prepared once."""
-    if not _covered(tokenizer, messages, tools, kwargs):
+    if not covered(tokenizer, messages, tools, kwargs):
         return tokenizer.apply_chat_template(
             list(messages),
             tools=tools,
@@ -144,8 +144,9 @@ def _prepared_at(at: tuple[int, Any]) -> Any:
     return _prepared(*at)
 
 
-def _covered(tokenizer: Any, messages: Sequence[Message], tools: Any, kwargs: dict[str, Any]) -> bool:
-    """Whether this call is one the check covers (see the module's docstring)."""
+def covered(tokenizer: Any, messages: Sequence[Message], tools: Any, kwargs: dict[str, Any]) -> bool:
+    """Whether this call is one the check covers (see the module's docstring): ``render_text`` renders the compiled
+    template itself, as ``render_compiled`` renders a copy of it."""
     if not messages or not all(isinstance(m, dict) for m in messages):
         return False
     if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):

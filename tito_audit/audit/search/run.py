@@ -94,9 +94,12 @@ def search(
     state = _State(cap=budget + shrink)
     steering = coverage if steers(budget) else None
     allowance = _Allowance(ctx, budget)
+    if steering is not None:  # each render's arms recorded as it renders, not played through the copy again
+        ctx.renderer.render_through(steering.play)
     try:
         _look(ctx, space, budget, seed, result, state, allowance, steering, shrink)
     finally:
+        ctx.renderer.render_through(None)
         allowance.close()
     _name_fallback(ctx)
     result.drawn, result.rendered, result.plays = state.drawn, state.rendered, state.plays
@@ -381,6 +384,7 @@ class _Probe:
                     state.shrink_stopped = self.allowance.why
                 return False  # past the bound: the shrink stops at the smallest counterexample so far
             before = coverage.arms_run() if coverage is not None else 0
+            ran = coverage.checkpoint() if coverage is not None and not state.hit else None
             try:
                 played = play(self.ctx, conversation, "search/candidate", self.every_cut)
             except InternalError as exc:
@@ -390,7 +394,7 @@ class _Probe:
                     coverage.trace()  # the arms this conversation's renders take
                     self.target(float(coverage.arms_run() - before), label="template arms first run")
                 else:  # refused, or not judged (no canonical sample): the arms it took prove nothing
-                    coverage.skip()
+                    coverage.skip(ran)
             state.plays += 1
             state.rendered += played.simulation.ok and draw
             if played.simulation.ok and not judged(played):
