@@ -4,7 +4,8 @@ Coverage is asked for only where it can change what the verdict claims: a templa
 ``safe`` or ``tito-required`` (an ``unsafe`` one has no claim an untaken arm could weaken). Then every render the
 audit made is played once more, through the template's instrumented copy (``Renderer.trace_untraced``: the
 outputs are cached, only the arms they take are wanted), the search's as it goes (the arms each conversation takes
-first steer it: ``arms_run``), and the arms history can reach whose ``if`` was reached but which no conversation
+first steer it: ``arms_run``; a steered search renders through the copy itself, ``Renderer.render_through``: one
+render instead of two), and the arms history can reach whose ``if`` was reached but which no conversation
 took are named: ``not_probed`` reasons ``template_line:N: TEST``, the first ``MAX_NAMED`` of them and a count of
 the rest. A SAFE with one is not a clean SAFE (``cli.audit``).
 """

@@ -2,7 +2,8 @@
 renderers derived from it, its sanitizer, its budget and the renders template coverage has yet to play.
 
 Held apart from the renderer so that a derived renderer (another date, other template kwargs) costs a small object,
-and so that an engine's seam can share the same state (``engines.seam``).
+and so that an engine's seam can share the same state (``engines.seam``). It names no renderer (``derived`` holds
+them as ``Any``): the renderer imports this module, and the design graph has no cycles.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tito_audit.errors import RenderError
 from tito_audit.rendering.analysis import loaded_names, transformers_compiles
@@ -18,9 +19,6 @@ from tito_audit.rendering.budget import TemplateBudget
 from tito_audit.rendering.guard import RenderLimits
 from tito_audit.rendering.sanitizer import Sanitizer, sanitizer_for
 from tito_audit.rendering.tokenizer_cache import tokenizer_cache
-
-if TYPE_CHECKING:
-    from tito_audit.rendering.renderer import Renderer
 
 Message = dict[str, Any]
 
@@ -35,7 +33,7 @@ class SharedState:
         self.plain_ids: dict[bytes | str, tuple[int, ...] | RenderError] = {}  # the render encoded plainly
         # held weakly: a derived renderer holds this, and a cycle would keep every cache of an audit alive until the
         # garbage collector finds it (one that is dropped is derived again, cheaply: the caches are here)
-        self.derived: weakref.WeakValueDictionary[str, Renderer] = weakref.WeakValueDictionary()
+        self.derived: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
         self._sanitizer: Sanitizer | None = None
         self._sanitizer_tried = False
         self.tokenizer = tokenizer
