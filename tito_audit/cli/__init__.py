@@ -93,10 +93,11 @@ _OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EIO, errno.EFBIG, errno.EDQUOT})
 
 def _exit_now(code: int) -> None:
     """Exit with ``code`` after a Ctrl-C the command has answered: the streams flushed and the exit handlers run
-    (temporary folders removed), then ``os._exit``. Not ``sys.exit``: CPython ends a process whose Ctrl-C passed
-    through code it evaluated from a string (a ``KeyboardInterrupt`` caught after, as every command catches it) by
-    killing itself with SIGINT once it has finalized, so a command that said "interrupted" and chose 130 exited -2
-    about one run in ten (``tests/cli/test_interrupt.py``, ``fix``)."""
+    (temporary folders removed), then ``os._exit``. Not ``sys.exit``: after a Ctrl-C the command had caught and
+    answered, CPython sometimes ended the process by killing itself with SIGINT once it had finalized (exit -2, no
+    traceback; it does so where it saw a ``KeyboardInterrupt`` leave code it ran, even one caught after), so a
+    ``fix`` that said "interrupted" and chose 130 exited -2 about one run in ten (``tests/cli/test_interrupt.py``).
+    Nothing is left to run after this point but the interpreter's own teardown."""
     import atexit
 
     for stream in (sys.stdout, sys.stderr):
