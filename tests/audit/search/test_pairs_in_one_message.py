@@ -162,3 +162,14 @@ def test_a_screen_stopped_before_its_end_is_named(monkeypatch: pytest.MonkeyPatc
     assert pairs["candidates"] == 0 and pairs["stopped"] == 1 and pairs["screened"] > 0, pairs
     assert report.verdict == "safe" and "search:pairs:stopped" in report.scenarios["not_probed"], report.verdict_reasons
     assert describe_reason("not_probed:search:pairs:stopped").startswith("the search's screen of pairs")
+
+
+def test_after_a_re_render_break_the_screen_looks_again_for_buffer_and_delta() -> None:
+    """The screen meets a re-render pair first (a capital in a result's name and digits); the search then looks for
+    the stronger kind, and the screen runs again with the append's comparison alone, meeting the call pair (a dotted
+    name and an email address). On 58f99dc the screen ran once: its second candidate was left to the draws."""
+    report = audit_of(MODEL, PAIRS / "rerender_pair_first_then_append_pair.jinja")
+    assert report.verdict == "unsafe" and "unsafe:rewrites_on_tool_append" in report.verdict_reasons
+    found = report.scenarios["search"]["counterexamples"]
+    assert [c["kind"] for c in found] == ["rerender", "append"] and len(found[1]["messages"]) == 4, found
+    assert report.scenarios["search"]["pairs"]["candidates"] == 2

@@ -13,13 +13,14 @@ without its name, a call without arguments, the key holding the core) with every
 comparison (``comparisons``) is of two renders of it, a shorter cut that a longer one must begin with: the call turn
 last (the model's turn, as the loop renders it to read the sample) against the prompt after the result's append
 (buffer + delta), and the call turn last or the result last against the whole episode (the re-render). Only the
-comparisons of the kinds the search looks for are made, and only those the plainest pair's episode
-(``NAME_SHAPES[0]``, ``TEXTS[0]``) keeps: a pair that fails one of them is a candidate, a call or a result the
-template renders otherwise once more follows. A candidate is played as any conversation of the search is (judged by
-tokens, shrunk, shown at its first divergent token): the screen only chooses what is played, at most
-``MAX_CANDIDATES`` of them (past them, the search names it: ``search:pairs:stopped``). A pair the template refuses
-is one a loop cannot send it, and is skipped; where the template refuses the plainest pair's episode, or keeps none
-of its comparisons, no pair can be screened, and the search names it (``search:refused:pairs``).
+comparisons of the kinds the search looks for are made (after a re-render break, the search screens again for
+buffer + delta alone), and only those the plainest pair's episode (``NAME_SHAPES[0]``, ``TEXTS[0]``) keeps: a pair
+that fails one of them is a candidate, a call or a result the template renders otherwise once more follows. A
+candidate is played as any conversation of the search is (judged by tokens, shrunk, shown at its first divergent
+token): the screen only chooses what is played, at most ``MAX_CANDIDATES`` of them (past them, the search names
+it: ``search:pairs:stopped``). A pair the template refuses is one a loop cannot send it, and is skipped; where the
+template refuses the plainest pair's episode, or keeps none of its comparisons, no pair can be screened, and the
+search names it (``search:refused:pairs``).
 
 Its renders are trials (``Renderer.render_trial``): not cached, each cut rendered once per pair, their CPU charged
 to the search's allowance (``check``) but not their characters: the screen's size is fixed, and the characters left

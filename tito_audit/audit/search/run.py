@@ -139,7 +139,7 @@ def _look(
     looking = list(result.wanted)
     plans = sweeps(space)[:budget]  # the sweeps are the budget's first conversations
     state.sweeps = [c.key for c in plans]
-    start, screen = 0, False
+    start, screened_for = 0, set()  # the kinds the screen of pairs looked for so far
 
     def from_sweeps(kinds: tuple[str, ...]) -> Conversation | None:
         nonlocal start
@@ -147,10 +147,10 @@ def _look(
         return found
 
     def from_pairs(kinds: tuple[str, ...]) -> Conversation | None:
-        nonlocal screen
-        if screen:
+        # once per kinds: after a re-render break, screened again for the stronger one (its own comparison)
+        if kinds in screened_for:
             return None
-        screen = True
+        screened_for.add(kinds)
         return _paired(ctx, space, state, allowance, steering, kinds)
 
     def from_draws(kinds: tuple[str, ...]) -> Conversation | None:
@@ -297,7 +297,8 @@ def _paired(
     if candidates is None:
         state.dropped[UNSCREENED] = {UNSCREENED}  # held by no conversation played: named
         return None
-    state.pairs = {"screened": 0, "candidates": 0}
+    state.pairs.setdefault("screened", 0)  # counted over the screens (a second one looks for buffer + delta only)
+    state.pairs.setdefault("candidates", 0)
     for candidate in candidates:
         if state.pairs["candidates"] == MAX_CANDIDATES:  # the pairs left unscreened: named
             state.pairs["stopped"] = 1
