@@ -86,13 +86,12 @@ def episode(space: SearchSpace, pair: Pair) -> Conversation:
         "function": {"name": pair.name, "arguments": given.get(ARGUMENTS[arguments], {KEYS[key]: pair.text})},
     }
     ident = IDS[ids]
-    if ident is not None:
-        call = {"id": ident.format(name=pair.name), **call}
     result: Message = {"role": "tool", "name": pair.name, "content": pair.text}
     if ident is not None:
-        result = {"role": "tool", "tool_call_id": call["id"], "name": pair.name, "content": pair.text}
-    if not NAMED[named] and ident is not None:  # a result with neither an id nor a name answers nothing
-        del result["name"]
+        call = {"id": ident.format(name=pair.name), **call}
+        result = {"role": "tool", "tool_call_id": call["id"], **result}
+        if not NAMED[named]:  # answered by its id alone (never without both: it would answer nothing)
+            del result["name"]
     messages: list[Message] = [
         {"role": "user", "content": "What's the weather in Paris?"},
         sweep_turn(space, None, call),
