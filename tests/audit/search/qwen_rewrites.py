@@ -15,6 +15,16 @@ def audited(folder: Path, name: str):  # type: ignore[no-untyped-def]
     return audit_of(MODEL, folder / f"{name}.jinja")
 
 
+def sampled_call_rewritten(report):  # type: ignore[no-untyped-def]
+    """The call of an UNSAFE audit's counterexample that breaks buffer + delta on one tool cycle: the result's
+    append re-rendered the sampled call (``rewrites_on_tool_append``), shown on four messages with that one call."""
+    assert report.verdict == "unsafe" and "unsafe:rewrites_on_tool_append" in report.verdict_reasons
+    (found, *_) = report.scenarios["search"]["counterexamples"]
+    assert found["kind"] == "append" and len(found["messages"]) == 4, found
+    (call,) = [c["function"] for m in found["messages"] for c in m.get("tool_calls") or []]
+    return call
+
+
 def assert_clean_safe(report) -> None:  # type: ignore[no-untyped-def]
     """A control (the same change on every turn): SAFE with nothing named, every conversation of the search drawn
     and none breaking."""

@@ -87,6 +87,11 @@ OTHER_FIELDS = {
     # id on a result without its name (Claude's format converted), on a call without arguments (red team 21)
     "unnamed_result_for_a_toolu_id_in_history": "rerender",
     "toolu_call_without_arguments_in_history": "append",
+    # a result's three fields at once, counted by arithmetic (a Kimi id, no name, a JSON object), and a call given two
+    # keys together (a file tool's ``path`` and ``content``): clean SAFEs on f65df6a, whose screen crossed two fields
+    # with one core each and gave each call one key (red team 21's last eleven, of these two kinds)
+    "unnamed_json_result_for_a_kimi_id_in_history": "rerender",
+    "path_and_content_arguments_in_history": "append",
 }
 
 
@@ -106,6 +111,8 @@ def test_a_rewrite_keyed_on_a_value_and_another_field_of_its_cycle_is_found(name
         "control_json_result_for_a_toolu_id_everywhere",
         "control_unnamed_json_result_everywhere",
         "control_unnamed_result_for_a_toolu_id_everywhere",
+        "control_unnamed_json_result_for_a_kimi_id_everywhere",
+        "control_path_and_content_arguments_everywhere",
     ],
 )
 def test_the_same_rewrite_on_every_turn_is_a_clean_safe(name: str) -> None:

@@ -46,10 +46,12 @@ def test_blocks_refused_for_their_call_ids_are_played_with_ids_the_template_acce
 
 def test_the_refusal_alone_is_no_gap() -> None:
     """Control: the same refusal, no rewrite. The block it refuses is played in its plainest form, counted in the
-    search's summary, and is no gap: what it holds was tried."""
+    search's summary, and is no gap: what it holds was tried. (The template concatenates content, so it refuses the
+    sweep of forms' five blocks of content parts too: dropped, and no gap either, their texts were played.)"""
     report = audit_of(MODEL, REFUSED / "control_refusing_undescribed_tools.jinja")
     assert_clean_safe(report)
-    assert report.scenarios["search"]["refused"] == {"agent": {"reshaped": 1, "dropped": 0}}
+    refused = report.scenarios["search"]["refused"]
+    assert refused["agent"] == {"reshaped": 1, "dropped": 0} and refused["forms"]["dropped"] > 0, refused
 
 
 def test_a_sweep_the_template_accepts_no_part_of_is_named() -> None:

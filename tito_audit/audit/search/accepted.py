@@ -30,6 +30,7 @@ from tito_audit.audit.search.conversations import call_id
 from tito_audit.audit.search.space import NAME_SHAPES
 from tito_audit.audit.simulation import FALLBACK_ADAPTERS, fallbacks
 from tito_audit.errors import RenderError
+from tito_audit.rollout.call_arguments import arguments_dict
 from tito_audit.scenarios.searched import Conversation, Message
 
 if TYPE_CHECKING:
@@ -111,16 +112,25 @@ def accepted(
 
 
 def held(messages: Iterable[Message]) -> set[str]:
-    """What messages carry that a rewrite may be keyed on: each text (content, result, reasoning) and each argument
-    value, as JSON."""
+    """What messages carry that a rewrite may be keyed on: each text (content, result, reasoning; each text part of
+    a list of parts) and each argument value (of a JSON string too), as JSON. A form carries none of its own: a
+    block refused for a list of parts, an image or arguments that are not JSON held only the values inside them."""
     out: set[str] = set()
     for m in messages:
         for key in ("content", "reasoning_content"):
-            if m.get(key):
-                out.add(json.dumps(m[key], sort_keys=True))
+            value = m.get(key)
+            if isinstance(value, list):  # content parts: their texts (an image carries none)
+                out.update(
+                    json.dumps(p["text"]) for p in value if isinstance(p, dict) and isinstance(p.get("text"), str)
+                )
+            elif value:
+                out.add(json.dumps(value, sort_keys=True))
         for call in m.get("tool_calls") or []:
             arguments = call["function"].get("arguments")
-            values = arguments.values() if isinstance(arguments, dict) else [arguments]
+            if isinstance(arguments, str):  # a JSON string's values; one that is not JSON is a form, no value
+                values = list((arguments_dict(arguments) or {}).values())
+            else:
+                values = list(arguments.values()) if isinstance(arguments, dict) else [arguments]
             out.update(json.dumps(v, sort_keys=True) for v in values)
     return out
 

@@ -129,7 +129,7 @@ class _Strategies:
             name = draw(self.name)
             n_args = draw(st.integers(0, len(ARGUMENT_KEYS)))
             args = {key: draw(self.value) for key in ARGUMENT_KEYS[:n_args]}
-            calls.append({"type": "function", "function": {"name": name, "arguments": args}})
+            calls.append(tool_call(name, args))
         return calls
 
     def call_turn(self, draw: Any, reasoning: bool) -> tuple[Message, list[Any]]:
@@ -400,3 +400,22 @@ def _json_type(value: Any) -> str:
     if value is None:
         return "null"
     return "string"
+
+
+def tool_call(name: str, arguments: Any) -> dict[str, Any]:
+    """A call of ``name`` with ``arguments`` (a dict, or a string as a client sends one), in OpenAI's format: what
+    every conversation of the search calls with."""
+    return {"type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def sweep_turn(space: SearchSpace, content: str | None, *calls: dict[str, Any], k: int = 0) -> Message:
+    """An assistant turn of the sweeps: ``content``, its ``calls`` if any, and the ``k``-th reasoning where the
+    template shows reasoning."""
+    turn: Message = {"role": "assistant", "content": content}
+    if calls:
+        turn["tool_calls"] = list(calls)
+    if space.reasoning:
+        turn["reasoning_content"] = REASONING[k % len(REASONING)]
+        if calls and not space.text_with_reasoning:  # the template refuses both on a call turn (gpt-oss's)
+            turn["content"] = None
+    return turn

@@ -9,7 +9,8 @@ its pair is the one result of its append: thousands of renders of long episodes.
 So each pair is screened first, by trial renders of one short episode (``episode``): a user turn, a call of that
 name given that core, its result holding it, an answer, a user turn and another answer; every name shape with every
 core in the plainest forms of the cycle's other fields, then each other form of each (a call id's shape, a result
-without its name, a call without arguments, the key holding the core) with every core and every name (``pairs``). Each
+without its name, a call without arguments or given every key, the key holding the core) with every core and every
+name, and a result's three fields together: each id without the name, with every core (``pairs``). Each
 comparison (``comparisons``) is of two renders of it, a shorter cut that a longer one must begin with: the call turn
 last (the model's turn, as the loop renders it to read the sample) against the prompt after the result's append
 (buffer + delta), and the call turn last or the result last against the whole episode (the re-render). Only the
@@ -38,10 +39,9 @@ from itertools import combinations
 from typing import TYPE_CHECKING, Any
 
 from tito_audit.audit.search.accepted import trial_text
-from tito_audit.audit.search.conversations import SHORT, SWEEP, declarations
+from tito_audit.audit.search.conversations import SHORT, SWEEP, declarations, sweep_turn, tool_call
 from tito_audit.audit.search.property import APPEND, RERENDER
 from tito_audit.audit.search.space import LONG, NAME_SHAPES, TEXTS, SearchSpace
-from tito_audit.audit.search.sweep import sweep_turn
 from tito_audit.scenarios.searched import Conversation, Message
 
 if TYPE_CHECKING:
@@ -54,12 +54,12 @@ _CALL, _RESULT = 1, 2  # where an episode (``episode``) has its call turn and it
 # The other fields of a tool cycle, each in its forms (the first: the plainest, the one every name shape meets every
 # text core in): how the call and its result are tied (an id as counters, Anthropic and Kimi write it, one that starts
 # again in every turn, or none), whether the result names its tool (or answers by its id alone, as OpenAI's format
-# does), the call's arguments (the core and a value of the sweep of values, none, the core alone) and the key that
-# holds the core.
+# does), the call's arguments (the core and a value of the sweep of values, none, the core alone, the core under every
+# key at once: a tool of many parameters, a file tool's path and content) and the key that holds the core.
 IDS: tuple[str | None, ...] = ("call00001", None, "toolu_01A09q90qw90lq917835lq9", "functions.{name}:0", "call_0")
 NAMED: tuple[bool, ...] = (True, False)
-ARGUMENTS: tuple[str, ...] = ("core and value", "none", "core")
-KEYS: tuple[str, ...] = ("query", "url", "path", "city", "maxResults")
+ARGUMENTS: tuple[str, ...] = ("core and value", "none", "core", "every key")
+KEYS: tuple[str, ...] = ("query", "url", "path", "content", "city", "maxResults", "address_line1")
 # values tools are given whole that no text core is (a fetch tool's URL, a file tool's path, a mail tool's address)
 VALUES: tuple[str, ...] = ("https://example.com/weather?city=Paris", "/home/user/notes.txt", "ana@example.com")
 
@@ -80,11 +80,12 @@ def episode(space: SearchSpace, pair: Pair) -> Conversation:
     """The short episode of one pair: a call of its name given its text (as ``pair.forms`` say), its result holding
     the text, then an answer, a user turn and another answer."""
     ids, named, arguments, key = pair.forms
-    given = {"core and value": {KEYS[key]: pair.text, "value": SWEEP[pair.k % len(SWEEP)]}, "none": {}}
-    call: dict[str, Any] = {
-        "type": "function",
-        "function": {"name": pair.name, "arguments": given.get(ARGUMENTS[arguments], {KEYS[key]: pair.text})},
+    given = {
+        "core and value": {KEYS[key]: pair.text, "value": SWEEP[pair.k % len(SWEEP)]},
+        "none": {},
+        "every key": dict.fromkeys(KEYS, pair.text),  # a tool of many parameters: a file tool's path and content
     }
+    call = tool_call(pair.name, given.get(ARGUMENTS[arguments], {KEYS[key]: pair.text}))
     ident = IDS[ids]
     result: Message = {"role": "tool", "name": pair.name, "content": pair.text}
     if ident is not None:
@@ -107,7 +108,8 @@ def pairs(space: SearchSpace) -> list[Pair]:
     """Every name shape with every text core (cut to ``SHORT`` characters, the long ones left out: the lengths a
     template tests are the sweep of texts'; and ``VALUES``) in the plainest forms, name by name; then each other
     form of each field with every core, the names turning with them (so with every name too), the rest plainest;
-    then each other form of a field with each other form of another. Apart, not packed into the first rows: a form
+    then each id on a result without its name, with every core (a result's every field at once); then each other
+    form of a field with each other form of another. Apart, not packed into the first rows: a form
     packed with another pair's (no name on the result) would hide what that pair holds (a dotted name)."""
     cores = (t[:SHORT] for t in space.texts if len(t) < LONG)  # a long text cut short is prose the cores hold
     texts = list(dict.fromkeys([*cores, *VALUES]))
@@ -119,6 +121,13 @@ def pairs(space: SearchSpace) -> list[Pair]:
             shape = _forms({field: form})
             # the names turn with the cores: each name meets the form too (the cores outnumber the names)
             rows += [(names[(j + form) % len(names)], text, shape) for j, text in enumerate(texts)]
+    # a result's own fields are three (its id, its name, its content): every id with the name left out, with every
+    # core too, so that a rewrite keyed on all three at once (an Anthropic id, no name, a JSON object: a conversation
+    # converted from Claude's format) is met
+    for ids in range(1, len(IDS)):
+        if IDS[ids] is not None:
+            shape = _forms({0: ids, 1: 1})
+            rows += [(names[(j + ids) % len(names)], text, shape) for j, text in enumerate(texts)]
     # then every other form of one field with every other form of another (an Anthropic id on a result without its
     # name, as a conversation converted from Claude's format sends it), names and cores turning
     crossed = [

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from tito_audit.audit.context import AuditContext
 
 # Tool names in the shapes real tool sets use: snake_case first (what the catalogue plays), then camelCase,
-# PascalCase, MCP-style dotted, dashed, upper case, non-ASCII, namespaced by "__", ":" or "/".
+# PascalCase, MCP-style dotted, dashed, upper case, non-ASCII, namespaced by "__", ":" or "/", with digits.
 NAME_SHAPES: tuple[str, ...] = (
     "get_weather",
     "getWeather",
@@ -45,6 +45,7 @@ NAME_SHAPES: tuple[str, ...] = (
     "mcp__github__create_issue",  # MCP as coding agents name its tools: server and tool joined by "__"
     "weather:get_forecast",  # a server's namespace joined by ":"
     "files/read_file",  # ... or by "/"
+    "s3_list_buckets_v2",  # digits: a service's name, a version (red team 25)
 )
 # Top-level argument names, in the order a call takes them (a call of n arguments has the first n).
 ARGUMENT_KEYS: tuple[str, ...] = (
@@ -105,6 +106,7 @@ TEXTS: tuple[str, ...] = (
 EDGES: tuple[str, ...] = ("", " ", "\n", "\n\n", "\t", "  \n")  # whitespace at the start or end of a text
 CALL_TEXTS: tuple[str, ...] = ("I'll check the weather.", "Let me look that up.\nOne moment.")  # text next to calls
 REASONING: tuple[str, ...] = ("The user wants the weather, so I call the tool.", "Check the forecast first.")
+SYSTEM = "You are a helpful assistant."  # the sweeps' system prompt (``SearchSpace.system``)
 LONG = 2_000  # characters of the long text every space has (past a template's own tests: ``lengths``)
 MAX_CYCLES = 24  # tool cycles of the longest episode drawn
 # a template testing the type of a message's content (``message.content is string``, ``m['content'] is iterable``)
@@ -155,6 +157,9 @@ class SearchSpace:
     # a call turn may carry text and reasoning together (gpt-oss's template refuses both: "Cannot pass both content
     # and thinking in an assistant message with tool calls!", and so every draw with one)
     text_with_reasoning: bool = True
+    # the system prompt of the sweep of texts: a plain one, and the literals the template looks for in text (a
+    # template that keys a rewrite on what the system prompt says, "Be concise.", reads it there: red team 22)
+    system: str = SYSTEM
 
     @classmethod
     def of(cls, ctx: AuditContext) -> SearchSpace:
@@ -180,6 +185,7 @@ class SearchSpace:
             roles=roles,
             after_results=tuple(r for r in (*AFTER_RESULTS, *roles) if renders(ctx, partial(after_results, role=r))),
             text_with_reasoning=not reasoning.mode or renders(ctx, _call_text_with_reasoning),
+            system=" ".join((SYSTEM, *literals)),
         )
 
 

@@ -47,6 +47,12 @@ is ``file_path``, a tool without a description: ``AGENT_TOOLS``), what those too
 shell's exit status, a file), a call's text, an answer that asks, and a user who says "continue". A template that
 rewrites the history where the system prompt, the tools' declarations or such a result say something breaks on it;
 its shrink keeps the harness's declarations of the tools still called.
+
+A seventh (``schemas.sweep_schemas``) declares its tools as real tool sets do (enums, defaults, integer and boolean
+parameters, a strict tool, keys with a leading underscore or a dot) and calls them as models do, disagreeing with
+the declarations: a template that rewrites an earlier call by its tool's schema breaks on it. An eighth
+(``forms.sweep_forms``) sends content in the forms clients send and no other conversation does: several text parts,
+an image, arguments pretty-printed or cut off, a terminal's and a file's invisible characters.
 """
 
 from __future__ import annotations
@@ -56,8 +62,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from tito_audit.audit.search.conversations import SHORT, SWEEP, declarations, placed
-from tito_audit.audit.search.space import CALL_TEXTS, EDGES, LONG, NAME_SHAPES, REASONING, TEXTS, SearchSpace
+from tito_audit.audit.search.conversations import SHORT, SWEEP, declarations, placed, sweep_turn, tool_call
+from tito_audit.audit.search.forms import sweep_forms
+from tito_audit.audit.search.schemas import sweep_schemas
+from tito_audit.audit.search.space import CALL_TEXTS, EDGES, LONG, NAME_SHAPES, TEXTS, SearchSpace
 from tito_audit.scenarios.searched import Conversation, Message
 
 # A text core of the sweep of texts is played whole up to twice the space's long text: the long ones are there to
@@ -68,38 +76,27 @@ TEXT_CHARS = 2 * LONG
 
 def sweeps(space: SearchSpace) -> list[Conversation]:
     """The sweep of values (``sweep``), of texts and shapes (``sweep_texts``), of call ids (``sweep_ids``), of
-    assistant turns in a row (``sweep_turns``), of answers and user turns (``sweep_answers``), then a coding agent's
-    episode (``sweep_agent``): ``_SWEEPS``, in order."""
+    assistant turns in a row (``sweep_turns``), of answers and user turns (``sweep_answers``), a coding agent's
+    episode (``sweep_agent``), calls that disagree with their tools' schemas (``schemas.sweep_schemas``), then
+    content in the forms clients send (``forms.sweep_forms``): ``_SWEEPS``, in order."""
     return [build(space) for _, build in _SWEEPS]
-
-
-def sweep_turn(space: SearchSpace, content: str | None, *calls: dict[str, Any], k: int = 0) -> Message:
-    """An assistant turn of the sweeps: ``content``, its ``calls`` if any, and the ``k``-th reasoning where the
-    template shows reasoning."""
-    turn: Message = {"role": "assistant", "content": content}
-    if calls:
-        turn["tool_calls"] = list(calls)
-    if space.reasoning:
-        turn["reasoning_content"] = REASONING[k % len(REASONING)]
-        if calls and not space.text_with_reasoning:  # the template refuses both on a call turn (gpt-oss's)
-            turn["content"] = None
-    return turn
 
 
 def _call(name: str, **arguments: Any) -> dict[str, Any]:
     """A call of ``name`` with ``arguments`` (the ids, turns, answers and agent sweeps' calls)."""
-    return {"type": "function", "function": {"name": name, "arguments": arguments}}
+    return tool_call(name, arguments)
 
 
 def sweep_texts(space: SearchSpace) -> Conversation:
     """A tool cycle for each text core, written next to the call and returned as its result, in a conversation of
-    the shapes loops send beside the catalogue's: a system prompt, a second system message in its middle (a
+    the shapes loops send beside the catalogue's: a system prompt (with the literals the template looks for in
+    text, ``SearchSpace.system``), a second system message in its middle (a
     reminder, as coding agents inject), two user turns in a row, calls without ids, and after the first cycles'
     results each message a loop may append with them that the template renders there (``after_results``: a user
     turn, a notice, a developer message). A template that refuses one of them refuses this conversation only."""
     texts = [t[:TEXT_CHARS] for t in space.texts]
     messages: list[Message] = [
-        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "system", "content": space.system},
         {"role": "user", "content": "What's the weather in Paris?"},
     ]
     counter = [0]
@@ -132,7 +129,7 @@ def sweep(space: SearchSpace) -> Conversation:
     for k in range(steps):
         city, query = texts[2 * k % len(texts)], texts[(2 * k + 1) % len(texts)]
         args = {"city": city, "value": SWEEP[k % len(SWEEP)], "query": query}
-        call = {"type": "function", "function": {"name": NAME_SHAPES[k % len(NAME_SHAPES)], "arguments": args}}
+        call = tool_call(NAME_SHAPES[k % len(NAME_SHAPES)], args)
         turn = sweep_turn(space, (None, *CALL_TEXTS)[k % 3], call, k=k)
         extra = {"status": "success"} if k % 3 == 2 else None  # a key a framework adds (LangChain's ToolMessage)
         # each name shape's first result carries its name (a template may read a result's name as well as a call's);
@@ -311,6 +308,8 @@ _SWEEPS: tuple[tuple[str, Callable[[SearchSpace], Conversation]], ...] = (
     ("turns", sweep_turns),
     ("answers", sweep_answers),
     ("agent", sweep_agent),
+    ("schemas", sweep_schemas),
+    ("forms", sweep_forms),
 )
 SWEEP_NAMES = tuple(name for name, _ in _SWEEPS)
 
