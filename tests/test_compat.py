@@ -1,5 +1,5 @@
-"""Every private transformers/jinja2 name sits behind one probe (``tito_audit.compat``), and its fallbacks give the
-same reports: forced, they are compared with the fast paths on real models."""
+"""Every private transformers/jinja2/hypothesis/interpreter name sits behind one probe (``tito_audit.compat``),
+and its fallbacks give the same reports: forced, they are compared with the fast paths on real models."""
 
 from __future__ import annotations
 
@@ -205,3 +205,50 @@ def test_without_the_compile_cache_every_model_is_one_line_exit_2() -> None:
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 2 and all("_compile_jinja_template" in ln and "transformers>=" in ln for ln in lines)
     assert "Traceback" not in done.stderr
+
+
+_EXIT_AFTER_A_HANDLER = """
+import atexit, pathlib, sys
+from tito_audit.cli import _exit_now
+atexit.register(lambda: pathlib.Path(sys.argv[1]).write_text("ran"))
+print("flushed", end="")  # left in stdout's buffer: exit_now must write it out
+_exit_now(130)
+raise AssertionError("returned")
+"""
+
+
+@pytest.mark.parametrize("fallback", [None, "exit_handlers"])
+def test_the_exit_after_an_answered_ctrl_c_runs_the_handlers_and_keeps_its_status(tmp_path, fallback) -> None:
+    """``compat.exit_now`` (the CLI's exit after a Ctrl-C it answered): the exit handlers run (temporary folders
+    are removed by one) and what stdout buffered is written, on the interpreter's private ``_run_exitfuncs`` and on
+    its fallback, ``sys.exit``; the status is the command's. That the fast path also keeps CPython from replacing
+    130 by -2 is ``tests/cli/test_interrupt.py``'s (that happens about one run in ten, never on demand)."""
+    env = {k: v for k, v in os.environ.items() if k != compat.FALLBACK_ENV} | {"PYTHONPATH": str(ROOT)}
+    if fallback is not None:
+        env[compat.FALLBACK_ENV] = fallback
+    marker = tmp_path / "handler"
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_AFTER_A_HANDLER, str(marker)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 130, done.stderr
+    assert done.stdout == "flushed" and "Traceback" not in done.stderr
+    assert marker.read_text() == "ran"
+
+
+def test_the_exit_handlers_probe_sees_a_missing_function(monkeypatch) -> None:
+    import atexit
+
+    assert compat.available("exit_handlers")  # CPython
+    monkeypatch.delattr(atexit, "_run_exitfuncs")
+    compat.reset()
+    try:
+        assert not compat.available("exit_handlers")
+        assert "exit_handlers" in compat.fallbacks()  # a report made now would name it
+    finally:
+        monkeypatch.undo()
+        compat.reset()
+    assert compat.available("exit_handlers")

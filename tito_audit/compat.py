@@ -1,4 +1,5 @@
-"""Every private transformers, jinja2 or hypothesis name tito-audit uses, behind one capability probe each.
+"""Every private transformers, jinja2, hypothesis or interpreter name tito-audit uses, behind one capability probe
+each.
 
 tito-audit renders templates exactly as ``apply_chat_template`` does, and to do it fast it reaches into the
 libraries' private pieces (transformers' compile cache, its input preparation, its control-token marking, its
@@ -102,6 +103,13 @@ CAPABILITIES = {
             "hypothesis draws constants of the modules the process has loaded: one seed may draw other "
             "conversations from another entry point (a script, the CLI, a test run)",
             SEARCH_LIBRARY,
+        ),
+        Capability(
+            "exit_handlers",
+            "CPython atexit._run_exitfuncs (the exit handlers run, then os._exit, after a Ctrl-C the command answered)",
+            "sys.exit: the exit handlers run as usual, and after a Ctrl-C the command answered CPython may end the "
+            "process by SIGINT once it has finalized (exit -2, not 130)",
+            "atexit",
         ),
     )
 }
@@ -278,8 +286,8 @@ def compile_cache() -> Any:
 def library_versions() -> dict[str, Any]:
     """What produced a report: tito-audit's version, the installed transformers, tokenizers and jinja2, and the
     capabilities that ran on their fallback (named, so that a slower or different path is never silent). In a
-    process that has not imported transformers, nothing has rendered: no fallback ran, and none is probed (the
-    probe would import transformers, a second of a Ctrl-C or of a run whose every model failed to load)."""
+    process that has not imported transformers, nothing has rendered: no rendering fallback ran, and none is probed
+    (the probe would import transformers, a second of a Ctrl-C or of a run whose every model failed to load)."""
     out: dict[str, Any] = dict(_versions())
     out["compat_fallbacks"] = fallbacks()
     return out
@@ -335,6 +343,32 @@ def _search_constants() -> Any:
                     providers._get_local_constants, providers.CONSTANTS_CACHE = state["saved"]
 
     return SimpleNamespace(without_local_constants=without_local_constants)
+
+
+@_probe("exit_handlers")
+def _exit_handlers() -> Any:
+    import atexit
+
+    run = atexit._run_exitfuncs  # CPython's; an AttributeError elsewhere is the fallback
+    if not callable(run):
+        return None
+    return SimpleNamespace(run=run)
+
+
+def exit_now(code: int) -> None:
+    """End the process with ``code``: the streams flushed and the exit handlers run (temporary folders removed),
+    then ``os._exit``, so that nothing the interpreter does at its teardown can choose another status. On the
+    fallback (``exit_handlers`` missing or forced off), ``sys.exit(code)``."""
+    found = pieces("exit_handlers")
+    if found is None:
+        sys.exit(code)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    found.run()
+    os._exit(code)
 
 
 @contextmanager

@@ -92,23 +92,15 @@ _OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EIO, errno.EFBIG, errno.EDQUOT})
 
 
 def _exit_now(code: int) -> None:
-    """Exit with ``code`` after a Ctrl-C the command has answered: the streams flushed and the exit handlers run
-    (temporary folders removed), then ``os._exit``. Not ``sys.exit``: after a Ctrl-C the command had caught and
-    answered, CPython sometimes ended the process by killing itself with SIGINT once it had finalized (exit -2, no
+    """Exit with ``code`` after a Ctrl-C the command has answered, by ``compat.exit_now``: the streams flushed and
+    the exit handlers run, then ``os._exit``. Not ``sys.exit``: after a Ctrl-C the command had caught and answered,
+    CPython sometimes ended the process by killing itself with SIGINT once it had finalized (exit -2, no
     traceback; it does so where it saw a ``KeyboardInterrupt`` leave code it ran, even one caught after), so a
     ``fix`` that said "interrupted" and chose 130 exited -2 about one run in ten (``tests/cli/test_interrupt.py``).
     Nothing is left to run after this point but the interpreter's own teardown."""
-    import atexit
+    from tito_audit import compat
 
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    run_handlers = getattr(atexit, "_run_exitfuncs", None)  # CPython's; elsewhere the handlers are skipped
-    if callable(run_handlers):
-        run_handlers()
-    os._exit(code)
+    compat.exit_now(code)
 
 
 def _silence_stdout() -> None:
