@@ -10,6 +10,8 @@ name the lookup's untaken arm (``not_probed:template_line:N``; ``tests/data/cove
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from tests.audit.search.qwen_rewrites import MODEL
@@ -37,17 +39,24 @@ def test_a_lookup_of_a_test_in_a_literal_has_two_arms() -> None:
     assert not any("role" in test for _, test in arms)  # a dict of other keys is no two-way lookup
 
 
-def test_the_instrumented_copy_counts_the_value_a_lookup_picks() -> None:
+def _player(template: str) -> Callable[[list[dict[str, str]]], list[str]]:
+    """Renders through the template's instrumented copy, each checked to give the template's own text (the probes
+    change none), returning the arms history can reach that no render so far took."""
     tokenizer = load("qwen3-0.6b").tokenizer
-    found = _branches()
-    copy = found.instrumented(compiled_template(TEMPLATE))
+    found = TemplateBranches(template_code(template), compiled_template(template).debug_info)
+    copy = found.instrumented(compiled_template(template))
     recorder = Recorder()
 
     def play(messages: list[dict[str, str]]) -> list[str]:
         ours = render_compiled(copy, tokenizer, messages, None, False, {}, {PROBE: recorder.probe})
-        assert ours == render_text(tokenizer, TEMPLATE, messages, None, False, {})
+        assert ours == render_text(tokenizer, template, messages, None, False, {})
         return [b.test for b in found.unexercised(recorder.ran)]
 
+    return play
+
+
+def test_the_instrumented_copy_counts_the_value_a_lookup_picks() -> None:
+    play = _player(TEMPLATE)
     assert play([{"role": "user", "content": "hi"}]) == ["message.content.isdigit()", "(message.content == 'x')|int"]
     assert play([{"role": "user", "content": "42"}]) == ["(message.content == 'x')|int"]
     assert play([{"role": "user", "content": "x"}]) == []
@@ -64,3 +73,70 @@ def test_a_rewrite_hidden_behind_a_lookup_of_a_pair_is_named(name: str) -> None:
     named = report.scenarios.get("not_probed", [])
     assert report.verdict == "safe", report.verdict_reasons  # the pair is in no conversation: nothing breaks
     assert any(r.startswith("template_line:") and "hist" in r for r in named), named
+
+
+CHOICES = """{%- for message in messages %}
+{{- {'[]': 'No results.', 'null': 'No results.'}.get(message.content|trim, message.content) }}
+{{- {'user': 'U: ', 'assistant': 'A: '}[message.role] }}
+{{- {'x': 'X', 'y': 'Y'}[message.content|list] }}
+{%- endfor %}"""
+
+
+def _choices() -> TemplateBranches:
+    return TemplateBranches(template_code(CHOICES), compiled_template(CHOICES).debug_info)
+
+
+def test_a_lookup_among_constant_keys_has_an_arm_per_key_and_one_for_a_get_default() -> None:
+    """Red team 26 hid history rewrites of empty results, error texts and a ``think`` tool behind ``.get`` lookups
+    on string keys: each key is an arm, and so is ``.get``'s default; a ``[]`` lookup's missing key is none (a map of
+    every role would name it on every template)."""
+    arms = [(b.line, b.test) for b in _choices().branches if b.history]
+    assert arms == [
+        (2, "message.content|trim == '[]'"),
+        (2, "message.content|trim == 'null'"),
+        (2, "else of message.content|trim in ('[]', 'null')"),
+        (3, "message.role == 'user'"),
+        (3, "message.role == 'assistant'"),
+        (4, "message.content|list == 'x'"),
+        (4, "message.content|list == 'y'"),
+    ]
+
+
+def test_the_instrumented_copy_counts_the_key_a_lookup_finds() -> None:
+    player = _player(CHOICES)
+
+    def play(messages: list[dict[str, str]]) -> set[str]:
+        return set(player(messages))
+
+    # a list is no key a dict can hold: the lookup finds none, as jinja's does, and the probe does not raise
+    first = play([{"role": "user", "content": "hi"}])
+    assert first == {
+        "message.content|trim == '[]'",
+        "message.content|trim == 'null'",
+        "message.role == 'assistant'",
+        "message.content|list == 'x'",
+        "message.content|list == 'y'",
+    }
+    assert play([{"role": "assistant", "content": " [] "}]) == first - {
+        "message.content|trim == '[]'",
+        "message.role == 'assistant'",
+    }
+
+
+CHOSEN = DATA / "coverage" / "choices"
+
+
+@pytest.mark.parametrize(
+    ("name", "arm"),
+    [
+        ("think_tool_dropped_in_history", "== 'think/True'"),
+        ("empty_answer_dropped_in_history", "== 'assistant/True'"),
+    ],
+)
+def test_a_rewrite_chosen_by_a_key_no_conversation_holds_is_named(name: str, arm: str) -> None:
+    """Red team 26's rewrites picked by ``.get`` on a key no conversation holds (a call of a tool named ``think``, an
+    empty answer), clean SAFEs on f3108b0: SAFEs naming the key's arm now, never a clean one."""
+    report = audit_of(MODEL, CHOSEN / f"{name}.jinja")
+    named = report.scenarios.get("not_probed", [])
+    assert report.verdict == "safe", report.verdict_reasons
+    assert any(r.startswith("template_line:") and r.endswith(arm) for r in named), named

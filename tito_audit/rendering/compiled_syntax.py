@@ -8,11 +8,12 @@ filter, ``environment.call(context, l_1_content.endswith, tag, _loop_vars=_loop_
 reads unwrapped, its variable prefixes dropped, each filter's or test's call (``t_N``, named by the compiled
 code's ``t_N = environment.filters['max']`` lines) written as ``value|filter(args)`` or ``value is test``, inner
 calls first, parentheses and string literals kept whole. ``tests/rendering/test_coverage.py`` holds such tests to
-their template syntax.
+their template syntax. ``Segments`` gives an expression's own text in that compiled code, to write back.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Iterator
 
@@ -116,3 +117,26 @@ def _function(name: str, args: str, functions: dict[str, str]) -> str:
     if kind == "test":
         return f"{head} is {what}" + (f" {rest}" if rest else "")
     return f"{head}|{what}" + (f"({rest})" if rest else "")
+
+
+class Segments:
+    """``ast.get_source_segment`` over one source whose lines are split once (the library's splits the whole source
+    again for every node asked)."""
+
+    def __init__(self, source: str) -> None:
+        self.lines = _SOURCE_LINE.findall(source)
+
+    def __call__(self, node: ast.AST) -> str | None:
+        end_line, end_col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset", None)
+        if end_line is None or end_col is None:
+            return None
+        first, col = node.lineno - 1, node.col_offset  # type: ignore[attr-defined]
+        last = end_line - 1
+        if first == last:
+            return self.lines[first].encode()[col:end_col].decode()
+        head = self.lines[first].encode()[col:].decode()
+        tail = self.lines[last].encode()[:end_col].decode()
+        return "".join([head, *self.lines[first + 1 : last], tail])
+
+
+_SOURCE_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")  # lines with their ends, as the compiler splits them

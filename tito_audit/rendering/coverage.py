@@ -18,8 +18,9 @@ Conditions that pick a value rather than a block are arms too, probed by their t
 item kept or dropped), and each operand of an ``and``/``or`` that picks a value (``{{ COND and A or B }}``) but the
 last (whether the next is read). An ``and``/``or`` inside a test is not: the test's own arms are counted. A value
 picked by a lookup of a test in a literal (``{True: A, False: B}[TEST]``, ``[B, A][TEST | int]``) is a condition too:
-its two arms are the two values, and the test's truth picks one (a red team hid twelve history rewrites behind it).
-What picks a value otherwise (arithmetic on a test: ``'x' * (TEST | int)``) has no arm.
+its two arms are the two values, and the test's truth picks one (a red team hid twelve history rewrites behind it);
+so is one picked among a literal's constant keys (``{'[]': A}.get(KEY, DEFAULT)``: an arm per key, and the default;
+``literal_lookups``). What picks a value otherwise (arithmetic on a test: ``'x' * (TEST | int)``) has no arm.
 """
 
 from __future__ import annotations
@@ -30,7 +31,18 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tito_audit.rendering.compiled_syntax import template_syntax
+from tito_audit.rendering.compiled_syntax import Segments, template_syntax
+from tito_audit.rendering.literal_lookups import (
+    CHOICE,
+    DEFAULT,
+    LOOKUP,
+    ChoiceArms,
+    choice,
+    choice_arms,
+    code_of,
+    is_two_way,
+    two_way_values,
+)
 
 # ``if`` statements jinja writes for itself: the generator marker, a macro's default arguments, a namespace
 # assignment's check, a loop's ``else`` flag.
@@ -85,7 +97,10 @@ class TemplateBranches:
         # its probes into the same tree
         self._tree: ast.Module | None = ast.parse(code)
         self._conditions = _inline_conditions(self._tree)
-        segment = _Segments(code)
+        segment = Segments(code)
+        # the arms of each lookup among constant keys (``_choice``): keys no compiled line has, after the three of
+        # every condition
+        self._choices = choice_arms(self._conditions, _MAX_TEST)
         for k, (node, operand) in enumerate(self._conditions):
             # an inline ``A if TEST else B`` (a value, a slice bound, a filter's argument...), a loop filter's test,
             # an and/or operand that picks a value: its two arms, each named by keys no compiled line has
@@ -95,12 +110,19 @@ class TemplateBranches:
             test = template_syntax(source, functions)[:_MAX_TEST]
             line, history = template_line(decided.lineno), decided.lineno in history_lines
             reached, taken, other = -(3 * k + 1), -(3 * k + 2), -(3 * k + 3)
+            if operand == CHOICE:
+                keys = self._choices[k].keys
+                for probe_key, (key, raises) in self._choices[k].arms.items():
+                    looked_up = f"({test})" if " " in test else test
+                    picked = f"{looked_up} == {key!r}" if key is not DEFAULT else f"else of {looked_up} in {keys}"
+                    self.branches.append(Branch(line, picked, reached, probe_key, history, raises))
+                continue
             if operand is None:
-                body_raises = "raise_exception" in _source(node.body)  # type: ignore[union-attr]
-                else_raises = "raise_exception" in _source(node.orelse)  # type: ignore[union-attr]
-            elif operand == _LOOKUP:  # the value picked where the key is true (``True``, index 1), and the other
-                values = _lookup_values(node.args[0])  # type: ignore[union-attr]
-                body_raises, else_raises = ("raise_exception" in _source(v) for v in values)
+                body_raises = "raise_exception" in code_of(node.body)  # type: ignore[union-attr]
+                else_raises = "raise_exception" in code_of(node.orelse)  # type: ignore[union-attr]
+            elif operand == LOOKUP:  # the value picked where the key is true (``True``, index 1), and the other
+                values = two_way_values(node.args[0])  # type: ignore[union-attr]
+                body_raises, else_raises = ("raise_exception" in code_of(v) for v in values)
             else:  # the operands after it are read when ``and``'s is true (``or``'s false)
                 rest = "raise_exception" in "".join(ast.unparse(v) for v in node.values[operand + 1 :])  # type: ignore[union-attr]
                 and_ = isinstance(node.op, ast.And)  # type: ignore[union-attr]
@@ -120,7 +142,7 @@ class TemplateBranches:
         self._tree = None  # the tree is the instrumented code's from here on
         if not _probe_arms(tree, {b.body_line for b in self.branches}, {b.test_line for b in self.branches}):
             return None
-        _probe_conditions(conditions)
+        _probe_conditions(conditions, self._choices)
         _bind_probe(tree)
         code = compile(tree, "<template>", "exec")
         return compiled.environment.template_class.from_code(compiled.environment, code, compiled.globals)
@@ -144,60 +166,34 @@ class Recorder:
         """A compiled line reached; with a ``value``, an inline condition's test (``_probe_conditions``): ``line`` is
         its key, the arm its value takes is recorded too, and the value is returned unchanged."""
         self.ran.add(line)
+        if len(value) == 3:  # a lookup among constant keys: its key, each key's arm, the default's (or None)
+            key, arms, default = value
+            try:
+                arm = arms.get(key, default)
+            except Exception:  # a key no dict can hold (unhashable): the lookup finds none of the literal's
+                arm = default
+            if arm is not None:
+                self.ran.add(arm)
+            return key
         if value:
             self.ran.add(line - 1 if value[0] else line - 2)
             return value[0]
         return None
 
 
-def _source(part: ast.AST | list[ast.stmt]) -> str:
-    return "\n".join(ast.unparse(n) for n in part) if isinstance(part, list) else ast.unparse(part)
-
-
-# a node, and for an and/or which operand decides (``_LOOKUP`` for a lookup: ``environment.getitem(LITERAL, KEY)``)
+# a node, and for an and/or which operand decides (``LOOKUP`` for a lookup: ``environment.getitem(LITERAL, KEY)``)
 _Condition = tuple[ast.IfExp | ast.If | ast.BoolOp | ast.Call, int | None]
-_LOOKUP = -1
 
 
 def _decided(node: ast.AST, operand: int | None) -> ast.expr:
     """The expression a condition's arm depends on: its test, the and/or operand, or the lookup's key."""
     if operand is None:
         return node.test  # type: ignore[attr-defined]
-    if operand == _LOOKUP:
+    if operand == LOOKUP:
         return node.args[1]  # type: ignore[attr-defined]
+    if operand == CHOICE:
+        return node.args[choice(node)[1]]  # type: ignore[arg-type,index,attr-defined]
     return node.values[operand]  # type: ignore[attr-defined]
-
-
-def _lookup_values(literal: ast.expr) -> tuple[ast.expr, ast.expr]:
-    """The values a two-way lookup's literal picks for a true key and for a false one."""
-    if isinstance(literal, ast.Dict):
-        by_key = {bool(k.value): v for k, v in zip(literal.keys, literal.values, strict=True)}  # type: ignore[union-attr]
-        return by_key[True], by_key[False]
-    return literal.elts[1], literal.elts[0]  # type: ignore[attr-defined]
-
-
-def _is_lookup(node: ast.Call) -> bool:
-    """``environment.getitem(LITERAL, KEY)``: ``{True: A, False: B}[TEST]`` or ``[B, A][TEST]`` in the template (a
-    value picked by a test without a condition), with a key that is not a constant (jinja folds those)."""
-    func = node.func
-    if not (
-        type(func) is ast.Attribute
-        and func.attr == "getitem"
-        and type(func.value) is ast.Name
-        and func.value.id == "environment"
-        and len(node.args) == 2
-        and type(node.args[1]) is not ast.Constant
-    ):
-        return False
-    literal = node.args[0]
-    if type(literal) is ast.Dict:
-        keys = literal.keys
-        return (
-            len(keys) == 2
-            and all(type(k) is ast.Constant and k.value in (True, False) and type(k.value) in (bool, int) for k in keys)
-            and {bool(k.value) for k in keys} == {True, False}  # type: ignore[union-attr]
-        )
-    return type(literal) in (ast.List, ast.Tuple) and len(literal.elts) == 2  # type: ignore[attr-defined]
 
 
 def _inline_conditions(tree: ast.AST) -> list[_Condition]:
@@ -239,8 +235,10 @@ def _inline_conditions(tree: ast.AST) -> list[_Condition]:
                 found.append((node, None))  # type: ignore[arg-type]
         elif kind is ast.BoolOp and not in_test:
             found.extend((node, k) for k in range(len(node.values) - 1))  # type: ignore[attr-defined,misc]
-        elif kind is ast.Call and _is_lookup(node):  # type: ignore[arg-type]
-            found.append((node, _LOOKUP))  # type: ignore[arg-type]
+        elif kind is ast.Call and is_two_way(node):  # type: ignore[arg-type]
+            found.append((node, LOOKUP))  # type: ignore[arg-type]
+        elif kind is ast.Call and choice(node) is not None:  # type: ignore[arg-type]
+            found.append((node, CHOICE))  # type: ignore[arg-type]
 
     visit(tree, False, False, False)
     return found
@@ -255,29 +253,6 @@ _TESTED: dict[type, str] = {
     ast.comprehension: "ifs",
 }
 _LOOP_FILTER = re.compile(r"^t_\d+$")
-
-
-class _Segments:
-    """``ast.get_source_segment`` over one source whose lines are split once (the library's splits the whole source
-    again for every node asked)."""
-
-    def __init__(self, source: str) -> None:
-        self.lines = _LINE.findall(source)
-
-    def __call__(self, node: ast.AST) -> str | None:
-        end_line, end_col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset", None)
-        if end_line is None or end_col is None:
-            return None
-        first, col = node.lineno - 1, node.col_offset  # type: ignore[attr-defined]
-        last = end_line - 1
-        if first == last:
-            return self.lines[first].encode()[col:end_col].decode()
-        head = self.lines[first].encode()[col:].decode()
-        tail = self.lines[last].encode()[:end_col].decode()
-        return "".join([head, *self.lines[first + 1 : last], tail])
-
-
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")  # lines with their ends, as the compiler splits them
 
 
 def _probe_arms(tree: ast.Module, bodies: set[int], tests: set[int]) -> bool:
@@ -313,14 +288,24 @@ def _probe_arms(tree: ast.Module, bodies: set[int], tests: set[int]) -> bool:
 _BLOCKS = ("body", "orelse", "finalbody", "handlers")  # the fields of a statement that hold statements
 
 
-def _probe_conditions(conditions: list[_Condition]) -> None:
+def _probe_conditions(conditions: list[_Condition], choices: dict[int, ChoiceArms]) -> None:
     """Each inline condition (``_inline_conditions``, the same order) tests ``probe(KEY, TEST)`` instead
-    of ``TEST``: the same value, and the arm it takes recorded."""
+    of ``TEST``: the same value, and the arm it takes recorded. A lookup among constant keys looks up
+    ``probe(KEY, LOOKED_UP, {key: arm, ...}, DEFAULT_ARM)`` (``choices``: ``_choice_arms``)."""
     for k, (node, operand) in enumerate(conditions):
         key = -(3 * k + 1)
-        if operand is None:
+        if operand == CHOICE:
+            at = choice(node)[1]  # type: ignore[arg-type,index]
+            by_key, default = choices[k].by_key()
+            looked_up = node.args[at]  # type: ignore[union-attr]
+            arms = ast.Dict([ast.Constant(c) for c in by_key], [ast.Constant(a) for a in by_key.values()])
+            extra = [ast.copy_location(arms, looked_up), ast.copy_location(ast.Constant(default), looked_up)]
+            probed = _probe_value(key, looked_up)
+            probed.args.extend(ast.fix_missing_locations(e) for e in extra)  # type: ignore[attr-defined]
+            node.args[at] = probed  # type: ignore[union-attr]
+        elif operand is None:
             node.test = _probe_value(key, node.test)  # type: ignore[union-attr]
-        elif operand == _LOOKUP:  # the key, whose truth picks the value (``_lookup_values``)
+        elif operand == LOOKUP:  # the key, whose truth picks the value (``_lookup_values``)
             node.args[1] = _probe_value(key, node.args[1])  # type: ignore[union-attr]
         else:
             node.values[operand] = _probe_value(key, node.values[operand])  # type: ignore[union-attr]

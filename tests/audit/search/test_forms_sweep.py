@@ -4,7 +4,7 @@ Several text parts in one message, an image beside text, arguments as a model wr
 tool output holding a terminal's and a file's invisible characters: a template that rewrites one of them in earlier
 turns only was a clean SAFE on c232071 (red team 23's seven, each confirmed by hand). The templates
 (``tests/data/search/forms/``) are ChatML with tools on Qwen2.5's tokenizer; each picks its rewrite by a lookup on a
-string key, which template coverage has no arm for.
+string key (template coverage counts its arms now, ``tests/rendering/test_coverage_lookups.py``: these are found).
 """
 
 from __future__ import annotations
@@ -101,3 +101,33 @@ def test_what_a_refused_block_held_is_its_values_not_its_form() -> None:
         {"role": "assistant", "content": "ok", "tool_calls": [call({"unit": 3})]},
     ]
     assert held(messages) == {json.dumps(v) for v in ("Paris", "Lyon", "ok", 3)}
+
+
+# Red team 26: results that are no prose and an agent's name, rewritten in earlier turns only. Each was a clean SAFE
+# on f3108b0 (each confirmed by hand with apply_chat_template); each is found now.
+NOT_PROSE = {
+    "empty_results_summarized_in_history": lambda m: m["role"] == "tool" and m["content"] in ("[]", "{}", "null"),
+    "error_details_cut_in_history": lambda m: (
+        m["role"] == "tool" and m["content"].startswith("Error:") and "\n" in m["content"].strip()
+    ),
+    "records_counted_in_history": lambda m: m["role"] == "tool" and m["content"].startswith("[{"),
+    "error_object_replaced_in_history": lambda m: m["role"] == "tool" and m["content"].startswith('{"error"'),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_PROSE))
+def test_a_result_that_is_no_prose_rewritten_in_history_is_found(name: str) -> None:
+    messages = _found(name, "rerender")
+    assert any(NOT_PROSE[name](m) for m in messages if isinstance(m.get("content"), str)), messages
+
+
+def test_an_agents_name_in_its_header_is_found() -> None:
+    """A loop that names who spoke (``name`` on an assistant turn): the template writes it in the header of the
+    turn once it is history, where the generation prompt the model sampled after had none."""
+    messages = _found("agent_name_in_headers", "rerender")
+    assert any(m["role"] == "assistant" and m.get("name") for m in messages), messages
+
+
+@pytest.mark.parametrize("name", ["control_error_details_cut_everywhere", "control_error_object_replaced_everywhere"])
+def test_results_rewritten_alike_on_every_turn_are_a_clean_safe(name: str) -> None:
+    assert_clean_safe(audit_of(MODEL, FORMS / f"{name}.jinja"))
