@@ -131,12 +131,35 @@ CHOSEN = DATA / "coverage" / "choices"
     [
         ("think_tool_dropped_in_history", "== 'think/True'"),
         ("empty_answer_dropped_in_history", "== 'assistant/True'"),
+        ("token_redacted_in_history", "== 1"),
     ],
 )
 def test_a_rewrite_chosen_by_a_key_no_conversation_holds_is_named(name: str, arm: str) -> None:
     """Red team 26's rewrites picked by ``.get`` on a key no conversation holds (a call of a tool named ``think``, an
-    empty answer), clean SAFEs on f3108b0: SAFEs naming the key's arm now, never a clean one."""
+    empty answer), clean SAFEs on f3108b0, and red team 27's picked by an index into three values (a token returned),
+    a clean SAFE on cac55d2: SAFEs naming the key's arm now, never a clean one."""
     report = audit_of(MODEL, CHOSEN / f"{name}.jinja")
     named = report.scenarios.get("not_probed", [])
     assert report.verdict == "safe", report.verdict_reasons
     assert any(r.startswith("template_line:") and r.endswith(arm) for r in named), named
+
+
+def test_an_index_into_three_values_or_more_has_an_arm_per_index() -> None:
+    """``[c, NEW, c][(hist and COND)|int]``: red team 27 hid ten history rewrites behind it. Each index is an arm,
+    and a negative index picks the same arm as its positive one."""
+    template = """{%- for message in messages %}
+{{- [message.content, 'NEW', message.content][(message.content == 'x')|int] }}
+{{- ['a', 'b', 'c'][-1 if message.role == 'user' else 0] }}
+{%- endfor %}"""
+    play = _player(template)
+    assert play([{"role": "user", "content": "hi"}]) == [
+        "((message.content == 'x')|int) == 1",
+        "((message.content == 'x')|int) == 2",
+        "else of message.role == 'user'",
+        "((-1) if (message.role == 'user') else 0) == 0",
+        "((-1) if (message.role == 'user') else 0) == 1",
+    ]
+    assert play([{"role": "assistant", "content": "x"}]) == [
+        "((message.content == 'x')|int) == 2",  # no key picks it: named, as an else no conversation takes is
+        "((-1) if (message.role == 'user') else 0) == 1",
+    ]

@@ -98,7 +98,7 @@ class TemplateBranches:
         self._tree: ast.Module | None = ast.parse(code)
         self._conditions = _inline_conditions(self._tree)
         segment = Segments(code)
-        # the arms of each lookup among constant keys (``_choice``): keys no compiled line has, after the three of
+        # the arms of each lookup among constant keys (``choice_arms``): keys no compiled line has, after the three of
         # every condition
         self._choices = choice_arms(self._conditions, _MAX_TEST)
         for k, (node, operand) in enumerate(self._conditions):

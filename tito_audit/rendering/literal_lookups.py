@@ -2,10 +2,10 @@
 
 jinja compiles ``{True: A, False: B}[TEST]`` and ``[B, A][TEST | int]`` to ``environment.getitem(LITERAL, KEY)``: a
 two-way lookup of a test (``is_two_way``), whose arms are its two values (``two_way_values``). It compiles
-``{'[]': A, 'null': B}[KEY]`` the same way, and ``{'[]': A}.get(KEY, DEFAULT)`` to the sandbox's
-``environment.call(context, environment.getattr(LITERAL, 'get'), KEY, DEFAULT)``: a lookup among constant keys
-(``choice``), whose arms are its keys and, for ``.get``, its default (``choice_arms``). ``rendering/coverage.py`` reads
-these from jinja's compiled code and probes the key each renders with.
+``{'[]': A, 'null': B}[KEY]`` and ``[A, B, C][KEY]`` the same way, and ``{'[]': A}.get(KEY, DEFAULT)`` to the
+sandbox's ``environment.call(context, environment.getattr(LITERAL, 'get'), KEY, DEFAULT)``: a lookup among constant
+keys or indices (``choice``), whose arms are its keys and, for ``.get``, its default (``choice_arms``).
+``rendering/coverage.py`` reads these from jinja's compiled code and probes the key each renders with.
 """
 
 from __future__ import annotations
@@ -28,12 +28,14 @@ DEFAULT = object()  # the arm of a ``.get``'s default (no key of the literal mat
 _CONSTANTS = (str, int, float, bool, type(None))
 
 
-def choice(node: ast.Call) -> tuple[ast.Dict, int, bool] | None:
+def choice(node: ast.Call) -> tuple[ast.Dict | ast.List | ast.Tuple, int, bool] | None:
     """A value picked by a key among a literal's constant keys, with a key that is not a constant:
     ``environment.getitem({'[]': A, ...}, KEY)`` (``{...}[KEY]`` in the template) or, in the sandbox's call,
     ``environment.call(context, environment.getattr({'[]': A, ...}, 'get'), KEY[, DEFAULT])`` (``{...}.get(KEY,
-    DEFAULT)``): the literal, the index of the key among the call's arguments, and whether a default is picked
-    where no key matches (``.get``'s). None for anything else (a two-way lookup of a test is ``is_two_way``'s)."""
+    DEFAULT)``); or by an index among a list of three values or more, ``[A, B, C][KEY]`` (red team 27 hid ten
+    history rewrites behind ``[c, NEW, c][(hist and COND)|int]``): the literal, the index of the key among the
+    call's arguments, and whether a default is picked where no key matches (``.get``'s). None for anything else (a
+    two-way lookup of a test, ``[B, A][TEST]`` too, is ``is_two_way``'s)."""
     func = node.func
     if not (type(func) is ast.Attribute and type(func.value) is ast.Name and func.value.id == "environment"):
         return None
@@ -45,7 +47,11 @@ def choice(node: ast.Call) -> tuple[ast.Dict, int, bool] | None:
         literal, at, default = _dict_get(args[1]), 2, True
     else:
         return None
-    if type(literal) is not ast.Dict or type(args[at]) is ast.Constant or not literal.keys:
+    if type(args[at]) is ast.Constant:
+        return None
+    if type(literal) in (ast.List, ast.Tuple) and not default and len(literal.elts) > 2:  # type: ignore[union-attr]
+        return literal, at, default  # type: ignore[return-value]
+    if type(literal) is not ast.Dict or not literal.keys:
         return None
     if not all(type(k) is ast.Constant and type(k.value) in _CONSTANTS for k in literal.keys):
         return None
@@ -70,10 +76,12 @@ class ChoiceArms:
 
     arms: dict[int, tuple[Any, bool]]
     keys: str
+    length: int = 0  # a list's: its negative indices pick its arms too (``[A, B, C][-1]`` is C)
 
     def by_key(self) -> tuple[dict[Any, int], int | None]:
         """The probe key of each constant key's arm, and of the default's (None without one)."""
         found = {key: arm for arm, (key, _) in self.arms.items() if key is not DEFAULT}
+        found.update({key - self.length: arm for key, arm in list(found.items()) if self.length})
         default = next((arm for arm, (key, _) in self.arms.items() if key is DEFAULT), None)
         return found, default
 
@@ -92,8 +100,11 @@ def choice_arms(conditions: Sequence[tuple[ast.AST, int | None]], max_chars: int
             continue
         literal, at, default = found_choice
         values: dict[Any, ast.expr] = {}
-        for key, value in zip(literal.keys, literal.values, strict=True):
-            values[key.value] = value  # type: ignore[union-attr]
+        if type(literal) is ast.Dict:
+            for key, value in zip(literal.keys, literal.values, strict=True):
+                values[key.value] = value  # type: ignore[union-attr]
+        else:
+            values = dict(enumerate(literal.elts))  # type: ignore[union-attr]
         arms: dict[int, tuple[Any, bool]] = {}
         for key, value in values.items():
             arms[-next_key] = (key, "raise_exception" in code_of(value))
@@ -102,7 +113,8 @@ def choice_arms(conditions: Sequence[tuple[ast.AST, int | None]], max_chars: int
             rest = node.args[at + 1 :]  # type: ignore[attr-defined]
             arms[-next_key] = (DEFAULT, any("raise_exception" in code_of(v) for v in rest))
             next_key += 1
-        found[k] = ChoiceArms(arms, repr(tuple(values))[:max_chars])
+        length = 0 if type(literal) is ast.Dict else len(values)
+        found[k] = ChoiceArms(arms, repr(tuple(values))[:max_chars], length)
     return found
 
 
