@@ -145,7 +145,7 @@ def test_a_rewrite_chosen_by_a_key_no_conversation_holds_is_named(name: str, arm
 
 
 def test_an_index_into_three_values_or_more_has_an_arm_per_index() -> None:
-    """``[c, NEW, c][(hist and COND)|int]``: red team 27 hid ten history rewrites behind it. Each index is an arm,
+    """``[c, NEW, c][(hist and COND)|int]``: red team 27 hid nine history rewrites behind it. Each index is an arm,
     and a negative index picks the same arm as its positive one."""
     template = """{%- for message in messages %}
 {{- [message.content, 'NEW', message.content][(message.content == 'x')|int] }}

@@ -32,7 +32,7 @@ def choice(node: ast.Call) -> tuple[ast.Dict | ast.List | ast.Tuple, int, bool] 
     """A value picked by a key among a literal's constant keys, with a key that is not a constant:
     ``environment.getitem({'[]': A, ...}, KEY)`` (``{...}[KEY]`` in the template) or, in the sandbox's call,
     ``environment.call(context, environment.getattr({'[]': A, ...}, 'get'), KEY[, DEFAULT])`` (``{...}.get(KEY,
-    DEFAULT)``); or by an index among a list of three values or more, ``[A, B, C][KEY]`` (red team 27 hid ten
+    DEFAULT)``); or by an index among a list of three values or more, ``[A, B, C][KEY]`` (red team 27 hid nine
     history rewrites behind ``[c, NEW, c][(hist and COND)|int]``): the literal, the index of the key among the
     call's arguments, and whether a default is picked where no key matches (``.get``'s). None for anything else (a
     two-way lookup of a test, ``[B, A][TEST]`` too, is ``is_two_way``'s)."""
