@@ -78,10 +78,12 @@ def sweep_forms(space: SearchSpace) -> Conversation:
     results = [*EMPTY_RESULTS, RECORDS, ERROR_OBJECT, ERROR_LINES]
     # results that are no prose, by a named agent: in one turn of parallel calls where the template renders them
     # (one block, not six, in an episode played cut after each), else one by one
-    turns = [said(None, *calls, k=1)] if space.parallel else [said(None, c, k=k % 2) for k, c in enumerate(calls)]
-    returned = [results] if space.parallel else [[r] for r in results]
-    no_prose = [m for turn, out in zip(turns, returned, strict=True) for m in placed(turn, out, counter)]
-    no_prose[0] = {**no_prose[0], "name": AGENT_NAMES[1]}
+    agent = {"name": AGENT_NAMES[1]}
+    if space.parallel:
+        no_prose = placed({**said(None, *calls, k=1), **agent}, results, counter)
+    else:
+        turns = [{**said(None, c, k=k % 2), **(agent if k == 0 else {})} for k, c in enumerate(calls)]
+        no_prose = [m for turn, out in zip(turns, results, strict=True) for m in placed(turn, [out], counter)]
     messages: list[Message] = [
         {"role": "user", "content": "What's the weather in Paris?"},
         # first, in plain calls: a template that refuses a form further on only once it is history (a list of
