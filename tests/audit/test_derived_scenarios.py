@@ -267,6 +267,29 @@ def test_a_parallel_call_count_past_what_is_played_is_named() -> None:
     assert r.verdict == "safe" and "not_probed:parallel:16" in r.verdict_reasons, r.verdict_reasons
 
 
+@pytest.mark.parametrize(
+    ("measured", "text"),
+    [
+        ("(m.content|string)|length == 40", True),  # red team 27's controls: a text's length
+        ("m.content|trim|length > 40", True),
+        ("m.content.split('\\n')[:40]|join('') != ''", True),  # its first lines (80 characters a line)
+        ("m.content.strip().count('.') > 40", True),
+        ("m.content|length > 40", False),  # content may be a list of parts
+        ("m.tool_calls|length > 40", False),
+        ("(m.tool_calls|list)|length > 40", False),
+    ],
+)
+def test_a_number_only_a_text_is_measured_with_counts_no_calls(measured: str, text: bool) -> None:
+    """A number a text's length is tested against is no count of parallel calls: ``not_probed:parallel:N`` named it
+    on every such template, a caveat no conversation could clear (``text_values``). A length that may count items
+    (a message's content, a list) is still named past the parallel calls played."""
+    template = "{%- for m in messages %}{% if " + measured + " %}x{% endif %}{%- endfor %}"
+    reads = message_reads(template)
+    assert bool(reads.text_lengths) == text, reads
+    parallel = [r for r in derive_reach(reads).not_probed if r.startswith("parallel:")]
+    assert bool(parallel) != text, parallel
+
+
 def test_a_threshold_bound_by_a_loop_over_literals_or_a_word_count_is_read() -> None:
     template = "{%- for m in messages %}{% for th in [3000, 40] %}{% if m.content|length > th %}x{% endif %}"
     assert message_reads(template + "{% endfor %}{%- endfor %}").length_thresholds == (40, 3000)

@@ -131,7 +131,7 @@ CHOSEN = DATA / "coverage" / "choices"
     [
         ("think_tool_dropped_in_history", "== 'think/True'"),
         ("empty_answer_dropped_in_history", "== 'assistant/True'"),
-        ("token_redacted_in_history", "== 1"),
+        ("fernet_token_redacted_in_history", "== 1"),
     ],
 )
 def test_a_rewrite_chosen_by_a_key_no_conversation_holds_is_named(name: str, arm: str) -> None:
@@ -148,18 +148,38 @@ def test_an_index_into_three_values_or_more_has_an_arm_per_index() -> None:
     """``[c, NEW, c][(hist and COND)|int]``: red team 27 hid nine history rewrites behind it. Each index is an arm,
     and a negative index picks the same arm as its positive one."""
     template = """{%- for message in messages %}
-{{- [message.content, 'NEW', message.content][(message.content == 'x')|int] }}
+{{- [message.content, 'NEW', message.content][message.content|length] }}
 {{- ['a', 'b', 'c'][-1 if message.role == 'user' else 0] }}
 {%- endfor %}"""
     play = _player(template)
-    assert play([{"role": "user", "content": "hi"}]) == [
-        "((message.content == 'x')|int) == 1",
-        "((message.content == 'x')|int) == 2",
+    assert play([{"role": "user", "content": ""}]) == [
+        "message.content|length == 1",
+        "message.content|length == 2",
         "else of message.role == 'user'",
         "((-1) if (message.role == 'user') else 0) == 0",
         "((-1) if (message.role == 'user') else 0) == 1",
     ]
     assert play([{"role": "assistant", "content": "x"}]) == [
-        "((message.content == 'x')|int) == 2",  # no key picks it: named, as an else no conversation takes is
+        "message.content|length == 2",  # no key picks it: named, as an else no conversation takes is
         "((-1) if (message.role == 'user') else 0) == 1",
     ]
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "(message.content == 'x')|int",
+        "message.content.startswith('x')",
+        "((not loop.last) and [message.content.endswith('y'), 'z' in message.content]|min)|int",
+        "(message.content is string and message.role != 'tool')|int",
+    ],
+)
+def test_an_index_a_test_gives_picks_the_first_two_values_only(key: str) -> None:
+    """A key that is True or False (a comparison, a test, a str predicate, ``and`` of those, ``min`` of a list of
+    them, ``|int`` of one) picks index 0 or 1: the third value of red team 27's ``[c, NEW, c]`` is no arm, and naming
+    it was a caveat no conversation could clear (its controls' SAFEs). A key that is any number keeps three."""
+    lookup = "{{- [message.content, 'NEW', message.content][" + key + "] }}"
+    template = "{%- for message in messages %}" + lookup + "{%- endfor %}"
+    found = TemplateBranches(template_code(template), compiled_template(template).debug_info)
+    picked = sorted(b.test.rsplit(" == ", 1)[1] for b in found.branches if " == " in b.test and "NEW" not in b.test)
+    assert picked[-2:] == ["0", "1"] and "2" not in picked, [b.test for b in found.branches]

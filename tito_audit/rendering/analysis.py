@@ -39,6 +39,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tito_audit import compat
 from tito_audit.rendering.bounded_cache import BoundedCache
 from tito_audit.rendering.clock import pinned_strftime
+from tito_audit.rendering.compared_literals import compared_literals
 from tito_audit.rendering.guard import RenderLimits, RenderTimeout, harden_environment, render_limits
 from tito_audit.rendering.hazards import Hazard, find_hazards
 from tito_audit.rendering.message_reads import MessageReads, read_messages
@@ -340,6 +341,15 @@ def template_code(template: str) -> str:
         code = compiled.environment.compile(template, raw=True)
         _keep(_CODE, template, code)
     return str(code)
+
+
+def template_compared_literals(template: str) -> tuple[str, ...]:
+    """The string constants the template compares a whole text with (``compared_literals``); nothing where it does
+    not parse or its tree cannot be walked. Read for the search only (the scan plays none): not one of the facts."""
+    try:
+        return compared_literals(compiled_template(template).environment.parse(template))
+    except Exception:
+        return ()
 
 
 def template_variables(template: str) -> frozenset[str]:

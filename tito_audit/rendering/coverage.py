@@ -100,7 +100,7 @@ class TemplateBranches:
         segment = Segments(code)
         # the arms of each lookup among constant keys (``choice_arms``): keys no compiled line has, after the three of
         # every condition
-        self._choices = choice_arms(self._conditions, _MAX_TEST)
+        self._choices = choice_arms(self._conditions, _MAX_TEST, functions)
         for k, (node, operand) in enumerate(self._conditions):
             # an inline ``A if TEST else B`` (a value, a slice bound, a filter's argument...), a loop filter's test,
             # an and/or operand that picks a value: its two arms, each named by keys no compiled line has

@@ -86,10 +86,56 @@ class ChoiceArms:
         return found, default
 
 
-def choice_arms(conditions: Sequence[tuple[ast.AST, int | None]], max_chars: int) -> dict[int, ChoiceArms]:
+# str methods that answer True or False (``c.startswith('eyJ')``)
+_PREDICATES = frozenset(
+    {"startswith", "endswith", "isdigit", "isalpha", "isalnum", "isspace", "islower", "isupper", "istitle"}
+    | {"isnumeric", "isdecimal", "isidentifier", "isprintable", "isascii"}
+)
+
+
+def is_truth(expr: ast.expr, functions: dict[str, str]) -> bool:
+    """Whether jinja's compiled ``expr`` is True or False whatever a conversation holds, or 0 or 1: a comparison, a
+    ``not``, a test, a str predicate (``c.startswith(...)``), ``and``/``or`` of those, ``min``/``max`` of a list of
+    them, or ``|int``/``|bool`` of one (``functions``: the compiled code's ``t_N`` and the filter or test each is).
+    A list looked up by such a key (``[c, NEW, c][(TEST)|int]``) can pick its first two values only."""
+    if type(expr) is ast.Compare or (type(expr) is ast.UnaryOp and type(expr.op) is ast.Not):
+        return True
+    if type(expr) is ast.BoolOp:
+        return all(is_truth(v, functions) for v in expr.values)
+    if type(expr) is not ast.Call:
+        return False
+    func = expr.func
+    if type(func) is ast.Name:
+        kind = functions.get(func.id, "")
+        if kind.startswith("test:"):
+            return True
+        args = [a for a in expr.args if not (type(a) is ast.Name and a.id in ("environment", "context"))]
+        if kind in ("filter:int", "filter:bool") and args:
+            return is_truth(args[0], functions)
+        if kind in ("filter:min", "filter:max") and args and type(args[0]) in (ast.List, ast.Tuple):
+            return all(is_truth(v, functions) for v in args[0].elts)  # type: ignore[attr-defined]
+        return False
+    # the sandbox's call of a method: ``environment.call(context, environment.getattr(c, 'startswith'), ...)``
+    called = expr.args[1] if len(expr.args) > 1 else None
+    return (
+        type(func) is ast.Attribute
+        and func.attr == "call"
+        and type(called) is ast.Call
+        and type(called.func) is ast.Attribute
+        and called.func.attr == "getattr"
+        and len(called.args) == 2
+        and type(called.args[1]) is ast.Constant
+        and called.args[1].value in _PREDICATES
+    )
+
+
+def choice_arms(
+    conditions: Sequence[tuple[ast.AST, int | None]], max_chars: int, functions: dict[str, str] | None = None
+) -> dict[int, ChoiceArms]:
     """The arms of each lookup among constant keys (by its index among ``conditions``), each with a probe key of its
     own after the three keys of every condition. One arm per key as a dict holds it (``{True: A, 1: B}`` has one
-    key, whose value is the last written: Python's and jinja's lookup alike)."""
+    key, whose value is the last written: Python's and jinja's lookup alike). A list looked up by a key that is
+    True or False (``is_truth``) has two arms, its first two values: no conversation can pick the others."""
     found: dict[int, ChoiceArms] = {}
     next_key = 3 * len(conditions) + 1
     for k, (node, operand) in enumerate(conditions):
@@ -105,6 +151,8 @@ def choice_arms(conditions: Sequence[tuple[ast.AST, int | None]], max_chars: int
                 values[key.value] = value  # type: ignore[union-attr]
         else:
             values = dict(enumerate(literal.elts))  # type: ignore[union-attr]
+            if is_truth(node.args[at], functions or {}):  # type: ignore[attr-defined]
+                values = {0: values[0], 1: values[1]}
         arms: dict[int, tuple[Any, bool]] = {}
         for key, value in values.items():
             arms[-next_key] = (key, "raise_exception" in code_of(value))

@@ -48,6 +48,7 @@ from tito_audit.rendering.fixed_values import (
     attribute_name,
     variable_name,
 )
+from tito_audit.rendering.text_values import TextValues
 from tito_audit.rendering.tree_order import descendants
 
 # Methods and filters that change the text they are given by their constant arguments (not only look for them).
@@ -109,6 +110,11 @@ class MessageReads:
     folds_case: bool = False
     # the short string constants its code holds anywhere (a separator in a table it walks: ``{':': '_'}``), in order
     held_literals: tuple[str, ...] = ()
+    # those of ``length_thresholds`` read only as a text's length, its characters, lines or words
+    # (``(message.content|string)|length == 40``, ``text.split('\n')[:3]``): none of them counts calls
+    text_lengths: tuple[int, ...] = ()
+    # every length ``length_against_value`` orders is a text's (``c.count('.') >= lines|length``)
+    text_against_value: bool = False
 
 
 def read_messages(tree: nodes.Template, everything: list[nodes.Node] | None = None) -> MessageReads:
@@ -130,6 +136,11 @@ class _Reader(FixedValues):
         self.macros = {m.name: m for m in self.nodes if isinstance(m, nodes.Macro)}
         self.loops_over_messages = False
         self.pieces: dict[str, int] = {}  # variables holding a text's lines or words (``_piece_chars``)
+        # the numbers read as a text's length (``text_lengths``), and those read as a length that may count items
+        self.text_numbers: set[int] = set()
+        self.item_numbers: set[int] = set()
+        self.items_against_value = False  # a length ordered against a value that may count items
+        self.textual = TextValues([], {})  # which expressions are texts (set in ``_bind``)
 
     def result(self) -> MessageReads:
         self._bind()
@@ -159,6 +170,7 @@ class _Reader(FixedValues):
                 if key is not None:
                     keys.add(key)
         counts, lengths, against_value = self._thresholds()
+        self.text_numbers -= self.item_numbers
         return MessageReads(
             frozenset(keys),
             tuple(dict.fromkeys(self._tested())),
@@ -168,6 +180,8 @@ class _Reader(FixedValues):
             against_value,
             self._folds_case(),
             self.held,
+            tuple(sorted(self.text_numbers & lengths)),
+            against_value and not self.items_against_value,
         )
 
     # -- what each variable holds, to a fixed point
@@ -187,6 +201,8 @@ class _Reader(FixedValues):
             and (name := assigned_name(n.target)) is not None
             and (piece := self._piece_chars(n.node)) > 1
         }
+        assigns = [(assigned_name(n.target), n.node) for n in self.nodes if isinstance(n, nodes.Assign)]
+        self.textual = TextValues([(name, value) for name, value in assigns if name is not None], self.pieces)
         for _ in range(8):
             before = dict(self.kinds)
             for node in binders:
@@ -267,17 +283,25 @@ class _Reader(FixedValues):
                     counts |= numbers
                 elif measured:
                     lengths |= numbers
+                    self._read_as(numbers, all(self.textual.measures_text(p) for p in measured))
                     if any(_counts_words(p) for p in measured):  # a text of that many words is longer
                         lengths |= {n * CHARACTERS_PER_WORD for n in numbers}
+                        self.text_numbers |= {n * CHARACTERS_PER_WORD for n in numbers}
                 ordered = all(op.op in ("gt", "gteq", "lt", "lteq") for op in node.ops)
                 lengths_ordered = [p for p in measured if _is_length(p)]
                 unfixed = [p for p in parts if self.whole_number(p) is None]  # the length itself, and another
-                against_value = against_value or (ordered and bool(lengths_ordered) and len(unfixed) > 1)
+                if ordered and lengths_ordered and len(unfixed) > 1:
+                    against_value = True
+                    if not all(self.textual.measures_text(p) for p in lengths_ordered):
+                        self.items_against_value = True
             elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice):
                 bounds = {n for b in (node.arg.start, node.arg.stop) if b is not None for n in self.numbers_in(b)}
                 (counts if self.kind(node.node) == _LIST else lengths).update(bounds)
+                if self.kind(node.node) != _LIST:
+                    self._read_as(bounds, self.textual.is_text(node.node) or self._piece_chars(node.node) > 1)
                 if (piece := self._piece_chars(node.node)) > 1:  # a text's first lines or words
                     lengths |= {n * piece for n in bounds}
+                    self.text_numbers |= {n * piece for n in bounds}
             elif (
                 isinstance(node, nodes.Getitem) and self.kind(node.node) == _LIST and self._counted(node.arg, counters)
             ):
@@ -288,8 +312,11 @@ class _Reader(FixedValues):
                 if abs(index) < _ITEM_INDEX:
                     items = index + 1 if index >= 0 else -index
                     (counts if self.kind(node.node) == _LIST else lengths).add(items)
+                    if self.kind(node.node) != _LIST:
+                        self._read_as({items}, self.textual.is_text(node.node) or self._piece_chars(node.node) > 1)
                     if (piece := self._piece_chars(node.node)) > 1:
                         lengths.add(items * piece)
+                        self.text_numbers.add(items * piece)
             elif isinstance(node, _ARITHMETIC) and self._counted(node, counters):
                 # arithmetic of the conversation's length tested for its truth or used as a position
                 # (``loop.revindex0 // 7``): a branch from that many messages on
@@ -301,12 +328,19 @@ class _Reader(FixedValues):
                 }
             elif isinstance(node, nodes.Mul) and isinstance(node.left, nodes.List | nodes.Tuple):
                 lengths |= self.numbers_in(node.right)  # ``[0] * 11``: a list of that many items, paired with others
+                self.item_numbers |= self.numbers_in(node.right)
             elif isinstance(node, nodes.Mul) and isinstance(node.right, nodes.List | nodes.Tuple):
                 lengths |= self.numbers_in(node.left)
-            elif isinstance(node, nodes.Filter) and node.name == "truncate":
+                self.item_numbers |= self.numbers_in(node.left)
+            elif isinstance(node, nodes.Filter) and node.name == "truncate":  # a text's filter
                 given = [*node.args[:1], *(kw.value for kw in node.kwargs if kw.key == "length")]
-                lengths |= {n for g in given for n in self.numbers_in(g)} if given else {_TRUNCATE_DEFAULT}
+                cut = {n for g in given for n in self.numbers_in(g)} if given else {_TRUNCATE_DEFAULT}
+                lengths |= cut
+                self.text_numbers |= cut
         return counts, lengths, against_value
+
+    def _read_as(self, numbers: set[int], text: bool) -> None:
+        (self.text_numbers if text else self.item_numbers).update(numbers)
 
     def _piece_chars(self, node: nodes.Node) -> int:
         """The characters one item of ``node`` stands for, where ``node`` splits a text into pieces: a line

@@ -128,7 +128,11 @@ def derive_reach(reads: MessageReads, delimiters: Sequence[str] = (), control_te
     # a number whose widths were left out (more numbers than one episode plays) is named, never passed; and past
     # MAX_PARALLEL, the parallel calls a number may count (``tool_calls|length > 16``)
     not_probed += [f"width:{n}" for n in sorted(set(numbers)) if n not in widths or n + 1 not in widths]
-    not_probed += [f"parallel:{n}" for n in sorted(set(numbers)) if n >= MAX_PARALLEL][:1]
+    # ... where it may count items: not a text's length, characters, lines or words (``text_lengths``)
+    items = [n for n in reads.length_thresholds if n not in reads.text_lengths]
+    items += [UNFIXED_WIDTH] if reads.length_against_value and not reads.text_against_value else []
+    counted = {n for n in (*reads.count_thresholds, *items) if MAX_PARALLEL <= n < MAX_WIDTH}
+    not_probed += [f"parallel:{n}" for n in sorted(counted)][:1]
     tested = [lit for lit in reads.tested_literals if lit.isidentifier() and lit not in (*played, *rewritten)]
     tested = tested[:MAX_TESTED]
     # a long episode's first tool cycle holds long texts (past the lengths it tests, and at least EARLY_CHARS of

@@ -112,7 +112,9 @@ NOT_PROSE = {
     "error_details_cut_in_history": lambda m: (
         m["role"] == "tool" and m["content"].startswith("Error:") and "\n" in m["content"].strip()
     ),
-    "records_counted_in_history": lambda m: m["role"] == "tool" and m["content"].startswith("[{"),
+    # it counts the items of any result in brackets: ``[]`` too, which the sweep also sends as a result of its own
+    # (a key its lookup compares: ``compared_literals``), the shortest counterexample
+    "records_counted_in_history": lambda m: m["role"] == "tool" and m["content"][:1] + m["content"][-1:] == "[]",
     "error_object_replaced_in_history": lambda m: m["role"] == "tool" and m["content"].startswith('{"error"'),
 }
 

@@ -24,6 +24,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from tito_audit.audit.other_roles import other_roles, renders
+from tito_audit.rendering.analysis import message_reads, template_compared_literals
 from tito_audit.scenarios.reach import long_line, long_text
 from tito_audit.scenarios.spec import Message
 
@@ -160,6 +161,10 @@ class SearchSpace:
     # the system prompt of the sweep of texts: a plain one, and the literals the template looks for in text (a
     # template that keys a rewrite on what the system prompt says, "Be concise.", reads it there: red team 22)
     system: str = SYSTEM
+    # results sent whole (``forms.sweep_forms``): the words the template compares a text with (``c == 'None'``,
+    # ``{'None': 'null'}.get(c)``: ``compared_literals``), then hex digits as long as each length it tests text with
+    # (``c|length == 40``), as a digest or an id is
+    whole_results: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, ctx: AuditContext) -> SearchSpace:
@@ -186,7 +191,26 @@ class SearchSpace:
             after_results=tuple(r for r in (*AFTER_RESULTS, *roles) if renders(ctx, partial(after_results, role=r))),
             text_with_reasoning=not reasoning.mode or renders(ctx, _call_text_with_reasoning),
             system=" ".join((SYSTEM, *literals)),
+            whole_results=_whole_results(ctx),
         )
+
+
+MAX_EXACT_LENGTHS = 8  # lengths a template tests text with that a whole result is written at
+
+
+def _whole_results(ctx: AuditContext) -> tuple[str, ...]:
+    """``SearchSpace.whole_results`` for the template (none for an engine that is no template); a word holding a
+    control token's text is left out (``special_token_injection`` judges those)."""
+    template = ctx.model.chat_template
+    if not (ctx.engine.is_template and template):
+        return ()
+    words = [w for w in template_compared_literals(template) if not any(c in w for c in ctx.special_texts if c)]
+    lengths = sorted(n for n in message_reads(template).length_thresholds if 2 < n <= LONG)[:MAX_EXACT_LENGTHS]
+    digits = [(HEX_DIGITS * (n // len(HEX_DIGITS) + 1))[:n] for n in lengths]
+    return tuple(dict.fromkeys((*words, *digits)))
+
+
+HEX_DIGITS = "9fceb02d0ae598e95dc970b74767f19372d61af8"  # a commit's hash: what a text of only hex digits is
 
 
 # What a loop may append with a call turn's results, in the same block, before the model answers: the user speaking
