@@ -10,6 +10,15 @@ earlier user turns. On 9cbdbd2 each was a SAFE that named the index's untaken ar
 pairs), and no conversation held the format. The sweep of content forms now prints each (``forms.TOOL_OUTPUTS``,
 ``PLAN``, ``REMINDER``) and the words a template compares a whole text with (``compared_literals``): each is found.
 
+Red team 28 wrote seventeen more, most of them building the words they look for at run time (``'%s%s-' % ('s',
+'k')``, a list of reversed words) so that no literal of theirs could be read, and keying them on what agent traffic
+carries: parallel calls grouped by tool (A, B, A), calls that disagree with their schema (a key it does not declare,
+a number where it declares a string, a value past its ``maximum``, a ``dry_run`` flag), a result that is a number or
+a string returned as JSON, an ``.env`` file's API key, bidirectional controls, a bearer token, a macOS home path, a
+phone number, an HTML page, a Markdown image in an answer, a user's ``/clear``, a user's "yes" to what the agent
+asked. Each was a clean SAFE on 9cbdbd2; the sweeps now send each (``forms``, ``schemas``, ``sweep_ids``,
+``sweep_agent``), and each is found.
+
 The controls make the same change on every turn: clean SAFEs. Four of them were SAFEs naming
 ``not_probed:parallel:N`` on 9cbdbd2, a number that was only ever a text's length (``text_values``), and the index's
 third value, which a test's ``|int`` never picks (``literal_lookups.is_truth``).
@@ -46,6 +55,23 @@ def audited(name: str):  # type: ignore[no-untyped-def]
         ("python_words_by_table_in_history", "tito-required"),
         ("system_reminder_stripped_in_history", "tito-required"),
         ("reasoning_title_dropped_when_not_last", "unsafe"),
+        # red team 28
+        ("calls_grouped_by_tool_in_history", "tito-required"),
+        ("undeclared_keys_dropped_in_history", "tito-required"),
+        ("numbers_quoted_by_schema_in_history", "tito-required"),
+        ("values_clamped_to_maximum_in_history", "tito-required"),
+        ("numeric_result_formatted_in_history", "tito-required"),
+        ("dry_run_summarized_in_history", "tito-required"),
+        ("json_string_result_unquoted_in_history", "tito-required"),
+        ("secret_withheld_in_history", "tito-required"),
+        ("bidi_controls_stripped_in_history", "tito-required"),
+        ("bearer_token_redacted_in_history", "tito-required"),
+        ("home_path_shortened_in_history", "tito-required"),
+        ("history_dropped_after_clear", "tito-required"),
+        ("phone_number_masked_in_history", "unsafe"),
+        ("html_page_omitted_in_history", "tito-required"),
+        ("markdown_images_placeholdered_in_history", "tito-required"),
+        ("call_approved_after_yes", "tito-required"),
     ],
 )
 def test_a_rewrite_keyed_on_a_printed_format_is_found(name: str, verdict: str) -> None:
@@ -66,6 +92,13 @@ def test_a_rewrite_keyed_on_a_printed_format_is_found(name: str, verdict: str) -
         "listing_counted_always",
         "python_words_by_pairs_always",
         "system_reminder_stripped_always",
+        # red team 28
+        "calls_grouped_by_tool_always",
+        "undeclared_keys_dropped_always",
+        "numeric_result_formatted_always",
+        "secret_withheld_always",
+        "clear_read_history_kept_always",
+        "call_marked_approved_always",
     ],
 )
 def test_the_same_change_on_every_turn_is_a_clean_safe(name: str) -> None:

@@ -74,7 +74,14 @@ def test_the_schema_sweep_disagrees_with_its_declarations_as_models_do() -> None
         if declared.get("strict"):
             seen.add("strict")
         for key, value in call["arguments"].items():
+            if key not in props:
+                seen.add("a key not declared")
+                continue
             prop = props[key]
+            if isinstance(value, int | float) and value > prop.get("maximum", value):
+                seen.add("past maximum")
+            if prop.get("type") == "string" and isinstance(value, int | float):
+                seen.add("a number for a string")
             if "default" in prop and value == prop["default"]:
                 seen.add("default")
             if prop.get("type") in ("integer", "boolean") and isinstance(value, str):
@@ -93,4 +100,5 @@ def test_the_schema_sweep_disagrees_with_its_declarations_as_models_do() -> None
                 seen.add("null for an optional value")
     expected = {"order", "strict", "default", "integer as a string", "boolean as a string", "enum spelling"}
     pydantic = {"a secret", "past maxLength", "one value for a list", "null for an optional value"}
-    assert seen >= expected | pydantic | {"key _", "key ."}, seen
+    disagreeing = {"a key not declared", "past maximum", "a number for a string"}  # red team 28
+    assert seen >= expected | pydantic | disagreeing | {"key _", "key ."}, seen

@@ -14,13 +14,6 @@ arguments compacted or replaced by ``{}``, characters translated away, an empty 
 agent's name written in its header) met none of them and got a clean SAFE (red teams 23, 24 and 26, each confirmed
 by hand with ``apply_chat_template``).
 
-Tools also print in formats of their own (red team 27 keyed nine history rewrites on them, each a clean SAFE): a
-Python tool's ``None``, a commit hash, a UUID, a CSV export, a YAML document, a directory listing, a unified diff, a
-raw HTTP response, a JSON Web Token, an image as a data URI, a link with tracking parameters, a dict's Python repr,
-a log (``TOOL_OUTPUTS``); and a template may rewrite a result only where it *is* one of the words it compares text
-with, or is exactly as long as a length it tests (``SearchSpace.whole_results``, read from its code). Reasoning may
-be a Markdown plan (a title, then a list), and coding agents append a ``<system-reminder>`` to a user turn.
-
 So one sweep (``sweep_forms``) plays them all, as a loop sends them. A template that refuses a form refuses its
 block only (``accepted.py``: the block is kept in its plainest form, or dropped); the texts the forms carry are text
 cores every other sweep plays too, so a block dropped for its form alone names no value (``search:refused:forms``
@@ -50,52 +43,6 @@ ERROR_OBJECT = '{"error": "rate limit exceeded", "code": 429}'
 ERROR_LINES = "Error: command failed with exit status 2\nmake: *** [all] Error 2\n"
 # the names multi-agent loops give assistant turns (OpenAI's ``name`` on any message: who spoke)
 AGENT_NAMES = ("planner", "researcher")
-# What tools print, in the formats they print it (red team 27): each with the call that printed it
-TOOL_OUTPUTS: tuple[tuple[str, dict[str, Any], str], ...] = (
-    ("python", {"code": "print(cache.get('Paris'))"}, "None"),
-    ("python", {"code": "print(ok)"}, "True"),
-    ("run", {"cmd": "git rev-parse HEAD"}, "9fceb02d0ae598e95dc970b74767f19372d61af8"),
-    ("create_ticket", {"title": "Fix login"}, "3f2b8c1e-4d5a-4e6f-9a7b-1c2d3e4f5a6b"),
-    (
-        "read_file",
-        {"path": "sales.csv"},
-        "date,region,units,revenue\n2024-05-01,EU,12,340.50\n2024-05-02,US,7,199.00\n2024-05-03,EU,3,85.25\n"
-        "2024-05-04,APAC,9,260.10\n",
-    ),
-    ("read_file", {"path": "config.yaml"}, "---\nname: app\nport: 8080\ndebug: false\n"),
-    ("run", {"cmd": "ls"}, "README.md\nmain.py\nrequirements.txt\nsetup.cfg\n"),
-    (
-        "run",
-        {"cmd": "git diff"},
-        "diff --git a/main.py b/main.py\nindex 83db48f..bf269f4 100644\n--- a/main.py\n+++ b/main.py\n"
-        "@@ -1,2 +1,2 @@\n def main():\n-    return 1 / 0\n+    return 1\n",
-    ),
-    (
-        "http_get",
-        {"url": "https://api.example.com/v1/status"},
-        'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 16\r\n\r\n{"status": "up"}',
-    ),
-    (
-        "login",
-        {"user": "ana"},
-        "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJhbmEiLCJpYXQiOjE3MTQ1NjY0MDB9.c2lnbmF0dXJlLW5vdC1yZWFs",
-    ),
-    (
-        "render_chart",
-        {"city": "Paris"},
-        "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==",
-    ),
-    ("search_web", {"query": "Paris weather"}, "https://www.example.com/paris?utm_source=newsletter&utm_medium=email"),
-    ("python", {"code": "print(row)"}, "{'city': 'Paris', 'temp': 21, 'ok': True, 'alerts': None}"),
-    (
-        "read_logs",
-        {"service": "api"},
-        "2024-05-01T12:34:56Z INFO  server started on :8080\n2024-05-01T12:35:02Z WARN  slow request: GET /v1/status"
-        " 1.2s\n2024-05-01T12:35:09Z ERROR upstream timeout",
-    ),
-)
-PLAN = "## Plan\n- Read what the tools returned.\n- Answer in one line."  # reasoning as a Markdown plan
-REMINDER = "\n\n<system-reminder>\nThe user's time zone is Europe/Paris.\n</system-reminder>"  # a harness's note
 
 
 # the other parts OpenAI's format sends beside text: a recording and a file
@@ -107,28 +54,11 @@ def _parts(*texts: str) -> list[dict[str, Any]]:
     return [{"type": "text", "text": t} for t in texts]
 
 
-def _tool_outputs(space: SearchSpace, counter: list[int]) -> list[Message]:
-    """``TOOL_OUTPUTS``, then the space's whole results (each a result of a call of ``lookup``), a call a turn: each
-    result is the last message of the block the loop appends (a template that rewrites a result once a message
-    follows it rewrites it in every render of a block where it is not last: red team 27's token, redacted then), the
-    first turn's reasoning a Markdown plan where reasoning reaches the render."""
-    outputs = [*TOOL_OUTPUTS, *(("lookup", {"key": "x"}, text) for text in space.whole_results)]
-    out: list[Message] = []
-    for k, (name, args, text) in enumerate(outputs):
-        turn = sweep_turn(space, None, tool_call(name, args), k=k % 2)
-        if k == 0 and "reasoning_content" in turn:
-            turn["reasoning_content"] = PLAN
-        out += placed(turn, [text], counter)
-    return out
-
-
 def sweep_forms(space: SearchSpace) -> Conversation:
     """The sweep of content forms (see the module docstring): results that are no prose (``EMPTY_RESULTS``,
     ``RECORDS``, ``ERROR_OBJECT``, ``ERROR_LINES``) of a named agent's calls, in one turn of parallel calls where the
-    template renders them, then what tools print (``TOOL_OUTPUTS``) and the template's whole results
-    (``_tool_outputs``), answered by a named agent and followed by a user turn that ends in a harness's note; a call
-    whose arguments are pretty-printed JSON; a call cut off inside its arguments, answered by an error; a call whose
-    arguments are empty;
+    template renders them, answered by a named agent and followed by a user turn; a call whose arguments are
+    pretty-printed JSON; a call cut off inside its arguments, answered by an error; a call whose arguments are empty;
     results that hold a terminal's characters, a byte order mark and Unicode's separators; a screenshot returned as
     a caption and an image; a call whose text is a list of parts; then user turns of two text parts, with an image,
     a recording and a file, each answered (every form then history). The opening is the plain user turn every
@@ -159,10 +89,9 @@ def sweep_forms(space: SearchSpace) -> Conversation:
         # first, in plain calls: a template that refuses a form further on only once it is history (a list of
         # parts) refuses every block after it
         *no_prose,
-        *_tool_outputs(space, counter),
-        # answered by a named agent, then a user turn with a harness's note: every result before it history
+        # answered by a named agent, then a user turn: every result before it history
         {**said(TEXTS[1], k=0), "name": AGENT_NAMES[0]},
-        {"role": "user", "content": "What's the weather in Paris?" + REMINDER},
+        {"role": "user", "content": "What's the weather in Paris?"},
         *placed(said(None, tool_call("get_weather", pretty), k=0), ["Sunny, 21 C."], counter),
         *placed(said(None, tool_call("get_weather", cut_off), k=1), ["Error: city not found"], counter),
         # a tool without parameters, its arguments streamed as nothing

@@ -17,7 +17,9 @@ what pydantic writes: a ``writeOnly`` password, a ``maxLength``, an ``array``, a
 ``null``), and calls them as models do: out of the declared order, a number and a boolean as strings, an enum value
 in another case, every default given, a result whose output ends with a line end, a secret given, a title past its
 maximum length, one value where a list is declared, null for an optional value (red team 24: a password redacted,
-a title cut, a value wrapped in a list, a null dropped in earlier calls). Its shrink keeps the
+a title cut, a value wrapped in a list, a null dropped in earlier calls), a number past its ``maximum``, a key the
+tool does not declare, a number where a string is declared, a ``dry_run`` flag (red team 28: a value clamped, a key
+dropped, a number quoted, a dry run summarized in earlier calls). Its shrink keeps the
 declarations of the tools still called (``sweep.like_sweep``, as for a coding agent's harness).
 """
 
@@ -82,6 +84,7 @@ SCHEMA_TOOLS: tuple[dict[str, Any], ...] = (
         {"cmd": {"type": "string"}, "timeout": {"type": "number"}},
         ["cmd"],
     ),
+    _tool("geocode", "Find a place by its postal code.", {"zip": {"type": "string"}}, ["zip"]),
     # what pydantic writes for a secret, a bounded string, an optional value and a list
     _tool(
         "login",
@@ -133,6 +136,11 @@ def sweep_schemas(space: SearchSpace) -> Conversation:
         ),
         # a shell tool's ``cmd``, its output ending with a line end
         (tool_call("run", {"cmd": "ls", "timeout": 30}), "README.md\nsetup.py\nsrc\n"),
+        # past the declared ``maximum``, a key the tool does not declare, a number where a string is declared, and
+        # a flag no declaration holds (red team 28: clamped, dropped, quoted, the call summarized in earlier turns)
+        (tool_call("get_forecast", {"location": "Paris", "days": 30, "country": "FR"}), "Sunny all month."),
+        (tool_call("geocode", {"zip": 94110}), "San Francisco, CA"),
+        (tool_call("run", {"cmd": "make deploy", "dry_run": True}), "would deploy 3 services"),
         # a secret given, a title past its maximum length, a list given as one value, an optional value given as null
         (tool_call("login", {"username": "alice", "password": "hunter2"}), "ok"),
         (

@@ -144,6 +144,8 @@ class SearchSpace:
     result_parts: bool = False
     # ... or a JSON object, as agent frameworks hand a tool's structured output on (where the template renders one)
     result_objects: bool = False
+    # ... or a number, a tool's value handed on as it is (where the template renders one: ``forms.sweep_forms``)
+    result_numbers: bool = False
     # an answer may carry an empty ``tool_calls``, as vLLM and some SDKs send one (where the template renders it)
     empty_calls: bool = False
     # roles beside system a loop may send mid-conversation that the template names and renders (OpenAI's developer)
@@ -186,6 +188,7 @@ class SearchSpace:
             string_arguments=any(s.ok for s in ctx.simulations if s.scenario.id.endswith("/args_string")),
             result_parts=renders(ctx, results_as_parts),
             result_objects=renders(ctx, results_as_objects),
+            result_numbers=renders(ctx, results_as_numbers),
             empty_calls=renders(ctx, answers_with_empty_calls),
             roles=roles,
             after_results=tuple(r for r in (*AFTER_RESULTS, *roles) if renders(ctx, partial(after_results, role=r))),
@@ -255,6 +258,14 @@ def results_as_parts(messages: list[Message]) -> list[Message]:
 def results_as_objects(messages: list[Message]) -> list[Message]:
     """Every tool result's text as the JSON object a tool returns it in."""
     return _results(messages, lambda text: {"result": text, "ok": True})
+
+
+NUMBER_RESULT = 21.0  # a number a tool returns, one the sweep of values sends as an argument too (``SWEEP``)
+
+
+def results_as_numbers(messages: list[Message]) -> list[Message]:
+    """Every tool result as the number a tool returned, handed on as it is."""
+    return _results(messages, lambda _: NUMBER_RESULT)
 
 
 def answers_with_empty_calls(messages: list[Message]) -> list[Message]:

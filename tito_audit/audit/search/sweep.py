@@ -18,9 +18,10 @@ answers every fourth call with neither an id nor a name, and appends with the fi
 and a developer message where the template renders them there.
 
 A third (``sweep_ids``) plays the shapes of calls no value holds: a turn of parallel calls whose ids are not in
-the order of the calls and whose second repeats the first, then turns whose ids start again at ``call_0`` (the same
-id in many turns, each time another tool's), then ids as Anthropic and Kimi write them (``toolu_...``,
-``functions.get_weather:0``), then a second user turn. A template that looks a result's call up by
+the order of the calls, whose second repeats the first and whose fourth calls the first's tool again after
+another's (a template that groups earlier calls by tool reorders it), then turns whose ids start again at
+``call_0`` (the same id in many turns, each time another tool's), then ids as Anthropic and Kimi write them
+(``toolu_...``, ``functions.get_weather:0``), then a second user turn. A template that looks a result's call up by
 its id, counts a call's results, sorts calls by id or drops repeated calls breaks on it where it does so for
 earlier turns only.
 
@@ -44,7 +45,8 @@ thing (an error, a refusal) breaks on it; its counterexample keeps the exchanges
 A sixth (``sweep_agent``) plays a coding agent's episode as its harness sends it: a system prompt that says what the
 model is, tools declared as such harnesses declare them (a shell tool described as one, a file tool whose parameter
 is ``file_path``, a tool without a description: ``AGENT_TOOLS``), what those tools return (a Python traceback, a
-shell's exit status, a file), a call's text, an answer that asks, and a user who says "continue". A template that
+shell's exit status, a file), a call's text, an answer that asks, a user who says "continue", and one who answers
+"yes" to what the agent asked. A template that
 rewrites the history where the system prompt, the tools' declarations or such a result say something breaks on it;
 its shrink keeps the harness's declarations of the tools still called.
 
@@ -52,7 +54,9 @@ A seventh (``schemas.sweep_schemas``) declares its tools as real tool sets do (e
 parameters, a strict tool, keys with a leading underscore or a dot) and calls them as models do, disagreeing with
 the declarations: a template that rewrites an earlier call by its tool's schema breaks on it. An eighth
 (``forms.sweep_forms``) sends content in the forms clients send and no other conversation does: several text parts,
-an image, arguments pretty-printed or cut off, a terminal's and a file's invisible characters.
+an image, arguments pretty-printed or cut off, a terminal's and a file's invisible characters. A ninth
+(``outputs.sweep_outputs``) returns what tools print, in the formats they print it (a CSV export, a diff, an HTTP
+response, a token...), a result a turn, and the words the template compares a whole text with.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ from typing import Any
 
 from tito_audit.audit.search.conversations import SHORT, SWEEP, declarations, placed, sweep_turn, tool_call
 from tito_audit.audit.search.forms import sweep_forms
+from tito_audit.audit.search.outputs import sweep_outputs
 from tito_audit.audit.search.schemas import sweep_schemas
 from tito_audit.audit.search.space import CALL_TEXTS, EDGES, LONG, NAME_SHAPES, TEXTS, SearchSpace
 from tito_audit.scenarios.searched import Conversation, Message
@@ -77,8 +82,9 @@ TEXT_CHARS = 2 * LONG
 def sweeps(space: SearchSpace) -> list[Conversation]:
     """The sweep of values (``sweep``), of texts and shapes (``sweep_texts``), of call ids (``sweep_ids``), of
     assistant turns in a row (``sweep_turns``), of answers and user turns (``sweep_answers``), a coding agent's
-    episode (``sweep_agent``), calls that disagree with their tools' schemas (``schemas.sweep_schemas``), then
-    content in the forms clients send (``forms.sweep_forms``): ``_SWEEPS``, in order."""
+    episode (``sweep_agent``), calls that disagree with their tools' schemas (``schemas.sweep_schemas``), content in
+    the forms clients send (``forms.sweep_forms``), then what tools print (``outputs.sweep_outputs``): ``_SWEEPS``,
+    in order."""
     return [build(space) for _, build in _SWEEPS]
 
 
@@ -147,7 +153,7 @@ def sweep(space: SearchSpace) -> Conversation:
 
 
 # Ids as Mistral writes them (nine letters and digits), not in the order of the calls: sorting them reorders the calls
-_UNORDERED_IDS = ("q7Rm4Wc1N", "Ka83vNq0x", "b2Xk9Qp5L")
+_UNORDERED_IDS = ("q7Rm4Wc1N", "Ka83vNq0x", "b2Xk9Qp5L", "Zt51pQ8mE")
 # Ids as other vendors' APIs write them: Anthropic's ``toolu_`` ones, and Kimi's ``functions.NAME:INDEX``
 _VENDOR_IDS = ("toolu_01A09q90qw90lq917835lq9", "functions.get_weather:0")
 
@@ -162,7 +168,14 @@ def sweep_ids(space: SearchSpace) -> Conversation:
         results = [f"Result {k}.{j}." for j in range(len(calls))]
         return placed(sweep_turn(space, None, *calls, k=k), results, counter, ids)
 
-    first = [_call("get_weather", city="Paris"), _call("get_weather", city="Paris"), _call("get_forecast", city="Lyon")]
+    # the second repeats the first, and the fourth calls the first's tool again after another's (red team 28: calls
+    # grouped by tool in earlier turns)
+    first = [
+        _call("get_weather", city="Paris"),
+        _call("get_weather", city="Paris"),
+        _call("get_forecast", city="Lyon"),
+        _call("get_weather", city="Nice"),
+    ]
     if not space.parallel:
         first = first[:1]
     messages: list[Message] = [
@@ -281,7 +294,7 @@ _SOURCE = "def main():\n    return 1 / 0\n"
 
 def sweep_agent(space: SearchSpace) -> Conversation:
     """The sweep of a coding agent's episode (see the module docstring): a harness's system prompt and tools
-    (``AGENT_TOOLS``), what shell and file tools return, a user who says "continue"."""
+    (``AGENT_TOOLS``), what shell and file tools return, a user who says "continue", then "yes"."""
 
     counter = [0]
     said = partial(sweep_turn, space)
@@ -295,7 +308,13 @@ def sweep_agent(space: SearchSpace) -> Conversation:
         said("The import path was wrong and main divided by zero; both are fixed. Run the linter too?", k=0),
         {"role": "user", "content": "continue"},
         *placed(said(None, _call("bash", command="ruff check ."), k=1), ["All checks passed!"], counter),
-        said("Done: the tests pass and the linter is clean.", k=0),
+        said("The tests pass and the linter is clean. Shall I commit?", k=0),
+        # a user who approves what the agent asked for
+        {"role": "user", "content": "yes"},
+        *placed(
+            said(None, _call("bash", command="git commit -am 'Fix tests'"), k=1), ["[main 1a2b3c4] Fix tests"], counter
+        ),
+        said("Committed.", k=0),
     ]
     return Conversation(tuple(messages), AGENT_TOOLS, ())
 
@@ -310,6 +329,7 @@ _SWEEPS: tuple[tuple[str, Callable[[SearchSpace], Conversation]], ...] = (
     ("agent", sweep_agent),
     ("schemas", sweep_schemas),
     ("forms", sweep_forms),
+    ("outputs", sweep_outputs),
 )
 SWEEP_NAMES = tuple(name for name, _ in _SWEEPS)
 
