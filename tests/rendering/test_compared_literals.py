@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tito_audit.rendering.analysis import template_compared_literals
+from tito_audit.audit.search.space import _at_edges
+from tito_audit.rendering.analysis import message_reads, template_compared_literals
 
 
 def _loop(body: str) -> str:
@@ -51,3 +52,30 @@ def test_what_is_not_a_whole_text_compared_is_left_out(body: str) -> None:
 
 def test_a_template_that_does_not_parse_compares_nothing() -> None:
     assert template_compared_literals("{% if %}") == ()
+
+
+@pytest.mark.parametrize(
+    ("body", "characters"),
+    [
+        ("{{ c.translate({8216: 39, 8217: 39}) }}", "\u2018\u2019"),
+        ("{%- set table = {173: None} %}{{ c.translate(table) }}", "\u00ad"),
+        ("{{ c.translate(c.maketrans('\u201c\u201d', '\"\"')) }}", "\u201c\u201d"),
+    ],
+)
+def test_the_characters_a_table_translates_are_read(body: str, characters: str) -> None:
+    """Red team 29 translated curly quotes, soft hyphens and ligatures in earlier turns by a table, which no reading
+    held: the search writes the table's characters now (``MessageReads.translated``)."""
+    assert message_reads(_loop(body)).translated == characters
+
+
+@pytest.mark.parametrize(
+    ("literal", "text"),
+    [
+        ("TERMINATE", "TERMINATE before TERMINATE after TERMINATE"),
+        ("\n\nSent from my iPhone", "before \n\nSent from my iPhone after \n\nSent from my iPhone"),
+    ],
+)
+def test_a_literal_is_written_at_a_texts_edges(literal: str, text: str) -> None:
+    """``removesuffix('TERMINATE')`` changes only a text that ends with it (red team 29); a literal that starts with
+    whitespace is not written at a turn's start, which would start inside a token after ChatML's line end."""
+    assert _at_edges(literal) == text

@@ -115,6 +115,10 @@ class MessageReads:
     text_lengths: tuple[int, ...] = ()
     # every length ``length_against_value`` orders is a text's (``c.count('.') >= lines|length``)
     text_against_value: bool = False
+    # the characters ``str.translate`` rewrites (``c.translate({8216: 39})``, ``maketrans('‘’', "''")``), in order: the
+    # search writes them (red team 29); not a literal of the derived scenarios, whose checks would read a result
+    # translated on every turn as one dropped
+    translated: str = ""
 
 
 def read_messages(tree: nodes.Template, everything: list[nodes.Node] | None = None) -> MessageReads:
@@ -182,6 +186,7 @@ class _Reader(FixedValues):
             self.held,
             tuple(sorted(self.text_numbers & lengths)),
             against_value and not self.items_against_value,
+            "".join(dict.fromkeys(self._translated())),
         )
 
     # -- what each variable holds, to a fixed point
@@ -267,6 +272,30 @@ class _Reader(FixedValues):
                 and any(op.op in ("in", "notin") for op in node.ops)
             ):
                 yield from self._constants([node.expr])
+
+    def _translated(self) -> Iterable[str]:
+        """The characters ``str.translate`` rewrites: a table's code points (``c.translate({8216: 39})``, a table set
+        in a variable too) and ``maketrans``'s first argument (``c.maketrans('‘’', "''")``)."""
+        tables = {
+            name: n.node
+            for n in self.nodes
+            if isinstance(n, nodes.Assign) and isinstance(n.node, nodes.Dict) and (name := assigned_name(n.target))
+        }
+        for node in self.nodes:
+            if not (isinstance(node, nodes.Call) and isinstance(node.node, nodes.Getattr) and node.args):
+                continue
+            arg = node.args[0]
+            if node.node.attr == "maketrans":
+                yield from self.constant(arg) or ""
+            elif node.node.attr == "translate":
+                table = tables.get(arg.name) if isinstance(arg, nodes.Name) else arg
+                if isinstance(table, nodes.Dict):
+                    for pair in table.items:
+                        key = pair.key.value if isinstance(pair.key, nodes.Const) else None
+                        if type(key) is int and 0 < key < 0x110000:
+                            yield chr(key)
+                        elif type(key) is str and len(key) == 1:
+                            yield key
 
     # -- the numbers the conversation's length and its texts' lengths are tested against
     def _thresholds(self) -> tuple[set[int], set[int], bool]:

@@ -19,9 +19,20 @@ phone number, an HTML page, a Markdown image in an answer, a user's ``/clear``, 
 asked. Each was a clean SAFE on 9cbdbd2; the sweeps now send each (``forms``, ``schemas``, ``sweep_ids``,
 ``sweep_agent``), and each is found.
 
-The controls make the same change on every turn: clean SAFEs. Four of them were SAFEs naming
-``not_probed:parallel:N`` on 9cbdbd2, a number that was only ever a text's length (``text_values``), and the index's
-third value, which a test's ``|int`` never picks (``literal_lookups.is_truth``).
+Red team 29 wrote 28 more, each a clean SAFE on 0819b3f. Sixteen wrote their literal plainly but removed it only at
+a text's edge (``removesuffix('TERMINATE')``, ``removeprefix('functions.')``, ``trim('…')``), where the search
+wrote each literal only inside a text, or translated characters by a table (``translate({8216: 39})``,
+``maketrans('‘’“”', ...)``), which no reading held. Each literal is now written at a text's edges too
+(``space._at_edges``), and a table's characters are read as one literal (``message_reads``). Twelve built their
+words at run time, keyed on what agents and their users send: a ReAct answer, Cline's ``<environment_details>``, a
+Playwright snapshot, JSON with ``NaN``, a quoted e-mail, a Slack mention, full-width punctuation, an ellipsis. The
+sweep of what tools print and the user turns after it now send those (``outputs.TYPED``, ``REACT``).
+
+The controls make the same change on every turn: clean SAFEs. One of red team 29's is not: a template that removes
+``functions.`` from every call's name now meets a call named so, and ``tool_support`` reports that the call's name
+is rendered nowhere (UNSAFE ``drops_tool_calls``): true of that template, though no TITO break. Four of red team
+27's were SAFEs naming ``not_probed:parallel:N`` on 9cbdbd2, a number that was only ever a text's length
+(``text_values``), and the index's third value, which a test's ``|int`` never picks (``literal_lookups.is_truth``).
 """
 
 from __future__ import annotations
@@ -72,6 +83,29 @@ def audited(name: str):  # type: ignore[no-untyped-def]
         ("html_page_omitted_in_history", "tito-required"),
         ("markdown_images_placeholdered_in_history", "tito-required"),
         ("call_approved_after_yes", "tito-required"),
+        # red team 29: literals removed at a text's edges, characters translated by a table, agents' formats
+        ("terminate_removed_from_earlier_answers", "tito-required"),
+        ("channel_mention_removed_in_history", "tito-required"),
+        ("phone_signature_removed_in_history", "tito-required"),
+        ("exit_footer_removed_in_history", "tito-required"),
+        ("reply_line_removed_in_history", "tito-required"),
+        ("api_prefix_removed_from_earlier_names", "tito-required"),
+        ("ellipsis_trimmed_in_history", "tito-required"),
+        ("ellipsis_stripped_in_history", "tito-required"),
+        ("smart_quotes_by_maketrans_in_history", "tito-required"),
+        ("smart_quotes_by_table_in_history", "tito-required"),
+        ("soft_hyphens_removed_in_history", "tito-required"),
+        ("zero_width_joiners_removed_in_history", "tito-required"),
+        ("arabic_marks_removed_in_history", "tito-required"),
+        ("skin_tones_removed_in_history", "tito-required"),
+        ("ligatures_expanded_in_history", "tito-required"),
+        ("bullets_replaced_in_history", "tito-required"),
+        ("react_thought_dropped_in_history", "tito-required"),
+        ("environment_details_dropped_in_history", "tito-required"),
+        ("page_snapshot_refs_dropped_in_history", "tito-required"),
+        ("json_nan_written_as_null_in_history", "tito-required"),
+        ("quoted_email_dropped_in_history", "tito-required"),
+        ("slack_mentions_rewritten_in_history", "tito-required"),
     ],
 )
 def test_a_rewrite_keyed_on_a_printed_format_is_found(name: str, verdict: str) -> None:
@@ -99,6 +133,12 @@ def test_a_rewrite_keyed_on_a_printed_format_is_found(name: str, verdict: str) -
         "secret_withheld_always",
         "clear_read_history_kept_always",
         "call_marked_approved_always",
+        # red team 29
+        "terminate_removed_always",
+        "smart_quotes_by_table_always",
+        "soft_hyphens_removed_always",
+        "quoted_email_dropped_always",
+        "ellipsis_trimmed_always",
     ],
 )
 def test_the_same_change_on_every_turn_is_a_clean_safe(name: str) -> None:

@@ -14,8 +14,13 @@ So one sweep (``sweep_outputs``) calls a tool a turn and returns each, so that e
 the block the loop appends (a template that rewrites a result once a message follows it rewrites it in every render
 of a block where it is not last: red team 27's token, redacted then); its first call turn's reasoning is a Markdown
 plan (a title, then a list), the answer after them shows a chart as a Markdown image, the user turn after it ends in
-a coding agent's ``<system-reminder>``, and the episode ends with a chat client's command sent as a user turn
-(``/clear``): every result, the answer and the reminder then history. A sweep of its own, not a part of the sweep
+a coding agent's ``<system-reminder>``, a ReAct agent's ``Final Answer:`` follows, then a user turn typed on a
+phone (curly quotes, an ellipsis, a skin tone, a zero-width non-joiner, full-width brackets) with Cline's
+``<environment_details>``, an AutoGen agent's ``TERMINATE``, and the episode ends with a chat client's command sent
+as a user turn (``/clear``): every result, answer and user turn then history. Red team 29 added what agents' tools
+print (a PDF's ligatures and bullets, JSON with ``NaN``, a Playwright snapshot's ``[ref=]``, OpenHands' exit
+footer, an e-mail's signature and quote, a help desk's reply line, Slack's mentions, Persian and Arabic text, a call
+named with its API's ``functions.`` prefix). A sweep of its own, not a part of the sweep
 of content forms: each sweep is played cut after each block, so its renders grow with the square of its blocks.
 """
 
@@ -75,6 +80,16 @@ TOOL_OUTPUTS: tuple[tuple[str, dict[str, Any], str], ...] = (
     ("run", {"cmd": "ls downloads"}, "invoice\u202egpj.exe\nreport \u2066(final)\u2069.pdf\n"),
     ("run", {"cmd": "pwd"}, "/Users/alice/projects/app"),
     ("send_sms", {"to": "+14155550132", "body": "Sunny, 21 C."}, "queued"),  # E.164, as SMS APIs take it
+    # red team 29: what agents and their tools print, and the characters scraped, typed and OCR'd text carries
+    ("read_pdf", {"path": "report.pdf"}, "The ﬁnal eﬀort:\n• ﬂow up 5%\n◦ cost down\u00ad3%"),
+    ("python", {"code": "print(json.dumps(stats))"}, '{"mean": NaN, "max": Infinity}'),
+    ("browser_snapshot", {}, '- Page Snapshot:\n- button "Search" [ref=e12]\n- link "Paris" [ref=e15]'),
+    ("execute_bash", {"command": "make test"}, "All tests passed.\n[The command completed with exit code 0.]"),
+    ("read_email", {"id": "m-17"}, "Sounds good.\n\nSent from my iPhone\n\n> On Mon, Ana wrote:\n> Lunch at noon?"),
+    ("get_ticket", {"id": 4821}, "##- Please type your reply above this line -##\n\nMy order has not arrived."),
+    ("slack_history", {"channel": "C024BE91L"}, "<!channel> deploy at 5pm, <@U024BE7LH> please review"),
+    ("fetch_page", {"url": "https://example.com/fa"}, "می\u200cخواهم — مَرْحَبًا ـ （注意）：是，"),
+    ("functions.get_weather", {"city": "Paris"}, "Sunny, 21 C."),  # a name with its API's prefix (Kimi, vLLM)
     (
         "read_logs",
         {"service": "api"},
@@ -83,6 +98,16 @@ TOOL_OUTPUTS: tuple[tuple[str, dict[str, Any], str], ...] = (
     ),
 )
 PLAN = "## Plan\n- Read what the tools returned.\n- Answer in one line."  # reasoning as a Markdown plan
+REACT = "Thought: I now know the final answer…\nFinal Answer: Sunny, 21 C."  # a ReAct agent's answer
+# what a user types on a phone and pastes: curly quotes, an ellipsis, a skin tone, a zero-width non-joiner,
+# full-width punctuation, a Slack mention, a quoted e-mail
+TYPED = (
+    "What’s the weather in “Paris”…? 👍🏽 می\u200cخواهم （明天），<@U024BE7LH> asked.\n\n"
+    "> On Mon, Ana wrote:\n> Lunch at noon?"
+)
+ENVIRONMENT = (
+    "\n\n<environment_details>\n# Current Working Directory\n/Users/alice/app\n</environment_details>"  # Cline's
+)
 CHART = "\n\n![Forecast for Paris](https://example.com/charts/paris.png)"  # an image in an answer, in Markdown
 REMINDER = "\n\n<system-reminder>\nThe user's time zone is Europe/Paris.\n</system-reminder>"  # a harness's note
 
@@ -112,7 +137,9 @@ def sweep_outputs(space: SearchSpace) -> Conversation:
         *_printed(space, counter),
         sweep_turn(space, TEXTS[1] + CHART, k=0),
         {"role": "user", "content": "What's the weather in Paris?" + REMINDER},
-        sweep_turn(space, TEXTS[3], k=1),
+        sweep_turn(space, REACT, k=1),
+        {"role": "user", "content": TYPED + ENVIRONMENT},
+        sweep_turn(space, TEXTS[1] + " TERMINATE", k=0),  # how an AutoGen agent ends its part
         # a chat client's command, sent as the user's turn
         {"role": "user", "content": "/clear"},
         sweep_turn(space, TEXTS[1], k=0),

@@ -172,7 +172,10 @@ class SearchSpace:
     def of(cls, ctx: AuditContext) -> SearchSpace:
         reasoning = ctx.shapes.reasoning
         reads = ctx.reach
-        literals = tuple(f"before {lit} after" for lit in (*reads.literals, *reads.tested))
+        translated = message_reads(ctx.model.chat_template or "").translated  # a table's characters (red team 29)
+        literals = tuple(
+            _at_edges(lit) for lit in (*reads.literals, *reads.tested, *([translated] if translated else []))
+        )
         lengths = (LONG, reads.length) if reads.length > LONG else (LONG,)
         longs = tuple(text for n in lengths for text in (long_text(n, "Step"), long_line(n)))
         cycles = min(MAX_CYCLES, max(15, reads.cycles + 1))
@@ -214,6 +217,15 @@ def _whole_results(ctx: AuditContext) -> tuple[str, ...]:
 
 
 HEX_DIGITS = "9fceb02d0ae598e95dc970b74767f19372d61af8"  # a commit's hash: what a text of only hex digits is
+
+
+def _at_edges(literal: str) -> str:
+    """A text holding ``literal`` inside and at its end, and at its start unless the literal starts with whitespace:
+    a template that removes it as a prefix or a suffix, or strips it (``removesuffix('TERMINATE')``, ``trim('…')``),
+    changes only a text that starts or ends with it (red team 29). A turn that starts with whitespace starts inside a
+    token after ChatML's line end, and no comparison could judge it (``search:unjudged``)."""
+    start = "" if literal[:1].isspace() else f"{literal} "
+    return f"{start}before {literal} after {literal}"
 
 
 # What a loop may append with a call turn's results, in the same block, before the model answers: the user speaking
