@@ -101,8 +101,17 @@ def test_a_rewrite_keyed_on_a_value_and_another_field_of_its_cycle_is_found(name
     kind = OTHER_FIELDS[name]
     assert report.verdict == ("unsafe" if kind == "append" else "tito-required"), report.verdict_reasons
     messages = _messages(report, kind)
+    if name in FOUND_BY_A_SWEEP:  # the sweep breaks it before the screen runs
+        unnamed = [m for m in messages if m["role"] == "tool" and "name" not in m]
+        assert any(str(m["content"]).startswith("{") for m in unnamed), messages
+        return
     assert len(messages) == 4, messages  # one tool cycle and its answer
     assert report.scenarios["search"]["pairs"]["candidates"] == 1
+
+
+# The sweep of texts writes each literal a template looks for at a text's edges too (red team 29): this template's
+# ``'{'`` then starts a result answered by its id alone, and the sweep finds the rewrite first
+FOUND_BY_A_SWEEP = {"unnamed_json_result_in_history"}
 
 
 @pytest.mark.parametrize(
