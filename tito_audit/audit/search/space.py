@@ -163,7 +163,7 @@ class SearchSpace:
     # the system prompt of the sweep of texts: a plain one, and the literals the template looks for in text (a
     # template that keys a rewrite on what the system prompt says, "Be concise.", reads it there: red team 22)
     system: str = SYSTEM
-    # results sent whole (``forms.sweep_forms``): the words the template compares a text with (``c == 'None'``,
+    # results sent whole (``outputs.sweep_outputs``): the words the template compares a text with (``c == 'None'``,
     # ``{'None': 'null'}.get(c)``: ``compared_literals``), then hex digits as long as each length it tests text with
     # (``c|length == 40``), as a digest or an id is
     whole_results: tuple[str, ...] = ()
