@@ -263,7 +263,7 @@ def test_baseline_missing_one_finding_fails_naming_it(cli: Callable[..., Any]) -
 
 
 def test_baseline_from_another_model_fails(cli: Callable[..., Any], report: Callable[[str], Any]) -> None:
-    # (Llama's SAFE names a template arm no conversation takes: accepted here, where the baseline is the subject)
+    # (the flag is kept for a Llama SAFE that names what it did not probe; it has named nothing since red team 28)
     assert cli(LLAMA, "--format", "json", "--output", "llama.json", "--allow-not-probed").exit_code == 0
     res = cli(QWEN3, "--baseline", "llama.json")
     assert res.exit_code == 1
@@ -304,10 +304,11 @@ def test_fail_on_warn_vs_error_on_a_model_with_only_warnings(
     rep = report(LLAMA)
     warned = [c for c in rep.checks if c.status == "warn"]
     assert warned and not failing(rep) and rep.verdict == "safe"
-    # its SAFE names a template arm no conversation takes: exit 3 under either --fail-on until it is accepted
-    assert any(r.startswith("not_probed:template_line:") for r in rep.verdict_reasons)
-    assert cli(LLAMA).exit_code == 3 and cli(LLAMA, "--fail-on", "warn").exit_code == 3
-    accept = "--allow-not-probed"
+    # a clean SAFE (its tool-result arm for a value that is no text, a number, is played by the sweep of what tools
+    # print since red team 28; it named that arm before, exit 3): warnings alone fail only --fail-on warn
+    assert not any(r.startswith("not_probed:") for r in rep.verdict_reasons), rep.verdict_reasons
+    assert cli(LLAMA).exit_code == 0 and cli(LLAMA, "--fail-on", "warn").exit_code == 1
+    accept = "--allow-not-probed"  # nothing to accept: the same exits
     assert cli(LLAMA, accept).exit_code == 0
     assert cli(LLAMA, "--fail-on", "error", accept).exit_code == 0
     assert cli(LLAMA, "--fail-on", "warn", accept).exit_code == 1
