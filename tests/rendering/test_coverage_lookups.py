@@ -3,7 +3,7 @@ condition with two arms, counted like an inline ``if`` (rendering/coverage.py).
 
 Red team 20's ten history rewrites keyed on two values of one message were clean SAFEs (exit 0) at e03860e: each
 picked its rewrite by such a lookup, which template coverage had no arm for, and no conversation held the pair.
-The screen of pairs finds five now (``tests/audit/search/test_pairs_in_one_message.py``); the other five, keyed on
+The screen of pairs finds five now (``tests/audit/search/test_pairs_in_one_message.py``), and a sixth since red team 29 (below); the others, keyed on
 what no conversation holds together (an ``http://`` URL under a ``url`` key, an email and a URL in one call, the
 second of parallel calls, a result not last of its block, a name, no id and digits: three values), are SAFEs that
 name the lookup's untaken arm (``not_probed:template_line:N``; ``tests/data/coverage/lookups/``)."""
@@ -65,11 +65,20 @@ def test_the_instrumented_copy_counts_the_value_a_lookup_picks() -> None:
 LOOKUPS = DATA / "coverage" / "lookups"
 
 
+# found since red team 29: each literal a template looks for is written at a text's edges too, and this one's
+# ``'http://'`` then starts a ``url`` argument the screen of pairs sends
+FOUND = {"http_url_argument_compacted_in_history"}
+
+
 @pytest.mark.parametrize("name", sorted(p.stem for p in LOOKUPS.glob("*.jinja")))
 def test_a_rewrite_hidden_behind_a_lookup_of_a_pair_is_named(name: str) -> None:
     """Red team 20's templates, each a history rewrite keyed on two values of one message that no conversation
-    holds together: a SAFE naming the lookup's untaken arm, never a clean one."""
+    holds together: a SAFE naming the lookup's untaken arm, never a clean one (or found, where a conversation now
+    holds the pair)."""
     report = audit_of(MODEL, LOOKUPS / f"{name}.jinja")
+    if name in FOUND:
+        assert report.verdict == "unsafe" and report.scenarios["search"]["counterexamples"], report.verdict_reasons
+        return
     named = report.scenarios.get("not_probed", [])
     assert report.verdict == "safe", report.verdict_reasons  # the pair is in no conversation: nothing breaks
     assert any(r.startswith("template_line:") and "hist" in r for r in named), named
