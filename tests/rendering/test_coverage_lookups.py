@@ -3,10 +3,11 @@ condition with two arms, counted like an inline ``if`` (rendering/coverage.py).
 
 Red team 20's ten history rewrites keyed on two values of one message were clean SAFEs (exit 0) at e03860e: each
 picked its rewrite by such a lookup, which template coverage had no arm for, and no conversation held the pair.
-The screen of pairs finds five now (``tests/audit/search/test_pairs_in_one_message.py``), and a sixth since red team 29 (below); the others, keyed on
-what no conversation holds together (an ``http://`` URL under a ``url`` key, an email and a URL in one call, the
-second of parallel calls, a result not last of its block, a name, no id and digits: three values), are SAFEs that
-name the lookup's untaken arm (``not_probed:template_line:N``; ``tests/data/coverage/lookups/``)."""
+The screen of pairs finds five now (``tests/audit/search/test_pairs_in_one_message.py``), and since red team 29 a
+sixth, an ``http://`` URL under a ``url`` key (below); the other four, keyed on what no conversation holds together
+(an email and a URL in one call, the second of parallel calls, a result not last of its block, a name, no id and
+digits: three values), are SAFEs that name the lookup's untaken arm (``not_probed:template_line:N``;
+``tests/data/coverage/lookups/``)."""
 
 from __future__ import annotations
 
