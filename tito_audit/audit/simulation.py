@@ -11,7 +11,7 @@ This is the audit's side (the checks read its ``Simulation``s through ``AuditCon
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,8 @@ from tito_audit.rollout.turn_roles import ANSWER, CALL, turn_roles
 from tito_audit.rollout.turn_start import turn_start
 from tito_audit.scenarios.adapt import ADAPTERS, call_function, reasoning_of
 from tito_audit.scenarios.shapes import Shapes
+from tito_audit.scenarios.shown_values import MARKER, letters_present
+from tito_audit.scenarios.shown_values import in_place as written_in_place
 from tito_audit.scenarios.spec import Scenario
 
 Message = dict[str, Any]
@@ -81,15 +83,35 @@ def _tool_names(message: Message) -> list[str]:
     return [call_function(c).get("name", "") for c in message.get("tool_calls") or []]
 
 
-def _dropped_calls(message: Message, completion: str) -> list[int]:
-    """Indices of tool calls whose function name is not rendered (the k-th call of a name needs k mentions)."""
+def _dropped_calls(message: Message, completion: str, in_place: Callable[[int, str], bool]) -> list[int]:
+    """Indices of tool calls whose function name is not rendered (the k-th call of a name needs k mentions), nor
+    written in a form of the template's own (``in_place(i, name)``: another case, a namespace cut, dots written
+    as underscores, every turn alike: ``scenarios.shown_values``)."""
     seen: dict[str, int] = {}
     dropped = []
     for i, name in enumerate(_tool_names(message)):
         seen[name] = seen.get(name, 0) + 1
-        if completion.count(name) < seen[name]:
+        if completion.count(name) < seen[name] and not (letters_present(name, completion) and in_place(i, name)):
             dropped.append(i)
     return dropped
+
+
+def _name_in_place(renderer: Renderer, history: list[Message], index: int, tools: Any, full: str) -> Any:
+    """``in_place(i, name)`` for ``_dropped_calls``: message ``index``'s call ``i`` rendered with a marker as its
+    name shows the marker, and most of the name is written in the marker's place in ``full``."""
+
+    def in_place(i: int, name: str) -> bool:
+        calls = list(history[index].get("tool_calls") or [])
+        fn = call_function(calls[i])
+        calls[i] = {**calls[i], "name": MARKER} if fn is calls[i] else {**calls[i], "function": {**fn, "name": MARKER}}
+        marked = {**history[index], "tool_calls": calls}
+
+        def render(messages: Sequence[Message]) -> str:
+            return renderer.render(list(messages), tools=tools)
+
+        return written_in_place(render, history[: index + 1], index, marked, name, full, whole=False)
+
+    return in_place
 
 
 def derive_turn(
@@ -130,7 +152,7 @@ def derive_turn(
 
     start = turn_start(prompt, full, history_text, own)
     completion = full[start:]
-    dropped_calls = _dropped_calls(message, completion)
+    dropped_calls = _dropped_calls(message, completion, _name_in_place(renderer, history, index, tools, full))
     dropped = bool(dropped_calls)
     if dropped:
         # The template cannot show the call; a model would still emit it, so emit it as text.

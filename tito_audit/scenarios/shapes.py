@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -32,6 +31,7 @@ from tito_audit.scenarios.adapt import (
     tool_as_user,
 )
 from tito_audit.scenarios.reasoning import SCENARIO_FIELD, Reasoning, derive_reasoning
+from tito_audit.scenarios.shown_values import MARKER, in_place, shown
 from tito_audit.scenarios.spec import Message
 
 CANONICAL = ("nested", "dict", "none", "tool")  # call shape, arguments, content next to calls, tool-result role
@@ -177,6 +177,29 @@ def _probe_episode(shape: Shape, framing: tuple[str, ...] = (), named_ids: bool 
     return messages
 
 
+def _shows_result(renderer: Renderer, tools: Any, messages: list[Message], full: str) -> bool:
+    """The probe's tool result is in the render ``full``, in whatever form the template writes it on every turn
+    (``shown_values``: JSON-escaped, in another letter case, a form of its own found by a marker in its place)."""
+    if shown(SHAPE_PROBE_RESULT, full):
+        return True
+    i = next((k for k, m in enumerate(messages) if SHAPE_PROBE_RESULT in str(m.get("content"))), None)
+    if i is None:
+        return False
+    marked = {**messages[i], "content": _with_marker(messages[i]["content"])}
+
+    def render(ms: Sequence[Message]) -> str:
+        return renderer.render(list(ms), tools=tools)
+
+    return in_place(render, messages, i, marked, SHAPE_PROBE_RESULT, full, whole=False)
+
+
+def _with_marker(content: Any) -> Any:
+    """``content`` with the probe's result replaced by the marker (a text, or a list of text parts)."""
+    if isinstance(content, str):
+        return content.replace(SHAPE_PROBE_RESULT, MARKER)
+    return [{**p, "text": _with_marker(p["text"])} if isinstance(p, dict) and "text" in p else p for p in content]
+
+
 def _probe(
     renderer: Renderer, tools: Any, shape: Shape, framing: tuple[str, ...] = (), named_ids: bool = False
 ) -> Probe:
@@ -192,9 +215,9 @@ def _probe(
     value = SHAPE_PROBE_ARGS["city"]
     call_id = messages[lead]["tool_calls"][0].get("id") if messages[lead].get("tool_calls") else None
     return Probe(
-        shows_call=SHAPE_PROBE_TOOL in completion,
+        shows_call=shown(SHAPE_PROBE_TOOL, completion),
         shows_arguments=value in completion or value in full,
-        shows_result=SHAPE_PROBE_RESULT in full or json.dumps(SHAPE_PROBE_RESULT)[1:-1] in full,
+        shows_result=_shows_result(renderer, tools, messages, full),
         shows_id=bool(call_id) and str(call_id) in completion,
     )
 

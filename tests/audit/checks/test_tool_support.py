@@ -47,3 +47,37 @@ def test_a_call_turn_after_which_history_drops_an_older_result_has_its_calls() -
         AuditOptions(search=0),
     )
     assert full.verdict == "tito-required", full.verdict_reasons
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        *("results_upper_cased", "results_nan_written_null", "results_periods_spaced"),
+        *("names_upper_cased", "names_dots_underscored", "names_namespace_cut"),
+    ],
+)
+def test_traffic_written_in_another_form_on_every_turn_is_not_dropped(name: str) -> None:
+    """Every tool result written alike on every turn, in upper case, with `NaN` written `null`, or with a space
+    before each period; every call's name in upper case, with dots as underscores, or without a `functions.`
+    namespace (the search sends such names). Red team 30's controls: the traffic is shown, buffer + delta holds,
+    and the audit says SAFE. They were UNSAFE `drops_tool_results` or `drops_tool_calls` (the shape probe and the
+    scenarios looked for the text verbatim)."""
+    report = audit_model(load("qwen2.5-7b-instruct", chat_template_file=str(DATA / f"{name}.jinja")))
+    assert report.check("tool_support").status == "pass", [f.message for f in report.check("tool_support").findings]
+    assert report.verdict == "safe", report.verdict_reasons
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("results_cut_to_eight", "drops_tool_results"),
+        ("results_as_their_length", "drops_tool_results"),
+        ("names_cut_to_three", "drops_tool_calls"),
+    ],
+)
+def test_traffic_cut_short_or_replaced_by_a_note_is_dropped(name: str, reason: str) -> None:
+    """Every tool result cut to eight characters or replaced by a note of its length, every call's name cut to
+    three: most of it is not there, on any turn."""
+    report, c = _tool_support(name)
+    assert c.status == "fail" and f"unsafe:{reason}" in report.verdict_reasons
+    assert any(f.reason == reason for f in c.findings)

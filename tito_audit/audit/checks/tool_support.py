@@ -5,17 +5,17 @@ found to need ([Coverage](../checks.md#coverage-and-adaptations)); a template th
 renders tool results as user turns is adapted, not failed (the verdict line says ``needs tool results sent as user
 turns``). Training tool use through a template that drops them teaches the model to act on calls it cannot see.
 
-An argument value counts as rendered in whatever form the template writes it: as it is, JSON-escaped, as Python's
-``repr`` of the dict writes it (``{{ arguments }}``), or in a form of the template's own (HTML-escaped elements...):
-the call rendered with a marker as that value shows the marker, and what the real render writes in the marker's
-place holds every letter and digit of the value, in order. A value the template cuts short or replaces is dropped.
-A tool result or an argument value whose whitespace the template writes otherwise (runs of spaces and newlines
-squeezed into one space) is rendered: every word of it is there, in order. A tool result the template writes in a
-form of its own on every turn (JSON written compact, quotes escaped) is rendered where the same marker test holds
-for it; a result replaced by a note is dropped (the marker is replaced too). A result the model is shown when its block
-is appended (the prompt the loop renders then) and that the template writes otherwise only once it is history (a
-number normalized, an old result cut short) is rendered: that is a rewrite of the history, which the appends and the
-re-render judge.
+An argument value or a tool result counts as rendered in whatever form the template writes it on every turn
+(``scenarios.shown_values``): as it is, JSON-escaped, as Python's ``repr`` of the dict writes it
+(``{{ arguments }}``), with runs of whitespace squeezed, in another letter case or Unicode form, or in a form of the
+template's own (HTML-escaped elements, JSON written compact): the call or the result rendered with a marker in the
+value's place shows the marker, and what the real render writes in the marker's place holds the value, letter by
+letter. An argument must be there whole and in order: a value the template cuts short or replaces is dropped. A
+result must be there mostly (more than half its letters and digits, in order): one with a token normalized
+(``NaN`` written ``null``) is rendered, one replaced by a note is dropped (the marker is replaced too). A result the
+model is shown when its block is appended (the prompt the loop renders then) and that the template writes otherwise
+only once it is history (a number normalized, an old result cut short) is rendered: that is a rewrite of the
+history, which the appends and the re-render judge.
 
 **Example** (``microsoft/Phi-3-mini-4k-instruct``, ``probe/canonical``, class ``template``, reason
 ``drops_tool_calls``): ``tool calls are not rendered in the canonical form (with the adaptations it needs:
@@ -27,7 +27,7 @@ rejected by both (transformers drops a None ``content`` key, and their templates
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tito_audit.audit.checks.base import check
@@ -36,8 +36,8 @@ from tito_audit.audit.context import AuditContext
 from tito_audit.errors import RenderError
 from tito_audit.report.findings import Outcome
 from tito_audit.rollout.call_arguments import arguments_dict
-from tito_audit.rollout.tokens import common_prefix_len
 from tito_audit.scenarios.adapt import call_function, content_text, with_arguments
+from tito_audit.scenarios.shown_values import MARKER, in_place, shown
 
 
 def _string_arguments(arguments: object) -> dict[str, str]:
@@ -48,58 +48,35 @@ def _string_arguments(arguments: object) -> dict[str, str]:
     return {str(k): v for k, v in parsed.items() if isinstance(v, str) and v.strip()}
 
 
-def _shown(value: str, text: str) -> bool:
-    """Verbatim, as a JSON string would escape it (``ensure_ascii`` or not), as Python's ``repr`` would (a template
-    that writes the arguments dict as it is), or with its whitespace written otherwise (a template that squeezes a
-    result's runs of spaces and newlines into one space: every word is there, in order)."""
-    forms = (value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1], repr(value)[1:-1])
-    if any(form in text for form in forms):
-        return True
-    words = " ".join(value.split())
-    return bool(words) and words in _words(text)
-
-
-@lru_cache(maxsize=8)
-def _words(text: str) -> str:
-    """``text`` with every run of whitespace written as one space (a render, kept for the values looked up in it)."""
-    return " ".join(text.split())
-
-
-_MARKER = "Zq9argument"  # alphanumeric: every serialization writes it as it is
-
-
-def _in_order(letters: str, text: str) -> bool:
-    """Every letter and digit of ``letters`` appears in ``text``, in order."""
-    it = iter(text)
-    return all(c in it for c in letters if c.isalnum())
-
-
 def _written_in_place(
     renderer: Any, messages: list[dict[str, Any]], i: int, j: int, key: str, full: str, tools: Any
 ) -> bool:
     """Whether the render writes argument ``key`` of message ``i``'s call ``j`` in a form of its own (an encoding
-    ``_shown`` does not know): see ``_in_place``. A value the template drops, truncates or replaces fails; so does
-    one whose call the template does not render at all."""
+    ``shown`` does not know): see ``shown_values.in_place``. A value the template drops, truncates or replaces
+    fails; so does one whose call the template does not render at all."""
     call = messages[i]["tool_calls"][j]
     arguments = call_function(call)["arguments"]
     as_string = isinstance(arguments, str)
     parsed = arguments_dict(arguments) if key else None  # ``key`` "": the arguments are a text of their own
     value = parsed[key] if parsed is not None else arguments
-    marked = {**parsed, key: _MARKER} if parsed is not None else _MARKER
+    marked = {**parsed, key: MARKER} if parsed is not None else MARKER
     calls = list(messages[i]["tool_calls"])
     calls[j] = with_arguments(call, json.dumps(marked) if as_string and key else marked)
-    return _in_place(renderer, messages, i, {**messages[i], "tool_calls": calls}, value, full, tools)
+    return in_place(_render(renderer, tools), messages, i, {**messages[i], "tool_calls": calls}, value, full)
 
 
 def _result_in_place(
     renderer: Any, messages: list[dict[str, Any]], i: int, text: str, full: str, tools: Any, agp: bool = False
 ) -> bool:
     """Whether the render writes tool result ``i`` (whose text begins ``text``) in a form of its own: JSON compacted
-    or re-indented, quotes escaped, every turn alike (see ``_in_place``; ``agp``: ``full`` was rendered with the
-    generation prompt). A text without a letter or digit proves nothing this way: not written in place."""
-    if not any(c.isalnum() for c in text):
-        return False
-    return _in_place(renderer, messages, i, {**messages[i], "content": _MARKER}, text, full, tools, agp)
+    or re-indented, quotes escaped, another letter case, a token normalized, every turn alike (``shown_values``;
+    ``agp``: ``full`` was rendered with the generation prompt)."""
+    marked = {**messages[i], "content": MARKER}
+    return in_place(_render(renderer, tools, agp), messages, i, marked, text, full, whole=False)
+
+
+def _render(renderer: Any, tools: Any, agp: bool = False) -> Callable[[Sequence[dict[str, Any]]], str]:
+    return lambda messages: renderer.render(list(messages), tools=tools, add_generation_prompt=agp)
 
 
 def _result_shown(renderer: Any, messages: list[dict[str, Any]], i: int, text: str, full: str, tools: Any) -> bool:
@@ -107,7 +84,7 @@ def _result_shown(renderer: Any, messages: list[dict[str, Any]], i: int, text: s
     ``full``, or else in the prompt the loop renders once the result's block is appended (the model is shown it
     there; a template that writes it otherwise only once it is history, a number normalized or an old result cut,
     rewrites the history, which the appends and the re-render judge: ``tool_append_prefix``, ``naive_rerender``)."""
-    if _shown(text, full) or _result_in_place(renderer, messages, i, text, full, tools):
+    if shown(text, full) or _result_in_place(renderer, messages, i, text, full, tools):
         return True
     end = next((k for k in range(i + 1, len(messages)) if messages[k]["role"] == "assistant"), len(messages))
     if end == len(messages):  # the result's block ends the conversation: no turn was sampled after it is shown
@@ -116,34 +93,7 @@ def _result_shown(renderer: Any, messages: list[dict[str, Any]], i: int, text: s
         prompt = renderer.render(messages[:end], tools=tools, add_generation_prompt=True)
     except RenderError:
         return False
-    return _shown(text, prompt) or _result_in_place(renderer, messages[:end], i, text, prompt, tools, agp=True)
-
-
-def _in_place(
-    renderer: Any,
-    messages: list[dict[str, Any]],
-    i: int,
-    marked: dict[str, Any],
-    value: str,
-    full: str,
-    tools: Any,
-    agp: bool = False,
-) -> bool:
-    """Rendered with message ``i`` replaced by ``marked`` (a marker where the value was; with the generation prompt
-    where ``full`` has it, ``agp``), the marker shows, and what the real render ``full`` writes in the marker's place
-    holds every letter and digit of ``value``, in order. Not rendered where ``full`` as a whole does not hold them in
-    order (the marker's place is part of it)."""
-    if not _in_order(value, full):
-        return False
-    try:
-        other = renderer.render([*messages[:i], marked, *messages[i + 1 :]], tools=tools, add_generation_prompt=agp)
-    except RenderError:
-        return False
-    if _MARKER not in other:
-        return False
-    head = common_prefix_len(full, other)
-    tail = common_prefix_len(full[head:][::-1], other[head:][::-1])
-    return _in_order(value, full[head : len(full) - tail])
+    return shown(text, prompt) or _result_in_place(renderer, messages[:end], i, text, prompt, tools, agp=True)
 
 
 def call_form(message: dict[str, Any], dropped: list[int], canonical_content: str | None = None) -> str | None:
@@ -223,7 +173,7 @@ def tool_support(ctx: AuditContext) -> Outcome:
                 missing = [
                     v
                     for k, v in values.items()
-                    if not _shown(v, full) and not _written_in_place(renderer, sim.messages, i, j, k, full, tools)
+                    if not shown(v, full) and not _written_in_place(renderer, sim.messages, i, j, k, full, tools)
                 ]
                 if missing and not any(t.tool_calls_dropped for t in sim.turns if t.index == i):
                     found.add(

@@ -1,0 +1,52 @@
+"""``shown_values``: a value is shown in the forms a template writes it on every turn, and not where it is cut or
+replaced (the marker test run on a plain function as renderer)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tito_audit.scenarios.shown_values import MARKER, in_order, in_place, mostly_in_order, shown
+
+RESULT = "Sunny, 21 C (probe 4417)."
+
+
+def _render(form: Any) -> Any:
+    def render(messages: Any) -> str:
+        return "".join(f"<{m['role']}>{form(m['content'])}</{m['role']}>" for m in messages)
+
+    return render
+
+
+def _in_place(form: Any, whole: bool) -> bool:
+    messages = [{"role": "user", "content": "Weather?"}, {"role": "tool", "content": RESULT}]
+    render = _render(form)
+    marked = {"role": "tool", "content": MARKER}
+    return in_place(render, messages, 1, marked, RESULT, render(messages), whole=whole)
+
+
+def test_shown_folds_case_unicode_form_and_whitespace() -> None:
+    assert shown(RESULT, "x " + RESULT.upper() + " y")
+    assert shown("ﬁle  report", "the FILE report")  # NFKC ligature, whitespace squeezed, case folded
+    assert shown('say "hi"', 'say \\"hi\\"')  # JSON-escaped
+    assert not shown(RESULT, "Sunny, 22 C")
+
+
+def test_in_order_and_mostly_in_order() -> None:
+    assert in_order("Sunny, 21", "SUNNY ... 2 1")
+    assert not in_order("Sunny, 21", "21 Sunny")
+    assert mostly_in_order("value NaN here", "value null here")
+    assert not mostly_in_order(RESULT, "Sunny")
+    assert not mostly_in_order("...", "...")  # no letter or digit: proves nothing
+
+
+def test_a_result_in_a_form_of_its_own_is_in_place() -> None:
+    assert _in_place(str.upper, whole=False)
+    assert _in_place(lambda c: c.replace(".", " ."), whole=True)
+    assert _in_place(lambda c: c.replace("4417", "4418"), whole=False)  # a token rewritten: mostly there
+    assert not _in_place(lambda c: c.replace("4417", "4418"), whole=True)  # an argument must be there whole
+
+
+def test_a_result_cut_or_replaced_is_not_in_place() -> None:
+    assert not _in_place(lambda c: c[:6], whole=False)
+    assert not _in_place(lambda c: f"({len(c)} characters)", whole=False)
+    assert not _in_place(lambda c: "[omitted]", whole=False)  # the marker is replaced too

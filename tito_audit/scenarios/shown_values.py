@@ -1,0 +1,134 @@
+"""Whether a value a conversation carries (a tool result, a call's argument) is shown in a render, in whatever form
+the template writes it on every turn.
+
+The shape probe (``scenarios.shapes``) and ``tool_support`` ask it: a template that drops tool results or
+arguments teaches the model to act on traffic it cannot see, and is UNSAFE. A template that writes them in a form
+of its own shows them: JSON-escaped, as Python's ``repr`` writes them, with runs of whitespace squeezed, in another
+letter case (``|upper``, ``|lower``), in another Unicode form (NFKC), HTML-escaped, or a result with a token
+normalized (``NaN`` written ``null``). Calling those drops was a false UNSAFE on templates that rewrite every turn
+alike, which keep buffer + delta exact (red team 30's controls). What such a template does only to history is the
+appends' and the re-render's concern, not a drop.
+
+The test for a form of the template's own is a marker: the conversation rendered once more with a marker where the
+value was must show the marker (in any case); what the real render writes in the marker's place is then compared
+with the value, letter by letter (letters and digits, case and Unicode form folded). An argument must be there whole
+and in order: a value cut short changes the call. A result must be there mostly (more than half of its letters and
+digits, in order): a result with a word rewritten is shown, one replaced by a note, reduced to its length or cut to
+a few characters is dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from collections import Counter
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from typing import Any
+
+from tito_audit.errors import RenderError
+from tito_audit.rollout.tokens import common_prefix_len
+
+MARKER = "Zq9argument"  # alphanumeric: every serialization writes it as it is, in some letter case
+_PLACE_SLACK = 256  # characters of a marker's place read past the value's own length (a header the template adds)
+
+
+def fold(text: str) -> str:
+    """``text`` in one Unicode form (NFKC) and one letter case: what a template that changes either still shows."""
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+@lru_cache(maxsize=8)
+def _folded(text: str) -> str:
+    return fold(text)
+
+
+@lru_cache(maxsize=8)
+def _words(text: str) -> str:
+    """``text`` with every run of whitespace written as one space (a render, kept for the values looked up in it)."""
+    return " ".join(text.split())
+
+
+def shown(value: str, text: str) -> bool:
+    """``value`` is in ``text`` verbatim, as a JSON string would escape it (``ensure_ascii`` or not), as Python's
+    ``repr`` would (a template that writes the arguments dict as it is), with its whitespace written otherwise (runs
+    of spaces and newlines squeezed into one space: every word is there, in order), or in another letter case or
+    Unicode form."""
+    forms = (value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1], repr(value)[1:-1])
+    if any(form in text for form in forms):
+        return True
+    words = " ".join(value.split())
+    if not words:
+        return False
+    return words in _words(text) or fold(words) in _folded(_words(text))
+
+
+def _letters(text: str) -> str:
+    return "".join(c for c in fold(text) if c.isalnum())
+
+
+def in_order(value: str, text: str) -> bool:
+    """Every letter and digit of ``value`` appears in ``text``, in order (case and Unicode form folded)."""
+    it = iter(_letters(text))
+    return all(c in it for c in _letters(value))
+
+
+def mostly_in_order(value: str, text: str) -> bool:
+    """More than half of the letters and digits of ``value`` appear in ``text`` in order (case and Unicode form
+    folded): a longest common subsequence. ``text`` is a marker's place: only its start, as long as the value plus
+    some slack, is read (the value is the start of a result)."""
+    want = _letters(value)
+    have = _letters(text[: 2 * len(value) + _PLACE_SLACK])
+    return _enough_letters(want, have) and _common_subsequence(want, have) * 2 > len(want)
+
+
+def letters_present(value: str, text: str) -> bool:
+    """More than half of the letters and digits of ``value`` are in ``text``, in any order (case and Unicode form
+    folded): the cheap test ``mostly_in_order`` needs first, before a render is spent on a marker."""
+    return _enough_letters(_letters(value), _letters(text))
+
+
+def _enough_letters(want: str, have: str) -> bool:
+    """More than half of the letters of ``want`` are in ``have``, in any order (what a subsequence needs first)."""
+    return bool(want) and sum((Counter(want) & Counter(have)).values()) * 2 > len(want)
+
+
+def _common_subsequence(short: str, long: str) -> int:
+    """Length of the longest common subsequence of ``short`` and ``long`` (one row of ``len(short)`` at a time)."""
+    row = [0] * (len(short) + 1)
+    for ch in long:
+        new = [0]
+        for j, x in enumerate(short):
+            new.append(row[j] + 1 if x == ch else max(row[j + 1], new[j]))
+        row = new
+    return row[-1]
+
+
+def in_place(
+    render: Callable[[Sequence[dict[str, Any]]], str],
+    messages: Sequence[dict[str, Any]],
+    i: int,
+    marked: dict[str, Any],
+    value: str,
+    full: str,
+    whole: bool = True,
+) -> bool:
+    """Rendered (``render``) with message ``i`` replaced by ``marked`` (a marker where the value was), the marker
+    shows, and what the real render ``full`` writes in the marker's place holds the value: every letter and digit of
+    it in order (``whole``, an argument), or more than half of them (a result; see the module docstring). A render
+    that fails, and a value without a letter or digit, prove nothing: not shown."""
+    if not any(c.isalnum() for c in value):
+        return False
+    # the marker's place is part of the whole render: what it lacks, the place lacks
+    if not (in_order(value, full) if whole else _enough_letters(_letters(value), _letters(full))):
+        return False
+    try:
+        other = render([*messages[:i], marked, *messages[i + 1 :]])
+    except RenderError:
+        return False
+    if fold(MARKER) not in fold(other):
+        return False
+    head = common_prefix_len(full, other)
+    tail = common_prefix_len(full[head:][::-1], other[head:][::-1])
+    place = full[head : len(full) - tail]
+    return in_order(value, place) if whole else mostly_in_order(value, place)
