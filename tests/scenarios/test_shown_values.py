@@ -50,3 +50,15 @@ def test_a_result_cut_or_replaced_is_not_in_place() -> None:
     assert not _in_place(lambda c: c[:6], whole=False)
     assert not _in_place(lambda c: f"({len(c)} characters)", whole=False)
     assert not _in_place(lambda c: "[omitted]", whole=False)  # the marker is replaced too
+
+
+def test_a_place_before_start_is_not_in_place() -> None:
+    """A call's name must be written in the model's own turn: the same place read before ``start`` (the history the
+    template writes first) does not count (DeepSeek-R1-Distill's template writes a later call turn's calls inside
+    the previous tool block; that turn's calls were called shown)."""
+    messages = [{"role": "user", "content": "Weather?"}, {"role": "tool", "content": RESULT}]
+    render = _render(str.upper)
+    full = render(messages)
+    marked = {"role": "tool", "content": MARKER}
+    assert in_place(render, messages, 1, marked, RESULT, full, whole=False, start=full.index("<tool>"))
+    assert not in_place(render, messages, 1, marked, RESULT, full, whole=False, start=full.index("</tool>"))

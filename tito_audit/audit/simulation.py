@@ -96,9 +96,12 @@ def _dropped_calls(message: Message, completion: str, in_place: Callable[[int, s
     return dropped
 
 
-def _name_in_place(renderer: Renderer, history: list[Message], index: int, tools: Any, full: str) -> Any:
+def _name_in_place(
+    renderer: Renderer, history: list[Message], index: int, tools: Any, full: str, start: int
+) -> Callable[[int, str], bool]:
     """``in_place(i, name)`` for ``_dropped_calls``: message ``index``'s call ``i`` rendered with a marker as its
-    name shows the marker, and most of the name is written in the marker's place in ``full``."""
+    name shows the marker, and most of the name is written in the marker's place in ``full``, inside the turn (at
+    ``start`` or after)."""
 
     def in_place(i: int, name: str) -> bool:
         calls = list(history[index].get("tool_calls") or [])
@@ -109,7 +112,7 @@ def _name_in_place(renderer: Renderer, history: list[Message], index: int, tools
         def render(messages: Sequence[Message]) -> str:
             return renderer.render(list(messages), tools=tools)
 
-        return written_in_place(render, history[: index + 1], index, marked, name, full, whole=False)
+        return written_in_place(render, history[: index + 1], index, marked, name, full, whole=False, start=start)
 
     return in_place
 
@@ -152,7 +155,7 @@ def derive_turn(
 
     start = turn_start(prompt, full, history_text, own)
     completion = full[start:]
-    dropped_calls = _dropped_calls(message, completion, _name_in_place(renderer, history, index, tools, full))
+    dropped_calls = _dropped_calls(message, completion, _name_in_place(renderer, history, index, tools, full, start))
     dropped = bool(dropped_calls)
     if dropped:
         # The template cannot show the call; a model would still emit it, so emit it as text.

@@ -112,11 +112,14 @@ def in_place(
     value: str,
     full: str,
     whole: bool = True,
+    start: int = 0,
 ) -> bool:
     """Rendered (``render``) with message ``i`` replaced by ``marked`` (a marker where the value was), the marker
     shows, and what the real render ``full`` writes in the marker's place holds the value: every letter and digit of
-    it in order (``whole``, an argument), or more than half of them (a result; see the module docstring). A render
-    that fails, and a value without a letter or digit, prove nothing: not shown."""
+    it in order (``whole``, an argument), or more than half of them (a result; see the module docstring). ``start``:
+    where in ``full`` the place must begin (a call's name must be in the model's own turn, not in the history the
+    template writes before it). A render that fails, and a value without a letter or digit, prove nothing: not
+    shown."""
     if not any(c.isalnum() for c in value):
         return False
     # the marker's place is part of the whole render: what it lacks, the place lacks
@@ -129,6 +132,8 @@ def in_place(
     if fold(MARKER) not in fold(other):
         return False
     head = common_prefix_len(full, other)
+    if head < start:
+        return False
     tail = common_prefix_len(full[head:][::-1], other[head:][::-1])
     place = full[head : len(full) - tail]
     return in_order(value, place) if whole else mostly_in_order(value, place)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import CORPUS, needs_corpus
 from tests.conftest import DATA as TEST_DATA
 from tito_audit import audit_model, load
 from tito_audit.audit.context import AuditOptions
@@ -81,3 +82,15 @@ def test_traffic_cut_short_or_replaced_by_a_note_is_dropped(name: str, reason: s
     report, c = _tool_support(name)
     assert c.status == "fail" and f"unsafe:{reason}" in report.verdict_reasons
     assert any(f.reason == reason for f in c.findings)
+
+
+@needs_corpus
+def test_a_call_written_only_before_its_turn_is_dropped() -> None:
+    """DeepSeek-R1-Distill-Qwen-32B's template writes a later call turn's calls inside the tool block before the
+    generation prompt: the turn the model samples holds no call. The marker test for names in another form must
+    read the name's place in the turn, not in the history before it (it did, for a moment: a clean pass)."""
+    model = load(
+        "qwen2.5-7b-instruct", chat_template_file=str(CORPUS / "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja")
+    )
+    report = audit_model(model, ONLY)
+    assert any(f.reason == "drops_tool_calls" for f in report.check("tool_support").findings)
