@@ -29,6 +29,7 @@ def test_shown_folds_case_unicode_form_and_whitespace() -> None:
     assert shown("ﬁle  report", "the FILE report")  # NFKC ligature, whitespace squeezed, case folded
     assert shown('say "hi"', 'say \\"hi\\"')  # JSON-escaped
     assert not shown(RESULT, "Sunny, 22 C")
+    assert shown(RESULT, RESULT + RESULT, times=2) and not shown(RESULT, RESULT, times=2)  # one copy shows one
 
 
 def test_in_order_and_mostly_in_order() -> None:
@@ -39,15 +40,16 @@ def test_in_order_and_mostly_in_order() -> None:
     assert not mostly_in_order("...", "...")  # no letter or digit: proves nothing
 
 
-def test_a_result_in_a_form_of_its_own_is_in_place() -> None:
-    assert _in_place(str.upper, whole=False)
+def test_a_value_in_a_form_of_its_own_is_in_place() -> None:
+    assert _in_place(str.upper, whole=True)
     assert _in_place(lambda c: c.replace(".", " ."), whole=True)
-    assert _in_place(lambda c: c.replace("4417", "4418"), whole=False)  # a token rewritten: mostly there
-    assert not _in_place(lambda c: c.replace("4417", "4418"), whole=True)  # an argument must be there whole
+    assert _in_place(lambda c: c.replace("4417", "4418"), whole=False)  # a name: mostly there will do
+    assert not _in_place(lambda c: c.replace("4417", "4418"), whole=True)  # a result or an argument: whole
 
 
-def test_a_result_cut_or_replaced_is_not_in_place() -> None:
-    assert not _in_place(lambda c: c[:6], whole=False)
+def test_a_value_cut_stripped_or_replaced_is_not_in_place() -> None:
+    assert not _in_place(lambda c: c[:6], whole=True)
+    assert not _in_place(lambda c: "".join(ch for ch in c if not ch.isdigit()), whole=True)
     assert not _in_place(lambda c: f"({len(c)} characters)", whole=False)
     assert not _in_place(lambda c: "[omitted]", whole=False)  # the marker is replaced too
 
@@ -60,5 +62,5 @@ def test_a_place_before_start_is_not_in_place() -> None:
     render = _render(str.upper)
     full = render(messages)
     marked = {"role": "tool", "content": MARKER}
-    assert in_place(render, messages, 1, marked, RESULT, full, whole=False, start=full.index("<tool>"))
-    assert not in_place(render, messages, 1, marked, RESULT, full, whole=False, start=full.index("</tool>"))
+    assert in_place(render, messages, 1, marked, RESULT, full, start=full.index("<tool>"))
+    assert not in_place(render, messages, 1, marked, RESULT, full, start=full.index("</tool>"))

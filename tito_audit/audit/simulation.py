@@ -26,8 +26,7 @@ from tito_audit.rollout.turn_roles import ANSWER, CALL, turn_roles
 from tito_audit.rollout.turn_start import turn_start
 from tito_audit.scenarios.adapt import ADAPTERS, call_function, reasoning_of
 from tito_audit.scenarios.shapes import Shapes
-from tito_audit.scenarios.shown_values import MARKER, letters_present
-from tito_audit.scenarios.shown_values import in_place as written_in_place
+from tito_audit.scenarios.shown_values import letters_present, name_in_place
 from tito_audit.scenarios.spec import Scenario
 
 Message = dict[str, Any]
@@ -99,22 +98,13 @@ def _dropped_calls(message: Message, completion: str, in_place: Callable[[int, s
 def _name_in_place(
     renderer: Renderer, history: list[Message], index: int, tools: Any, full: str, start: int
 ) -> Callable[[int, str], bool]:
-    """``in_place(i, name)`` for ``_dropped_calls``: message ``index``'s call ``i`` rendered with a marker as its
-    name shows the marker, and most of the name is written in the marker's place in ``full``, inside the turn (at
-    ``start`` or after)."""
+    """``in_place(i, name)`` for ``_dropped_calls``: ``shown_values.name_in_place`` for message ``index``'s call
+    ``i`` in ``full``, inside the turn (at ``start`` or after)."""
 
-    def in_place(i: int, name: str) -> bool:
-        calls = list(history[index].get("tool_calls") or [])
-        fn = call_function(calls[i])
-        calls[i] = {**calls[i], "name": MARKER} if fn is calls[i] else {**calls[i], "function": {**fn, "name": MARKER}}
-        marked = {**history[index], "tool_calls": calls}
+    def render(messages: Sequence[Message]) -> str:
+        return renderer.render(list(messages), tools=tools)
 
-        def render(messages: Sequence[Message]) -> str:
-            return renderer.render(list(messages), tools=tools)
-
-        return written_in_place(render, history[: index + 1], index, marked, name, full, whole=False, start=start)
-
-    return in_place
+    return lambda i, _name: name_in_place(render, history[: index + 1], i, full, start)
 
 
 def derive_turn(

@@ -31,7 +31,7 @@ from tito_audit.scenarios.adapt import (
     tool_as_user,
 )
 from tito_audit.scenarios.reasoning import SCENARIO_FIELD, Reasoning, derive_reasoning
-from tito_audit.scenarios.shown_values import MARKER, in_place, shown
+from tito_audit.scenarios.shown_values import MARKER, in_place, letters_present, name_in_place, shown
 from tito_audit.scenarios.spec import Message
 
 CANONICAL = ("nested", "dict", "none", "tool")  # call shape, arguments, content next to calls, tool-result role
@@ -190,7 +190,22 @@ def _shows_result(renderer: Renderer, tools: Any, messages: list[Message], full:
     def render(ms: Sequence[Message]) -> str:
         return renderer.render(list(ms), tools=tools)
 
-    return in_place(render, messages, i, marked, SHAPE_PROBE_RESULT, full, whole=False)
+    return in_place(render, messages, i, marked, SHAPE_PROBE_RESULT, full)
+
+
+def _shows_call(renderer: Renderer, tools: Any, messages: list[Message], turn: str, start: int) -> bool:
+    """The probe's call is in its turn (``turn`` from ``start``), its name as it is or in a form of the template's
+    own (``shown_values``: camelCase, a namespace added, dots for underscores)."""
+    completion = turn[start:]
+    if shown(SHAPE_PROBE_TOOL, completion):
+        return True
+    if not messages[-1].get("tool_calls") or not letters_present(SHAPE_PROBE_TOOL, completion):
+        return False
+
+    def render(ms: Sequence[Message]) -> str:
+        return renderer.render(list(ms), tools=tools)
+
+    return name_in_place(render, messages, 0, turn, start)
 
 
 def _with_marker(content: Any) -> Any:
@@ -211,11 +226,12 @@ def _probe(
         turn = renderer.render(messages[: lead + 1], tools=tools)
     except RenderError as err:
         return Probe(error=detached(err))
-    completion = turn[common_prefix_len(prompt, turn) :]
+    start = common_prefix_len(prompt, turn)
+    completion = turn[start:]
     value = SHAPE_PROBE_ARGS["city"]
     call_id = messages[lead]["tool_calls"][0].get("id") if messages[lead].get("tool_calls") else None
     return Probe(
-        shows_call=shown(SHAPE_PROBE_TOOL, completion),
+        shows_call=_shows_call(renderer, tools, messages[: lead + 1], turn, start),
         shows_arguments=value in completion or value in full,
         shows_result=_shows_result(renderer, tools, messages, full),
         shows_id=bool(call_id) and str(call_id) in completion,

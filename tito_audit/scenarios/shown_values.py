@@ -1,20 +1,23 @@
-"""Whether a value a conversation carries (a tool result, a call's argument) is shown in a render, in whatever form
-the template writes it on every turn.
+"""Whether a value a conversation carries (a tool result, a call's name or argument) is shown in a render, in
+whatever form the template writes it on every turn.
 
-The shape probe (``scenarios.shapes``) and ``tool_support`` ask it: a template that drops tool results or
-arguments teaches the model to act on traffic it cannot see, and is UNSAFE. A template that writes them in a form
-of its own shows them: JSON-escaped, as Python's ``repr`` writes them, with runs of whitespace squeezed, in another
-letter case (``|upper``, ``|lower``), in another Unicode form (NFKC), HTML-escaped, or a result with a token
-normalized (``NaN`` written ``null``). Calling those drops was a false UNSAFE on templates that rewrite every turn
-alike, which keep buffer + delta exact (red team 30's controls). What such a template does only to history is the
-appends' and the re-render's concern, not a drop.
+The shape probe (``scenarios.shapes``), the simulated turns (``audit.simulation``: a call whose name is not in its
+turn is emitted as text) and ``tool_support`` ask it: a template that drops tool results or calls teaches the model
+to act on traffic it cannot see, and is UNSAFE. A template that writes them in a form of its own, with nothing
+lost, shows them: JSON-escaped, as Python's ``repr`` writes them, with runs of whitespace squeezed, in another
+letter case (``|upper``), in another Unicode form (NFKC), HTML-escaped, with punctuation added. Calling those drops
+was a false UNSAFE on templates that write every turn alike and keep buffer + delta exact (red team 30's
+controls). What a template does only to history is the appends' and the re-render's concern, not a drop.
 
 The test for a form of the template's own is a marker: the conversation rendered once more with a marker where the
 value was must show the marker (in any case); what the real render writes in the marker's place is then compared
-with the value, letter by letter (letters and digits, case and Unicode form folded). An argument must be there whole
-and in order: a value cut short changes the call. A result must be there mostly (more than half of its letters and
-digits, in order): a result with a word rewritten is shown, one replaced by a note, reduced to its length or cut to
-a few characters is dropped.
+with the value, letter by letter (letters and digits, case and Unicode form folded). A result or an argument must
+be there whole, every letter and digit in order: one cut short, with its digits stripped, reduced to its first line
+or to a note is dropped, and so is one with a word rewritten (``NaN`` written ``null``: a rewrite of the content
+cannot be told from a loss by letters alone; red team 31 made five wrong greens of a looser rule). A call's name
+must be there mostly (more than half its letters and digits, in order, inside the model's turn): a name written
+camelCase, without a ``functions.`` namespace or with dots as underscores is the call, a name cut to a few letters
+is not.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 
 from tito_audit.errors import RenderError
 from tito_audit.rollout.tokens import common_prefix_len
+from tito_audit.scenarios.adapt import call_function
 
 MARKER = "Zq9argument"  # alphanumeric: every serialization writes it as it is, in some letter case
 _PLACE_SLACK = 256  # characters of a marker's place read past the value's own length (a header the template adds)
@@ -49,18 +53,19 @@ def _words(text: str) -> str:
     return " ".join(text.split())
 
 
-def shown(value: str, text: str) -> bool:
-    """``value`` is in ``text`` verbatim, as a JSON string would escape it (``ensure_ascii`` or not), as Python's
-    ``repr`` would (a template that writes the arguments dict as it is), with its whitespace written otherwise (runs
-    of spaces and newlines squeezed into one space: every word is there, in order), or in another letter case or
+def shown(value: str, text: str, times: int = 1) -> bool:
+    """``value`` is in ``text`` (``times`` times or more: the k-th of k equal values needs k copies, one copy shows
+    only one of them) verbatim, as a JSON string would escape it (``ensure_ascii`` or not), as Python's ``repr``
+    would (a template that writes the arguments dict as it is), with its whitespace written otherwise (runs of
+    spaces and newlines squeezed into one space: every word is there, in order), or in another letter case or
     Unicode form."""
     forms = (value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1], repr(value)[1:-1])
-    if any(form in text for form in forms):
+    if any(text.count(form) >= times for form in forms if form):
         return True
     words = " ".join(value.split())
     if not words:
         return False
-    return words in _words(text) or fold(words) in _folded(_words(text))
+    return _words(text).count(words) >= times or _folded(_words(text)).count(fold(words)) >= times
 
 
 def _letters(text: str) -> str:
@@ -137,3 +142,25 @@ def in_place(
     tail = common_prefix_len(full[head:][::-1], other[head:][::-1])
     place = full[head : len(full) - tail]
     return in_order(value, place) if whole else mostly_in_order(value, place)
+
+
+def name_in_place(
+    render: Callable[[Sequence[dict[str, Any]]], str],
+    messages: Sequence[dict[str, Any]],
+    call: int,
+    full: str,
+    start: int,
+) -> bool:
+    """The last message's call ``call`` rendered (``render``, the same messages as ``full``) with a marker as its
+    name shows the marker, and most of the name is written in the marker's place in ``full``, at ``start`` or
+    after (inside the model's turn)."""
+    message = messages[-1]
+    calls = list(message.get("tool_calls") or [])
+    fn = call_function(calls[call])
+    name = str(fn.get("name") or "")
+    if fn is calls[call]:  # a flat call: the name is the call's own key
+        calls[call] = {**calls[call], "name": MARKER}
+    else:
+        calls[call] = {**calls[call], "function": {**fn, "name": MARKER}}
+    marked = {**message, "tool_calls": calls}
+    return in_place(render, messages, len(messages) - 1, marked, name, full, whole=False, start=start)

@@ -53,16 +53,16 @@ def test_a_call_turn_after_which_history_drops_an_older_result_has_its_calls() -
 @pytest.mark.parametrize(
     "name",
     [
-        *("results_upper_cased", "results_nan_written_null", "results_periods_spaced"),
-        *("names_upper_cased", "names_dots_underscored", "names_namespace_cut"),
+        *("results_upper_cased", "results_periods_spaced"),
+        *("names_upper_cased", "names_camel_cased", "names_dots_underscored", "names_namespace_cut"),
     ],
 )
 def test_traffic_written_in_another_form_on_every_turn_is_not_dropped(name: str) -> None:
-    """Every tool result written alike on every turn, in upper case, with `NaN` written `null`, or with a space
-    before each period; every call's name in upper case, with dots as underscores, or without a `functions.`
-    namespace (the search sends such names). Red team 30's controls: the traffic is shown, buffer + delta holds,
-    and the audit says SAFE. They were UNSAFE `drops_tool_results` or `drops_tool_calls` (the shape probe and the
-    scenarios looked for the text verbatim)."""
+    """Every tool result written alike on every turn in upper case, or with a space before each period; every
+    call's name in upper case, camelCase, with dots as underscores, or without a `functions.` namespace (the search
+    sends such names). Red teams 30 and 31's controls: the traffic is shown, buffer + delta holds, and the audit
+    says SAFE. They were UNSAFE `drops_tool_results` or `drops_tool_calls` (the shape probe and the scenarios looked
+    for the text verbatim)."""
     report = audit_model(load("qwen2.5-7b-instruct", chat_template_file=str(DATA / f"{name}.jinja")))
     assert report.check("tool_support").status == "pass", [f.message for f in report.check("tool_support").findings]
     assert report.verdict == "safe", report.verdict_reasons
@@ -73,12 +73,20 @@ def test_traffic_written_in_another_form_on_every_turn_is_not_dropped(name: str)
     [
         ("results_cut_to_eight", "drops_tool_results"),
         ("results_as_their_length", "drops_tool_results"),
+        ("results_digits_stripped", "drops_tool_results"),
+        ("results_nan_written_null", "drops_tool_results"),
+        ("results_first_of_parallel_only", "drops_tool_results"),
+        ("results_only_in_history", "drops_tool_results"),
         ("names_cut_to_three", "drops_tool_calls"),
     ],
 )
-def test_traffic_cut_short_or_replaced_by_a_note_is_dropped(name: str, reason: str) -> None:
-    """Every tool result cut to eight characters or replaced by a note of its length, every call's name cut to
-    three: most of it is not there, on any turn."""
+def test_traffic_cut_rewritten_or_not_shown_when_sampling_is_dropped(name: str, reason: str) -> None:
+    """Every tool result cut to eight characters, replaced by a note of its length, stripped of its digits (red
+    team 31: a rule that took a result with more than half its letters for shown called these SAFE), or with a
+    word rewritten (`NaN` as `null`: a rewrite cannot be told from a loss by letters alone); only the first of
+    parallel results written (one copy of equal texts showed them all), or a result written only once it is not
+    last (the prompt the model samples from never holds it; both were SAFE or TITO-REQUIRED); every call's name
+    cut to three letters."""
     report, c = _tool_support(name)
     assert c.status == "fail" and f"unsafe:{reason}" in report.verdict_reasons
     assert any(f.reason == reason for f in c.findings)

@@ -84,6 +84,7 @@ PREFIX = "dict(m, content='» ' + m.content) if m.content is string and m.conten
 TRIM_REASONING = "dict(m, reasoning_content=m.reasoning_content|trim) if m.reasoning_content is string else m"
 CUT_RESULT = "dict(m, content=m.content[:20]) if m.role == 'tool' and m.content is string else m"
 LOWER_NAMES = "name=f.name|lower"
+UPPER_RESULT = "dict(m, content=m.content|upper) if m.role == 'tool' and m.content is string else m"
 RESERIALIZE = "arguments=(f.arguments|tojson(indent=2)) if f.arguments is mapping else f.arguments"
 
 OPERATORS: tuple[Operator, ...] = (
@@ -111,9 +112,15 @@ OPERATORS: tuple[Operator, ...] = (
         "drop_call_text", "history", "earlier text next to calls dropped", _message_change(EARLIER, DROP_CALL_TEXT)
     ),
     Operator("drop_reasoning", "history", "earlier reasoning dropped", _message_change(EARLIER, DROP_REASONING)),
-    # Controls change what every turn says alike, and keep every payload whole (a name changed, or arguments written
-    # in another form, would be a call the template does not show as made: tool_support's, not a rewrite).
+    Operator(
+        "filter_upper_results", "history", "earlier tool results upper-cased", _message_change(EARLIER, UPPER_RESULT)
+    ),
+    # Controls change what every turn says alike, and keep every payload whole, if in another form: a result in
+    # another letter case (red team 30: tool_support called it dropped, a false UNSAFE). A name changed on every
+    # turn is tested on templates of its own (tests/audit/checks/test_tool_support.py): this preamble's own
+    # ``c.function is defined`` arm would go untaken and be named.
     Operator("control_trim", "control", "every text trimmed", _every_message(TRIM)),
+    Operator("control_upper_results", "control", "every tool result upper-cased", _every_message(UPPER_RESULT)),
     Operator("control_prefix", "control", "every text prefixed with a marker", _every_message(PREFIX)),
     Operator("control_trim_reasoning", "control", "every reasoning trimmed", _every_message(TRIM_REASONING)),
 )

@@ -5,17 +5,18 @@ found to need ([Coverage](../checks.md#coverage-and-adaptations)); a template th
 renders tool results as user turns is adapted, not failed (the verdict line says ``needs tool results sent as user
 turns``). Training tool use through a template that drops them teaches the model to act on calls it cannot see.
 
-An argument value or a tool result counts as rendered in whatever form the template writes it on every turn
-(``scenarios.shown_values``): as it is, JSON-escaped, as Python's ``repr`` of the dict writes it
+An argument value or a tool result counts as rendered in whatever form the template writes it on every turn, with
+nothing lost (``scenarios.shown_values``): as it is, JSON-escaped, as Python's ``repr`` of the dict writes it
 (``{{ arguments }}``), with runs of whitespace squeezed, in another letter case or Unicode form, or in a form of the
 template's own (HTML-escaped elements, JSON written compact): the call or the result rendered with a marker in the
-value's place shows the marker, and what the real render writes in the marker's place holds the value, letter by
-letter. An argument must be there whole and in order: a value the template cuts short or replaces is dropped. A
-result must be there mostly (more than half its letters and digits, in order): one with a token normalized
-(``NaN`` written ``null``) is rendered, one replaced by a note is dropped (the marker is replaced too). A result the
-model is shown when its block is appended (the prompt the loop renders then) and that the template writes otherwise
-only once it is history (a number normalized, an old result cut short) is rendered: that is a rewrite of the
-history, which the appends and the re-render judge.
+value's place shows the marker, and what the real render writes in the marker's place holds every letter and digit
+of the value, in order. A value the template cuts short, strips of its digits, replaces by a note or rewrites is
+dropped. A tool result is looked for where the model is shown it: in the prompt the loop renders once its block is
+appended, when a turn is sampled after it (a result written only once it is history, ``if not loop.last``, is
+dropped: the model never saw it when it acted); that the template writes it otherwise once it is history (a number
+normalized, an old result cut short) is a rewrite of the history, which the appends and the re-render judge. Of
+several results with the same text, each needs its own copy (a template that writes only the first of parallel
+results shows one).
 
 **Example** (``microsoft/Phi-3-mini-4k-instruct``, ``probe/canonical``, class ``template``, reason
 ``drops_tool_calls``): ``tool calls are not rendered in the canonical form (with the adaptations it needs:
@@ -69,31 +70,34 @@ def _result_in_place(
     renderer: Any, messages: list[dict[str, Any]], i: int, text: str, full: str, tools: Any, agp: bool = False
 ) -> bool:
     """Whether the render writes tool result ``i`` (whose text begins ``text``) in a form of its own: JSON compacted
-    or re-indented, quotes escaped, another letter case, a token normalized, every turn alike (``shown_values``;
-    ``agp``: ``full`` was rendered with the generation prompt)."""
+    or re-indented, quotes escaped, another letter case, every turn alike (``shown_values``; ``agp``: ``full`` was
+    rendered with the generation prompt)."""
     marked = {**messages[i], "content": MARKER}
-    return in_place(_render(renderer, tools, agp), messages, i, marked, text, full, whole=False)
+    return in_place(_render(renderer, tools, agp), messages, i, marked, text, full)
 
 
 def _render(renderer: Any, tools: Any, agp: bool = False) -> Callable[[Sequence[dict[str, Any]]], str]:
     return lambda messages: renderer.render(list(messages), tools=tools, add_generation_prompt=agp)
 
 
-def _result_shown(renderer: Any, messages: list[dict[str, Any]], i: int, text: str, full: str, tools: Any) -> bool:
-    """Whether tool result ``i`` (whose text begins ``text``) is rendered: in the whole conversation's render
-    ``full``, or else in the prompt the loop renders once the result's block is appended (the model is shown it
-    there; a template that writes it otherwise only once it is history, a number normalized or an old result cut,
-    rewrites the history, which the appends and the re-render judge: ``tool_append_prefix``, ``naive_rerender``)."""
-    if shown(text, full) or _result_in_place(renderer, messages, i, text, full, tools):
-        return True
+def _result_shown(
+    renderer: Any, messages: list[dict[str, Any]], i: int, text: str, full: str, tools: Any, nth: int = 1
+) -> bool:
+    """Whether tool result ``i`` (whose text begins ``text``; the ``nth`` result with that text) is rendered where
+    the model is shown it: in the prompt the loop renders once the result's block is appended, when a turn is
+    sampled after it, else in the whole conversation's render ``full`` (see the module docstring)."""
     end = next((k for k in range(i + 1, len(messages)) if messages[k]["role"] == "assistant"), len(messages))
-    if end == len(messages):  # the result's block ends the conversation: no turn was sampled after it is shown
-        return False
-    try:
-        prompt = renderer.render(messages[:end], tools=tools, add_generation_prompt=True)
-    except RenderError:
-        return False
-    return shown(text, prompt) or _result_in_place(renderer, messages[:end], i, text, prompt, tools, agp=True)
+    agp = end < len(messages)
+    if agp:
+        try:
+            full = renderer.render(messages[:end], tools=tools, add_generation_prompt=True)
+        except RenderError:
+            return False
+    if shown(text, full, nth) or _result_in_place(renderer, messages[:end], i, text, full, tools, agp):
+        return True
+    # A text without a letter or digit (``[]``): no marker tells its copies apart, and history may have dropped an
+    # older one; one copy is taken for it, as before copies were counted.
+    return nth > 1 and not any(c.isalnum() for c in text) and shown(text, full)
 
 
 def call_form(message: dict[str, Any], dropped: list[int], canonical_content: str | None = None) -> str | None:
@@ -159,9 +163,10 @@ def tool_support(ctx: AuditContext) -> Outcome:
             found.failed(sim.scenario.id, err)
             continue
         found.compared()
+        texts = [(content_text(m) or "").strip()[:40] if m["role"] == "tool" else "" for m in sim.messages]
         for i, m in enumerate(sim.messages):  # as played (adapted), so that indices match the turns
-            text = (content_text(m) or "").strip()[:40] if m["role"] == "tool" else ""
-            if text and not _result_shown(renderer, sim.messages, i, text, full, tools):
+            text, nth = texts[i], texts[: i + 1].count(texts[i])
+            if text and not _result_shown(renderer, sim.messages, i, text, full, tools, nth):
                 found.add(
                     sim.scenario.id,
                     "template",
