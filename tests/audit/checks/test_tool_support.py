@@ -29,6 +29,17 @@ def test_arguments_written_in_another_form_are_not_dropped(name: str) -> None:
     assert "unsafe:drops_arguments" not in report.verdict_reasons
 
 
+def test_arguments_dropped_only_when_sent_as_a_string_are_a_form_to_avoid() -> None:
+    """The escaped-XML template writes a call's arguments only when they are a mapping: sent as a JSON string
+    (OpenAI's form, ``*/args_string``) they are gone. The value was found in the user's words before, a clean SAFE;
+    now each value is looked for in its own turn, and the drop, confined to that form, is one to avoid
+    (``tool_forms``), not the canonical form's."""
+    report = audit_model(load("qwen2.5-7b-instruct", chat_template_file=str(DATA / "escaped_xml_arguments.jinja")))
+    assert report.verdict == "safe" and "avoid:arguments_string" in report.verdict_reasons
+    forms = report.check("tool_forms")
+    assert any(f.reason == "arguments_string" and f.scenario.endswith("/args_string") for f in forms.findings)
+
+
 def test_an_argument_cut_short_is_dropped() -> None:
     """The same elements, each string value cut to its first 12 characters: the long code argument is not all
     there, whatever form the rest takes."""
@@ -53,12 +64,13 @@ def test_a_call_turn_after_which_history_drops_an_older_result_has_its_calls() -
 @pytest.mark.parametrize(
     "name",
     [
-        *("results_upper_cased", "results_periods_spaced"),
+        *("results_upper_cased", "results_periods_spaced", "results_block_reversed_everywhere"),
         *("names_upper_cased", "names_camel_cased", "names_dots_underscored", "names_namespace_cut"),
     ],
 )
 def test_traffic_written_in_another_form_on_every_turn_is_not_dropped(name: str) -> None:
-    """Every tool result written alike on every turn in upper case, or with a space before each period; every
+    """Every tool result written alike on every turn in upper case, with a space before each period, or a block of
+    parallel results in reverse order (each in a slot of its own: red team 32's control); every
     call's name in upper case, camelCase, with dots as underscores, or without a `functions.` namespace (the search
     sends such names). Red teams 30 and 31's controls: the traffic is shown, buffer + delta holds, and the audit
     says SAFE. They were UNSAFE `drops_tool_results` or `drops_tool_calls` (the shape probe and the scenarios looked
@@ -77,6 +89,11 @@ def test_traffic_written_in_another_form_on_every_turn_is_not_dropped(name: str)
         ("results_nan_written_null", "drops_tool_results"),
         ("results_first_of_parallel_only", "drops_tool_results"),
         ("results_only_in_history", "drops_tool_results"),
+        ("results_first_of_conversation_everywhere", "drops_tool_results"),
+        ("results_block_last_everywhere", "drops_tool_results"),
+        ("results_cut_past_100", "drops_tool_results"),
+        ("arguments_first_call_turn_only", "drops_arguments"),
+        ("arguments_first_parallel_only", "drops_arguments"),
         ("names_cut_to_three", "drops_tool_calls"),
     ],
 )
@@ -85,8 +102,12 @@ def test_traffic_cut_rewritten_or_not_shown_when_sampling_is_dropped(name: str, 
     team 31: a rule that took a result with more than half its letters for shown called these SAFE), or with a
     word rewritten (`NaN` as `null`: a rewrite cannot be told from a loss by letters alone); only the first of
     parallel results written (one copy of equal texts showed them all), or a result written only once it is not
-    last (the prompt the model samples from never holds it; both were SAFE or TITO-REQUIRED); every call's name
-    cut to three letters."""
+    last (the prompt the model samples from never holds it; both were SAFE or TITO-REQUIRED); red team 32's clean
+    SAFEs: every slot writing the conversation's first result or its block's last (equal texts in the scenarios:
+    each result must show a marker of its own), a result past 100 characters cut (its end is looked for too),
+    arguments written `{}` after the first call turn or the first parallel call (a value is looked for in its own
+    turn, once per call that carries it, not in the user's words or a sibling's copy); every call's name cut to
+    three letters."""
     report, c = _tool_support(name)
     assert c.status == "fail" and f"unsafe:{reason}" in report.verdict_reasons
     assert any(f.reason == reason for f in c.findings)

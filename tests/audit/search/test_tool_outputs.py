@@ -43,7 +43,9 @@ def audited(name: str):  # type: ignore[no-untyped-def]
         ("negative_result_relabelled_in_history", "tito-required"),
         ("html_result_stripped_in_history", "tito-required"),
         ("result_name_shown_when_not_a_call_in_history", "tito-required"),
-        ("results_by_call_position_in_history", "tito-required"),
+        # results matched to their calls by position, in history: out of order, a block's first result goes to the
+        # slot the last one fills with its own, and the prompt the model samples from never holds it (a drop)
+        ("results_by_call_position_in_history", "unsafe"),
         ("developer_as_system_in_history", "tito-required"),
         ("whole_floats_as_ints_in_history", "unsafe"),
         ("negative_zero_dropped_in_history", "unsafe"),

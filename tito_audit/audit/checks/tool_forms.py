@@ -12,12 +12,32 @@ two calls in one turn loses the second from every re-rendered context.
 
 from __future__ import annotations
 
+from typing import Any
+
 from tito_audit.audit.checks.base import check
-from tito_audit.audit.checks.tool_support import call_form, dropped_message
+from tito_audit.audit.checks.tool_support import call_form, dropped_message, missing_arguments, string_form
 from tito_audit.audit.collector import Collector
 from tito_audit.audit.context import AuditContext
+from tito_audit.errors import RenderError
 from tito_audit.report.findings import Outcome
 from tito_audit.rollout.payloads import only_later_calls
+
+
+def _string_arguments_dropped(ctx: AuditContext, sim: Any, found: Collector) -> None:
+    """Argument values a template drops only where they come as a JSON string (it reads them as a mapping): a
+    loop that sends OpenAI's string arguments trains on calls without them."""
+    renderer, tools = ctx.renderer_for(sim.scenario), list(sim.scenario.tools)
+    try:
+        full = renderer.render(sim.messages, tools=tools)
+    except RenderError:
+        return
+    for i, value in missing_arguments(sim, renderer, full, tools):
+        found.add(
+            sim.scenario.id,
+            "serialization",
+            f"argument value {value!r} of message {i} is not rendered when the arguments are a JSON string",
+            reason="arguments_string",
+        )
 
 
 @check(
@@ -67,6 +87,8 @@ def tool_forms(ctx: AuditContext) -> Outcome:
                     "later turns",
                     reason="parallel_calls_per_turn",
                 )
+        if string_form(sim, shapes):
+            _string_arguments_dropped(ctx, sim, found)
     unique = {f.reason: f for f in reversed(found.findings)}
     found.findings = [f for f in found.findings if unique[f.reason] is f]
     summary = "tool calls render in every form played" if not found.findings else found.findings[0].message

@@ -38,7 +38,7 @@ from tito_audit.errors import RenderError
 from tito_audit.report.findings import Outcome
 from tito_audit.rollout.call_arguments import arguments_dict
 from tito_audit.scenarios.adapt import call_function, content_text, with_arguments
-from tito_audit.scenarios.shown_values import MARKER, in_place, shown
+from tito_audit.scenarios.shown_values import MARKER, fold, in_place, shown
 
 
 def _string_arguments(arguments: object) -> dict[str, str]:
@@ -86,7 +86,7 @@ def _result_shown(
     """Whether tool result ``i`` (whose text begins ``text``; the ``nth`` result with that text) is rendered where
     the model is shown it: in the prompt the loop renders once the result's block is appended, when a turn is
     sampled after it, else in the whole conversation's render ``full`` (see the module docstring)."""
-    end = next((k for k in range(i + 1, len(messages)) if messages[k]["role"] == "assistant"), len(messages))
+    end = _block_end(messages, i)
     agp = end < len(messages)
     if agp:
         try:
@@ -98,6 +98,93 @@ def _result_shown(
     # A text without a letter or digit (``[]``): no marker tells its copies apart, and history may have dropped an
     # older one; one copy is taken for it, as before copies were counted.
     return nth > 1 and not any(c.isalnum() for c in text) and shown(text, full)
+
+
+_EDGE = 40  # characters of a result's start, and of its end, looked for (a long result is not searched whole)
+
+
+def _dropped_results(renderer: Any, messages: list[dict[str, Any]], full: str, tools: Any) -> list[int]:
+    """The tool results (their indices) not rendered where the model is shown them (``_result_shown``): their
+    first ``_EDGE`` characters, and their last (a result cut to its first lines or characters is dropped). Of several
+    results with the same text, a copy may be another's (a template that writes the first result, or a block's
+    last, in every slot): each must also show a marker of its own where all of them are marked
+    (``_own_markers``)."""
+    whole = [(content_text(m) or "").strip() if m["role"] == "tool" else "" for m in messages]
+    texts = [w[:_EDGE] for w in whole]
+    marked: dict[int, set[int]] = {}  # the block's end: the results whose own marker shows in its prompt
+    dropped = []
+    for i, text in enumerate(texts):
+        nth = texts[: i + 1].count(text)
+        ok = bool(text) and _result_shown(renderer, messages, i, text, full, tools, nth)
+        tail = whole[i][-_EDGE:] if len(whole[i]) > _EDGE else ""
+        if ok and tail:  # a result cut short keeps its start: its end must be there too
+            copies = [w[-_EDGE:] for w in whole[: i + 1]].count(tail)
+            ok = _result_shown(renderer, messages, i, tail, full, tools, copies)
+        if ok and texts.count(text) > 1:
+            end = _block_end(messages, i)
+            if end not in marked:
+                marked[end] = _own_markers(renderer, messages, end, tools)
+            ok = i in marked[end]
+        if text and not ok:
+            dropped.append(i)
+    return dropped
+
+
+def _block_end(messages: list[dict[str, Any]], i: int) -> int:
+    """The index of the first assistant message after message ``i`` (the turn sampled once its block is in), or
+    the conversation's length."""
+    return next((k for k in range(i + 1, len(messages)) if messages[k]["role"] == "assistant"), len(messages))
+
+
+def _own_markers(renderer: Any, messages: list[dict[str, Any]], end: int, tools: Any) -> set[int]:
+    """The tool results before ``end`` whose own marker shows (in any case) in the prompt the loop renders at
+    ``end`` (the whole render where nothing is sampled after), with every result's text replaced by a marker of its
+    own."""
+    marked = [
+        {**m, "content": f"{MARKER}{i:03d}x"} if m["role"] == "tool" and content_text(m) else m
+        for i, m in enumerate(messages[:end])
+    ]
+    try:
+        other = fold(renderer.render(marked, tools=tools, add_generation_prompt=end < len(messages)))
+    except RenderError:
+        return set()
+    return {i for i, m in enumerate(marked) if m is not messages[i] and fold(m["content"]) in other}
+
+
+def string_form(sim: Any, shapes: Any) -> bool:
+    """``sim`` sends arguments as a JSON string where the shape the template is played in takes a dict: what it
+    drops there is confined to that form (``tool_forms``: avoid it), not the canonical form's."""
+    return bool(sim.scenario.id.endswith("/args_string") and shapes.arguments == "dict")
+
+
+def missing_arguments(sim: Any, renderer: Any, full: str, tools: Any) -> list[tuple[int, str]]:
+    """Per assistant message of ``sim`` whose calls render, the first string argument value not rendered
+    (``_missing_arguments``): in the message's own turn as sampled (``full``: the whole render, where no turn was
+    sampled for it)."""
+    out = []
+    for i, m in enumerate(sim.messages):  # as played (adapted), so that indices match the turns
+        if not m.get("tool_calls") or any(t.tool_calls_dropped for t in sim.turns if t.index == i):
+            continue
+        own = next((t.completion_text for t in sim.turns if t.index == i), full)  # the turn as sampled
+        missing = _missing_arguments(renderer, sim.messages, i, own, full, tools)
+        if missing:
+            out.append((i, missing[0]))
+    return out
+
+
+def _missing_arguments(
+    renderer: Any, messages: list[dict[str, Any]], i: int, turn: str, full: str, tools: Any
+) -> list[str]:
+    """The string argument values of message ``i``'s calls not rendered in its turn ``turn`` (the k-th of k equal
+    values needs k copies: a parallel call written ``{}`` is not shown by its sibling's copy, nor a later call's by
+    the user's words) nor in a form of the template's own (``_written_in_place``)."""
+    missing, seen = [], []
+    for j, call in enumerate(messages[i].get("tool_calls") or []):
+        for k, v in _string_arguments(call_function(call)["arguments"]).items():
+            seen.append(v)
+            if not shown(v, turn, seen.count(v)) and not _written_in_place(renderer, messages, i, j, k, full, tools):
+                missing.append(v)
+    return missing
 
 
 def call_form(message: dict[str, Any], dropped: list[int], canonical_content: str | None = None) -> str | None:
@@ -163,30 +250,22 @@ def tool_support(ctx: AuditContext) -> Outcome:
             found.failed(sim.scenario.id, err)
             continue
         found.compared()
-        texts = [(content_text(m) or "").strip()[:40] if m["role"] == "tool" else "" for m in sim.messages]
-        for i, m in enumerate(sim.messages):  # as played (adapted), so that indices match the turns
-            text, nth = texts[i], texts[: i + 1].count(texts[i])
-            if text and not _result_shown(renderer, sim.messages, i, text, full, tools, nth):
-                found.add(
-                    sim.scenario.id,
-                    "template",
-                    f"tool result (message {i}) does not appear in the rendering",
-                    reason="drops_tool_results",
-                )
-            for j, call in enumerate(m.get("tool_calls") or []):
-                values = _string_arguments(call_function(call)["arguments"])
-                missing = [
-                    v
-                    for k, v in values.items()
-                    if not shown(v, full) and not _written_in_place(renderer, sim.messages, i, j, k, full, tools)
-                ]
-                if missing and not any(t.tool_calls_dropped for t in sim.turns if t.index == i):
-                    found.add(
-                        sim.scenario.id,
-                        "serialization",
-                        f"argument value {missing[0]!r} of message {i} is not rendered",
-                        reason="drops_arguments",
-                    )
+        for i in _dropped_results(renderer, sim.messages, full, tools):
+            found.add(
+                sim.scenario.id,
+                "template",
+                f"tool result (message {i}) does not appear in the rendering",
+                reason="drops_tool_results",
+            )
+        if string_form(sim, shapes):  # a drop confined to arguments sent as a JSON string: tool_forms'
+            continue
+        for i, missing in missing_arguments(sim, renderer, full, tools):
+            found.add(
+                sim.scenario.id,
+                "serialization",
+                f"argument value {missing!r} of message {i} is not rendered",
+                reason="drops_arguments",
+            )
     # One finding per message is enough to act on; keep the report readable.
     unique = {f.message: f for f in reversed(found.findings)}
     found.findings = [f for f in found.findings if unique[f.message] is f]
