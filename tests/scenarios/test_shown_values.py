@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tito_audit.scenarios.shown_values import MARKER, in_order, in_place, mostly_in_order, shown
+from tito_audit.scenarios.shown_values import MARKER, in_order, in_place, mostly_in_order, shown, with_text
 
 RESULT = "Sunny, 21 C (probe 4417)."
 
@@ -64,3 +64,16 @@ def test_a_place_before_start_is_not_in_place() -> None:
     marked = {"role": "tool", "content": MARKER}
     assert in_place(render, messages, 1, marked, RESULT, full, start=full.index("<tool>"))
     assert not in_place(render, messages, 1, marked, RESULT, full, start=full.index("</tool>"))
+
+
+def test_a_marker_keeps_the_content_shape() -> None:
+    """A template that reads content as a list of parts gets parts (SmolVLM's templates iterate them): a marker
+    written as a plain string was never written, and every result was called dropped."""
+    content = [{"type": "text", "text": "a"}, {"type": "image"}, {"type": "text", "text": "b"}]
+    parts = {"role": "tool", "content": content}
+    assert with_text(parts, MARKER)["content"] == [
+        {"type": "text", "text": MARKER},
+        {"type": "image"},
+        {"type": "text", "text": ""},
+    ]
+    assert with_text({"role": "tool", "content": "a"}, MARKER)["content"] == MARKER

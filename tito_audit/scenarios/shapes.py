@@ -31,7 +31,7 @@ from tito_audit.scenarios.adapt import (
     tool_as_user,
 )
 from tito_audit.scenarios.reasoning import SCENARIO_FIELD, Reasoning, derive_reasoning
-from tito_audit.scenarios.shown_values import MARKER, in_place, letters_present, name_in_place, shown
+from tito_audit.scenarios.shown_values import MARKER, in_place, letters_present, name_in_place, shown, with_text
 from tito_audit.scenarios.spec import Message
 
 CANONICAL = ("nested", "dict", "none", "tool")  # call shape, arguments, content next to calls, tool-result role
@@ -185,7 +185,7 @@ def _shows_result(renderer: Renderer, tools: Any, messages: list[Message], full:
     i = next((k for k, m in enumerate(messages) if SHAPE_PROBE_RESULT in str(m.get("content"))), None)
     if i is None:
         return False
-    marked = {**messages[i], "content": _with_marker(messages[i]["content"])}
+    marked = with_text(messages[i], MARKER)
 
     def render(ms: Sequence[Message]) -> str:
         return renderer.render(list(ms), tools=tools)
@@ -206,13 +206,6 @@ def _shows_call(renderer: Renderer, tools: Any, messages: list[Message], turn: s
         return renderer.render(list(ms), tools=tools)
 
     return name_in_place(render, messages, 0, turn, start)
-
-
-def _with_marker(content: Any) -> Any:
-    """``content`` with the probe's result replaced by the marker (a text, or a list of text parts)."""
-    if isinstance(content, str):
-        return content.replace(SHAPE_PROBE_RESULT, MARKER)
-    return [{**p, "text": _with_marker(p["text"])} if isinstance(p, dict) and "text" in p else p for p in content]
 
 
 def _probe(

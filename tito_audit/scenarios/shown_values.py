@@ -164,3 +164,20 @@ def name_in_place(
         calls[call] = {**calls[call], "function": {**fn, "name": MARKER}}
     marked = {**message, "tool_calls": calls}
     return in_place(render, messages, len(messages) - 1, marked, name, full, whole=False, start=start)
+
+
+def with_text(message: dict[str, Any], text: str) -> dict[str, Any]:
+    """``message`` with its content's text replaced by ``text``, in the shape it has: a string, or a list of parts
+    (the first text part holds ``text``, the other text parts are emptied, parts of other types stay; a template
+    that reads parts must get parts, or a marker in their place is never written and the value is called dropped)."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return {**message, "content": text}
+    parts, written = [], False
+    for part in content:
+        if isinstance(part, dict) and "text" in part:
+            parts.append({**part, "text": "" if written else text})
+            written = True
+        else:
+            parts.append(part)
+    return {**message, "content": parts if written else [{"type": "text", "text": text}, *parts]}

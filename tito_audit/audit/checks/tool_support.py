@@ -38,7 +38,7 @@ from tito_audit.errors import RenderError
 from tito_audit.report.findings import Outcome
 from tito_audit.rollout.call_arguments import arguments_dict
 from tito_audit.scenarios.adapt import call_function, content_text, with_arguments
-from tito_audit.scenarios.shown_values import MARKER, fold, in_place, shown
+from tito_audit.scenarios.shown_values import MARKER, fold, in_place, shown, with_text
 
 
 def _string_arguments(arguments: object) -> dict[str, str]:
@@ -72,7 +72,7 @@ def _result_in_place(
     """Whether the render writes tool result ``i`` (whose text begins ``text``) in a form of its own: JSON compacted
     or re-indented, quotes escaped, another letter case, every turn alike (``shown_values``; ``agp``: ``full`` was
     rendered with the generation prompt)."""
-    marked = {**messages[i], "content": MARKER}
+    marked = with_text(messages[i], MARKER)
     return in_place(_render(renderer, tools, agp), messages, i, marked, text, full)
 
 
@@ -141,14 +141,14 @@ def _own_markers(renderer: Any, messages: list[dict[str, Any]], end: int, tools:
     ``end`` (the whole render where nothing is sampled after), with every result's text replaced by a marker of its
     own."""
     marked = [
-        {**m, "content": f"{MARKER}{i:03d}x"} if m["role"] == "tool" and content_text(m) else m
+        with_text(m, f"{MARKER}{i:03d}x") if m["role"] == "tool" and content_text(m) else m
         for i, m in enumerate(messages[:end])
     ]
     try:
         other = fold(renderer.render(marked, tools=tools, add_generation_prompt=end < len(messages)))
     except RenderError:
         return set()
-    return {i for i, m in enumerate(marked) if m is not messages[i] and fold(m["content"]) in other}
+    return {i for i, m in enumerate(marked) if m is not messages[i] and fold(f"{MARKER}{i:03d}x") in other}
 
 
 def string_form(sim: Any, shapes: Any) -> bool:
