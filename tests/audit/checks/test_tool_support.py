@@ -40,6 +40,18 @@ def test_arguments_dropped_only_when_sent_as_a_string_are_a_form_to_avoid() -> N
     assert any(f.reason == "arguments_string" and f.scenario.endswith("/args_string") for f in forms.findings)
 
 
+def test_results_written_only_with_a_name_are_a_form_to_avoid() -> None:
+    """Every scenario sends a tool message's `name`; OpenAI's tool messages have `tool_call_id` and content only. A
+    template that writes the result only `if message.name` was a clean SAFE (red team 32): the first tool scenario
+    is played again without names, and what it drops there is a form to avoid."""
+    report = audit_model(load("qwen2.5-7b-instruct", chat_template_file=str(DATA / "results_only_with_a_name.jinja")))
+    assert report.verdict == "safe" and "avoid:results_without_name" in report.verdict_reasons
+    (finding,) = [f for f in report.check("tool_forms").findings if f.reason == "results_without_name"]
+    assert finding.scenario.endswith("/no_name")
+    plain = audit_model(load("qwen2.5-7b-instruct", chat_template_file=str(DATA / "results_upper_cased.jinja")))
+    assert not any(r.startswith("avoid:") for r in plain.verdict_reasons)  # the same template, results with no gate
+
+
 def test_an_argument_cut_short_is_dropped() -> None:
     """The same elements, each string value cut to its first 12 characters: the long code argument is not all
     there, whatever form the rest takes."""

@@ -15,7 +15,13 @@ from __future__ import annotations
 from typing import Any
 
 from tito_audit.audit.checks.base import check
-from tito_audit.audit.checks.tool_support import call_form, dropped_message, missing_arguments, string_form
+from tito_audit.audit.checks.tool_support import (
+    call_form,
+    dropped_message,
+    dropped_results,
+    missing_arguments,
+    string_form,
+)
 from tito_audit.audit.collector import Collector
 from tito_audit.audit.context import AuditContext
 from tito_audit.errors import RenderError
@@ -38,6 +44,35 @@ def _string_arguments_dropped(ctx: AuditContext, sim: Any, found: Collector) -> 
             f"argument value {value!r} of message {i} is not rendered when the arguments are a JSON string",
             reason="arguments_string",
         )
+
+
+def _results_without_name(ctx: AuditContext, found: Collector) -> None:
+    """The first tool scenario played again with its tool messages' ``name`` left out, as OpenAI's messages come
+    (``tool_call_id`` and content only; every scenario sends a name): a result shown with a name and dropped without
+    one is a form to avoid (a template that writes ``message.content`` only ``if message.name``)."""
+    sim = next((s for s in ctx.ok_simulations() if "tool" in s.scenario.tags and _named(s.messages)), None)
+    if sim is None:
+        return
+    renderer, tools = ctx.renderer_for(sim.scenario), list(sim.scenario.tools)
+    nameless = [{k: v for k, v in m.items() if k != "name"} if m["role"] == "tool" else m for m in sim.messages]
+    try:
+        full, plain = renderer.render(nameless, tools=tools), renderer.render(sim.messages, tools=tools)
+    except RenderError:
+        return  # a template that needs the name raises without it: nothing is dropped silently
+    found.compared()
+    named = set(dropped_results(renderer, sim.messages, plain, tools))
+    without = set(dropped_results(renderer, nameless, full, tools)) - named
+    if without:
+        found.add(
+            f"{sim.scenario.id}/no_name",
+            "template",
+            f"tool result (message {min(without)}) does not appear in the rendering when the tool message has no name",
+            reason="results_without_name",
+        )
+
+
+def _named(messages: list[Any]) -> bool:
+    return any(m["role"] == "tool" and m.get("name") for m in messages)
 
 
 @check(
@@ -89,6 +124,7 @@ def tool_forms(ctx: AuditContext) -> Outcome:
                 )
         if string_form(sim, shapes):
             _string_arguments_dropped(ctx, sim, found)
+    _results_without_name(ctx, found)
     unique = {f.reason: f for f in reversed(found.findings)}
     found.findings = [f for f in found.findings if unique[f.reason] is f]
     summary = "tool calls render in every form played" if not found.findings else found.findings[0].message

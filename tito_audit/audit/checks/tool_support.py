@@ -103,7 +103,7 @@ def _result_shown(
 _EDGE = 40  # characters of a result's start, and of its end, looked for (a long result is not searched whole)
 
 
-def _dropped_results(renderer: Any, messages: list[dict[str, Any]], full: str, tools: Any) -> list[int]:
+def dropped_results(renderer: Any, messages: list[dict[str, Any]], full: str, tools: Any) -> list[int]:
     """The tool results (their indices) not rendered where the model is shown them (``_result_shown``): their
     first ``_EDGE`` characters, and their last (a result cut to its first lines or characters is dropped). Of several
     results with the same text, a copy may be another's (a template that writes the first result, or a block's
@@ -250,7 +250,7 @@ def tool_support(ctx: AuditContext) -> Outcome:
             found.failed(sim.scenario.id, err)
             continue
         found.compared()
-        for i in _dropped_results(renderer, sim.messages, full, tools):
+        for i in dropped_results(renderer, sim.messages, full, tools):
             found.add(
                 sim.scenario.id,
                 "template",
