@@ -83,8 +83,10 @@ def _named(messages: list[Any]) -> bool:
     verdict="caveat",
     explanation="""
 Some templates render tool calls in their canonical form but drop them in another one: only when `content` is
-`""` (or text) next to the calls, or every call of a parallel pair but the first. The verdict stands, but rollouts that
-produce that form train on calls the model never sees: the verdict line names the form to avoid. A template that
+`""` (or text) next to the calls, or every call of a parallel pair but the first; a call's arguments only when they
+are sent as a JSON string (the template reads a mapping); a tool result only when its message has no `name`
+(OpenAI's tool messages carry `tool_call_id` and content). The verdict stands, but rollouts that produce that form
+train on traffic the model never sees: the verdict line names the form to avoid. A template that
 writes each of parallel calls as a turn of its own, closed by the stop (harmony's `<|call|>`), has an engine
 sample them one per turn: a parallel message is a form its rollouts never produce.""",
     fix_hint="""
