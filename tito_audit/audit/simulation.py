@@ -85,12 +85,17 @@ def _tool_names(message: Message) -> list[str]:
 def _dropped_calls(message: Message, completion: str, in_place: Callable[[int, str], bool]) -> list[int]:
     """Indices of tool calls whose function name is not rendered (the k-th call of a name needs k mentions), nor
     written in a form of the template's own (``in_place(i, name)``: another case, a namespace cut, dots written
-    as underscores, every turn alike: ``scenarios.shown_values``)."""
+    as underscores, every turn alike: ``scenarios.shown_values``). Where the turn holds the name as it is, but not
+    as often as the calls carry it, the template writes it as it is, and the missing copy is missing (no marker
+    render is spent on it: the second of parallel calls a template writes a turn each for)."""
     seen: dict[str, int] = {}
     dropped = []
     for i, name in enumerate(_tool_names(message)):
         seen[name] = seen.get(name, 0) + 1
-        if completion.count(name) < seen[name] and not (letters_present(name, completion) and in_place(i, name)):
+        copies = completion.count(name)
+        if copies >= seen[name]:
+            continue
+        if copies or not (letters_present(name, completion) and in_place(i, name)):
             dropped.append(i)
     return dropped
 

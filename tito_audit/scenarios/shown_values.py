@@ -68,29 +68,31 @@ def shown(value: str, text: str, times: int = 1) -> bool:
     return _words(text).count(words) >= times or _folded(_words(text)).count(fold(words)) >= times
 
 
-def _letters(text: str) -> str:
+def letters(text: str) -> str:
+    """The letters and digits of ``text``, case and Unicode form folded: what a template that respaces or
+    repunctuates a text keeps."""
     return "".join(c for c in fold(text) if c.isalnum())
 
 
 def in_order(value: str, text: str) -> bool:
     """Every letter and digit of ``value`` appears in ``text``, in order (case and Unicode form folded)."""
-    it = iter(_letters(text))
-    return all(c in it for c in _letters(value))
+    it = iter(letters(text))
+    return all(c in it for c in letters(value))
 
 
 def mostly_in_order(value: str, text: str) -> bool:
     """More than half of the letters and digits of ``value`` appear in ``text`` in order (case and Unicode form
     folded): a longest common subsequence. ``text`` is a marker's place: only its start, as long as the value plus
     some slack, is read (the value is the start of a result)."""
-    want = _letters(value)
-    have = _letters(text[: 2 * len(value) + _PLACE_SLACK])
+    want = letters(value)
+    have = letters(text[: 2 * len(value) + _PLACE_SLACK])
     return _enough_letters(want, have) and _common_subsequence(want, have) * 2 > len(want)
 
 
 def letters_present(value: str, text: str) -> bool:
     """More than half of the letters and digits of ``value`` are in ``text``, in any order (case and Unicode form
     folded): the cheap test ``mostly_in_order`` needs first, before a render is spent on a marker."""
-    return _enough_letters(_letters(value), _letters(text))
+    return _enough_letters(letters(value), letters(text))
 
 
 def _enough_letters(want: str, have: str) -> bool:
@@ -128,7 +130,7 @@ def in_place(
     if not any(c.isalnum() for c in value):
         return False
     # the marker's place is part of the whole render: what it lacks, the place lacks
-    if not (in_order(value, full) if whole else _enough_letters(_letters(value), _letters(full))):
+    if not (in_order(value, full) if whole else _enough_letters(letters(value), letters(full))):
         return False
     try:
         other = render([*messages[:i], marked, *messages[i + 1 :]])

@@ -38,7 +38,7 @@ from tito_audit.errors import RenderError
 from tito_audit.report.findings import Outcome
 from tito_audit.rollout.call_arguments import arguments_dict
 from tito_audit.scenarios.adapt import call_function, content_text, with_arguments
-from tito_audit.scenarios.shown_values import MARKER, fold, in_place, shown, with_text
+from tito_audit.scenarios.shown_values import MARKER, in_place, letters, shown, with_text
 
 
 def _string_arguments(arguments: object) -> dict[str, str]:
@@ -107,8 +107,10 @@ def dropped_results(renderer: Any, messages: list[dict[str, Any]], full: str, to
     """The tool results (their indices) not rendered where the model is shown them (``_result_shown``): their
     first ``_EDGE`` characters, and their last (a result cut to its first lines or characters is dropped). Of several
     results with the same text, a copy may be another's (a template that writes the first result, or a block's
-    last, in every slot): each must also show a marker of its own where all of them are marked
-    (``_own_markers``)."""
+    last, in every slot): each must also show a marker of its own where all of them are marked (``_own_markers``),
+    in the whole conversation's render or, where history drops it, in its block's prompt. The result's own text
+    was found in that prompt as often as equal results precede it (``_result_shown``), so a marker in the history
+    is not a result shown only there."""
     whole = [(content_text(m) or "").strip() if m["role"] == "tool" else "" for m in messages]
     texts = [w[:_EDGE] for w in whole]
     marked: dict[int, set[int]] = {}  # the block's end: the results whose own marker shows in its prompt
@@ -121,10 +123,12 @@ def dropped_results(renderer: Any, messages: list[dict[str, Any]], full: str, to
             copies = [w[-_EDGE:] for w in whole[: i + 1]].count(tail)
             ok = _result_shown(renderer, messages, i, tail, full, tools, copies)
         if ok and texts.count(text) > 1:
+            if len(messages) not in marked:  # the whole conversation first: one render shows every marker, mostly
+                marked[len(messages)] = _own_markers(renderer, messages, len(messages), tools)
             end = _block_end(messages, i)
-            if end not in marked:
+            if i not in marked[len(messages)] and end not in marked:
                 marked[end] = _own_markers(renderer, messages, end, tools)
-            ok = i in marked[end]
+            ok = i in marked[len(messages)] or i in marked[end]
         if text and not ok:
             dropped.append(i)
     return dropped
@@ -141,14 +145,21 @@ def _own_markers(renderer: Any, messages: list[dict[str, Any]], end: int, tools:
     ``end`` (the whole render where nothing is sampled after), with every result's text replaced by a marker of its
     own."""
     marked = [
-        with_text(m, f"{MARKER}{i:03d}x") if m["role"] == "tool" and content_text(m) else m
+        with_text(m, _own_marker(i)) if m["role"] == "tool" and content_text(m) else m
         for i, m in enumerate(messages[:end])
     ]
     try:
-        other = fold(renderer.render(marked, tools=tools, add_generation_prompt=end < len(messages)))
+        other = letters(renderer.render(marked, tools=tools, add_generation_prompt=end < len(messages)))
     except RenderError:
         return set()
-    return {i for i, m in enumerate(marked) if m is not messages[i] and fold(f"{MARKER}{i:03d}x") in other}
+    return {i for i, m in enumerate(marked) if m is not messages[i] and letters(_own_marker(i)) in other}
+
+
+def _own_marker(i: int) -> str:
+    """Result ``i``'s own marker: written as ordinary words, since a template may write a result otherwise by what
+    it looks like (an all-alphanumeric text taken for base64 and omitted). It is looked for by its letters and
+    digits (case and Unicode form folded), whatever spacing or punctuation the template adds."""
+    return f"{MARKER} result {i:03d}"
 
 
 def string_form(sim: Any, shapes: Any) -> bool:
@@ -177,14 +188,29 @@ def _missing_arguments(
 ) -> list[str]:
     """The string argument values of message ``i``'s calls not rendered in its turn ``turn`` (the k-th of k equal
     values needs k copies: a parallel call written ``{}`` is not shown by its sibling's copy, nor a later call's by
-    the user's words) nor in a form of the template's own (``_written_in_place``)."""
+    the user's words) nor in a form of the template's own (``_written_in_place``). A key the call's tool does not
+    declare is not looked for: a template that writes the schema's keys only drops no declared traffic."""
     missing, seen = [], []
     for j, call in enumerate(messages[i].get("tool_calls") or []):
+        declared = _declared(tools, call_function(call).get("name"))
         for k, v in _string_arguments(call_function(call)["arguments"]).items():
+            if declared is not None and k and k not in declared:
+                continue  # a key the tool does not declare: a template may write the schema's keys only
             seen.append(v)
             if not shown(v, turn, seen.count(v)) and not _written_in_place(renderer, messages, i, j, k, full, tools):
                 missing.append(v)
     return missing
+
+
+def _declared(tools: Any, name: Any) -> set[str] | None:
+    """The argument names tool ``name`` declares (its ``parameters.properties``), or None where the tools do not
+    say (no such tool, no schema)."""
+    for tool in tools or []:
+        fn = tool.get("function", tool) if isinstance(tool, dict) else None
+        if isinstance(fn, dict) and fn.get("name") == name:
+            properties = (fn.get("parameters") or {}).get("properties")
+            return set(properties) if isinstance(properties, dict) else None
+    return None
 
 
 def call_form(message: dict[str, Any], dropped: list[int], canonical_content: str | None = None) -> str | None:
