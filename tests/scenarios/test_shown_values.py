@@ -77,3 +77,10 @@ def test_a_marker_keeps_the_content_shape() -> None:
         {"type": "text", "text": ""},
     ]
     assert with_text({"role": "tool", "content": "a"}, MARKER)["content"] == MARKER
+
+
+def test_terminal_colours_are_not_content() -> None:
+    """A shell's output with ANSI colours, written without them on every turn: every letter and digit of the
+    content is there."""
+    assert in_order("\x1b[31mERROR\x1b[0m: disk 91% full", "ERROR: disk 91% full")
+    assert not in_order("ERROR: disk 91% full", "ERROR: disk full")

@@ -23,6 +23,7 @@ is not.
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -33,6 +34,7 @@ from tito_audit.errors import RenderError
 from tito_audit.rollout.tokens import common_prefix_len
 from tito_audit.scenarios.adapt import call_function
 
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")  # a terminal's control sequences (colours, cursor moves)
 MARKER = "Zq9argument"  # alphanumeric: every serialization writes it as it is, in some letter case
 _PLACE_SLACK = 256  # characters of a marker's place read past the value's own length (a header the template adds)
 
@@ -69,9 +71,10 @@ def shown(value: str, text: str, times: int = 1) -> bool:
 
 
 def letters(text: str) -> str:
-    """The letters and digits of ``text``, case and Unicode form folded: what a template that respaces or
-    repunctuates a text keeps."""
-    return "".join(c for c in fold(text) if c.isalnum())
+    """The letters and digits of ``text``, case and Unicode form folded, terminal escape sequences left out (a
+    template that strips ANSI colours from a shell's output drops no content): what a template that respaces,
+    repunctuates or cleans a text keeps."""
+    return "".join(c for c in fold(_ANSI.sub("", text)) if c.isalnum())
 
 
 def in_order(value: str, text: str) -> bool:

@@ -52,6 +52,16 @@ def test_results_written_only_with_a_name_are_a_form_to_avoid() -> None:
     assert not any(r.startswith("avoid:") for r in plain.verdict_reasons)  # the same template, results with no gate
 
 
+def test_long_results_cut_on_every_turn_are_named_not_dropped() -> None:
+    """Every result past 100 characters cut to its first 100 (red team 32: a clean SAFE). Its start is shown, so
+    it is not dropped, and buffer + delta holds; its end is looked for too, and the model never sees it, which is
+    named: `avoid:results_cut`."""
+    report = audit_model(load("qwen2.5-7b-instruct", chat_template_file=str(DATA / "results_cut_past_100.jinja")))
+    assert "unsafe:drops_tool_results" not in report.verdict_reasons
+    assert report.verdict == "safe" and "avoid:results_cut" in report.verdict_reasons
+    assert any(f.reason == "results_cut" for f in report.check("tool_forms").findings)
+
+
 def test_an_argument_cut_short_is_dropped() -> None:
     """The same elements, each string value cut to its first 12 characters: the long code argument is not all
     there, whatever form the rest takes."""
@@ -103,7 +113,6 @@ def test_traffic_written_in_another_form_on_every_turn_is_not_dropped(name: str)
         ("results_only_in_history", "drops_tool_results"),
         ("results_first_of_conversation_everywhere", "drops_tool_results"),
         ("results_block_last_everywhere", "drops_tool_results"),
-        ("results_cut_past_100", "drops_tool_results"),
         ("arguments_first_call_turn_only", "drops_arguments"),
         ("arguments_first_parallel_only", "drops_arguments"),
         ("names_cut_to_three", "drops_tool_calls"),
@@ -116,10 +125,9 @@ def test_traffic_cut_rewritten_or_not_shown_when_sampling_is_dropped(name: str, 
     parallel results written (one copy of equal texts showed them all), or a result written only once it is not
     last (the prompt the model samples from never holds it; both were SAFE or TITO-REQUIRED); red team 32's clean
     SAFEs: every slot writing the conversation's first result or its block's last (equal texts in the scenarios:
-    each result must show a marker of its own), a result past 100 characters cut (its end is looked for too),
-    arguments written `{}` after the first call turn or the first parallel call (a value is looked for in its own
-    turn, once per call that carries it, not in the user's words or a sibling's copy); every call's name cut to
-    three letters."""
+    each result must show a marker of its own), arguments written `{}` after the first call turn or the first
+    parallel call (a value is looked for in its own turn, once per call that carries it, not in the user's words
+    or a sibling's copy); every call's name cut to three letters."""
     report, c = _tool_support(name)
     assert c.status == "fail" and f"unsafe:{reason}" in report.verdict_reasons
     assert any(f.reason == reason for f in c.findings)

@@ -17,6 +17,7 @@ from typing import Any
 from tito_audit.audit.checks.base import check
 from tito_audit.audit.checks.tool_support import (
     call_form,
+    cut_results,
     dropped_message,
     dropped_results,
     missing_arguments,
@@ -43,6 +44,24 @@ def _string_arguments_dropped(ctx: AuditContext, sim: Any, found: Collector) -> 
             "serialization",
             f"argument value {value!r} of message {i} is not rendered when the arguments are a JSON string",
             reason="arguments_string",
+        )
+
+
+def _long_results_cut(ctx: AuditContext, sim: Any, found: Collector) -> None:
+    """Tool results whose end the template never shows (``tool_support.cut_results``: cut to a length or to their
+    first lines, on every turn): the model acts on part of what the tool returned."""
+    renderer, tools = ctx.renderer_for(sim.scenario), list(sim.scenario.tools)
+    try:
+        full = renderer.render(sim.messages, tools=tools)
+    except RenderError:
+        return
+    cut = cut_results(renderer, sim.messages, full, tools)
+    if cut:
+        found.add(
+            sim.scenario.id,
+            "template",
+            f"tool result (message {cut[0]}) is cut: its last characters do not appear where the model is shown it",
+            reason="results_cut",
         )
 
 
@@ -126,6 +145,8 @@ def tool_forms(ctx: AuditContext) -> Outcome:
                 )
         if string_form(sim, shapes):
             _string_arguments_dropped(ctx, sim, found)
+        if "tool" in sim.scenario.tags:
+            _long_results_cut(ctx, sim, found)
     _results_without_name(ctx, found)
     unique = {f.reason: f for f in reversed(found.findings)}
     found.findings = [f for f in found.findings if unique[f.reason] is f]

@@ -105,7 +105,7 @@ _EDGE = 40  # characters of a result's start, and of its end, looked for (a long
 
 def dropped_results(renderer: Any, messages: list[dict[str, Any]], full: str, tools: Any) -> list[int]:
     """The tool results (their indices) not rendered where the model is shown them (``_result_shown``): their
-    first ``_EDGE`` characters, and their last (a result cut to its first lines or characters is dropped). Of several
+    first ``_EDGE`` characters (a result whose end only is cut is shown: ``cut_results``). Of several
     results with the same text, a copy may be another's (a template that writes the first result, or a block's
     last, in every slot): each must also show a marker of its own where all of them are marked (``_own_markers``),
     in the whole conversation's render or, where history drops it, in its block's prompt. The result's own text
@@ -118,10 +118,6 @@ def dropped_results(renderer: Any, messages: list[dict[str, Any]], full: str, to
     for i, text in enumerate(texts):
         nth = texts[: i + 1].count(text)
         ok = bool(text) and _result_shown(renderer, messages, i, text, full, tools, nth)
-        tail = whole[i][-_EDGE:] if len(whole[i]) > _EDGE else ""
-        if ok and tail:  # a result cut short keeps its start: its end must be there too
-            copies = [w[-_EDGE:] for w in whole[: i + 1]].count(tail)
-            ok = _result_shown(renderer, messages, i, tail, full, tools, copies)
         if ok and texts.count(text) > 1:
             if len(messages) not in marked:  # the whole conversation first: one render shows every marker, mostly
                 marked[len(messages)] = _own_markers(renderer, messages, len(messages), tools)
@@ -132,6 +128,22 @@ def dropped_results(renderer: Any, messages: list[dict[str, Any]], full: str, to
         if text and not ok:
             dropped.append(i)
     return dropped
+
+
+def cut_results(renderer: Any, messages: list[dict[str, Any]], full: str, tools: Any) -> list[int]:
+    """The tool results longer than ``_EDGE`` characters whose start is shown but whose last ``_EDGE`` characters are
+    not, where the model is shown them: a template that cuts long results (to a length, to their first lines) on
+    every turn. The model sees what the buffer holds, so buffer + delta stands; what it never sees is named
+    (``tool_forms``: ``avoid:results_cut``)."""
+    whole = [(content_text(m) or "").strip() if m["role"] == "tool" else "" for m in messages]
+    heads, tails = [w[:_EDGE] for w in whole], [w[-_EDGE:] if len(w) > _EDGE else "" for w in whole]
+    cut = []
+    for i, tail in enumerate(tails):
+        if not tail or not _result_shown(renderer, messages, i, heads[i], full, tools, heads[: i + 1].count(heads[i])):
+            continue  # short, or dropped whole (``dropped_results``)
+        if not _result_shown(renderer, messages, i, tail, full, tools, tails[: i + 1].count(tail)):
+            cut.append(i)
+    return cut
 
 
 def _block_end(messages: list[dict[str, Any]], i: int) -> int:
