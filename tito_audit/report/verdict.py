@@ -76,7 +76,7 @@ _WORDS = {
     "system_into_user": "the system prompt merged into the first user turn",
     "arguments_string": "tool-call arguments as a JSON string",
     "results_without_name": "tool results without a `name` (OpenAI's form: the template writes them only with one)",
-    "results_cut": "tool results longer than the template writes whole (it cuts their end: the model never sees it)",
+    "results_cut": "tool results longer than the template writes whole (it cuts their end or middle: never shown)",
     "flat_tool_calls": "flat tool calls (name/arguments/parameters, no `function`)",
     "content_none": 'content None next to tool calls (with content "" the template drops the calls)',
     "content_empty": 'content "" next to tool calls (the template raises on content None there: send "")',

@@ -52,14 +52,20 @@ def test_results_written_only_with_a_name_are_a_form_to_avoid() -> None:
     assert not any(r.startswith("avoid:") for r in plain.verdict_reasons)  # the same template, results with no gate
 
 
-def test_long_results_cut_on_every_turn_are_named_not_dropped() -> None:
-    """Every result past 100 characters cut to its first 100 (red team 32: a clean SAFE). Its start is shown, so
-    it is not dropped, and buffer + delta holds; its end is looked for too, and the model never sees it, which is
-    named: `avoid:results_cut`."""
-    report = audit_model(load("qwen2.5-7b-instruct", chat_template_file=str(DATA / "results_cut_past_100.jinja")))
+@pytest.mark.parametrize(
+    ("name", "missing"),
+    [("results_cut_past_100", "its last characters do not appear"), ("results_cut_in_the_middle", "its middle")],
+)
+def test_long_results_cut_on_every_turn_are_named_not_dropped(name: str, missing: str) -> None:
+    """Every result past 100 characters cut to its first 100, or past 600 to its first and last 250 with a note
+    between (red team 32: clean SAFEs). Its start is shown, so it is not dropped, and buffer + delta holds; its end,
+    then the whole of it, are looked for too, and the model never sees what is missing, which is named:
+    `avoid:results_cut`."""
+    report = audit_model(load("qwen2.5-7b-instruct", chat_template_file=str(DATA / f"{name}.jinja")))
     assert "unsafe:drops_tool_results" not in report.verdict_reasons
     assert report.verdict == "safe" and "avoid:results_cut" in report.verdict_reasons
-    assert any(f.reason == "results_cut" for f in report.check("tool_forms").findings)
+    cut = [f for f in report.check("tool_forms").findings if f.reason == "results_cut"]
+    assert cut and missing in cut[0].message
 
 
 def test_an_argument_cut_short_is_dropped() -> None:
@@ -100,6 +106,7 @@ def test_traffic_written_in_another_form_on_every_turn_is_not_dropped(name: str)
     report = audit_model(load("qwen2.5-7b-instruct", chat_template_file=str(DATA / f"{name}.jinja")))
     assert report.check("tool_support").status == "pass", [f.message for f in report.check("tool_support").findings]
     assert report.verdict == "safe", report.verdict_reasons
+    assert "avoid:results_cut" not in report.verdict_reasons  # the whole of a long result is there, in its form
 
 
 @pytest.mark.parametrize(

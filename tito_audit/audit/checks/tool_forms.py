@@ -48,8 +48,8 @@ def _string_arguments_dropped(ctx: AuditContext, sim: Any, found: Collector) -> 
 
 
 def _long_results_cut(ctx: AuditContext, sim: Any, found: Collector) -> None:
-    """Tool results whose end the template never shows (``tool_support.cut_results``: cut to a length or to their
-    first lines, on every turn): the model acts on part of what the tool returned."""
+    """Tool results whose end or middle the template never shows (``tool_support.cut_results``: cut to a length, to
+    their first lines or to a head and a tail, on every turn): the model acts on part of what the tool returned."""
     renderer, tools = ctx.renderer_for(sim.scenario), list(sim.scenario.tools)
     try:
         full = renderer.render(sim.messages, tools=tools)
@@ -57,10 +57,12 @@ def _long_results_cut(ctx: AuditContext, sim: Any, found: Collector) -> None:
         return
     cut = cut_results(renderer, sim.messages, full, tools)
     if cut:
+        i, part = cut[0]
+        missing = "its last characters do not" if part == "end" else "its middle (start and end shown) does not"
         found.add(
             sim.scenario.id,
             "template",
-            f"tool result (message {cut[0]}) is cut: its last characters do not appear where the model is shown it",
+            f"tool result (message {i}) is cut: {missing} appear where the model is shown it",
             reason="results_cut",
         )
 

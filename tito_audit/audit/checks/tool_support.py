@@ -130,10 +130,11 @@ def dropped_results(renderer: Any, messages: list[dict[str, Any]], full: str, to
     return dropped
 
 
-def cut_results(renderer: Any, messages: list[dict[str, Any]], full: str, tools: Any) -> list[int]:
-    """The tool results longer than ``_EDGE`` characters whose start is shown but whose last ``_EDGE`` characters are
-    not, where the model is shown them: a template that cuts long results (to a length, to their first lines) on
-    every turn. The model sees what the buffer holds, so buffer + delta stands; what it never sees is named
+def cut_results(renderer: Any, messages: list[dict[str, Any]], full: str, tools: Any) -> list[tuple[int, str]]:
+    """The tool results longer than ``_EDGE`` characters whose start is shown but not the rest, where the model is
+    shown them, each with what is missing (``"end"``: its last ``_EDGE`` characters; ``"middle"``: its start and end
+    are there, not the whole): a template that cuts long results (to a length, to their first lines, to a head and a
+    tail) on every turn. The model sees what the buffer holds, so buffer + delta stands; what it never sees is named
     (``tool_forms``: ``avoid:results_cut``)."""
     whole = [(content_text(m) or "").strip() if m["role"] == "tool" else "" for m in messages]
     heads, tails = [w[:_EDGE] for w in whole], [w[-_EDGE:] if len(w) > _EDGE else "" for w in whole]
@@ -142,7 +143,11 @@ def cut_results(renderer: Any, messages: list[dict[str, Any]], full: str, tools:
         if not tail or not _result_shown(renderer, messages, i, heads[i], full, tools, heads[: i + 1].count(heads[i])):
             continue  # short, or dropped whole (``dropped_results``)
         if not _result_shown(renderer, messages, i, tail, full, tools, tails[: i + 1].count(tail)):
-            cut.append(i)
+            cut.append((i, "end"))
+        elif len(whole[i]) > 2 * _EDGE and not _result_shown(
+            renderer, messages, i, whole[i], full, tools, whole[: i + 1].count(whole[i])
+        ):
+            cut.append((i, "middle"))
     return cut
 
 
