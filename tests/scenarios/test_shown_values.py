@@ -3,9 +3,19 @@ replaced (the marker test run on a plain function as renderer)."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-from tito_audit.scenarios.shown_values import MARKER, in_order, in_place, mostly_in_order, shown, with_text
+from tito_audit.scenarios.shown_values import (
+    MARKER,
+    fold,
+    in_order,
+    in_place,
+    letters,
+    mostly_in_order,
+    shown,
+    with_text,
+)
 
 RESULT = "Sunny, 21 C (probe 4417)."
 
@@ -84,3 +94,11 @@ def test_terminal_colours_are_not_content() -> None:
     content is there."""
     assert in_order("\x1b[31mERROR\x1b[0m: disk 91% full", "ERROR: disk 91% full")
     assert not in_order("ERROR: disk 91% full", "ERROR: disk full")
+
+
+def test_letters_keep_what_isalnum_keeps_on_every_code_point() -> None:
+    """``letters`` drops with one pattern what ``str.isalnum`` rejects (a faster form of the same filter): the same
+    answer on every Unicode code point, surrogates included, all in one text."""
+    every = "".join(map(chr, range(sys.maxunicode + 1)))
+    assert letters(every) == "".join(c for c in fold(every) if c.isalnum())
+    assert letters("a_b-c 1\u00b2\u0663") == "abc12\u0663"

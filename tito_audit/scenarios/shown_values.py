@@ -35,6 +35,7 @@ from tito_audit.rollout.tokens import common_prefix_len
 from tito_audit.scenarios.adapt import call_function
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")  # a terminal's control sequences (colours, cursor moves)
+_NOT_ALNUM = re.compile(r"[\W_]+")  # what ``str.isalnum`` rejects: ``\w`` is alnum or ``_`` (every code point)
 MARKER = "Zq9argument"  # alphanumeric: every serialization writes it as it is, in some letter case
 _PLACE_SLACK = 256  # characters of a marker's place read past the value's own length (a header the template adds)
 
@@ -74,7 +75,7 @@ def letters(text: str) -> str:
     """The letters and digits of ``text``, case and Unicode form folded, terminal escape sequences left out (a
     template that strips ANSI colours from a shell's output drops no content): what a template that respaces,
     repunctuates or cleans a text keeps."""
-    return "".join(c for c in fold(_ANSI.sub("", text)) if c.isalnum())
+    return _NOT_ALNUM.sub("", fold(_ANSI.sub("", text)))
 
 
 def in_order(value: str, text: str) -> bool:
