@@ -3,11 +3,14 @@ replaced (the marker test run on a plain function as renderer)."""
 
 from __future__ import annotations
 
+import html
+import json
 import sys
 from typing import Any
 
 from tito_audit.scenarios.shown_values import (
     MARKER,
+    faithful,
     fold,
     in_order,
     in_place,
@@ -102,3 +105,24 @@ def test_letters_keep_what_isalnum_keeps_on_every_code_point() -> None:
     every = "".join(map(chr, range(sys.maxunicode + 1)))
     assert letters(every) == "".join(c for c in fold(every) if c.isalnum())
     assert letters("a_b-c 1\u00b2\u0663") == "abc12\u0663"
+
+
+def test_faithful_undoes_forms_and_sees_rewrites() -> None:
+    """A place holds a value whole in another case, escaped as JSON, Python or HTML write it, re-spaced around
+    punctuation, or with terminal colours; not with a sign, a decimal point, a digit, a quote or a space between
+    numbers dropped or added (red team 33: each kept every letter and digit in order)."""
+    value = 'cold -5.5 C, ids 12 7; say "hi"\n<ok> & done'
+    forms = [
+        value.upper(),
+        json.dumps(value)[1:-1],
+        repr(value)[1:-1],
+        html.escape(value),
+        value.replace(", ", " ,  ").replace("\n", " "),
+        f"\x1b[31m{value}\x1b[0m",
+        f"header: {value} (end)",
+    ]
+    for form in forms:
+        assert faithful(value, form), form
+    for rewrite in ("-", ""), (".", ""), ("12 7", "127"), ("5 C", "50 C"), ('"', ""), ("cold ", "cold +"):
+        assert not faithful(value, value.replace(*rewrite)), rewrite
+    assert not faithful("", value)

@@ -15,7 +15,10 @@ from tito_audit.rollout.probes import TOOLS
 from tito_audit.scenarios.spec import Message, Scenario, ScenarioSpec
 
 # Text per variant: (user, tool output, final answer, call arguments)
-_LONG = "\n".join(f"row {i:04d}: temperature={10 + i % 17} humidity={40 + i % 31}%" for i in range(160))
+# A log of 160 rows, a warning printed twice in its middle (red team 33: a template that writes a result's lines
+# sorted, or each once, rewrote nothing of rows already sorted and unique)
+_ROWS = [f"row {i:04d}: temperature={10 + i % 17} humidity={40 + i % 31}%" for i in range(160)]
+_LONG = "\n".join([*_ROWS[:50], "WARN sensor 7: retry", *_ROWS[50:110], "WARN sensor 7: retry", *_ROWS[110:]])
 VARIANTS: dict[str, dict[str, Any]] = {
     "plain": {
         "user": "What is the weather in Paris?",

@@ -22,6 +22,7 @@ is not.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import unicodedata
@@ -37,6 +38,7 @@ from tito_audit.scenarios.adapt import call_function
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")  # a terminal's control sequences (colours, cursor moves)
 _NOT_ALNUM = re.compile(r"[\W_]+")  # what ``str.isalnum`` rejects: ``\w`` is alnum or ``_`` (every code point)
 MARKER = "Zq9argument"  # alphanumeric: every serialization writes it as it is, in some letter case
+_MARKER = re.compile(re.escape(MARKER), re.IGNORECASE)
 _PLACE_SLACK = 256  # characters of a marker's place read past the value's own length (a header the template adds)
 
 
@@ -84,6 +86,52 @@ def in_order(value: str, text: str) -> bool:
     return all(c in it for c in letters(value))
 
 
+def faithful(value: str, place: str) -> bool:
+    """``place`` (what a render writes where ``value`` was) holds ``value`` in a form that loses and adds nothing:
+    after undoing an escape a serializer adds (JSON's and Python's backslash escapes, HTML's entities), the value's
+    ``canonical`` text is in the place's. Case, Unicode form, terminal colours and spacing around punctuation
+    (re-indented or compacted JSON, a space before each period) are forms; a sign, a decimal point, a quote or a
+    slash dropped or added, a digit added, words run together, lines reordered or merged change what the model
+    reads (red team 33: each a clean SAFE under the letters-in-order rule, ``in_order``, which alone ignores
+    punctuation and allows insertions)."""
+    want = canonical(value)
+    if not want:
+        return False
+    unescaped = _unescaped(place)
+    candidates = {place, html.unescape(place), unescaped, html.unescape(unescaped), _unescaped(html.unescape(place))}
+    return any(want in canonical(c) for c in candidates)
+
+
+def canonical(text: str) -> str:
+    """``text`` folded (``fold``), terminal escape sequences left out, every run of whitespace written as one space
+    and a space kept only between two letters or digits: what every form of a value a template may write keeps,
+    spacing that separates words or numbers included (``12 5`` is not ``125``)."""
+    squeezed = " ".join(fold(_ANSI.sub("", text)).split())
+    return _LOOSE_SPACE.sub("", squeezed)
+
+
+_LOOSE_SPACE = re.compile(r" (?=[\W_])|(?<=[\W_]) ")  # a space beside punctuation (after squeezing: one space)
+_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|x[0-9a-fA-F]{2}|[nrtbf\"'\\/])")
+_ESCAPED = {"n": "\n", "r": "\r", "t": "\t", "b": "\b", "f": "\f"}
+
+
+def _unescaped(text: str) -> str:
+    """``text`` with JSON's and Python's backslash escapes undone (``\\n``, ``\\"``, ``\\u00e9``, a surrogate pair
+    joined); other backslashes stay."""
+
+    def one(m: re.Match[str]) -> str:
+        code = m.group(1)
+        if code[0] in "ux" and len(code) > 1:
+            return chr(int(code[1:], 16))
+        return _ESCAPED.get(code, code)
+
+    out = _ESCAPE.sub(one, text)
+    try:
+        return out.encode("utf-16", "surrogatepass").decode("utf-16")
+    except UnicodeError:
+        return out
+
+
 def mostly_in_order(value: str, text: str) -> bool:
     """More than half of the letters and digits of ``value`` appear in ``text`` in order (case and Unicode form
     folded): a longest common subsequence. ``text`` is a marker's place: only its start, as long as the value plus
@@ -120,7 +168,7 @@ def in_place(
     messages: Sequence[dict[str, Any]],
     i: int,
     marked: dict[str, Any],
-    value: str,
+    value: str | tuple[str, ...],
     full: str,
     whole: bool = True,
     start: int = 0,
@@ -129,25 +177,77 @@ def in_place(
     shows, and what the real render ``full`` writes in the marker's place holds the value: every letter and digit of
     it in order (``whole``, an argument), or more than half of them (a result; see the module docstring). ``start``:
     where in ``full`` the place must begin (a call's name must be in the model's own turn, not in the history the
-    template writes before it). A render that fails, and a value without a letter or digit, prove nothing: not
+    template writes before it). ``value`` may be a tuple of forms (a number or a mapping as JSON and as Python writes
+    it): one of them must be there. A render that fails, and a value without a letter or digit, prove nothing: not
     shown."""
-    if not any(c.isalnum() for c in value):
-        return False
+    forms = value if isinstance(value, tuple) else (value,)
+    forms = tuple(f for f in forms if any(c.isalnum() for c in f))
     # the marker's place is part of the whole render: what it lacks, the place lacks
-    if not (in_order(value, full) if whole else _enough_letters(letters(value), letters(full))):
+    forms = tuple(f for f in forms if (in_order(f, full) if whole else _enough_letters(letters(f), letters(full))))
+    if not forms:
         return False
+    place = marker_place(render, messages, i, marked, full, start)
+    if place is None:
+        return False
+    return any(faithful(f, place) if whole else mostly_in_order(f, place) for f in forms)
+
+
+def marker_place(
+    render: Callable[[Sequence[dict[str, Any]]], str],
+    messages: Sequence[dict[str, Any]],
+    i: int,
+    marked: dict[str, Any],
+    full: str,
+    start: int = 0,
+) -> str | None:
+    """What ``full`` writes where the render with message ``i`` replaced by ``marked`` writes the marker: the text
+    between the two renders' common start and common end (None: the render fails, shows no marker, or differs
+    before ``start``)."""
     try:
         other = render([*messages[:i], marked, *messages[i + 1 :]])
     except RenderError:
-        return False
-    if fold(MARKER) not in fold(other):
-        return False
-    head = common_prefix_len(full, other)
+        return None
+    marks = [m.span() for m in _MARKER.finditer(other)]
+    if not marks:
+        return None
+    # the place never starts after the marker's first copy nor ends before its last: a value that begins or ends as
+    # the marker does (``...t``, ``Z...``) keeps those characters in its place
+    head = min(common_prefix_len(full, other), marks[0][0])
     if head < start:
-        return False
-    tail = common_prefix_len(full[head:][::-1], other[head:][::-1])
-    place = full[head : len(full) - tail]
-    return in_order(value, place) if whole else mostly_in_order(value, place)
+        return None
+    tail = min(common_prefix_len(full[head:][::-1], other[head:][::-1]), len(other) - marks[-1][1])
+    return full[head : len(full) - tail]
+
+
+def leaves_shown(value: Any, place: str) -> bool:
+    """Every leaf of a mapping or array ``value`` is in ``place`` (escapes undone, ``canonical``): each string, number
+    and boolean in a form JSON or Python writes it, a mapping's next to its key (within a few characters of
+    punctuation: ``"score": 0.5``, ``score:0.5``, ``<score>0.5``), in any order (a template may sort the keys and
+    write them unquoted, as Gemma's do). A null may be left out (a template that writes only the keys that hold a
+    value loses nothing a tool reads). ``0.5`` written ``0``, ``true`` written ``false``, a key left out are not
+    shown."""
+    unescaped = _unescaped(place)
+    texts = {canonical(c) for c in (place, html.unescape(place), unescaped, html.unescape(unescaped))}
+    return all(any(_leaf_in(key, leaf, text) for text in texts) for key, leaf in _leaves(value, ""))
+
+
+def _leaves(value: Any, key: str) -> list[tuple[str, Any]]:
+    if isinstance(value, dict):
+        return [leaf for k, v in value.items() for leaf in _leaves(v, str(k))]
+    if isinstance(value, list):
+        return [leaf for v in value for leaf in _leaves(v, key)]
+    return [] if value is None else [(key, value)]
+
+
+def _leaf_in(key: str, leaf: Any, text: str) -> bool:
+    if isinstance(leaf, str):
+        body, end = re.escape(canonical(leaf)), ""
+    else:  # a number or a boolean: whole, not the start of a longer one (``10`` is not in ``100``)
+        body, end = "|".join(re.escape(canonical(f)) for f in {json.dumps(leaf), repr(leaf)}), r"(?![\w.])"
+    if not body:
+        return True  # an empty string: nothing to lose
+    before = rf"{re.escape(canonical(key))}[\W_]{{0,12}}" if key else r"(?<![\w.])"
+    return re.search(f"{before}(?:{body}){end}", text) is not None
 
 
 def name_in_place(

@@ -54,13 +54,19 @@ def test_results_written_only_with_a_name_are_a_form_to_avoid() -> None:
 
 @pytest.mark.parametrize(
     ("name", "missing"),
-    [("results_cut_past_100", "its last characters do not appear"), ("results_cut_in_the_middle", "its middle")],
+    [
+        ("results_cut_past_100", "its last characters do not appear"),
+        ("results_cut_in_the_middle", "its middle"),
+        ("results_lines_unique", "its middle"),
+        ("results_lines_sorted", "its middle"),
+    ],
 )
 def test_long_results_cut_on_every_turn_are_named_not_dropped(name: str, missing: str) -> None:
     """Every result past 100 characters cut to its first 100, or past 600 to its first and last 250 with a note
-    between (red team 32: clean SAFEs). Its start is shown, so it is not dropped, and buffer + delta holds; its end,
-    then the whole of it, are looked for too, and the model never sees what is missing, which is named:
-    `avoid:results_cut`."""
+    between (red team 32: clean SAFEs); every result's lines written each once, or sorted (red team 33: clean SAFEs
+    while the long result's rows were unique and sorted; a warning printed twice in its middle now). Its start is
+    shown, so it is not dropped, and buffer + delta holds; its end, then the whole of it, are looked for too, and
+    the model never sees what is missing, which is named: `avoid:results_cut`."""
     report = audit_model(load("qwen2.5-7b-instruct", chat_template_file=str(DATA / f"{name}.jinja")))
     assert "unsafe:drops_tool_results" not in report.verdict_reasons
     assert report.verdict == "safe" and "avoid:results_cut" in report.verdict_reasons
@@ -94,11 +100,13 @@ def test_a_call_turn_after_which_history_drops_an_older_result_has_its_calls() -
     [
         *("results_upper_cased", "results_periods_spaced", "results_block_reversed_everywhere"),
         *("names_upper_cased", "names_camel_cased", "names_dots_underscored", "names_namespace_cut"),
+        *("results_html_escaped", "results_json_escaped"),
     ],
 )
 def test_traffic_written_in_another_form_on_every_turn_is_not_dropped(name: str) -> None:
     """Every tool result written alike on every turn in upper case, with a space before each period, or a block of
-    parallel results in reverse order (each in a slot of its own: red team 32's control); every
+    parallel results in reverse order (each in a slot of its own: red team 32's control), HTML- or JSON-escaped
+    (red team 33's controls: punctuation is compared once the escapes are undone); every
     call's name in upper case, camelCase, with dots as underscores, or without a `functions.` namespace (the search
     sends such names). Red teams 30 and 31's controls: the traffic is shown, buffer + delta holds, and the audit
     says SAFE. They were UNSAFE `drops_tool_results` or `drops_tool_calls` (the shape probe and the scenarios looked
@@ -123,6 +131,15 @@ def test_traffic_written_in_another_form_on_every_turn_is_not_dropped(name: str)
         ("arguments_first_call_turn_only", "drops_arguments"),
         ("arguments_first_parallel_only", "drops_arguments"),
         ("names_cut_to_three", "drops_tool_calls"),
+        *[
+            (f"results_{rewrite}", "drops_tool_results")
+            for rewrite in ("negative_sign_dropped", "decimal_point_dropped", "digit_added", "sign_added")
+        ],
+        ("results_spaces_removed", "drops_tool_results"),
+        *[
+            (f"arguments_{rewrite}", "drops_arguments")
+            for rewrite in ("strings_only", "numbers_as_int", "booleans_negated", "punctuation_lost")
+        ],
     ],
 )
 def test_traffic_cut_rewritten_or_not_shown_when_sampling_is_dropped(name: str, reason: str) -> None:
@@ -134,7 +151,11 @@ def test_traffic_cut_rewritten_or_not_shown_when_sampling_is_dropped(name: str, 
     SAFEs: every slot writing the conversation's first result or its block's last (equal texts in the scenarios:
     each result must show a marker of its own), arguments written `{}` after the first call turn or the first
     parallel call (a value is looked for in its own turn, once per call that carries it, not in the user's words
-    or a sibling's copy); every call's name cut to three letters."""
+    or a sibling's copy); every call's name cut to three letters. Red team 33's clean SAFEs, each a rewrite that
+    keeps every letter and digit in order (the rule before compared only those): a result's `-` or `.` dropped, a
+    digit or a sign added, its spaces removed (numbers run together); only string arguments written, numbers written
+    as integers, booleans negated, a string argument's quotes, backslashes and slashes lost (only top-level strings
+    were looked for)."""
     report, c = _tool_support(name)
     assert c.status == "fail" and f"unsafe:{reason}" in report.verdict_reasons
     assert any(f.reason == reason for f in c.findings)
@@ -150,3 +171,15 @@ def test_a_call_written_only_before_its_turn_is_dropped() -> None:
     )
     report = audit_model(model, ONLY)
     assert any(f.reason == "drops_tool_calls" for f in report.check("tool_support").findings)
+
+
+def test_a_result_written_only_in_part_when_sent_as_parts_is_a_form_to_avoid() -> None:
+    """A result sent as a list of text parts written as its first part only (red team 33: a clean SAFE; every
+    scenario sends results as text): `tool_forms` plays the first tool scenario again with each result as two
+    parts, and names the form. The bundled Qwen2.5 template writes such a list as Python writes it: both parts are
+    there, garbled, not lost, and nothing is named."""
+    report = audit_model(load("qwen2.5-7b-instruct", chat_template_file=str(DATA / "results_parts_first_only.jinja")))
+    assert report.verdict == "safe" and "avoid:results_as_parts" in report.verdict_reasons
+    assert any(f.scenario.endswith("/parts") for f in report.check("tool_forms").findings)
+    plain = audit_model(load("qwen2.5-7b-instruct"))
+    assert "avoid:results_as_parts" not in plain.verdict_reasons

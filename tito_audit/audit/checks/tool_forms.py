@@ -28,6 +28,7 @@ from tito_audit.audit.context import AuditContext
 from tito_audit.errors import RenderError
 from tito_audit.report.findings import Outcome
 from tito_audit.rollout.payloads import only_later_calls
+from tito_audit.scenarios.shown_values import MARKER, letters
 
 
 def _string_arguments_dropped(ctx: AuditContext, sim: Any, found: Collector) -> None:
@@ -58,11 +59,15 @@ def _long_results_cut(ctx: AuditContext, sim: Any, found: Collector) -> None:
     cut = cut_results(renderer, sim.messages, full, tools)
     if cut:
         i, part = cut[0]
-        missing = "its last characters do not" if part == "end" else "its middle (start and end shown) does not"
+        missing = (
+            "its last characters do not appear"
+            if part == "end"
+            else "its middle (start and end shown) does not appear whole and in order"
+        )
         found.add(
             sim.scenario.id,
             "template",
-            f"tool result (message {i}) is cut: {missing} appear where the model is shown it",
+            f"tool result (message {i}) is cut: {missing} where the model is shown it",
             reason="results_cut",
         )
 
@@ -92,6 +97,52 @@ def _results_without_name(ctx: AuditContext, found: Collector) -> None:
         )
 
 
+def _results_as_parts(ctx: AuditContext, found: Collector) -> None:
+    """The first tool scenario played again with each tool result sent as a list of two text parts (its text, then
+    a marker of its own), as multimodal tool messages come (red team 33: a template that writes a list's first part
+    only was a clean SAFE; every scenario sends results as text). A result whose text or second part is then not in
+    the render, and that is shown as text, is a form to avoid. A template that writes the list as Python writes it
+    shows both (garbled, not lost); one that raises on a list drops nothing silently."""
+    sim = next((s for s in ctx.ok_simulations() if "tool" in s.scenario.tags and _text_results(s.messages)), None)
+    if sim is None:
+        return
+    renderer, tools = ctx.renderer_for(sim.scenario), list(sim.scenario.tools)
+    parted = [
+        {**m, "content": [{"type": "text", "text": m["content"]}, {"type": "text", "text": _second_part(i)}]}
+        if m["role"] == "tool" and isinstance(m.get("content"), str) and m["content"].strip()
+        else m
+        for i, m in enumerate(sim.messages)
+    ]
+    try:
+        full, plain = renderer.render(parted, tools=tools), renderer.render(sim.messages, tools=tools)
+    except RenderError:
+        return
+    found.compared()
+    have, as_text = letters(full), set(dropped_results(renderer, sim.messages, plain, tools))
+    lost = [
+        i
+        for i, m in enumerate(parted)
+        if m is not sim.messages[i]
+        and i not in as_text
+        and not (letters(_second_part(i)) in have and letters(m["content"][0]["text"][:40]) in have)
+    ]
+    if lost:
+        found.add(
+            f"{sim.scenario.id}/parts",
+            "template",
+            f"tool result (message {lost[0]}) sent as a list of text parts is not rendered whole (a part, or all, is missing)",
+            reason="results_as_parts",
+        )
+
+
+def _second_part(i: int) -> str:
+    return f"{MARKER} part two {i:03d}"
+
+
+def _text_results(messages: list[Any]) -> bool:
+    return any(m["role"] == "tool" and isinstance(m.get("content"), str) and m["content"].strip() for m in messages)
+
+
 def _named(messages: list[Any]) -> bool:
     return any(m["role"] == "tool" and m.get("name") for m in messages)
 
@@ -106,10 +157,11 @@ def _named(messages: list[Any]) -> bool:
 Some templates render tool calls in their canonical form but drop them in another one: only when `content` is
 `""` (or text) next to the calls, or every call of a parallel pair but the first; a call's arguments only when they
 are sent as a JSON string (the template reads a mapping); a tool result only when its message has no `name`
-(OpenAI's tool messages carry `tool_call_id` and content). The verdict stands, but rollouts that produce that form
-train on traffic the model never sees: the verdict line names the form to avoid. A template that
-writes each of parallel calls as a turn of its own, closed by the stop (harmony's `<|call|>`), has an engine
-sample them one per turn: a parallel message is a form its rollouts never produce.""",
+(OpenAI's tool messages carry `tool_call_id` and content), or only when it is sent as a list of text parts (a
+multimodal tool message); a long result whose end or middle the template leaves out. The verdict stands, but
+rollouts that produce that form train on traffic the model never sees: the verdict line names the form to avoid. A
+template that writes each of parallel calls as a turn of its own, closed by the stop (harmony's `<|call|>`), has an
+engine sample them one per turn: a parallel message is a form its rollouts never produce.""",
     fix_hint="""
 Avoid the named form in rollouts (send `content` None next to tool calls; one call per assistant turn), or
 patch the template to render it.""",
@@ -150,6 +202,7 @@ def tool_forms(ctx: AuditContext) -> Outcome:
         if "tool" in sim.scenario.tags:
             _long_results_cut(ctx, sim, found)
     _results_without_name(ctx, found)
+    _results_as_parts(ctx, found)
     unique = {f.reason: f for f in reversed(found.findings)}
     found.findings = [f for f in found.findings if unique[f.reason] is f]
     summary = "tool calls render in every form played" if not found.findings else found.findings[0].message

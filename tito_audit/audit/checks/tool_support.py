@@ -38,15 +38,26 @@ from tito_audit.errors import RenderError
 from tito_audit.report.findings import Outcome
 from tito_audit.rollout.call_arguments import arguments_dict
 from tito_audit.scenarios.adapt import call_function, content_text, with_arguments
-from tito_audit.scenarios.shown_values import MARKER, in_place, letters, shown, with_text
+from tito_audit.scenarios.shown_values import MARKER, in_place, leaves_shown, letters, marker_place, shown, with_text
 
 
-def _string_arguments(arguments: object) -> dict[str, str]:
-    """A call's top-level string argument values that hold text (from a dict, or a JSON string of one)."""
+def _argument_values(arguments: object) -> dict[str, Any]:
+    """A call's top-level argument values (from a dict, or a JSON string of one): strings that hold text, and every
+    other value (a number, a boolean, null, an object, an array: red team 33's templates dropped them, or wrote
+    ``0.5`` as ``0`` and ``true`` as ``false``, and were clean SAFEs while only strings were looked for)."""
     parsed = arguments_dict(arguments)
     if parsed is None:  # a string that is not arguments: its text is the one value
         return {"": arguments} if isinstance(arguments, str) and arguments.strip() else {}
-    return {str(k): v for k, v in parsed.items() if isinstance(v, str) and v.strip()}
+    return {str(k): v for k, v in parsed.items() if not isinstance(v, str) or v.strip()}
+
+
+def value_forms(value: Any) -> tuple[str, ...]:
+    """The texts a template may write a value as: a string as it is; anything else as JSON (spaced, compact, with
+    or without ASCII escapes) and as Python writes it (``True``, ``None``, a dict's ``repr``)."""
+    if isinstance(value, str):
+        return (value,)
+    forms = [json.dumps(value), json.dumps(value, ensure_ascii=False), json.dumps(value, separators=(",", ":"))]
+    return tuple(dict.fromkeys([*forms, repr(value), str(value)]))
 
 
 def _written_in_place(
@@ -63,7 +74,11 @@ def _written_in_place(
     marked = {**parsed, key: MARKER} if parsed is not None else MARKER
     calls = list(messages[i]["tool_calls"])
     calls[j] = with_arguments(call, json.dumps(marked) if as_string and key else marked)
-    return in_place(_render(renderer, tools), messages, i, {**messages[i], "tool_calls": calls}, value, full)
+    marked_message = {**messages[i], "tool_calls": calls}
+    if isinstance(value, (dict, list)):  # a mapping or an array: each leaf, in any order and form (``leaves_shown``)
+        place = marker_place(_render(renderer, tools), messages, i, marked_message, full)
+        return place is not None and leaves_shown(value, place)
+    return in_place(_render(renderer, tools), messages, i, marked_message, value_forms(value), full)
 
 
 def _result_in_place(
@@ -210,12 +225,19 @@ def _missing_arguments(
     missing, seen = [], []
     for j, call in enumerate(messages[i].get("tool_calls") or []):
         declared = _declared(tools, call_function(call).get("name"))
-        for k, v in _string_arguments(call_function(call)["arguments"]).items():
+        for k, v in _argument_values(call_function(call)["arguments"]).items():
             if declared is not None and k and k not in declared:
                 continue  # a key the tool does not declare: a template may write the schema's keys only
-            seen.append(v)
-            if not shown(v, turn, seen.count(v)) and not _written_in_place(renderer, messages, i, j, k, full, tools):
-                missing.append(v)
+            if v is None:
+                continue  # a null may be left out: a tool reads an absent key alike
+            # a string, or a mapping or array whole, as it is; a scalar is always looked for in its place (``1`` or
+            # ``true`` is in most turns whatever the template wrote for it)
+            forms = value_forms(v) if isinstance(v, (str, dict, list)) else ()
+            seen.append(forms)
+            if not any(shown(f, turn, seen.count(forms)) for f in forms) and not _written_in_place(
+                renderer, messages, i, j, k, full, tools
+            ):
+                missing.append(v if isinstance(v, str) else json.dumps(v))
     return missing
 
 
