@@ -235,7 +235,7 @@ def _leaves(value: Any, key: str) -> list[tuple[str, Any]]:
     if isinstance(value, dict):
         return [leaf for k, v in value.items() for leaf in _leaves(v, str(k))]
     if isinstance(value, list):
-        return [leaf for v in value for leaf in _leaves(v, key)]
+        return [leaf for v in value for leaf in _leaves(v, "")]  # an array's items, each whole, wherever written
     return [] if value is None else [(key, value)]
 
 

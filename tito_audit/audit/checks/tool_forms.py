@@ -130,7 +130,8 @@ def _results_as_parts(ctx: AuditContext, found: Collector) -> None:
         found.add(
             f"{sim.scenario.id}/parts",
             "template",
-            f"tool result (message {lost[0]}) sent as a list of text parts is not rendered whole (a part, or all, is missing)",
+            f"tool result (message {lost[0]}) sent as a list of text parts is not rendered whole "
+            "(a part, or all, is missing)",
             reason="results_as_parts",
         )
 
