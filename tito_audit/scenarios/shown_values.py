@@ -222,10 +222,10 @@ def marker_place(
 def leaves_shown(value: Any, place: str) -> bool:
     """Every leaf of a mapping or array ``value`` is in ``place`` (escapes undone, ``canonical``): each string, number
     and boolean in a form JSON or Python writes it, a mapping's next to its key (within a few characters of
-    punctuation: ``"score": 0.5``, ``score:0.5``, ``<score>0.5``), in any order (a template may sort the keys and
-    write them unquoted, as Gemma's do). A null may be left out (a template that writes only the keys that hold a
-    value loses nothing a tool reads). ``0.5`` written ``0``, ``true`` written ``false``, a key left out are not
-    shown."""
+    punctuation or markup tokens: ``"score": 0.5``, ``score:0.5``, ``<score>0.5``, ``q:<escape>x``), in any order
+    (a template may sort the keys and write them unquoted, as Gemma's do). A null may be left out (a template that
+    writes only the keys that hold a value loses nothing a tool reads). ``0.5`` written ``0``, ``true`` written
+    ``false``, a key left out are not shown."""
     unescaped = _unescaped(place)
     texts = {canonical(c) for c in (place, html.unescape(place), unescaped, html.unescape(unescaped))}
     return all(any(_leaf_in(key, leaf, text) for text in texts) for key, leaf in _leaves(value, ""))
@@ -246,7 +246,8 @@ def _leaf_in(key: str, leaf: Any, text: str) -> bool:
         body, end = "|".join(re.escape(canonical(f)) for f in {json.dumps(leaf), repr(leaf)}), r"(?![\w.])"
     if not body:
         return True  # an empty string: nothing to lose
-    before = rf"{re.escape(canonical(key))}[\W_]{{0,12}}" if key else r"(?<![\w.])"
+    # between a key and its value: punctuation, or a markup token a template wraps strings in (``<escape>``)
+    before = rf"{re.escape(canonical(key))}(?:[\W_]|<[^<>\s]{{1,16}}>){{0,12}}" if key else r"(?<![\w.])"
     return re.search(f"{before}(?:{body}){end}", text) is not None
 
 
