@@ -97,9 +97,7 @@ def faithful(value: str, place: str) -> bool:
     want = canonical(value)
     if not want:
         return False
-    unescaped = _unescaped(place)
-    candidates = {place, html.unescape(place), unescaped, html.unescape(unescaped), _unescaped(html.unescape(place))}
-    return any(want in canonical(c) for c in candidates)
+    return any(want in text for text in _decoded(place) | {canonical(_unescaped(html.unescape(place)))})
 
 
 def canonical(text: str) -> str:
@@ -113,6 +111,13 @@ def canonical(text: str) -> str:
 _LOOSE_SPACE = re.compile(r" (?=[\W_])|(?<=[\W_]) ")  # a space beside punctuation (after squeezing: one space)
 _ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|x[0-9a-fA-F]{2}|[nrtbf\"'\\/])")
 _ESCAPED = {"n": "\n", "r": "\r", "t": "\t", "b": "\b", "f": "\f"}
+
+
+def _decoded(place: str) -> set[str]:
+    """``place`` as it is and with a serializer's escapes undone (HTML's entities, JSON's and Python's backslash
+    escapes, both), each ``canonical``: the texts ``faithful`` and ``leaves_shown`` look a value up in."""
+    unescaped = _unescaped(place)
+    return {canonical(c) for c in (place, html.unescape(place), unescaped, html.unescape(unescaped))}
 
 
 def _unescaped(text: str) -> str:
@@ -226,8 +231,7 @@ def leaves_shown(value: Any, place: str) -> bool:
     (a template may sort the keys and write them unquoted, as Gemma's do). A null may be left out (a template that
     writes only the keys that hold a value loses nothing a tool reads). ``0.5`` written ``0``, ``true`` written
     ``false``, a key left out are not shown."""
-    unescaped = _unescaped(place)
-    texts = {canonical(c) for c in (place, html.unescape(place), unescaped, html.unescape(unescaped))}
+    texts = _decoded(place)
     return all(any(_leaf_in(key, leaf, text) for text in texts) for key, leaf in _leaves(value, ""))
 
 

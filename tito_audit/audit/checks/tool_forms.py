@@ -103,29 +103,37 @@ def _results_as_parts(ctx: AuditContext, found: Collector) -> None:
     only was a clean SAFE; every scenario sends results as text). A result whose text or second part is then not in
     the render, and that is shown as text, is a form to avoid. A template that writes the list as Python writes it
     shows both (garbled, not lost); one that raises on a list drops nothing silently."""
-    sim = next((s for s in ctx.ok_simulations() if "tool" in s.scenario.tags and _text_results(s.messages)), None)
+    sim = next(
+        (s for s in ctx.ok_simulations() if "tool" in s.scenario.tags and any(map(_text_result, s.messages))), None
+    )
     if sim is None:
         return
     renderer, tools = ctx.renderer_for(sim.scenario), list(sim.scenario.tools)
     parted = [
         {**m, "content": [{"type": "text", "text": m["content"]}, {"type": "text", "text": _second_part(i)}]}
-        if m["role"] == "tool" and isinstance(m.get("content"), str) and m["content"].strip()
+        if _text_result(m)
         else m
         for i, m in enumerate(sim.messages)
     ]
     try:
-        full, plain = renderer.render(parted, tools=tools), renderer.render(sim.messages, tools=tools)
+        full = renderer.render(parted, tools=tools)
     except RenderError:
         return
     found.compared()
-    have, as_text = letters(full), set(dropped_results(renderer, sim.messages, plain, tools))
+    have = letters(full)
     lost = [
         i
         for i, m in enumerate(parted)
         if m is not sim.messages[i]
-        and i not in as_text
         and not (letters(_second_part(i)) in have and letters(m["content"][0]["text"][:40]) in have)
     ]
+    if lost:  # only what is shown as text is a form's loss: the drops of the text form are tool_support's
+        try:
+            plain = renderer.render(sim.messages, tools=tools)
+        except RenderError:
+            return
+        as_text = set(dropped_results(renderer, sim.messages, plain, tools))
+        lost = [i for i in lost if i not in as_text]
     if lost:
         found.add(
             f"{sim.scenario.id}/parts",
@@ -140,8 +148,8 @@ def _second_part(i: int) -> str:
     return f"{MARKER} part two {i:03d}"
 
 
-def _text_results(messages: list[Any]) -> bool:
-    return any(m["role"] == "tool" and isinstance(m.get("content"), str) and m["content"].strip() for m in messages)
+def _text_result(message: Any) -> bool:
+    return bool(message["role"] == "tool" and isinstance(message.get("content"), str) and message["content"].strip())
 
 
 def _named(messages: list[Any]) -> bool:
