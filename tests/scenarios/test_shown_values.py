@@ -115,6 +115,7 @@ def test_faithful_undoes_forms_and_sees_rewrites() -> None:
     forms = [
         value.upper(),
         json.dumps(value)[1:-1],
+        json.dumps(json.dumps({"v": value}))[1:-1],  # arguments sent as a JSON string, serialized again
         repr(value)[1:-1],
         html.escape(value),
         value.replace(", ", " ,  ").replace("\n", " "),

@@ -115,9 +115,11 @@ _ESCAPED = {"n": "\n", "r": "\r", "t": "\t", "b": "\b", "f": "\f"}
 
 def _decoded(place: str) -> set[str]:
     """``place`` as it is and with a serializer's escapes undone (HTML's entities, JSON's and Python's backslash
-    escapes, both), each ``canonical``: the texts ``faithful`` and ``leaves_shown`` look a value up in."""
+    escapes, both; backslash escapes twice: arguments sent as a JSON string that the template serializes again),
+    each ``canonical``: the texts ``faithful`` and ``leaves_shown`` look a value up in."""
     unescaped = _unescaped(place)
-    return {canonical(c) for c in (place, html.unescape(place), unescaped, html.unescape(unescaped))}
+    twice = _unescaped(unescaped)
+    return {canonical(c) for c in (place, html.unescape(place), unescaped, html.unescape(unescaped), twice)}
 
 
 def _unescaped(text: str) -> str:

@@ -201,24 +201,28 @@ def string_form(sim: Any, shapes: Any) -> bool:
 
 
 def missing_arguments(sim: Any, renderer: Any, full: str, tools: Any) -> list[tuple[int, str]]:
-    """Per assistant message of ``sim`` whose calls render, the first string argument value not rendered
-    (``_missing_arguments``): in the message's own turn as sampled (``full``: the whole render, where no turn was
-    sampled for it)."""
+    """Per assistant message of ``sim`` whose calls render, the first argument value not rendered
+    (``_missing_arguments``): in the message's own turn as sampled, and its place in the render that ends with it
+    (``full``: the whole render, where no turn was sampled for it). A value history writes otherwise is
+    ``history_rewrite``'s finding, not a drop: the buffer keeps the sampled call."""
     out = []
     for i, m in enumerate(sim.messages):  # as played (adapted), so that indices match the turns
         if not m.get("tool_calls") or any(t.tool_calls_dropped for t in sim.turns if t.index == i):
             continue
-        own = next((t.completion_text for t in sim.turns if t.index == i), full)  # the turn as sampled
-        missing = _missing_arguments(renderer, sim.messages, i, own, full, tools)
+        sampled = next((t.completion_text for t in sim.turns if t.index == i), None)  # the turn as sampled
+        if sampled is None:
+            missing = _missing_arguments(renderer, sim.messages, i, full, full, tools)
+        else:  # its place is looked for where the message is last, as sampled: history is history_rewrite's
+            missing = _missing_arguments(renderer, sim.messages[: i + 1], i, sampled, None, tools)
         if missing:
             out.append((i, missing[0]))
     return out
 
 
 def _missing_arguments(
-    renderer: Any, messages: list[dict[str, Any]], i: int, turn: str, full: str, tools: Any
+    renderer: Any, messages: list[dict[str, Any]], i: int, turn: str, full: str | None, tools: Any
 ) -> list[str]:
-    """The string argument values of message ``i``'s calls not rendered in its turn ``turn`` (the k-th of k equal
+    """The argument values of message ``i``'s calls not rendered in its turn ``turn`` (the k-th of k equal
     values needs k copies: a parallel call written ``{}`` is not shown by its sibling's copy, nor a later call's by
     the user's words) nor in a form of the template's own (``_written_in_place``). A key the call's tool does not
     declare is not looked for: a template that writes the schema's keys only drops no declared traffic."""
@@ -234,9 +238,14 @@ def _missing_arguments(
             # ``true`` is in most turns whatever the template wrote for it)
             forms = value_forms(v) if isinstance(v, (str, dict, list)) else ()
             seen.append(forms)
-            if not any(shown(f, turn, seen.count(forms)) for f in forms) and not _written_in_place(
-                renderer, messages, i, j, k, full, tools
-            ):
+            if any(shown(f, turn, seen.count(forms)) for f in forms):
+                continue
+            if full is None:  # rendered once, and only when a value must be looked for in its place
+                try:
+                    full = renderer.render(messages, tools=tools)
+                except RenderError:
+                    full = ""
+            if not _written_in_place(renderer, messages, i, j, k, full, tools):
                 missing.append(v if isinstance(v, str) else json.dumps(v))
     return missing
 
