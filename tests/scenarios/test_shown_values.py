@@ -14,6 +14,7 @@ from tito_audit.scenarios.shown_values import (
     fold,
     in_order,
     in_place,
+    leaves_shown,
     letters,
     mostly_in_order,
     shown,
@@ -127,3 +128,14 @@ def test_faithful_undoes_forms_and_sees_rewrites() -> None:
     for rewrite in ("-", ""), (".", ""), ("12 7", "127"), ("5 C", "50 C"), ('"', ""), ("cold ", "cold +"):
         assert not faithful(value, value.replace(*rewrite)), rewrite
     assert not faithful("", value)
+
+
+def test_leaves_shown_counts_repeats_by_type() -> None:
+    """Each leaf held k times must be written k times (red team 44: ``|unique`` on an array was a clean SAFE), and
+    ``1`` is not ``true`` (Python's ``1 == True`` must not merge them)."""
+    tags = ["Paris", "Paris", "Lyon"]
+    assert leaves_shown(tags, json.dumps(tags)) and not leaves_shown(tags, '["Paris", "Lyon"]')
+    assert leaves_shown([6, 6, 2], "[6, 6, 2]") and not leaves_shown([6, 6, 2], "[6, 2]")
+    assert leaves_shown([1, True], "[1, true]") and not leaves_shown([1, True], "[1, 1]")
+    nested = {"a": 1, "b": {"a": 1}}
+    assert leaves_shown(nested, json.dumps(nested)) and not leaves_shown(nested, '{"a": 1, "b": {}}')

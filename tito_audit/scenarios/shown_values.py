@@ -36,6 +36,9 @@ from tito_audit.rollout.tokens import common_prefix_len
 from tito_audit.scenarios.adapt import call_function
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")  # a terminal's control sequences (colours, cursor moves)
+# characters nobody reads: control characters that are not whitespace (a bell, a backspace) and invisible format
+# characters (a byte order mark, zero-width spaces and joiners, direction marks, a soft hyphen)
+_INVISIBLE = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
 _NOT_ALNUM = re.compile(r"[\W_]+")  # what ``str.isalnum`` rejects: ``\w`` is alnum or ``_`` (every code point)
 MARKER = "Zq9argument"  # alphanumeric: every serialization writes it as it is, in some letter case
 _MARKER = re.compile(re.escape(MARKER), re.IGNORECASE)
@@ -101,10 +104,11 @@ def faithful(value: str, place: str) -> bool:
 
 
 def canonical(text: str) -> str:
-    """``text`` folded (``fold``), terminal escape sequences left out, every run of whitespace written as one space
-    and a space kept only between two letters or digits: what every form of a value a template may write keeps,
-    spacing that separates words or numbers included (``12 5`` is not ``125``)."""
-    squeezed = " ".join(fold(_ANSI.sub("", text)).split())
+    """``text`` folded (``fold``), terminal escape sequences and characters nobody reads left out (a byte order
+    mark, a bell, a zero-width space), every run of whitespace written as one space and a space kept only between
+    two letters or digits: what every form of a value a template may write keeps, spacing that separates words or
+    numbers included (``12 5`` is not ``125``)."""
+    squeezed = " ".join(_INVISIBLE.sub("", fold(_ANSI.sub("", text))).split())
     return _LOOSE_SPACE.sub("", squeezed)
 
 
@@ -232,9 +236,12 @@ def leaves_shown(value: Any, place: str) -> bool:
     punctuation or markup tokens: ``"score": 0.5``, ``score:0.5``, ``<score>0.5``, ``q:<escape>x``), in any order
     (a template may sort the keys and write them unquoted, as Gemma's do). A null may be left out (a template that
     writes only the keys that hold a value loses nothing a tool reads). ``0.5`` written ``0``, ``true`` written
-    ``false``, a key left out are not shown."""
+    ``false``, a key left out are not shown; nor is a leaf held k times written fewer (red team 44: an array's
+    repeats dropped, ``|unique``)."""
     texts = _decoded(place)
-    return all(any(_leaf_in(key, leaf, text) for text in texts) for key, leaf in _leaves(value, ""))
+    leaves = {(key, json.dumps(leaf)): leaf for key, leaf in _leaves(value, "")}  # by type: ``1`` is not ``true``
+    times = Counter((key, json.dumps(leaf)) for key, leaf in _leaves(value, ""))
+    return all(any(_leaf_in(k[0], leaves[k], text, n) for text in texts) for k, n in times.items())
 
 
 def _leaves(value: Any, key: str) -> list[tuple[str, Any]]:
@@ -245,16 +252,21 @@ def _leaves(value: Any, key: str) -> list[tuple[str, Any]]:
     return [] if value is None else [(key, value)]
 
 
-def _leaf_in(key: str, leaf: Any, text: str) -> bool:
+def _leaf_in(key: str, leaf: Any, text: str, times: int = 1) -> bool:
     if isinstance(leaf, str):
         body, end = re.escape(canonical(leaf)), ""
     else:  # a number or a boolean: whole, not the start of a longer one (``10`` is not in ``100``)
-        body, end = "|".join(re.escape(canonical(f)) for f in {json.dumps(leaf), repr(leaf)}), r"(?![\w.])"
+        forms = {json.dumps(leaf), repr(leaf)}
+        if isinstance(leaf, float) and leaf.is_integer() and abs(leaf) < 2**53:  # ``21.0`` is JSON's ``21``
+            forms.add(str(int(leaf)))
+        body, end = "|".join(re.escape(canonical(f)) for f in sorted(forms)), r"(?![\w.])"
     if not body:
         return True  # an empty string: nothing to lose
     # between a key and its value: punctuation, or a markup token a template wraps strings in (``<escape>``)
     before = rf"{re.escape(canonical(key))}(?:[\W_]|<[^<>\s]{{1,16}}>){{0,12}}" if key else r"(?<![\w.])"
-    return re.search(f"{before}(?:{body}){end}", text) is not None
+    if times == 1:
+        return re.search(f"{before}(?:{body}){end}", text) is not None
+    return len(re.findall(f"{before}(?:{body}){end}", text)) >= times
 
 
 def name_in_place(

@@ -31,3 +31,12 @@ def assert_clean_safe(report) -> None:  # type: ignore[no-untyped-def]
     assert report.verdict == "safe" and not report.scenarios.get("not_probed"), report.verdict_reasons
     search = report.scenarios["search"]
     assert search["drawn"] == search["budget"] and search["counterexamples"] == []
+
+
+def assert_lost(report, reason: str) -> None:  # type: ignore[no-untyped-def]
+    """A change made on every turn alike that loses what the model must see (red team 44): no render departs from
+    another, so the search's only counterexample is a ``lost`` one, and ``tool_support`` makes the verdict UNSAFE
+    with ``reason``."""
+    assert report.verdict == "unsafe" and reason in report.verdict_reasons, report.verdict_reasons
+    found = report.scenarios["search"]["counterexamples"]
+    assert [c["kind"] for c in found] == ["lost"], found

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.audit.search.qwen_rewrites import MODEL, assert_clean_safe, sampled_call_rewritten
+from tests.audit.search.qwen_rewrites import MODEL, assert_clean_safe, assert_lost, sampled_call_rewritten
 from tests.conftest import DATA, audit_of
 
 DIGITS = DATA / "search" / "digits"
@@ -27,6 +27,13 @@ def test_arguments_dropped_for_digits_in_history_are_unsafe(where: str) -> None:
     assert any(c.isdigit() for c in names), call
 
 
-@pytest.mark.parametrize("where", ["name", "key"])
-def test_the_same_rewrite_on_every_turn_is_a_clean_safe(where: str) -> None:
-    assert_clean_safe(audit_of(MODEL, DIGITS / f"control_arguments_dropped_for_a_{where}_with_digits_everywhere.jinja"))
+def test_the_same_rewrite_on_every_turn_breaks_no_render_but_loses_the_arguments() -> None:
+    """Arguments dropped on every turn for a name with digits: buffer + delta and the re-render hold, but the model
+    never sees them (red team 44: a clean SAFE until the search read lost values)."""
+    report = audit_of(MODEL, DIGITS / "control_arguments_dropped_for_a_name_with_digits_everywhere.jinja")
+    assert_lost(report, "unsafe:drops_arguments")
+
+
+def test_a_key_the_tool_does_not_declare_dropped_on_every_turn_is_a_clean_safe() -> None:
+    """A key with digits dropped on every turn: no tool declares it (a template may write the schema's keys only)."""
+    assert_clean_safe(audit_of(MODEL, DIGITS / "control_arguments_dropped_for_a_key_with_digits_everywhere.jinja"))

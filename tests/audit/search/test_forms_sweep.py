@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from tests.audit.search.qwen_rewrites import MODEL, assert_clean_safe
+from tests.audit.search.qwen_rewrites import MODEL, assert_clean_safe, assert_lost
 from tests.conftest import DATA, audit_of
 from tito_audit.audit.search.accepted import held
 
@@ -77,11 +77,16 @@ def test_invisible_characters_removed_from_earlier_output_are_found() -> None:
         "control_audio_as_a_placeholder_everywhere",
         "control_answer_parts_joined_by_lines_everywhere",
         "control_error_details_cut_everywhere",
-        "control_error_object_replaced_everywhere",
     ],
 )
 def test_the_same_form_rewrite_on_every_turn_is_a_clean_safe(name: str) -> None:
     assert_clean_safe(audit_of(MODEL, FORMS / f"{name}.jinja"))
+
+
+def test_an_error_object_replaced_on_every_turn_breaks_no_render_but_loses_the_result() -> None:
+    """A JSON error object replaced by a generic one on every turn: no render departs from another, but the model
+    never sees the error (its code, its message): a lost result (red team 44's reading)."""
+    assert_lost(audit_of(MODEL, FORMS / "control_error_object_replaced_everywhere.jinja"), "unsafe:drops_tool_results")
 
 
 def test_a_template_that_refuses_the_forms_names_nothing_for_them() -> None:

@@ -62,14 +62,14 @@ def test_a_call_rewritten_for_a_capital_in_its_name_and_an_email_together_is_fou
 
 def test_on_a_tito_required_template_the_pair_that_breaks_buffer_and_delta_is_found() -> None:
     """The same call rewrite on a template that also trims earlier answers (TITO-REQUIRED by the scenarios): the
-    search looks for buffer + delta breaks only, and the screen compares the sampled call with the prompt after its
-    result's append. TITO-REQUIRED on 532d25a, where the screen ran for SAFE verdicts only: buffer + delta was called
-    exact."""
+    search looks for buffer + delta breaks and lost values only, and the screen compares the sampled call with the
+    prompt after its result's append. TITO-REQUIRED on 532d25a, where the screen ran for SAFE verdicts only: buffer +
+    delta was called exact."""
     name = "camel_name_email_argument_on_a_trimming_template.jinja"
     assert audit_of(MODEL, PAIRS / name, search=0).verdict == "tito-required"
     report = audit_of(MODEL, PAIRS / name)
     assert report.verdict == "unsafe" and "unsafe:rewrites_on_tool_append" in report.verdict_reasons
-    assert report.scenarios["search"]["looked_for"] == ["append"]
+    assert report.scenarios["search"]["looked_for"] == ["append", "lost"]  # what makes the verdict unsafe
     calls = [c["function"] for m in _messages(report, "append") for c in m.get("tool_calls") or []]
     assert any("@" in str(v) for v in calls[0]["arguments"].values()), calls
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.audit.search.qwen_rewrites import assert_clean_safe
+from tests.audit.search.qwen_rewrites import assert_clean_safe, assert_lost
 from tests.audit.search.qwen_rewrites import audited as qwen_rewrite
 from tests.conftest import DATA
 
@@ -122,17 +122,13 @@ def test_a_rewrite_keyed_on_a_printed_format_is_found(name: str, verdict: str) -
     "name",
     [
         "csv_export_cut_always",
-        "commit_hash_shortened_always",
         "length_forty_always",
         "first_line_read_always",
-        "listing_counted_always",
-        "python_words_by_pairs_always",
         "system_reminder_stripped_always",
         # red team 28
         "calls_grouped_by_tool_always",
         "undeclared_keys_dropped_always",
         "numeric_result_formatted_always",
-        "secret_withheld_always",
         "clear_read_history_kept_always",
         "call_marked_approved_always",
         # red team 29
@@ -145,3 +141,16 @@ def test_a_rewrite_keyed_on_a_printed_format_is_found(name: str, verdict: str) -
 )
 def test_the_same_change_on_every_turn_is_a_clean_safe(name: str) -> None:
     assert_clean_safe(audited(name))
+
+
+def test_a_commit_hash_shortened_on_every_turn_breaks_no_render_but_loses_the_result() -> None:
+    """Every commit hash in a result written as its first seven characters, on every turn: no render departs from
+    another, but the model never sees the hash it would pass on (red team 44's reading of lost values)."""
+    assert_lost(audited("commit_hash_shortened_always"), "unsafe:drops_tool_results")
+
+
+@pytest.mark.parametrize("name", ["listing_counted_always", "python_words_by_pairs_always", "secret_withheld_always"])
+def test_the_same_change_on_every_turn_that_hides_a_result_is_unsafe(name: str) -> None:
+    """A listing written as its count, a tool's ``no`` written ``false``, an API key withheld, on every turn alike:
+    no render departs from another, but the model never sees what the tool returned (red team 44's reading)."""
+    assert_lost(audited(name), "unsafe:drops_tool_results")

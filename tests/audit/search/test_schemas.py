@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.audit.search.qwen_rewrites import MODEL, assert_clean_safe, sampled_call_rewritten
+from tests.audit.search.qwen_rewrites import MODEL, assert_clean_safe, assert_lost, sampled_call_rewritten
 from tests.conftest import DATA, audit_of
 from tito_audit.audit.search.schemas import SCHEMA_TOOLS, sweep_schemas
 from tito_audit.audit.search.space import SearchSpace
@@ -45,9 +45,26 @@ def test_a_call_rewritten_by_its_tools_schema_in_history_is_unsafe(name: str) ->
     assert call["name"] in {t["function"]["name"] for t in SCHEMA_TOOLS}, call
 
 
-@pytest.mark.parametrize("name", [n.replace("_in_history", "_everywhere") for n in CALL_REWRITES])
+# on every turn alike, a password redacted and a private key left out are never seen by the model (red team 44's
+# reading of lost values); the others lose nothing a tool reads (a default, a null) or only reorder and respell
+LOST_EVERYWHERE = ("private_keys_dropped_everywhere", "secrets_redacted_everywhere")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        n.replace("_in_history", "_everywhere")
+        for n in CALL_REWRITES
+        if n.replace("_in_history", "_everywhere") not in LOST_EVERYWHERE
+    ],
+)
 def test_the_same_schema_rewrite_on_every_turn_is_a_clean_safe(name: str) -> None:
     assert_clean_safe(audit_of(MODEL, SCHEMAS / f"control_{name}.jinja"))
+
+
+@pytest.mark.parametrize("name", LOST_EVERYWHERE)
+def test_the_same_schema_rewrite_on_every_turn_that_hides_a_value_is_unsafe(name: str) -> None:
+    assert_lost(audit_of(MODEL, SCHEMAS / f"control_{name}.jinja"), "unsafe:drops_arguments")
 
 
 def test_reasoning_dropped_where_the_system_prompt_says_brief_is_found() -> None:

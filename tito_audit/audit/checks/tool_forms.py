@@ -86,8 +86,9 @@ def _results_without_name(ctx: AuditContext, found: Collector) -> None:
     except RenderError:
         return  # a template that needs the name raises without it: nothing is dropped silently
     found.compared()
-    named = set(dropped_results(renderer, sim.messages, plain, tools))
-    without = set(dropped_results(renderer, nameless, full, tools)) - named
+    without = set(dropped_results(renderer, nameless, full, tools))
+    if without:  # those dropped with the name too are tool_support's: read only when a result is lost
+        without -= set(dropped_results(renderer, sim.messages, plain, tools))
     if without:
         found.add(
             f"{sim.scenario.id}/no_name",

@@ -28,7 +28,8 @@ rejected by both (transformers drops a None ``content`` key, and their templates
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from tito_audit.audit.checks.base import check
@@ -53,10 +54,13 @@ def _argument_values(arguments: object) -> dict[str, Any]:
 
 def value_forms(value: Any) -> tuple[str, ...]:
     """The texts a template may write a value as: a string as it is; anything else as JSON (spaced, compact, with
-    or without ASCII escapes) and as Python writes it (``True``, ``None``, a dict's ``repr``)."""
+    or without ASCII escapes) and as Python writes it (``True``, ``None``, a dict's ``repr``); a whole float also
+    as an integer (JSON has one number type: ``21.0`` and ``21`` are one value to a parser)."""
     if isinstance(value, str):
         return (value,)
     forms = [json.dumps(value), json.dumps(value, ensure_ascii=False), json.dumps(value, separators=(",", ":"))]
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:  # ``21.0`` is JSON's ``21``
+        forms.append(str(int(value)))
     return tuple(dict.fromkeys([*forms, repr(value), str(value)]))
 
 
@@ -200,45 +204,71 @@ def string_form(sim: Any, shapes: Any) -> bool:
     return bool(sim.scenario.id.endswith("/args_string") and shapes.arguments == "dict")
 
 
-def missing_arguments(sim: Any, renderer: Any, full: str, tools: Any) -> list[tuple[int, str]]:
+def missing_arguments(
+    sim: Any, renderer: Any, full: str, tools: Any, screen: bool = False, only_mappings: bool = False
+) -> list[tuple[int, str]]:
     """Per assistant message of ``sim`` whose calls render, the first argument value not rendered
     (``_missing_arguments``): in the message's own turn as sampled, and its place in the render that ends with it
     (``full``: the whole render, where no turn was sampled for it). A value history writes otherwise is
-    ``history_rewrite``'s finding, not a drop: the buffer keeps the sampled call."""
+    ``history_rewrite``'s finding, not a drop: the buffer keeps the sampled call. ``screen``: see
+    ``_missing_arguments`` (nor is a turn right after another assistant message read: ``lost_values``);
+    ``only_mappings``: calls whose arguments are a JSON string are not read."""
     out = []
     for i, m in enumerate(sim.messages):  # as played (adapted), so that indices match the turns
         if not m.get("tool_calls") or any(t.tool_calls_dropped for t in sim.turns if t.index == i):
             continue
+        if screen and _after_assistant(sim.messages, i):
+            continue  # the search's reading: a turn read off the render of two assistant messages (``lost_values``)
         sampled = next((t.completion_text for t in sim.turns if t.index == i), None)  # the turn as sampled
         if sampled is None:
-            missing = _missing_arguments(renderer, sim.messages, i, full, full, tools)
+            missing = _missing_arguments(renderer, sim.messages, i, full, full, tools, screen, only_mappings)
         else:  # its place is looked for where the message is last, as sampled: history is history_rewrite's
-            missing = _missing_arguments(renderer, sim.messages[: i + 1], i, sampled, None, tools)
+            missing = _missing_arguments(
+                renderer, sim.messages[: i + 1], i, sampled, None, tools, screen, only_mappings
+            )
         if missing:
             out.append((i, missing[0]))
     return out
 
 
 def _missing_arguments(
-    renderer: Any, messages: list[dict[str, Any]], i: int, turn: str, full: str | None, tools: Any
+    renderer: Any,
+    messages: list[dict[str, Any]],
+    i: int,
+    turn: str,
+    full: str | None,
+    tools: Any,
+    screen: bool = False,
+    only_mappings: bool = False,
 ) -> list[str]:
     """The argument values of message ``i``'s calls not rendered in its turn ``turn`` (the k-th of k equal
     values needs k copies: a parallel call written ``{}`` is not shown by its sibling's copy, nor a later call's by
     the user's words) nor in a form of the template's own (``_written_in_place``). A key the call's tool does not
-    declare is not looked for: a template that writes the schema's keys only drops no declared traffic."""
+    declare is not looked for: a template that writes the schema's keys only drops no declared traffic; nor is a
+    null, or the value the schema declares as its ``default`` (a template may leave out what the tool assumes).
+
+    ``screen`` (the counterexample search's reading of each conversation it plays): a number or a boolean found
+    whole in the turn as often as the call holds it, and a mapping or an array whose every leaf the turn holds, are
+    taken as shown without rendering their place. That may miss a value rewritten into one the turn holds anyway
+    (a miss of the search, not a wrong answer: what it calls missing is what the check, which renders every
+    place, calls missing)."""
     missing, seen = [], []
     for j, call in enumerate(messages[i].get("tool_calls") or []):
         declared = _declared(tools, call_function(call).get("name"))
+        if only_mappings and isinstance(call_function(call)["arguments"], str):
+            continue  # sent as a JSON string where the template is played with mappings: a form, tool_forms'
         for k, v in _argument_values(call_function(call)["arguments"]).items():
             if declared is not None and k and k not in declared:
                 continue  # a key the tool does not declare: a template may write the schema's keys only
-            if v is None:
-                continue  # a null may be left out: a tool reads an absent key alike
+            if v is None or (declared is not None and k in declared and _is_default(declared[k], v)):
+                continue  # a null, or the schema's default, may be left out: a tool reads an absent key alike
             # a string, or a mapping or array whole, as it is; a scalar is always looked for in its place (``1`` or
             # ``true`` is in most turns whatever the template wrote for it)
             forms = value_forms(v) if isinstance(v, (str, dict, list)) else ()
-            seen.append(forms)
+            seen.append(forms or ("", json.dumps(v)))  # a scalar counted apart from a string of its text
             if any(shown(f, turn, seen.count(forms)) for f in forms):
+                continue
+            if screen and _screened(v, turn, seen.count(seen[-1])):
                 continue
             if full is None:  # rendered once, and only when a value must be looked for in its place
                 try:
@@ -250,15 +280,30 @@ def _missing_arguments(
     return missing
 
 
-def _declared(tools: Any, name: Any) -> set[str] | None:
-    """The argument names tool ``name`` declares (its ``parameters.properties``), or None where the tools do not
-    say (no such tool, no schema)."""
+def _screened(value: Any, turn: str, times: int) -> bool:
+    """``value`` (not a string) is in ``turn`` at a glance: a scalar as JSON or Python writes it, whole (not part of
+    a longer number or word), ``times`` times; a mapping or an array, every leaf (``leaves_shown``)."""
+    if isinstance(value, (dict, list)):
+        return leaves_shown(value, turn)
+    return any(
+        len(re.findall(rf"(?<![\w.]){re.escape(form)}(?![\w]|\.\d)", turn)) >= times for form in value_forms(value)
+    )
+
+
+def _declared(tools: Any, name: Any) -> dict[str, Any] | None:
+    """The arguments tool ``name`` declares (its ``parameters.properties``: name → schema), or None where the
+    tools do not say (no such tool, no schema)."""
     for tool in tools or []:
         fn = tool.get("function", tool) if isinstance(tool, dict) else None
         if isinstance(fn, dict) and fn.get("name") == name:
             properties = (fn.get("parameters") or {}).get("properties")
-            return set(properties) if isinstance(properties, dict) else None
+            return properties if isinstance(properties, dict) else None
     return None
+
+
+def _is_default(schema: Any, value: Any) -> bool:
+    """``value`` is the ``default`` its schema declares, of the same JSON type (``1`` is not ``true``)."""
+    return isinstance(schema, dict) and "default" in schema and json.dumps(schema["default"]) == json.dumps(value)
 
 
 def call_form(message: dict[str, Any], dropped: list[int], canonical_content: str | None = None) -> str | None:
@@ -313,38 +358,94 @@ def tool_support(ctx: AuditContext) -> Outcome:
     for sim in ctx.ok_simulations():
         if "tool" not in sim.scenario.tags:
             continue
-        for turn in sim.turns:
-            form = call_form(sim.messages[turn.index], turn.dropped_calls, shapes.canonical_content)
-            if turn.tool_calls_dropped and form is None:
-                found.add(sim.scenario.id, "template", dropped_message(sim.messages, turn), reason="drops_tool_calls")
-        renderer, tools = ctx.renderer_for(sim.scenario), list(sim.scenario.tools)
         try:
-            full = renderer.render(sim.messages, tools=tools)
+            for category, message, reason in lost_values(ctx, sim):
+                found.add(sim.scenario.id, category, message, reason=reason)
         except RenderError as err:
             found.failed(sim.scenario.id, err)
             continue
         found.compared()
-        for i in dropped_results(renderer, sim.messages, full, tools):
-            found.add(
-                sim.scenario.id,
-                "template",
-                f"tool result (message {i}) does not appear in the rendering",
-                reason="drops_tool_results",
-            )
-        if string_form(sim, shapes):  # a drop confined to arguments sent as a JSON string: tool_forms'
-            continue
-        for i, missing in missing_arguments(sim, renderer, full, tools):
-            found.add(
-                sim.scenario.id,
-                "serialization",
-                f"argument value {missing!r} of message {i} is not rendered",
-                reason="drops_arguments",
-            )
     # One finding per message is enough to act on; keep the report readable.
     unique = {f.message: f for f in reversed(found.findings)}
     found.findings = [f for f in found.findings if unique[f.message] is f]
     summary = "tool calls, results and arguments render" if not found.findings else found.findings[0].message
     return found.outcome(summary, "no tool conversation renders")
+
+
+def lost_values(ctx: AuditContext, sim: Any, screen: bool = False) -> Iterator[tuple[str, str, str]]:
+    """What of ``sim``'s tool traffic the template does not render where the model is shown it, as findings
+    (category, message, reason), lazily: a call dropped in its canonical form, a tool result not in the prompt
+    after its block, an argument value not in its own turn. The check's reading of every scenario, and the
+    counterexample search's of every conversation it plays (``search.property``: a value only a drawn
+    conversation sends, lost in every turn alike, breaks no render against another). Raises ``RenderError``
+    where the whole conversation does not render.
+
+    ``screen``: the search's reading. It judges the canonical forms only, as the catalogue's scenarios send them: a
+    result sent as text, lost with its tool's name too (not parts, an object or an image, nor a result shown only
+    with a name: a template may write those otherwise on every turn, ``tool_forms``' concern) and not merely
+    reordered (each of its lines in its prompt: ``tool_forms``' ``results_cut``); a call's arguments as a mapping
+    where the template is played with mappings (not as a JSON string); a call turn sampled after a user turn or
+    results (not one right after another assistant message, whose turn is read off the render of both: a rewrite of
+    the first is ``history_rewrite``'s). It takes a value at a glance where it can (``_missing_arguments``)."""
+    shapes = ctx.shapes
+    for turn in sim.turns:
+        if screen and _after_assistant(sim.messages, turn.index):
+            continue
+        form = call_form(sim.messages[turn.index], turn.dropped_calls, shapes.canonical_content)
+        if turn.tool_calls_dropped and form is None:
+            yield "template", dropped_message(sim.messages, turn), "drops_tool_calls"
+    renderer, tools = ctx.renderer_for(sim.scenario), list(sim.scenario.tools)
+    full = renderer.render(sim.messages, tools=tools)
+    for i in dropped_results(renderer, sim.messages, full, tools):
+        if screen and not _canonical_result(renderer, sim.messages, i, tools):
+            continue
+        yield "template", f"tool result (message {i}) does not appear in the rendering", "drops_tool_results"
+    if string_form(sim, shapes):  # a drop confined to arguments sent as a JSON string: tool_forms'
+        return
+    only_mappings = screen and shapes.arguments == "dict"
+    for i, missing in missing_arguments(sim, renderer, full, tools, screen, only_mappings):
+        yield "serialization", f"argument value {missing!r} of message {i} is not rendered", "drops_arguments"
+
+
+def _canonical_result(renderer: Any, messages: list[dict[str, Any]], i: int, tools: Any) -> bool:
+    """Dropped tool result ``i`` is lost as the catalogue sends one: as text, and, sent by its call's id alone,
+    lost with its tool's name given too; and not shown merely reordered (some line of it is not in the prompt the
+    loop renders once its block is appended)."""
+    message = messages[i]
+    if not isinstance(message.get("content"), str):
+        return False
+    if not message.get("name"):
+        named = _named_result(messages, i)
+        if named is None:
+            return False
+        try:
+            if i not in dropped_results(renderer, named, renderer.render(named, tools=tools), tools):
+                return False  # shown once named: ``tool_forms``' ``results_without_name``
+        except RenderError:
+            return False
+    lines = [line.strip() for line in message["content"].splitlines() if line.strip()]
+    if len(lines) < 2:
+        return True
+    try:
+        prompt = renderer.render(messages[: _block_end(messages, i)], tools=tools, add_generation_prompt=True)
+    except RenderError:
+        return True
+    return not all(shown(line, prompt) for line in lines)
+
+
+def _named_result(messages: list[dict[str, Any]], i: int) -> list[dict[str, Any]] | None:
+    """``messages`` with tool result ``i`` given the name of the call its ``tool_call_id`` answers (None: no call
+    has that id)."""
+    wanted = messages[i].get("tool_call_id")
+    for m in reversed(messages[:i]):
+        for call in m.get("tool_calls") or []:
+            if isinstance(call, dict) and call.get("id") == wanted and call_function(call).get("name"):
+                return [*messages[:i], {**messages[i], "name": call_function(call)["name"]}, *messages[i + 1 :]]
+    return None
+
+
+def _after_assistant(messages: list[dict[str, Any]], i: int) -> bool:
+    return i > 0 and messages[i - 1]["role"] == "assistant"
 
 
 def dropped_message(messages: list[dict[str, Any]], turn: Any) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tito_audit.audit.context import SEARCH_BUDGET
-from tito_audit.audit.search.property import APPEND, KINDS, RERENDER
+from tito_audit.audit.search.property import APPEND, KINDS, LOST, RERENDER, TOKEN_KINDS
 from tito_audit.audit.search.result import SearchResult
 from tito_audit.errors import InternalError
 from tito_audit.report.check_result import CheckResult
@@ -40,7 +40,7 @@ def steers(budget: int) -> bool:
 
 def wanted(verdict: str) -> tuple[str, ...]:
     """What a counterexample must break to move ``verdict``: nothing for ``unsafe`` and ``error``."""
-    return {"safe": KINDS, "tito-required": (APPEND,)}.get(verdict, ())
+    return {"safe": KINDS, "tito-required": (APPEND, LOST)}.get(verdict, ())
 
 
 def search_after_checks(
@@ -71,15 +71,15 @@ def search_after_checks(
 
 
 def counterexample_scenarios(ctx: AuditContext, budget: int, seed: int) -> tuple[list[Scenario], SearchResult]:
-    """The search for every kind of counterexample, whatever the scenarios say (what ``tito-audit rl`` plays: a
-    re-render break is a trained-token fact there), and the scenarios of what it found; an empty list with
-    ``skipped`` said when it is off or failed."""
+    """The search for every kind of counterexample the trained tokens show, whatever the scenarios say (what
+    ``tito-audit rl`` plays: a re-render break is a trained-token fact there; a lost value is the audit's, not a
+    token's), and the scenarios of what it found; an empty list with ``skipped`` said when it is off or failed."""
     if budget <= 0:
         return [], SearchResult(0, seed, skipped=OFF)
     from tito_audit.audit.search.run import search
 
     try:
-        result = search(ctx, budget, seed, KINDS)
+        result = search(ctx, budget, seed, TOKEN_KINDS)
     except InternalError as exc:
         return [], SearchResult(budget, seed, skipped=f"error: {exc.message}")
     return [p.simulation.scenario for p in result.found], result
@@ -89,6 +89,7 @@ __all__ = [
     "APPEND",
     "DEFAULT_BUDGET",
     "KINDS",
+    "LOST",
     "OFF",
     "RERENDER",
     "SearchResult",

@@ -284,6 +284,7 @@ SWEEP: tuple[Any, ...] = (
     "a\r\nb",
     '{"k": [1]}',
     ["Paris", "Paris", "Lyon"],  # a list with an item twice (tags, ids): a template may drop repeats
+    [{"id": 1, "done": False}, {"id": 2, "done": True}],  # a batch of records (red team 44: the first one kept)
     "".join(f"line {i}\n" for i in range(1, 21)),
     *NUMBERS,
 )

@@ -30,9 +30,10 @@ from tito_audit.audit.search.conversations import declarations, placed, sweep_tu
 from tito_audit.audit.search.space import TEXTS, SearchSpace
 from tito_audit.scenarios.searched import Conversation, Message
 
-# What terminals and files leave in tool output: a spinner's backspaces and its bell, a form feed, a vertical tab
+# What terminals and files leave in tool output: a spinner's backspaces and its bell, a form feed with text after it
+# (a page break, as pdftotext writes between pages: red team 44's template kept the first page only), a vertical tab
 # and a DEL, a file saved with a byte order mark, Unicode's line and paragraph separators and NEL in JSON text
-TERMINAL_OUTPUT = "added 212 packages\n|\b/\b-\b\\\bdone\x07\x0c\x0b\x7f"
+TERMINAL_OUTPUT = "added 212 packages\n|\b/\b-\b\\\bdone\x07\x0cfound 0 vulnerabilities\x0b\x7f"
 BOM_FILE = "\ufeff[server]\nport=8080\n"
 SEPARATORS = '{"msg": "line one\u2028line two\u2029line three\x85end"}'
 # What tools return that is not prose: nothing found (an empty list, an empty object, a JSON null), a list of

@@ -2,11 +2,16 @@
 
 A conversation is played through the audit's own simulator (``audit.simulation.simulate``: the template stands in
 for the model, the token buffer appends each delta, naive code re-renders the whole conversation), and breaks the
-property in one of two ways, the first outranking the second:
+property in one of three ways, each outranking the next:
 
 - ``APPEND``: appending the tool results of a call turn rewrites the history, so no token delta is exact
   (``tool_append_prefix``'s finding; the verdict is then ``unsafe``), or the engine's stop cuts the turn before
   calls that are not merely later parallel ones (its stop seam);
+- ``LOST``: a tool call, a tool result or an argument value the conversation sends is not rendered where the model
+  is shown it (``tool_support``'s findings, read by its own code: ``tool_support.lost_values``; the verdict is then
+  ``unsafe``). Red team 44: a template that rounds a float argument, keeps an array's first object or strips tags
+  from a result on every turn alike breaks no render against another, so only this reading finds it, and only in
+  a conversation that holds the value;
 - ``RERENDER``: re-rendering the parsed conversation and re-encoding it departs from the buffer
   (``naive_rerender``'s), or an append rewrites the history because of a system or user message in it, not its
   tool results (``history_rewrite``'s finding at that append: a loop that re-renders at that turn departs from the
@@ -25,9 +30,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tito_audit.audit.checks.tool_append_prefix import judged_appends
+from tito_audit.audit.checks.tool_support import lost_values
 from tito_audit.audit.episode_cuts import rewritten_cut
 from tito_audit.audit.simulation import Simulation, simulate
-from tito_audit.errors import InternalError
+from tito_audit.errors import InternalError, RenderError
 from tito_audit.rollout.payloads import only_later_calls
 
 if TYPE_CHECKING:
@@ -35,8 +41,11 @@ if TYPE_CHECKING:
     from tito_audit.scenarios.searched import Conversation
 
 APPEND = "append"
+LOST = "lost"
 RERENDER = "rerender"
-KINDS = (APPEND, RERENDER)  # the stronger first
+KINDS = (APPEND, LOST, RERENDER)  # the stronger first
+UNSAFE_KINDS = (APPEND, LOST)  # a counterexample of these makes the verdict ``unsafe``: nothing outranks it
+TOKEN_KINDS = (APPEND, RERENDER)  # those the trained tokens show (``tito-audit rl``'s)
 
 
 @dataclass
@@ -84,6 +93,17 @@ def kind_of(ctx: AuditContext, sim: Simulation, every_cut: bool = False) -> str 
             rewritten = True
         elif error.inside_turn is None or not only_later_calls(sim.messages[idx], error.inside_turn):
             return APPEND
+    if "tool" in sim.scenario.tags and _lost(ctx, sim):
+        return LOST
     if rewritten or list(sim.trajectory.input_ids) != list(sim.naive_ids):
         return RERENDER
     return RERENDER if rewritten_cut(ctx.renderer, sim, last_only=not every_cut) is not None else None
+
+
+def _lost(ctx: AuditContext, sim: Simulation) -> bool:
+    """Whether ``sim`` loses tool traffic where the model is shown it (``tool_support.lost_values``, its first
+    finding only); a whole conversation that does not render is judged by the others (``history_rewrite``)."""
+    try:
+        return next(lost_values(ctx, sim, screen=True), None) is not None
+    except RenderError:
+        return False

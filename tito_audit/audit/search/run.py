@@ -27,7 +27,7 @@ from tito_audit.audit.search import DEFAULT_BUDGET, steers
 from tito_audit.audit.search.accepted import accepted, held, refusal, renders_whole
 from tito_audit.audit.search.conversations import conversations
 from tito_audit.audit.search.pairs import MAX_CANDIDATES, UNSCREENED, screened
-from tito_audit.audit.search.property import APPEND, KINDS, judged, play
+from tito_audit.audit.search.property import KINDS, UNSAFE_KINDS, judged, play
 from tito_audit.audit.search.result import SearchResult
 from tito_audit.audit.search.shrink import shrunk
 from tito_audit.audit.search.space import SearchSpace
@@ -135,7 +135,8 @@ def _look(
     shrink: int,
 ) -> None:
     """The finds: the sweeps first (``sweep``), then the screen of pairs (``pairs``), then the draws: one for every
-    kind wanted, then, where a re-render break came first, one for buffer + delta."""
+    kind wanted, then, where a re-render break came first, one for the kinds that make the verdict ``unsafe``
+    (buffer + delta broken, a value lost)."""
     looking = list(result.wanted)
     plans = sweeps(space)[:budget]  # the sweeps are the budget's first conversations
     state.sweeps = [c.key for c in plans]
@@ -172,9 +173,9 @@ def _look(
                 break
             played = play(ctx, found, f"search/{len(result.found) + 1}", every_cut=every_cut)
             result.found.append(played)
-            if played.kind == APPEND or APPEND not in looking:
+            looking = [k for k in looking if k in UNSAFE_KINDS]  # after a re-render break, only an unsafe one
+            if played.kind in UNSAFE_KINDS or not looking:
                 return
-            looking = [APPEND]
             state.cap += shrink
 
 
