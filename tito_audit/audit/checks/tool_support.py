@@ -426,11 +426,15 @@ def _canonical_result(renderer: Any, messages: list[dict[str, Any]], i: int, too
     lines = [line.strip() for line in message["content"].splitlines() if line.strip()]
     if len(lines) < 2:
         return True
+    end = _block_end(messages, i)
     try:
-        prompt = renderer.render(messages[: _block_end(messages, i)], tools=tools, add_generation_prompt=True)
+        prompt = renderer.render(messages[:end], tools=tools, add_generation_prompt=True)
     except RenderError:
         return True
-    return not all(shown(line, prompt) for line in lines)
+    # a line every message up to the block holds k times must be there k times (an equal result dropped is not
+    # shown by its twin's lines, nor by the user's words)
+    held = [x.strip() for m in messages[:end] for x in (content_text(m) or "").splitlines() if x.strip()]
+    return not all(shown(line, prompt, held.count(line)) for line in lines)
 
 
 def _named_result(messages: list[dict[str, Any]], i: int) -> list[dict[str, Any]] | None:
