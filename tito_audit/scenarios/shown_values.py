@@ -239,9 +239,17 @@ def leaves_shown(value: Any, place: str) -> bool:
     ``false``, a key left out are not shown; nor is a leaf held k times written fewer (red team 44: an array's
     repeats dropped, ``|unique``)."""
     texts = _decoded(place)
-    leaves = {(key, json.dumps(leaf)): leaf for key, leaf in _leaves(value, "")}  # by type: ``1`` is not ``true``
-    times = Counter((key, json.dumps(leaf)) for key, leaf in _leaves(value, ""))
+    typed = [((key, json.dumps(leaf)), leaf) for key, leaf in _leaves(value, "")]  # by type: ``1`` is not ``true``
+    leaves, times = dict(typed), Counter(k for k, _ in typed)
     return all(any(_leaf_in(k[0], leaves[k], text, n) for text in texts) for k, n in times.items())
+
+
+def whole_number(value: Any) -> tuple[str, ...]:
+    """A whole float's integer form (``21.0`` → ``21``: JSON has one number type, a parser reads both alike), or
+    nothing for any other value (a float past 2**53 has no exact integer to write)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return (str(int(value)),)
+    return ()
 
 
 def _leaves(value: Any, key: str) -> list[tuple[str, Any]]:
@@ -256,9 +264,7 @@ def _leaf_in(key: str, leaf: Any, text: str, times: int = 1) -> bool:
     if isinstance(leaf, str):
         body, end = re.escape(canonical(leaf)), ""
     else:  # a number or a boolean: whole, not the start of a longer one (``10`` is not in ``100``)
-        forms = {json.dumps(leaf), repr(leaf)}
-        if isinstance(leaf, float) and leaf.is_integer() and abs(leaf) < 2**53:  # ``21.0`` is JSON's ``21``
-            forms.add(str(int(leaf)))
+        forms = {json.dumps(leaf), repr(leaf), *whole_number(leaf)}
         body, end = "|".join(re.escape(canonical(f)) for f in sorted(forms)), r"(?![\w.])"
     if not body:
         return True  # an empty string: nothing to lose

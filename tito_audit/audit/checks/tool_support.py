@@ -39,7 +39,16 @@ from tito_audit.errors import RenderError
 from tito_audit.report.findings import Outcome
 from tito_audit.rollout.call_arguments import arguments_dict
 from tito_audit.scenarios.adapt import call_function, content_text, with_arguments
-from tito_audit.scenarios.shown_values import MARKER, in_place, leaves_shown, letters, marker_place, shown, with_text
+from tito_audit.scenarios.shown_values import (
+    MARKER,
+    in_place,
+    leaves_shown,
+    letters,
+    marker_place,
+    shown,
+    whole_number,
+    with_text,
+)
 
 
 def _argument_values(arguments: object) -> dict[str, Any]:
@@ -59,9 +68,7 @@ def value_forms(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         return (value,)
     forms = [json.dumps(value), json.dumps(value, ensure_ascii=False), json.dumps(value, separators=(",", ":"))]
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:  # ``21.0`` is JSON's ``21``
-        forms.append(str(int(value)))
-    return tuple(dict.fromkeys([*forms, repr(value), str(value)]))
+    return tuple(dict.fromkeys([*forms, *whole_number(value), repr(value), str(value)]))
 
 
 def _written_in_place(
