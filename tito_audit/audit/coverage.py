@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tito_audit.rendering.analysis import compiled_template, template_code
 from tito_audit.rendering.coverage import PROBE, Branch, Recorder, TemplateBranches
+from tito_audit.rendering.macro_memo import MEMO, MacroMemo
 from tito_audit.rendering.template_inputs import render_compiled
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ class Coverage:
         self.instrumented = instrumented
         self.renderer = renderer
         self.recorder = Recorder()
+        self.memo = MacroMemo(self.recorder)  # macros that render the same text for the same inputs, rendered once
         self.replayed = 0
         self._needed: set[int] | None = None  # the compiled lines of the arms ``summary`` counts (``complete``)
 
@@ -74,7 +76,7 @@ class Coverage:
         """One render through the instrumented copy (``renderer``'s kwargs): the text the template renders, and
         the arms it takes recorded."""
         kwargs = renderer.template_kwargs
-        probe = {PROBE: self.recorder.probe}
+        probe = {PROBE: self.recorder.probe, MEMO: self.memo}
         return render_compiled(self.instrumented, renderer.tokenizer, messages, tools, agp, kwargs, probe)
 
     def complete(self) -> bool:

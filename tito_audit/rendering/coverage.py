@@ -43,6 +43,7 @@ from tito_audit.rendering.literal_lookups import (
     is_two_way,
     two_way_values,
 )
+from tito_audit.rendering.macro_memo import memoize_macros
 
 # ``if`` statements jinja writes for itself: the generator marker, a macro's default arguments, a namespace
 # assignment's check, a loop's ``else`` flag.
@@ -97,6 +98,7 @@ class TemplateBranches:
         # its probes into the same tree
         self._tree: ast.Module | None = ast.parse(code)
         self._conditions = _inline_conditions(self._tree)
+        self.memoized: list[str] = []  # the macros the instrumented copy renders once per input (``macro_memo``)
         segment = Segments(code)
         # the arms of each lookup among constant keys (``choice_arms``): keys no compiled line has, after the three of
         # every condition
@@ -144,6 +146,7 @@ class TemplateBranches:
             return None
         _probe_conditions(conditions, self._choices)
         _bind_probe(tree)
+        self.memoized = memoize_macros(tree)
         code = compile(tree, "<template>", "exec")
         return compiled.environment.template_class.from_code(compiled.environment, code, compiled.globals)
 

@@ -1,0 +1,177 @@
+"""Macros of coverage's instrumented copy rendered once per input (rendering/macro_memo.py): the same text as the
+template's own render, the same arms counted, and no reuse where a macro reads anything but its inputs."""
+
+from __future__ import annotations
+
+import ast
+import functools
+from typing import Any
+
+import pytest
+
+from tests.conftest import CORPUS, needs_corpus
+from tito_audit import load
+from tito_audit.rendering import RenderLimits
+from tito_audit.rendering.analysis import compiled_template, template_code
+from tito_audit.rendering.coverage import PROBE, Recorder, TemplateBranches
+from tito_audit.rendering.guard import render_limits
+from tito_audit.rendering.macro_memo import MEMO, MacroMemo, memoize_macros
+from tito_audit.rendering.template_inputs import render_compiled, render_text
+
+TOOLS = [
+    {"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {"q": {"type": t}}}}}
+    for n, t in (("find", "string"), ("count", "integer"))
+]
+CONVERSATION = [
+    {"role": "user", "content": "hi"},
+    {"role": "assistant", "content": "yes", "tool_calls": [{"function": {"name": "find", "arguments": {"q": "x"}}}]},
+    {"role": "tool", "content": "found"},
+    {"role": "assistant", "content": "done"},
+]
+
+
+class Copy:
+    """A template's instrumented copy, rendered with a memo (or without) and compared with the plain render."""
+
+    def __init__(self, template: str, memo: bool = True) -> None:
+        self.template = template
+        self.branches = TemplateBranches(template_code(template), compiled_template(template).debug_info)
+        self.copy = self.branches.instrumented(compiled_template(template))
+        self.recorder = Recorder()
+        self.memo = MacroMemo(self.recorder) if memo else None
+        self.tokenizer = _tokenizer()
+
+    def render(self, messages: list[dict[str, Any]], tools: Any = None, **kwargs: Any) -> str:
+        """The copy's render, asserted equal to the plain render (a text, or the error both raise)."""
+        extra = {PROBE: self.recorder.probe, MEMO: self.memo}
+        ours = _outcome(render_compiled, self.copy, self.tokenizer, messages, tools, False, kwargs, extra)
+        assert ours == _outcome(render_text, self.tokenizer, self.template, messages, tools, False, kwargs)
+        return ours
+
+
+@functools.cache
+def _tokenizer() -> Any:
+    return load("qwen3-0.6b").tokenizer
+
+
+def _outcome(render: Any, *args: Any) -> str:
+    """A render's text, or the type and message of what it raised (bounded: corpus templates are untrusted)."""
+    try:
+        with render_limits(RenderLimits()):
+            return str(render(*args))
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def memoized(template: str) -> list[str]:
+    return memoize_macros(ast.parse(template_code(template)))
+
+
+DECLARATIONS = """{%- macro typed(spec) %}{% if spec.type == 'string' %}str{% else %}{{ spec.type }}{% endif %}
+{%- endmacro %}
+{%- macro declare(tool) %}{% set ns = namespace(n=0) %}{{ tool.function.name }}(
+{%- for k, v in tool.function.parameters.properties.items() %}{{ k }}: {{ typed(v) }}{% endfor %}){% endmacro %}
+{%- for t in tools or [] %}{{ declare(t) }}
+{% endfor %}
+{%- for m in messages %}{{ m.role }}: {{ m.content }}
+{% endfor %}"""
+
+
+def test_a_macro_of_its_inputs_alone_renders_once_per_input_and_the_same_text() -> None:
+    """``declare`` (a namespace of its own, a pure callee) is memoized; every prefix renders the tools again, and
+    from the second render on each declaration is reused, the text unchanged."""
+    assert memoized(DECLARATIONS) == ["declare", "typed"]
+    copy = Copy(DECLARATIONS)
+    for end in range(1, len(CONVERSATION) + 1):
+        copy.render(CONVERSATION[:end], TOOLS)
+    assert copy.memo is not None and copy.memo.hits == 2 * (len(CONVERSATION) - 1)
+
+
+def test_a_reused_call_counts_the_arms_its_first_render_took() -> None:
+    """Coverage may drop the arms recorded since a checkpoint (``Coverage.skip``): a declaration reused afterwards
+    counts its arms again, as its render would."""
+    with_memo, without = Copy(DECLARATIONS), Copy(DECLARATIONS, memo=False)
+    for copy in (with_memo, without):
+        copy.render(CONVERSATION[:1], TOOLS)
+        copy.recorder.ran = set()
+        copy.render(CONVERSATION[:2], TOOLS)
+    assert with_memo.memo is not None and with_memo.memo.hits == 2
+    assert with_memo.recorder.ran == without.recorder.ran
+    assert any(b.body_line in with_memo.recorder.ran for b in with_memo.branches.branches if b.line == 1)
+
+
+def test_a_template_variable_a_macro_reads_is_part_of_the_key() -> None:
+    """A macro reading a template kwarg (``style``) is reused only for the same value: rendered with one value,
+    then another, each text is the plain render's."""
+    template = "{%- macro m(x) %}{% if style == 'loud' %}{{ x | upper }}{% else %}{{ x }}{% endif %}{% endmacro %}" + (
+        "{%- for m_ in messages %}{{ m(m_.content) }}{% endfor %}"
+    )
+    assert memoized(template) == ["m"]
+    copy = Copy(template)
+    assert copy.render(CONVERSATION[:1], style="loud") == "HI"
+    assert copy.render(CONVERSATION[:1], style="quiet") == "hi"
+    assert copy.render(CONVERSATION[:1]) == "hi"
+    assert copy.memo is not None and copy.memo.hits == 0
+    copy.render(CONVERSATION[:1], style="loud")
+    assert copy.memo.hits == 1
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        # a namespace the template keeps across calls (Qwen2-VL's image counter)
+        "{%- set ns = namespace(n=0) %}{%- macro m(x) %}{% set ns.n = ns.n + 1 %}{{ ns.n }}{{ x }}{% endmacro %}"
+        "{%- for m_ in messages %}{{ m(m_.role) }}{% endfor %}",
+        # a variable the template sets
+        "{%- set p = messages | length %}{%- macro m(x) %}{{ p }}{{ x }}{% endmacro %}"
+        "{%- for m_ in messages %}{{ m(m_.role) }}{% endfor %}",
+        # an impure filter
+        "{%- macro m(x) %}{{ [x, x] | random }}{% endmacro %}{%- for m_ in messages %}{{ m(m_.role) }}{% endfor %}",
+        # a filter named at run time
+        "{%- macro m(x) %}{{ [x] | map('random') | join }}{% endmacro %}"
+        "{%- for m_ in messages %}{{ m(m_.role) }}{% endfor %}",
+        # a macro calling one that is not memoized
+        "{%- set ns = namespace(n=0) %}{%- macro c() %}{% set ns.n = ns.n + 1 %}{{ ns.n }}{% endmacro %}"
+        "{%- macro m(x) %}{{ c() }}{{ x }}{% endmacro %}{%- for m_ in messages %}{{ m(m_.role) }}{% endfor %}",
+    ],
+)
+def test_a_macro_that_reads_more_than_its_inputs_is_not_memoized(template: str) -> None:
+    assert memoized(template) == []
+
+
+def test_a_call_whose_inputs_are_not_plain_data_renders_as_usual() -> None:
+    """A namespace handed to a macro, or a clock the macro calls: memoized by their code, never reused."""
+    template = (
+        "{%- set ns = namespace(n=0) %}{%- macro bump(s) %}{% set s.n = s.n + 1 %}{{ s.n }}{% endmacro %}"
+        "{%- macro now() %}{{ strftime_now('%H') | length }}{% endmacro %}"
+        "{%- for m_ in messages %}{{ bump(ns) }}{{ now() }}{% endfor %}"
+    )
+    assert memoized(template) == ["bump", "now"]
+    copy = Copy(template)
+    for _ in range(2):
+        assert copy.render(CONVERSATION) == "12223242"
+    assert copy.memo is not None and copy.memo.hits == 0
+
+
+@needs_corpus
+def test_the_corpus_templates_with_macros_render_the_same_text_and_arms_through_the_memo() -> None:
+    """Every corpus template with a macro, every prefix of a tool conversation rendered twice with and without the
+    memo: the same text (the plain render's, ``Copy.render``) or the same error, and the same arms recorded."""
+    tried = reused = 0
+    for path in sorted(CORPUS.glob("*.jinja")):
+        template = path.read_text(encoding="utf-8")
+        if "macro" not in template:
+            continue
+        try:
+            copies = Copy(template), Copy(template, memo=False)
+        except Exception:
+            continue
+        if copies[0].copy is None or not copies[0].branches.memoized:
+            continue
+        tried += 1
+        for _round in range(2):
+            for end in range(1, len(CONVERSATION) + 1):
+                assert copies[0].render(CONVERSATION[:end], TOOLS) == copies[1].render(CONVERSATION[:end], TOOLS)
+        assert copies[0].recorder.ran == copies[1].recorder.ran, path.name
+        reused += bool(copies[0].memo and copies[0].memo.hits)
+    assert tried >= 100 and reused >= 100, (tried, reused)
