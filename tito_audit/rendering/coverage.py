@@ -146,7 +146,8 @@ class TemplateBranches:
             return None
         _probe_conditions(conditions, self._choices)
         _bind_probe(tree)
-        self.memoized = memoize_macros(tree)
+        if "= Macro(environment, macro," in self.code:  # the walk is for templates that define a macro
+            self.memoized = memoize_macros(tree)
         code = compile(tree, "<template>", "exec")
         return compiled.environment.template_class.from_code(compiled.environment, code, compiled.globals)
 

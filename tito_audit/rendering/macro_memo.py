@@ -108,13 +108,15 @@ def _key(name: str, args: tuple[Any, ...], reads: list[tuple[str, Any]], env_glo
 def memoize_macros(tree: ast.Module) -> list[str]:
     """Wrap each macro of ``tree`` (jinja's compiled code) that depends only on its inputs in the render's
     ``MacroMemo`` (where the render passes one as ``MEMO``); returns their names."""
-    filters = _pure_names(tree)
-    found = _macros(tree)
+    nodes, owned = _walk(tree)
+    filters = _pure_names(nodes)
+    assigned = _assignments(nodes)
+    found = _macros(nodes, assigned)
     # a variable the root resolved once and never set: a macro reading its ``l_0_NAME`` reads ``resolve('NAME')``
-    resolved = {name for name, kinds in _assignments(tree).items() if set(kinds) == {"resolve"}}
+    resolved = {name for name, kinds in assigned.items() if set(kinds) == {"resolve"}}
     reads: dict[str, tuple[set[str], set[str]] | None] = {}
     for name, (func, _) in found.items():
-        read = _reads(func, filters)
+        read = _reads(func, owned[id(func)], filters)
         if read is not None:
             read = (read[0] | (read[1] & resolved), read[1] - resolved)
         reads[name] = read
@@ -137,16 +139,38 @@ def memoize_macros(tree: ast.Module) -> list[str]:
         names = tuple(sorted(reads[name][0]))  # type: ignore[index]
         body.insert(body.index(func) + 1, _wrap_statement(name, names, func))
     if eligible:
-        _bind_memo(tree)
+        _bind_memo(nodes)
     return sorted(eligible)
 
 
-def _macros(tree: ast.Module) -> dict[str, tuple[ast.FunctionDef, list[ast.stmt]]]:
+def _walk(tree: ast.Module) -> tuple[list[ast.AST], dict[int, list[ast.AST]]]:
+    """Every node of ``tree``, and those of each outermost ``def macro`` by its id: one pass (a corpus template's
+    compiled code has tens of thousands of nodes; ``ast.walk`` once per question cost a scan seconds)."""
+    nodes: list[ast.AST] = []
+    owned: dict[int, list[ast.AST]] = {}
+    stack: list[tuple[ast.AST, list[ast.AST] | None]] = [(tree, None)]
+    while stack:
+        node, owner = stack.pop()
+        nodes.append(node)
+        if owner is None and type(node) is ast.FunctionDef and node.name == "macro":
+            owner = owned.setdefault(id(node), [])
+        if owner is not None:
+            owner.append(node)
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, list):
+                stack.extend((item, owner) for item in value if isinstance(item, ast.AST))
+            elif isinstance(value, ast.AST):
+                stack.append((value, owner))
+    return nodes, owned
+
+
+def _macros(nodes: list[ast.AST], assigned: dict[str, list[str]]) -> dict[str, tuple[ast.FunctionDef, list[ast.stmt]]]:
     """Each macro defined once, by its name: the ``def macro`` jinja writes and the body holding it; its
     ``l_0_NAME`` assigned only by the ``Macro(...)`` that follows it (and jinja's ``= missing`` before it)."""
     out: dict[str, tuple[ast.FunctionDef, list[ast.stmt]]] = {}
     seen: dict[str, int] = {}
-    for node in ast.walk(tree):
+    for node in nodes:
         for field in ("body", "orelse", "finalbody"):
             body = getattr(node, field, None)
             if not isinstance(body, list):
@@ -159,17 +183,16 @@ def _macros(tree: ast.Module) -> dict[str, tuple[ast.FunctionDef, list[ast.stmt]
                 if name is not None:
                     seen[name] = seen.get(name, 0) + 1
                     out[name] = (stmt, body)
-    assigned = _assignments(tree)
     return {n: v for n, v in out.items() if seen[n] == 1 and assigned.get(n) == ["macro"]}
 
 
-def _assignments(tree: ast.Module) -> dict[str, list[str]]:
+def _assignments(nodes: list[ast.AST]) -> dict[str, list[str]]:
     """How the root sets each ``l_0_NAME``, in order: "macro" (``Macro(...)``), "resolve" (``resolve('NAME')``, the
     variable read from the render), "other"; jinja's ``l_0_A = l_0_B = missing`` before the template runs is left
     out."""
     kinds: dict[str, list[str]] = {}
     plain: set[int] = set()  # the targets of an ``Assign`` (judged by their value); any other store is "other"
-    for node in ast.walk(tree):
+    for node in nodes:
         if type(node) is not ast.Assign:
             continue
         plain.update(id(t) for t in node.targets)
@@ -181,7 +204,7 @@ def _assignments(tree: ast.Module) -> dict[str, list[str]]:
                 name = target.id[4:]
                 kind = "resolve" if _resolves(value, name) else "macro" if _macro_call(value) else "other"
                 kinds.setdefault(name, []).append(kind)
-    for node in ast.walk(tree):
+    for node in nodes:
         if not isinstance(node, ast.Name) or id(node) in plain or not node.id.startswith("l_0_"):
             continue
         if isinstance(node.ctx, ast.Store | ast.Del):
@@ -223,10 +246,10 @@ def _macro_name(stmt: ast.stmt) -> str | None:
     return None
 
 
-def _pure_names(tree: ast.Module) -> set[str]:
+def _pure_names(nodes: list[ast.AST]) -> set[str]:
     """The ``t_N`` names bound to a pure filter (``PURE_FILTERS``) or to any test, and bound to nothing else."""
     bound: dict[str, set[str]] = {}
-    for node in ast.walk(tree):
+    for node in nodes:
         if type(node) is ast.Assign and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             bound.setdefault(node.targets[0].id, set()).add(_filter_or_test(node.value))
         elif type(node) is ast.FunctionDef:
@@ -249,12 +272,12 @@ def _filter_or_test(value: ast.expr) -> str:
     return "other"
 
 
-def _reads(func: ast.FunctionDef, pure: set[str]) -> tuple[set[str], set[str]] | None:
-    """The template variables ``func`` reads (``resolve('NAME')``) and the macros it calls (``l_0_NAME``), or None
-    where it reads anything else of the render (a variable of an enclosing scope, ``context.vars``, an unknown
-    filter or attribute of the environment)."""
+def _reads(func: ast.FunctionDef, nodes: list[ast.AST], pure: set[str]) -> tuple[set[str], set[str]] | None:
+    """The template variables ``func`` (its ``nodes``) reads (``resolve('NAME')``) and the macros it calls
+    (``l_0_NAME``), or None where it reads anything else of the render (a variable of an enclosing scope,
+    ``context.vars``, an unknown filter or attribute of the environment)."""
     local = {a.arg for a in (*func.args.args, *func.args.kwonlyargs)}
-    for node in ast.walk(func):
+    for node in nodes:
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
             local.add(node.id)
         elif isinstance(node, ast.FunctionDef | ast.Lambda) and node is not func:
@@ -266,7 +289,7 @@ def _reads(func: ast.FunctionDef, pure: set[str]) -> tuple[set[str], set[str]] |
     reads: set[str] = set()
     calls: set[str] = set()
     resolved: set[int] = set()  # the ``resolve`` names that are the callee of a ``resolve('NAME')``
-    for node in ast.walk(func):
+    for node in nodes:
         if isinstance(node, ast.Constant) and node.value == "random":
             return None  # ``map('random')``: a filter named at run time
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "resolve":
@@ -280,7 +303,7 @@ def _reads(func: ast.FunctionDef, pure: set[str]) -> tuple[set[str], set[str]] |
                 return None
             if base == "context" and node.attr not in _CONTEXT_READS:
                 return None
-    for node in ast.walk(func):
+    for node in nodes:
         if not isinstance(node, ast.Name) or not isinstance(node.ctx, ast.Load) or node.id in local:
             continue
         name = node.id
@@ -312,10 +335,10 @@ def _wrap_statement(name: str, reads: tuple[str, ...], at: ast.stmt) -> ast.stmt
     return ast.fix_missing_locations(ast.copy_location(stmt, at))
 
 
-def _bind_memo(tree: ast.Module) -> None:
+def _bind_memo(nodes: list[ast.AST]) -> None:
     """``__tito_memo__ = context.get(MEMO)`` first in each function that has the render's ``context`` (where jinja
     defines macros: the root and blocks), for the ``wrap`` statements after the macros it defines."""
-    for node in ast.walk(tree):
+    for node in nodes:
         if type(node) is ast.FunctionDef and any(a.arg == "context" for a in node.args.args) and node.body:
             get = ast.Attribute(ast.Name("context", ast.Load()), "get", ast.Load())
             bind = ast.Assign([ast.Name(MEMO, ast.Store())], ast.Call(get, [ast.Constant(MEMO)], []))
