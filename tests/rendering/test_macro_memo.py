@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import ast
 import functools
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from tests.conftest import CORPUS, needs_corpus
 from tito_audit import load
+from tito_audit.audit.coverage import Coverage
 from tito_audit.rendering import RenderLimits
 from tito_audit.rendering.analysis import compiled_template, template_code
 from tito_audit.rendering.coverage import PROBE, Recorder, TemplateBranches
@@ -130,6 +132,13 @@ def test_a_template_variable_a_macro_reads_is_part_of_the_key() -> None:
         # a filter named at run time
         "{%- macro m(x) %}{{ [x] | map('random') | join }}{% endmacro %}"
         "{%- for m_ in messages %}{{ m(m_.role) }}{% endfor %}",
+        # an identity no key of values can tell (red team 45)
+        "{%- macro r(m, last) %}{% if m is sameas last %}LAST:{% endif %}{{ m.content }}{% endmacro %}"
+        "{%- for m_ in messages %}{{ r(m_, messages[-1]) }}{% endfor %}",
+        "{%- macro r(xs, y) %}{{ xs | select('sameas', y) | list | length }}{% endmacro %}"
+        "{{ r(messages, messages[0]) }}",
+        # a filter named at run time: ``map(f)`` may be ``random``
+        "{%- macro coin(f) %}{{ [[0, 1]] | map(f) | first }}{% endmacro %}{{ coin(pick) }}",
         # a macro calling one that is not memoized
         "{%- set ns = namespace(n=0) %}{%- macro c() %}{% set ns.n = ns.n + 1 %}{{ ns.n }}{% endmacro %}"
         "{%- macro m(x) %}{{ c() }}{{ x }}{% endmacro %}{%- for m_ in messages %}{{ m(m_.role) }}{% endfor %}",
@@ -137,6 +146,52 @@ def test_a_template_variable_a_macro_reads_is_part_of_the_key() -> None:
 )
 def test_a_macro_that_reads_more_than_its_inputs_is_not_memoized(template: str) -> None:
     assert memoized(template) == []
+
+
+def test_a_macro_defined_after_a_call_of_its_caller_is_no_input_the_key_misses() -> None:
+    """``a`` tests whether ``b`` is defined; ``b`` is defined between two calls of ``a`` with the same argument: ``a``
+    is not memoized (red team 45: the second call reused the first's ``none``)."""
+    template = (
+        "{%- macro a(x) %}{{ x }}:{% if b is defined %}{{ b() }}{% else %}none{% endif %}{% endmacro %}"
+        "{{ a(messages[0].content) }}|{%- macro b() %}B{% endmacro %}{{ a(messages[0].content) }}"
+    )
+    assert memoized(template) == ["b"]
+    assert Copy(template).render(CONVERSATION[:1]) == "hi:none|hi:B"
+
+
+def test_autoescaping_at_the_call_is_part_of_the_key() -> None:
+    """``join`` writes what autoescaping at the call says: the same call outside and inside ``{% autoescape %}``."""
+    template = (
+        "{%- macro m(xs) %}{{ xs | join('<br>' | safe) }}{% endmacro %}{%- set xs = messages | map(attribute='content')"
+        " | list %}{{ m(xs) }}|{% autoescape true %}{{ m(xs) }}{% endautoescape %}"
+    )
+    assert memoized(template) == ["m"]
+    messages = [{"role": "user", "content": "<a>"}, {"role": "user", "content": "b"}]
+    assert Copy(template).render(messages) == "<a><br>b|&lt;a&gt;<br>b"
+
+
+def test_a_render_as_deep_as_the_stack_renders_as_without_the_memo() -> None:
+    """A macro recursing over a nested kwarg: the memo's frame per call would run out of stack before the plain
+    render does, so coverage renders it again without the memo (``Coverage.play``); a reused text never skips
+    frames deeper than ``MAX_REUSE_DEPTH``, so no render outlives the plain one's stack either (red team 45)."""
+    template = (
+        "{%- macro walk(x) %}{% if x is mapping %}{% for k, v in x.items() %}<{{ k }}>{{ walk(v) }}{% endfor %}"
+        "{% else %}{{ x }}{% endif %}{% endmacro %}{{ walk(depth) | length }}"
+    )
+    with_memo, without = Copy(template), Copy(template, memo=False)
+    coverage = Coverage(with_memo.branches, with_memo.copy, None)
+    coverage.recorder = with_memo.recorder
+    coverage.memo = MacroMemo(coverage.recorder)
+    for depth in (*range(2, 40, 6), *range(50, 240, 20)):
+        nested: Any = 0
+        for _ in range(depth):
+            nested = {"a": nested}
+        kwargs = {"depth": nested}
+        renderer = SimpleNamespace(template_kwargs=kwargs, tokenizer=_tokenizer())
+        ours = _outcome(coverage.play, renderer, CONVERSATION[:1], None, False)
+        assert ours == without.render(CONVERSATION[:1], **kwargs), depth
+        assert with_memo.recorder.ran == without.recorder.ran
+    assert coverage.memo.hits > 0  # the shallow ones were reused
 
 
 def test_a_call_whose_inputs_are_not_plain_data_renders_as_usual() -> None:

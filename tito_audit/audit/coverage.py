@@ -77,7 +77,12 @@ class Coverage:
         the arms it takes recorded."""
         kwargs = renderer.template_kwargs
         probe = {PROBE: self.recorder.probe, MEMO: self.memo}
-        return render_compiled(self.instrumented, renderer.tokenizer, messages, tools, agp, kwargs, probe)
+        try:
+            return render_compiled(self.instrumented, renderer.tokenizer, messages, tools, agp, kwargs, probe)
+        except RecursionError:  # the memo adds a frame to each macro call: rendered as without it
+            return render_compiled(
+                self.instrumented, renderer.tokenizer, messages, tools, agp, kwargs, {**probe, MEMO: None}
+            )
 
     def complete(self) -> bool:
         """Every arm history can reach, except those that raise, has run: ``summary`` and ``not_probed`` are what

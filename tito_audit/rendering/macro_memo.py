@@ -7,12 +7,20 @@ same arguments, so the instrumented copy renders it once per distinct call and r
 
 Only a macro that provably depends on nothing else is memoized (``memoize_macros``, read off the code jinja compiled
 the template to): every name it reads is its own (parameters, locals), jinja's runtime, a filter or test known to be
-pure (never ``random``), another such macro, or a template variable read by ``resolve('NAME')``, whose value at
-the call is part of the key. ``context`` is read only for its ``eval_ctx`` or handed to a sandboxed call. A call is
-reused only where every argument and every variable read is plain data (``marshal`` writes it: str, numbers,
-booleans, None, lists, dicts; the types stay apart), or one of the environment's own pure globals (``namespace``,
-``raise_exception``, ``range``, ``dict``, ``joiner``, ``cycler``); any other value (an undefined, a namespace
-object, a caller, ``strftime_now``) renders the macro as usual. A call that raises is not kept.
+pure (never ``random``, never ``sameas``: an identity no key of values tells; ``map``, ``select`` and their kin only
+with a constant name, since ``map(f)`` may be ``random``), another such macro defined before it in the template's
+own body (one defined later is undefined in an earlier call), or a template variable read by ``resolve('NAME')``,
+whose value at the call is part of the key, like the autoescaping at the call (``join`` writes what it says).
+``context`` is read only for its ``eval_ctx`` or handed to a sandboxed call. A call is reused only where every
+argument and every variable read is plain data (``marshal`` writes it: str, numbers, booleans, None, lists, dicts;
+the types stay apart), or one of the environment's own pure globals (``namespace``, ``raise_exception``, ``range``,
+``dict``, ``joiner``, ``cycler``); any other value (an undefined, a namespace object, a caller, ``strftime_now``)
+renders the macro as usual. A call that raises is not kept.
+
+The memo must not change how deep a render may go either: a reused text skips the calls below it, so it is reused
+only where those are few (``MAX_REUSE_DEPTH``), and the memo's own frame per call may run a deep render out of stack
+first, so coverage renders such a render again without the memo (``audit.coverage.Coverage.play``). Red team 45 found
+each of these by rendering with and without the memo (``tests/rendering/test_macro_memo.py``).
 
 The arms a call takes are kept with its text and counted again where the text is reused, so coverage counts what
 it counts without the memo (``Recorder.ran``). Only the instrumented copy memoizes: the checks render through
@@ -31,8 +39,14 @@ from jinja2.runtime import missing
 
 MEMO = "__tito_memo__"  # the render variable an instrumented template's macros are memoized through
 MAX_ENTRIES = 4096  # distinct calls kept per template; past it, calls render as usual
+# how deep in memoized calls a reused text may reach (its own level and those below it): well inside Python's stack
+MAX_REUSE_DEPTH = 32
 # the filters whose result depends on their input alone: jinja's own but ``random``, and transformers' ``tojson``
 PURE_FILTERS = frozenset(FILTERS) - {"random"} | {"tojson"}
+# filter and test names a macro may not use, even spelled as a constant (``map('random')``, ``select('sameas', x)``)
+IMPURE_NAMES = frozenset({"random", "sameas"})
+# the filters handed another filter's or test's name, and its index in jinja's call ``t_N(context, value, ...)``
+_NAME_ARGUMENT = {"map": 2, "select": 2, "reject": 2, "selectattr": 3, "rejectattr": 3}
 # the environment's globals a macro may read that give the same thing on every render (keyed by their name)
 PURE_GLOBALS = frozenset({"namespace", "raise_exception", "range", "dict", "joiner", "cycler"})
 # names jinja's compiled code binds that read nothing of the render: its runtime and a few builtins
@@ -54,43 +68,58 @@ class MacroMemo:
 
     def __init__(self, recorder: Any) -> None:
         self.recorder = recorder
-        self.texts: dict[bytes, tuple[str, frozenset[int]]] = {}
+        # by key: the text, the arms the call took, and how many memoized calls deep it went below itself
+        self.texts: dict[bytes, tuple[str, frozenset[int], int]] = {}
         self.hits = 0
+        self.depth = 0  # memoized calls under way, one inside the other
+        self._reach = 0  # the deepest ``depth`` since the outermost call under way began
 
     def wrap(
         self, function: Callable[..., str], name: str, resolve: Callable[[str], Any], reads: tuple[str, ...]
     ) -> Callable[..., str]:
-        """``function`` (the compiled body of macro ``name``), rendered once per distinct arguments and values of
-        the template variables it ``reads`` (``resolve``: the render's own lookup)."""
+        """``function`` (the compiled body of macro ``name``), rendered once per distinct arguments, values of the
+        template variables it ``reads`` (``resolve``: the render's own lookup) and autoescaping at the call (an
+        ``{% autoescape %}`` block changes what ``join`` and ``replace`` write)."""
         context = getattr(resolve, "__self__", None)  # ``context.resolve_or_missing``'s context
-        env_globals = context.environment.globals if context is not None else {}
+        if context is None:
+            return function
+        env_globals = context.environment.globals
 
         def call(*args: Any) -> str:
-            key = _key(name, args, [(n, resolve(n)) for n in reads], env_globals)
-            if key is None:
-                return function(*args)
-            hit = self.texts.get(key)
+            escape = (context.eval_ctx.autoescape, context.eval_ctx.volatile)
+            key = _key(name, escape, args, [(n, resolve(n)) for n in reads], env_globals)
+            hit = self.texts.get(key) if key is not None else None
             recorder = self.recorder
-            if hit is not None:
+            # a reused text skips the frames of the calls below it: only where they are few, so that a render
+            # that would run out of stack does so with the memo too (a render that runs out only with the memo's
+            # frames is rendered again without it: ``audit.coverage.Coverage.play``)
+            if hit is not None and self.depth + 1 + hit[2] <= MAX_REUSE_DEPTH:
                 self.hits += 1
                 recorder.ran |= hit[1]
+                self._reach = max(self._reach, self.depth + 1 + hit[2])
                 return hit[0]
             outer, recorder.ran = recorder.ran, set()
+            self.depth += 1
+            start, reach, self._reach = self.depth, self._reach, self.depth
             try:
                 text = function(*args)
             finally:
                 arms, recorder.ran = recorder.ran, outer | recorder.ran
-            if len(self.texts) < MAX_ENTRIES and type(text) is str:
-                self.texts[key] = (text, frozenset(arms))
+                below, self._reach = self._reach - start, max(reach, self._reach)
+                self.depth -= 1
+            if key is not None and len(self.texts) < MAX_ENTRIES and type(text) is str:
+                self.texts[key] = (text, frozenset(arms), below)
             return text
 
         return call
 
 
-def _key(name: str, args: tuple[Any, ...], reads: list[tuple[str, Any]], env_globals: Any) -> bytes | None:
-    """The memo key of a call: its arguments and the variables it reads, each tagged (0: not given; 1: plain data;
-    2: the environment's own pure global of that name); None where one is none of these."""
-    parts: list[Any] = [name]
+def _key(
+    name: str, escape: tuple[bool, bool], args: tuple[Any, ...], reads: list[tuple[str, Any]], env_globals: Any
+) -> bytes | None:
+    """The memo key of a call: its autoescaping, its arguments and the variables it reads, each tagged (0: not
+    given; 1: plain data; 2: the environment's own pure global of that name); None where one is none of these."""
+    parts: list[Any] = [name, escape]
     for read, value in reads:
         if value is missing:
             parts.append((0,))
@@ -121,12 +150,20 @@ def memoize_macros(tree: ast.Module) -> list[str]:
             read = (read[0] | (read[1] & resolved), read[1] - resolved)
         reads[name] = read
     eligible = {name for name, r in reads.items() if r is not None}
+    root = next((f.body for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == "root"), None)
+
+    def defined_before(callee: str, caller: str) -> bool:
+        """``callee`` is defined whenever ``caller`` runs: itself, or defined first, in the template's own body
+        (not in an ``{% if %}``): a macro defined after a call of its caller is undefined in that call."""
+        func, body = found[callee]
+        return callee == caller or (body is root and func.lineno < found[caller][0].lineno)
+
     changed = True
     while changed:  # a macro that calls one not memoizable is not memoizable; its reads include its callees'
         changed = False
         for name in sorted(eligible):
             names, calls = reads[name]  # type: ignore[misc]
-            if not calls <= eligible:
+            if not calls <= eligible or not all(defined_before(c, name) for c in calls):
                 eligible.discard(name)
                 changed = True
                 continue
@@ -246,33 +283,50 @@ def _macro_name(stmt: ast.stmt) -> str | None:
     return None
 
 
-def _pure_names(nodes: list[ast.AST]) -> set[str]:
-    """The ``t_N`` names bound to a pure filter (``PURE_FILTERS``) or to any test, and bound to nothing else."""
-    bound: dict[str, set[str]] = {}
+def _pure_names(nodes: list[ast.AST]) -> dict[str, str]:
+    """The ``t_N`` names bound to a pure filter (``PURE_FILTERS``) or a test but ``sameas`` (an identity, which no
+    key of values can tell), and bound to nothing else: each with its filter's or test's name."""
+    bound: dict[str, set[str | None]] = {}
     for node in nodes:
         if type(node) is ast.Assign and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             bound.setdefault(node.targets[0].id, set()).add(_filter_or_test(node.value))
         elif type(node) is ast.FunctionDef:
-            bound.setdefault(node.name, set()).add("def")
-    return {n for n, kinds in bound.items() if kinds <= {"pure", "def"} and "pure" in kinds}
+            bound.setdefault(node.name, set()).add("")  # jinja's stand-in for a filter the environment lacks
+    pure: dict[str, str] = {}
+    for n, names in bound.items():
+        named = names - {""}
+        if len(named) == 1 and None not in named:
+            pure[n] = str(next(iter(named)))
+    return pure
 
 
-def _filter_or_test(value: ast.expr) -> str:
-    """ "pure" for ``environment.filters['NAME']`` of a pure filter or ``environment.tests['NAME']``, else "other"."""
+def _filter_or_test(value: ast.expr) -> str | None:
+    """The name of the pure filter (``environment.filters['NAME']``) or test (``environment.tests['NAME']``,
+    ``sameas`` excepted) ``value`` looks up, else None."""
     if (
         isinstance(value, ast.Subscript)
         and isinstance(value.value, ast.Attribute)
         and isinstance(value.value.value, ast.Name)
         and value.value.value.id == "environment"
         and isinstance(value.slice, ast.Constant)
+        and isinstance(value.slice.value, str)
     ):
         kind, name = value.value.attr, value.slice.value
-        if kind == "tests" or (kind == "filters" and name in PURE_FILTERS):
-            return "pure"
-    return "other"
+        if (kind == "tests" and name not in IMPURE_NAMES) or (kind == "filters" and name in PURE_FILTERS):
+            return name
+    return None
 
 
-def _reads(func: ast.FunctionDef, nodes: list[ast.AST], pure: set[str]) -> tuple[set[str], set[str]] | None:
+def _named_at_run_time(node: ast.Call, pure: dict[str, str]) -> bool:
+    """Whether ``node`` calls a filter that is handed the name of another filter or test (``map``, ``select``,
+    ``reject``, ``selectattr``, ``rejectattr``) with a name that is not a constant: ``map(f)`` may be ``random``."""
+    if not isinstance(node.func, ast.Name) or node.func.id not in pure:
+        return False
+    at = _NAME_ARGUMENT.get(pure[node.func.id])  # jinja passes (context, value, ...): the name's index
+    return at is not None and len(node.args) > at and not isinstance(node.args[at], ast.Constant)
+
+
+def _reads(func: ast.FunctionDef, nodes: list[ast.AST], pure: dict[str, str]) -> tuple[set[str], set[str]] | None:
     """The template variables ``func`` (its ``nodes``) reads (``resolve('NAME')``) and the macros it calls
     (``l_0_NAME``), or None where it reads anything else of the render (a variable of an enclosing scope,
     ``context.vars``, an unknown filter or attribute of the environment)."""
@@ -290,8 +344,10 @@ def _reads(func: ast.FunctionDef, nodes: list[ast.AST], pure: set[str]) -> tuple
     calls: set[str] = set()
     resolved: set[int] = set()  # the ``resolve`` names that are the callee of a ``resolve('NAME')``
     for node in nodes:
-        if isinstance(node, ast.Constant) and node.value == "random":
-            return None  # ``map('random')``: a filter named at run time
+        if isinstance(node, ast.Constant) and node.value in IMPURE_NAMES:
+            return None  # ``map('random')``, ``select('sameas', x)``
+        if isinstance(node, ast.Call) and _named_at_run_time(node, pure):
+            return None
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "resolve":
             if len(node.args) != 1 or node.keywords or not isinstance(node.args[0], ast.Constant):
                 return None
