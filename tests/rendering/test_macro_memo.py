@@ -139,6 +139,10 @@ def test_a_template_variable_a_macro_reads_is_part_of_the_key() -> None:
         "{{ r(messages, messages[0]) }}",
         # a filter named at run time: ``map(f)`` may be ``random``
         "{%- macro coin(f) %}{{ [[0, 1]] | map(f) | first }}{% endmacro %}{{ coin(pick) }}",
+        # a filter name handed on (``map('map', f)``), or in a starred list (red team 46)
+        "{%- macro coin(f) %}{{ [[[0, 1]]] | map('map', f) | first | first }}{% endmacro %}{{ coin(pick) }}",
+        "{%- macro r(m, spec) %}{{ [m] | selectattr(*spec) | list | length }}{% endmacro %}"
+        "{%- for m_ in messages %}{{ r(m_, ['content', 'sameas', messages[-1].content]) }}{% endfor %}",
         # a macro calling one that is not memoized
         "{%- set ns = namespace(n=0) %}{%- macro c() %}{% set ns.n = ns.n + 1 %}{{ ns.n }}{% endmacro %}"
         "{%- macro m(x) %}{{ c() }}{{ x }}{% endmacro %}{%- for m_ in messages %}{{ m(m_.role) }}{% endfor %}",
@@ -172,8 +176,9 @@ def test_autoescaping_at_the_call_is_part_of_the_key() -> None:
 
 def test_a_render_as_deep_as_the_stack_renders_as_without_the_memo() -> None:
     """A macro recursing over a nested kwarg: the memo's frame per call would run out of stack before the plain
-    render does, so coverage renders it again without the memo (``Coverage.play``); a reused text never skips
-    frames deeper than ``MAX_REUSE_DEPTH``, so no render outlives the plain one's stack either (red team 45)."""
+    render does, so coverage renders it again without the memo (``Coverage.play``); a reused text is reused no
+    deeper in the stack than where it was rendered, so no render outlives the plain one's stack either (red team
+    45)."""
     template = (
         "{%- macro walk(x) %}{% if x is mapping %}{% for k, v in x.items() %}<{{ k }}>{{ walk(v) }}{% endfor %}"
         "{% else %}{{ x }}{% endif %}{% endmacro %}{{ walk(depth) | length }}"
@@ -182,7 +187,7 @@ def test_a_render_as_deep_as_the_stack_renders_as_without_the_memo() -> None:
     coverage = Coverage(with_memo.branches, with_memo.copy, None)
     coverage.recorder = with_memo.recorder
     coverage.memo = MacroMemo(coverage.recorder)
-    for depth in (*range(2, 40, 6), *range(50, 240, 20)):
+    for depth in (*range(2, 40, 6), *range(2, 40, 6), *range(50, 240, 20)):  # the shallow ones twice: reused
         nested: Any = 0
         for _ in range(depth):
             nested = {"a": nested}
@@ -192,6 +197,62 @@ def test_a_render_as_deep_as_the_stack_renders_as_without_the_memo() -> None:
         assert ours == without.render(CONVERSATION[:1], **kwargs), depth
         assert with_memo.recorder.ran == without.recorder.ran
     assert coverage.memo.hits > 0  # the shallow ones were reused
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        # a recursive loop inside the memoized macro, reused from deep inside a recursive loop of the template
+        "{%- macro tree(x) %}{% for n in [x] recursive %}{% if n is mapping %}<{{ loop(n.c) }}>{% else %}{{ n }}"
+        "{% endif %}{% endfor %}{% endmacro %}{{ tree(data) | length }}|{%- for n in [outer] recursive %}"
+        "{% if n is mapping %}{{ loop(n.c) }}{% else %}{{ tree(data) | length }}{% endif %}{% endfor %}",
+        # a macro that is not memoized (it writes the template's namespace) recursing, then calling a memoized one
+        "{%- set ns = namespace(k=0) %}{%- macro walk(x) %}{% if x is mapping %}<{{ walk(x.c[0]) }}>{% else %}{{ x }}"
+        "{% endif %}{% endmacro %}{%- macro down(n, x) %}{% set ns.k = ns.k + 1 %}{% if n > 0 %}{{ down(n - 1, x) }}"
+        "{% else %}{{ walk(x) | length }}{% endif %}{% endmacro %}{{ down(0, data) }}|{{ down(outer, data) }}",
+    ],
+)
+def test_a_text_is_not_reused_deeper_in_the_stack_than_it_was_rendered(template: str) -> None:
+    """Red team 46: a text rendered near the top of the stack, reused deep inside a recursion the memo does not
+    count, skipped the frames that run the plain render out of stack. Each depth: the memo's render through
+    coverage (``Coverage.play``) is the plain one's, a text or the same error, with the same arms."""
+    with_memo, without = Copy(template), Copy(template, memo=False)
+    coverage = Coverage(with_memo.branches, with_memo.copy, None)
+    coverage.recorder = with_memo.recorder
+    coverage.memo = MacroMemo(coverage.recorder)
+    nested: Any = 0
+    for _ in range(30):
+        nested = {"c": [nested]}
+    outcomes = set()
+    for depth in (5, 60, 120, 150, 175, 200, 250):
+        outer: Any = 0 if "down" in template else nested
+        if "down" not in template:
+            for _ in range(depth):
+                outer = {"c": [outer]}
+        kwargs = {"data": nested, "outer": depth if "down" in template else outer}
+        renderer = SimpleNamespace(template_kwargs=kwargs, tokenizer=_tokenizer())
+        ours = _outcome(coverage.play, renderer, CONVERSATION[:1], None, False)
+        theirs = without.render(CONVERSATION[:1], **kwargs)
+        assert ours.split(":")[0] == theirs.split(":")[0], depth  # the text, or the same error (its wording moves)
+        assert with_memo.recorder.ran == without.recorder.ran
+        outcomes.add(theirs.startswith("RecursionError"))
+    assert outcomes == {True, False}  # some depths render, some run out of stack
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{%- macro same(xs) %}{% if xs[0] in xs[1:] %}same{% else %}apart{% endif %}{% endmacro %}"
+        "{%- set n = 'nan' | float %}{{ same([n, n]) }} {{ same([n, 'nan' | float]) }}",
+        "{%- macro count(xs) %}{{ xs | unique | list | length }}{% endmacro %}"
+        "{%- set n = 'nan' | float %}{{ count([n, n]) }} {{ count([n, 'nan' | float]) }}",
+    ],
+)
+def test_a_nan_in_a_call_reuses_nothing(template: str) -> None:
+    """Red team 46: ``in`` and ``unique`` tell two NaN objects apart by identity, which no key of values can."""
+    copy = Copy(template)
+    assert copy.render(CONVERSATION[:1]) in ("same apart", "1 2")
+    assert copy.memo is not None and copy.memo.hits == 0
 
 
 def test_a_call_whose_inputs_are_not_plain_data_renders_as_usual() -> None:
@@ -230,3 +291,14 @@ def test_the_corpus_templates_with_macros_render_the_same_text_and_arms_through_
         assert copies[0].recorder.ran == copies[1].recorder.ran, path.name
         reused += bool(copies[0].memo and copies[0].memo.hits)
     assert tried >= 100 and reused >= 100, (tried, reused)
+
+
+def test_without_a_stack_to_measure_nothing_is_memoized(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The depth rule reads CPython's ``sys._getframe``; a Python without it renders every call as usual."""
+    from tito_audit.rendering import macro_memo
+
+    monkeypatch.setattr(macro_memo, "_FRAME", None)
+    copy = Copy(DECLARATIONS)
+    for end in range(1, len(CONVERSATION) + 1):
+        copy.render(CONVERSATION[:end], TOOLS)
+    assert copy.memo is not None and copy.memo.hits == 0

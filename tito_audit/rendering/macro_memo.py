@@ -17,10 +17,12 @@ the types stay apart), or one of the environment's own pure globals (``namespace
 ``dict``, ``joiner``, ``cycler``); any other value (an undefined, a namespace object, a caller, ``strftime_now``)
 renders the macro as usual. A call that raises is not kept.
 
-The memo must not change how deep a render may go either: a reused text skips the calls below it, so it is reused
-only where those are few (``MAX_REUSE_DEPTH``), and the memo's own frame per call may run a deep render out of stack
-first, so coverage renders such a render again without the memo (``audit.coverage.Coverage.play``). Red team 45 found
-each of these by rendering with and without the memo (``tests/rendering/test_macro_memo.py``).
+The memo must not change how deep a render may go either: a reused text skips the frames its render took, so it is
+reused only where the stack is no deeper than where that render completed, and the memo's own frame per call may
+run a deep render out of stack first, so coverage renders such a render again without the memo
+(``audit.coverage.Coverage.play``). A key that may hold a NaN reuses nothing (``x in xs`` tells two NaN objects
+apart by identity). Red teams 45 and 46 found each of these by rendering with and without the memo
+(``tests/rendering/test_macro_memo.py``).
 
 The arms a call takes are kept with its text and counted again where the text is reused, so coverage counts what
 it counts without the memo (``Recorder.ran``). Only the instrumented copy memoizes: the checks render through
@@ -31,6 +33,8 @@ from __future__ import annotations
 
 import ast
 import marshal
+import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -39,8 +43,6 @@ from jinja2.runtime import missing
 
 MEMO = "__tito_memo__"  # the render variable an instrumented template's macros are memoized through
 MAX_ENTRIES = 4096  # distinct calls kept per template; past it, calls render as usual
-# how deep in memoized calls a reused text may reach (its own level and those below it): well inside Python's stack
-MAX_REUSE_DEPTH = 32
 # the filters whose result depends on their input alone: jinja's own but ``random``, and transformers' ``tojson``
 PURE_FILTERS = frozenset(FILTERS) - {"random"} | {"tojson"}
 # filter and test names a macro may not use, even spelled as a constant (``map('random')``, ``select('sameas', x)``)
@@ -58,6 +60,8 @@ _RUNTIME = frozenset(
         "str", "len", "isinstance", "bool", "int", "float", "list", "dict", "tuple", "__tito_probe__",
     }
 )  # fmt: skip
+# a float in ``marshal`` format 2: ``g`` and 8 little-endian bytes; all exponent bits set: not finite
+_NOT_FINITE = re.compile(rb"g[\x00-\xff]{6}[\xf0-\xff][\x7f\xff]", re.DOTALL)
 _ENVIRONMENT_READS = frozenset({"getattr", "getitem", "call", "undefined"})
 _CONTEXT_READS = frozenset({"eval_ctx", "call"})
 
@@ -68,11 +72,9 @@ class MacroMemo:
 
     def __init__(self, recorder: Any) -> None:
         self.recorder = recorder
-        # by key: the text, the arms the call took, and how many memoized calls deep it went below itself
+        # by key: the text, the arms the call took, and the stack depth it was rendered at (``_depth``)
         self.texts: dict[bytes, tuple[str, frozenset[int], int]] = {}
         self.hits = 0
-        self.depth = 0  # memoized calls under way, one inside the other
-        self._reach = 0  # the deepest ``depth`` since the outermost call under way began
 
     def wrap(
         self, function: Callable[..., str], name: str, resolve: Callable[[str], Any], reads: tuple[str, ...]
@@ -81,7 +83,7 @@ class MacroMemo:
         template variables it ``reads`` (``resolve``: the render's own lookup) and autoescaping at the call (an
         ``{% autoescape %}`` block changes what ``join`` and ``replace`` write)."""
         context = getattr(resolve, "__self__", None)  # ``context.resolve_or_missing``'s context
-        if context is None:
+        if context is None or _FRAME is None:  # no stack to measure (a Python without ``sys._getframe``): no memo
             return function
         env_globals = context.environment.globals
 
@@ -90,28 +92,44 @@ class MacroMemo:
             key = _key(name, escape, args, [(n, resolve(n)) for n in reads], env_globals)
             hit = self.texts.get(key) if key is not None else None
             recorder = self.recorder
-            # a reused text skips the frames of the calls below it: only where they are few, so that a render
-            # that would run out of stack does so with the memo too (a render that runs out only with the memo's
-            # frames is rendered again without it: ``audit.coverage.Coverage.play``)
-            if hit is not None and self.depth + 1 + hit[2] <= MAX_REUSE_DEPTH:
+            # a reused text skips the frames its render took: only where it is no deeper in the stack than where
+            # that render completed (so the render itself would complete here too, with fewer frames: the memo's
+            # own are not in it); a render that runs out of stack only with the memo's frames is rendered again
+            # without it (``audit.coverage.Coverage.play``)
+            if hit is not None and _shallower_than(hit[2]):
                 self.hits += 1
                 recorder.ran |= hit[1]
-                self._reach = max(self._reach, self.depth + 1 + hit[2])
                 return hit[0]
             outer, recorder.ran = recorder.ran, set()
-            self.depth += 1
-            start, reach, self._reach = self.depth, self._reach, self.depth
             try:
                 text = function(*args)
             finally:
                 arms, recorder.ran = recorder.ran, outer | recorder.ran
-                below, self._reach = self._reach - start, max(reach, self._reach)
-                self.depth -= 1
             if key is not None and len(self.texts) < MAX_ENTRIES and type(text) is str:
-                self.texts[key] = (text, frozenset(arms), below)
+                self.texts[key] = (text, frozenset(arms), _depth())
             return text
 
         return call
+
+
+_FRAME = getattr(sys, "_getframe", None)  # CPython's; where absent, ``wrap`` memoizes nothing
+
+
+def _depth() -> int:
+    """How many frames this thread's stack holds here."""
+    frame, depth = sys._getframe(1), 1
+    while frame.f_back is not None:
+        frame, depth = frame.f_back, depth + 1
+    return depth
+
+
+def _shallower_than(depth: int) -> bool:
+    """Whether this thread's stack holds no more frames here than ``depth`` (as ``_depth`` counts them)."""
+    try:
+        sys._getframe(depth + 1)  # one frame more than ``_depth`` counts from ``call``: this function's own
+    except ValueError:
+        return True
+    return False
 
 
 def _key(
@@ -129,9 +147,12 @@ def _key(
             parts.append((1, value))
     parts.extend((0,) if a is missing else (1, a) for a in args)
     try:
-        return marshal.dumps(parts, 2)
+        key = marshal.dumps(parts, 2)
     except ValueError:
         return None
+    # a NaN is not equal to itself, so ``in``, ``==`` on lists and ``unique`` tell two NaN objects apart by identity,
+    # which the key cannot: a key that may hold one (a float not finite, or bytes that look like one) reuses nothing
+    return None if _NOT_FINITE.search(key) else key
 
 
 def memoize_macros(tree: ast.Module) -> list[str]:
@@ -319,11 +340,20 @@ def _filter_or_test(value: ast.expr) -> str | None:
 
 def _named_at_run_time(node: ast.Call, pure: dict[str, str]) -> bool:
     """Whether ``node`` calls a filter that is handed the name of another filter or test (``map``, ``select``,
-    ``reject``, ``selectattr``, ``rejectattr``) with a name that is not a constant: ``map(f)`` may be ``random``."""
+    ``reject``, ``selectattr``, ``rejectattr``) with a name that is not a constant (``map(f)`` may be ``random``), that
+    is one of those filters again (``map('map', f)``), or that may be in a starred list (red team 46)."""
     if not isinstance(node.func, ast.Name) or node.func.id not in pure:
         return False
     at = _NAME_ARGUMENT.get(pure[node.func.id])  # jinja passes (context, value, ...): the name's index
-    return at is not None and len(node.args) > at and not isinstance(node.args[at], ast.Constant)
+    if at is None:
+        return False
+    if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+        return True  # ``selectattr(*spec)``: the name is in the list
+    if len(node.args) <= at:
+        return False
+    name = node.args[at]
+    # ``map('map', f)``: the filter named hands the next argument on as a name in turn
+    return not isinstance(name, ast.Constant) or name.value in _NAME_ARGUMENT
 
 
 def _reads(func: ast.FunctionDef, nodes: list[ast.AST], pure: dict[str, str]) -> tuple[set[str], set[str]] | None:
