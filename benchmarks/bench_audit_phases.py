@@ -9,7 +9,8 @@ loading the model (``sources.load.load``: tokenizer and template), playing the s
 instrumented copy (``Coverage.play``: its probes, and its macros rendered once per input, ``rendering.macro_memo``)
 is timed, then made again plainly (``render_text``, as the checks render) and timed: the two CPU sums (this thread's
 CPU clock: on this machine the process clock moves in steps of milliseconds, and a render takes less), and whether
-every text was the same (``texts_equal``; the plain renders are extra work, so ``total`` is not an audit's cost).
+every text was the same (``texts_equal``; it and the ratio are null where no render was compared; the plain renders
+are extra work, so ``total`` is not an audit's cost).
 Over the corpus (``../shared/template-corpus``), beside it: how many templates define a macro, how many macros
 they define and how many of those ``macro_memo`` memoizes, and the CPU its reading took per such template.
 ``--checkout DIR``: the code of another checkout (a ``git worktree`` of an older commit) is measured instead.
@@ -83,6 +84,8 @@ try:
 except SystemExit:
     pass
 seconds["total"] = time.process_time() - started
+if not renders["count"]:  # nothing compared (a checkout before coverage, or no search): no claim of equal texts
+    renders["texts_equal"] = None
 measured = {"seconds": {k: round(v, 3) for k, v in seconds.items()}, "renders": renders}
 print("PHASES " + json.dumps(measured), file=sys.stderr)
 """
@@ -109,7 +112,8 @@ def main() -> None:
         line = next(x for x in done.stderr.splitlines() if x.startswith("PHASES "))  # stdout holds the report
         measured = json.loads(line.removeprefix("PHASES "))
         renders = measured["renders"]
-        renders["instrumented_over_plain"] = round(renders["instrumented"] / max(renders["plain"], 1e-9), 3)
+        compared = renders["count"] and renders["plain"] > 0
+        renders["instrumented_over_plain"] = round(renders["instrumented"] / renders["plain"], 3) if compared else None
         renders["instrumented"], renders["plain"] = round(renders["instrumented"], 3), round(renders["plain"], 3)
         out["models"][model] = measured  # type: ignore[index]
         print(model, json.dumps(measured))

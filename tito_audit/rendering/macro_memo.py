@@ -35,7 +35,7 @@ import ast
 import marshal
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from jinja2.filters import FILTERS
@@ -90,7 +90,9 @@ class MacroMemo:
         def call(*args: Any) -> str:
             escape = (context.eval_ctx.autoescape, context.eval_ctx.volatile)
             key = _key(name, escape, args, [(n, resolve(n)) for n in reads], env_globals)
-            hit = self.texts.get(key) if key is not None else None
+            if key is None:
+                return function(*args)
+            hit = self.texts.get(key)
             recorder = self.recorder
             # a reused text skips the frames its render took: only where it is no deeper in the stack than where
             # that render completed (so the render itself would complete here too, with fewer frames: the memo's
@@ -105,7 +107,7 @@ class MacroMemo:
                 text = function(*args)
             finally:
                 arms, recorder.ran = recorder.ran, outer | recorder.ran
-            if key is not None and len(self.texts) < MAX_ENTRIES and type(text) is str:
+            if len(self.texts) < MAX_ENTRIES and type(text) is str:
                 self.texts[key] = (text, frozenset(arms), _depth())
             return text
 
@@ -197,7 +199,7 @@ def memoize_macros(tree: ast.Module) -> list[str]:
         names = tuple(sorted(reads[name][0]))  # type: ignore[index]
         body.insert(body.index(func) + 1, _wrap_statement(name, names, func))
     if eligible:
-        _bind_memo(nodes)
+        bind_from_context(nodes, MEMO, MEMO)
     return sorted(eligible)
 
 
@@ -227,7 +229,6 @@ def _macros(nodes: list[ast.AST], assigned: dict[str, list[str]]) -> dict[str, t
     """Each macro defined once, by its name: the ``def macro`` jinja writes and the body holding it; its
     ``l_0_NAME`` assigned only by the ``Macro(...)`` that follows it (and jinja's ``= missing`` before it)."""
     out: dict[str, tuple[ast.FunctionDef, list[ast.stmt]]] = {}
-    seen: dict[str, int] = {}
     for node in nodes:
         for field in ("body", "orelse", "finalbody"):
             body = getattr(node, field, None)
@@ -239,9 +240,9 @@ def _macros(nodes: list[ast.AST], assigned: dict[str, list[str]]) -> dict[str, t
                 # jinja writes ``context.exported_vars.add(NAME)`` between the def and the ``Macro(...)`` at the top
                 name = _macro_name(body[i + 1]) or (_macro_name(body[i + 2]) if i + 2 < len(body) else None)
                 if name is not None:
-                    seen[name] = seen.get(name, 0) + 1
                     out[name] = (stmt, body)
-    return {n: v for n, v in out.items() if seen[n] == 1 and assigned.get(n) == ["macro"]}
+    # a name jinja assigns one ``Macro(...)`` is defined once (a second definition is a second assignment)
+    return {n: v for n, v in out.items() if assigned.get(n) == ["macro"]}
 
 
 def _assignments(nodes: list[ast.AST]) -> dict[str, list[str]]:
@@ -421,11 +422,13 @@ def _wrap_statement(name: str, reads: tuple[str, ...], at: ast.stmt) -> ast.stmt
     return ast.fix_missing_locations(ast.copy_location(stmt, at))
 
 
-def _bind_memo(nodes: list[ast.AST]) -> None:
-    """``__tito_memo__ = context.get(MEMO)`` first in each function that has the render's ``context`` (where jinja
-    defines macros: the root and blocks), for the ``wrap`` statements after the macros it defines."""
+def bind_from_context(nodes: Iterable[ast.AST], local: str, key: str) -> None:
+    """``local = context.get(key)`` first in each function of ``nodes`` (jinja's compiled code) that has the render's
+    ``context`` (the root and blocks): a render variable read once per call, found by the functions nested in it
+    (macros, loop filters) as a closure's. Coverage's probe is bound so, and the memo (``wrap`` statements follow
+    the macros those functions define)."""
     for node in nodes:
         if type(node) is ast.FunctionDef and any(a.arg == "context" for a in node.args.args) and node.body:
             get = ast.Attribute(ast.Name("context", ast.Load()), "get", ast.Load())
-            bind = ast.Assign([ast.Name(MEMO, ast.Store())], ast.Call(get, [ast.Constant(MEMO)], []))
+            bind = ast.Assign([ast.Name(local, ast.Store())], ast.Call(get, [ast.Constant(key)], []))
             node.body.insert(0, ast.fix_missing_locations(ast.copy_location(bind, node.body[0])))
