@@ -1,4 +1,4 @@
-"""Where to call ``tito_audit.replay.LogWriter`` in SkyRL's generator, so that ``tito-audit replay`` can check it.
+"""Where to call ``tito_audit.LogWriter`` in SkyRL's generator, so that ``tito-audit replay`` can check it.
 
 SkyRL's ``GeneratorOutput`` keeps the trained ids and mask but not the ids sampled per turn (replay's ``skyrl``
 adapter then has to take the runs of ``loss_mask`` = 1 as the turns). ``LoggedSkyRLGymGenerator`` below is what

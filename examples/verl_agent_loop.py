@@ -1,4 +1,4 @@
-"""Where to call ``tito_audit.replay.LogWriter`` in verl's tool agent loop, so that ``tito-audit replay`` can check it.
+"""Where to call ``tito_audit.LogWriter`` in verl's tool agent loop, so that ``tito-audit replay`` can check it.
 
 verl's own rollout dump (``trainer.rollout_data_dir``) writes decoded text only, so replay cannot read it; the
 agent loop holds the ids and drops them. ``LoggedToolAgentLoop`` below is what you add: a ``ToolAgentLoop``

@@ -70,6 +70,17 @@ def test_rl_folders_are_refused_when_they_are_not_folders(tmp_path, specials) ->
     assert stat.S_ISFIFO(specials["fifo"].stat().st_mode)
 
 
+def test_rl_folders_are_refused_where_a_file_is_or_no_folder_can_be_made(tmp_path) -> None:
+    """Red team 49: a regular file, or a place where no folder can be made (``/proc``), ran the whole loop and then
+    failed with a traceback and exit 1 (the ``corrupted`` verdict's code). Checked before any work now."""
+    existing = tmp_path / "a_file"
+    existing.write_text("x")
+    for option in ("--out", "--save-policy"):
+        one_line_exit_2(tito("rl", MODEL, option, str(existing), cwd=tmp_path), option, "is a file, not a folder")
+        one_line_exit_2(tito("rl", MODEL, option, "/proc/tito-audit-test", cwd=tmp_path), option, "cannot be made")
+    assert existing.read_text() == "x"
+
+
 def test_a_missing_directory_is_said_in_words(tmp_path) -> None:
     line = one_line_exit_2(tito("audit", MODEL, "-o", str(tmp_path / "out" / "r.json"), cwd=tmp_path), "--output")
     assert line.endswith(f"r.json: the directory {tmp_path / 'out'} does not exist (create it first)"), line

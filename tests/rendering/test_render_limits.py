@@ -144,3 +144,61 @@ def test_a_render_budget_wider_than_the_process_cap_keeps_the_cap() -> None:
         """
     )
     assert printed == ["0", "True", "refused", "1", "True", "True"]
+
+
+@pytest.mark.parametrize("kept", [False, True])
+def test_a_signal_handled_while_the_block_is_left_neither_raises_nor_rearms(kept: bool) -> None:
+    """Red team 49: the timer's signal is handled between two bytecodes, anywhere, also inside ``__exit__``. A
+    limit that raised there skipped the rest of ``__exit__``: its timer re-armed every 50 ms with its handler still
+    installed, and raised in whatever ran next (the next model's load: the run lost every model). Handled while a
+    limit's ``__exit__`` runs, or after its block (a stale signal), the signal does nothing; ``__exit__`` may be
+    called again. Played here deterministically: the handler is called as the signal would call it, with the
+    frame it would see."""
+    printed = _in_fresh_process(
+        f"""
+        import signal, sys, time
+        from tito_audit.rendering import guard
+        from tito_audit.rendering.guard import keep_timer_handler, render_limits, time_limit, RenderLimits
+        if {kept}:
+            keep_timer_handler()
+        limit = time_limit(0.05)
+        with limit:
+            end = time.thread_time() + 0.01
+            while time.thread_time() < end:
+                pass
+            limit._started -= 1.0  # its time is up
+            class Frame:
+                f_code = time_limit.__exit__.__code__
+            guard._on_timer(signal.SIGPROF, Frame())  # handled as __exit__ begins: the block is over
+            print("quiet-in-exit", signal.getitimer(signal.ITIMER_PROF)[0] > 0.01)
+        guard._on_timer(signal.SIGPROF, sys._getframe())  # a stale signal after the block
+        limit._expire(signal.SIGPROF, sys._getframe())
+        limit.__exit__()
+        print("after", signal.getitimer(signal.ITIMER_PROF) == (0.0, 0.0), guard._armed)
+        both = render_limits(RenderLimits(seconds=0.05))
+        try:
+            with both:
+                while True:
+                    pass
+        except guard.RenderTimeout:
+            both.__exit__()
+        print("stopped", signal.getitimer(signal.ITIMER_PROF) == (0.0, 0.0), guard._armed)
+        """
+    )
+    assert printed == ["quiet-in-exit", "True", "after", "True", "None", "stopped", "True", "None"]
+
+
+def test_a_template_stopped_by_its_budget_leaves_no_timer_behind(tmp_path) -> None:
+    """Red team 49's template (two hundred megabytes a message) is stopped by its budget; the audits after it in
+    the same process run as usual, and no timer is left armed."""
+    import signal
+
+    from tito_audit import audit_model, load
+    from tito_audit.audit.context import AuditOptions
+
+    flood = tmp_path / "flood.jinja"
+    flood.write_text('{% for m in messages %}{% for i in range(200) %}{{ "x" * 1000000 }}{% endfor %}{% endfor %}')
+    stopped = audit_model(load("qwen2.5-7b-instruct", chat_template_file=str(flood)), AuditOptions())
+    assert stopped.verdict == "error"
+    assert signal.getitimer(signal.ITIMER_PROF) == (0.0, 0.0)
+    assert audit_model(load("qwen3-0.6b"), AuditOptions(scenarios="quick")).verdict != "error"

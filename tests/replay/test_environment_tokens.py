@@ -159,9 +159,10 @@ def test_a_history_rewriting_template_does_not_hide_it(plays, fill):
     assert checked > 30
 
 
-def test_with_neither_messages_nor_log_probs_the_stops_are_named_as_the_only_evidence(plays, tmp_path):
-    """The stop reading is the one evidence left without messages and log-probs, and it sees nothing of a delta
-    glued after a turn cut before its stop: such episodes are named (never a clean pass), and only they."""
+def test_with_neither_messages_nor_log_probs_the_ids_are_named_as_the_only_evidence(plays, tmp_path):
+    """The readings of the ids (a stop inside a turn, a turn opening with a message) are the evidence left without
+    messages and log-probs, and they see nothing of a delta glued after a turn cut before its stop: such episodes
+    are named (never a clean pass), and only they."""
     loaded, ctx, played = plays(QWEN, 0.0, 5)
     bare, with_logprobs = [], []
     for p in played:
@@ -179,7 +180,77 @@ def test_with_neither_messages_nor_log_probs_the_stops_are_named_as_the_only_evi
         assert (ENVIRONMENT_STOPS_ONLY in report.verdict_reasons) is named
         if named:
             assert report.verdict == "tito-required"
-            assert "only at stop tokens inside turns" in report.verdict_explanation
+            assert "only in the ids, at a stop token inside a turn" in report.verdict_explanation
+
+
+MISTRAL = "mistralai/Mistral-Nemo-Instruct-2407"
+
+
+@pytest.mark.parametrize("fill", [-0.25, None])
+def test_a_delta_without_a_stop_glued_with_real_log_probs_is_named_from_the_ids(plays, fill):
+    """Red team 47: Mistral's user and tool-result deltas (``[INST]...[/INST]``, ``[TOOL_RESULTS]...[/TOOL_RESULTS]``)
+    hold no stop token; glued to the next turn with log-probs that look real (an actor's recomputed ones) or none
+    at all, and replayed without renders (``--only-tito``) or messages, the turn opening with a message names it at
+    its first id. Before, the loop was called exact."""
+    loaded, _ctx, played = plays(MISTRAL, 0.0, 5)
+    no_renders = tito_only(loaded)
+    assert no_renders.openings  # a user message's and a tool result's
+    checked = 0
+    for n, p in enumerate(played):
+        record, first = glued(p, fill=fill)
+        if first is None:
+            continue
+        record = {k: v for k, v in record.items() if k != "messages"}
+        if fill is None:  # no log-probs anywhere: nothing but the ids
+            for t in record["turns"]:
+                t.pop("logprobs", None)
+        res = analyze(episode_from_native(record, n), no_renders)
+        assert res.divergences, p.scenario.id
+        d = res.divergences[0]
+        assert (d.index, d.cls) == (first, "environment"), (p.scenario.id, d)
+        checked += 1
+    assert checked > 10
+
+
+def test_a_correct_mistral_loop_has_no_turn_opening_with_a_message(plays):
+    """The same episodes logged by a correct loop (each turn's ids as sampled): no environment finding, with
+    renders or without."""
+    loaded, ctx, played = plays(MISTRAL, 0.0, 5)
+    for n, p in enumerate(played):
+        record = with_engine_prompts(log_episode(p, "correct", p.scenario.id).record, p)
+        for c in (ctx, tito_only(loaded)):
+            res = analyze(episode_from_native(copy.deepcopy(record), n), c)
+            assert not res.divergences, (p.scenario.id, res.divergences)
+
+
+@pytest.mark.parametrize("model", [LLAMA, "openai/gpt-oss-20b"])
+def test_a_policy_that_writes_its_own_assistant_header_is_no_environment(loaded, model, tmp_path):
+    """Red team 50: a loop that renders each prompt without the generation prompt has the policy write the
+    assistant's opening itself (Llama's ``<|start_header_id|>assistant<|end_header_id|>``, harmony's
+    ``<|start|>assistant``, and harmony's ``<|start|>`` again between channels). A correct log: the ids that open
+    an assistant turn are no message header, and nothing is called environment tokens."""
+    m = loaded(model)
+    tok = m.tokenizer
+    msgs = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there."},
+            {"role": "user", "content": "And now?"}, {"role": "assistant", "content": "Still here."}]  # fmt: skip
+    answers = (1, 3)
+    if "gpt-oss" in model:  # one answer with its analysis channel: the policy writes <|start|> between channels
+        msgs, answers = [msgs[0], {**msgs[1], "thinking": "The user greets me."}], (1,)
+
+    def ids(ms):  # type: ignore[no-untyped-def]
+        out = tok.apply_chat_template(ms, tokenize=True, return_dict=False, chat_template=m.chat_template)
+        return list(out["input_ids"] if isinstance(out, dict) else out)
+
+    full, turns, mask = ids(msgs), [], [0] * len(ids(msgs))
+    for i in answers:
+        p, q = ids(msgs[:i]), ids(msgs[: i + 1])
+        assert full[: len(q)] == q and q[: len(p)] == p  # the template is prefix-preserving here
+        turns.append({"ids": q[len(p) :], "logprobs": [-0.1] * (len(q) - len(p)), "prompt_ids": p})
+        mask[len(p) : len(q)] = [1] * (len(q) - len(p))
+    record = {"id": "own-header", "turns": turns, "input_ids": full, "loss_mask": mask}
+    ctx = tito_only(m)
+    res = analyze(episode_from_native(record, 0), ctx)
+    assert not [d for d in res.divergences if d.cls == "environment"], res.divergences
 
 
 def tail_glued(p, fill: float) -> dict | None:

@@ -150,3 +150,25 @@ def test_a_gzip_log_cut_in_its_trailer_counts_no_record_that_is_not_there(qwen, 
     assert "its 2 record(s) were read whole, but their checksum could not be checked" in res.stderr
     assert "error:replay_records:unchecked_tail" in m["verdict_reasons"]
     assert "error:replay_records:malformed" not in m["verdict_reasons"]
+
+
+def test_a_parquet_log_that_does_not_open_is_one_malformed_record_among_several(qwen, tmp_path):
+    """Red team 49: one Parquet file that does not open (cut short, or not Parquet) among several logs stopped the
+    whole replay (exit 2, nothing replayed, a two-line error). It is one malformed record of its file: the other
+    logs are replayed and the run is incomplete (exit 3); alone, nothing could be replayed (exit 2, one line)."""
+    _, _, records = qwen
+    good = write_jsonl(tmp_path / "good.jsonl", records)
+    fake = tmp_path / "fake.parquet"
+    fake.write_bytes(b"PAR1" + bytes(64) + b"PAR1")
+    res = replay(good, fake, "-f", "json")
+    assert res.exit_code == 3, res.output
+    report = verdict(res)
+    assert report["verdict"] != "safe"
+    checks = {c["id"]: c for c in report["checks"]}
+    assert any(
+        "fake.parquet" in f["scenario"] and "not a readable Parquet file" in f["message"]
+        for f in checks["replay_records"]["findings"]
+    )
+    alone = replay(fake)
+    assert alone.exit_code == 2
+    assert len(alone.stderr.strip().splitlines()) == 1 and "not a readable Parquet file" in alone.stderr

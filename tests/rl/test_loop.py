@@ -173,6 +173,14 @@ def test_warmup_sampling_save_and_reload_weights(tmp_path):
     assert summary["setup"]["sampling"]["pure"] and not summary["setup"]["quality_gates"]["passed"]
     assert summary["setup"]["probability_diagnostics"].startswith("withheld: quality gates failed")
     assert os.path.basename(str(pol)) == "policy"
+    # what produced them, in metrics.json and in --json (red team 49: rl named no library)
+    import torch
+
+    from tito_audit import __version__
+
+    for named in (m["libraries"], summary["libraries"]):
+        assert named["tito-audit"] == __version__ and named["torch"] == torch.__version__
+        assert {"transformers", "tokenizers", "jinja2"} <= set(named)
 
 
 @pytest.fixture(scope="module")

@@ -203,6 +203,35 @@ def test_misuse_is_a_value_error(qwen25) -> None:
         traj.append_sampled(_sampled(traj, answer))
 
 
+@pytest.mark.parametrize(
+    ("ids", "logprobs", "words"),
+    [
+        ([9707.7, 151645], None, "found float 9707.7"),  # int() would have put token 9707 in the buffer
+        ([True, 151645], None, "found bool True"),
+        ([-1, 151645], None, ">= 0"),
+        ([9707, 151645], [float("nan"), 0.0], "finite and at most 0"),
+        ([9707, 151645], [-0.5, 5.0], "finite and at most 0"),
+        ([9707, 151645], [-0.5, float("inf")], "finite and at most 0"),
+    ],
+)
+def test_a_sampled_id_or_log_prob_no_engine_gives_is_refused(qwen25, ids, logprobs, words) -> None:
+    """Red team 49: a float id was truncated and a bool became id 1, and NaN or positive log-probs were kept: the
+    buffer held tokens nobody sampled, which a loop that does not log trains on. Refused by the rules a log is
+    read by (``replay.schema``); a float without a fraction, numpy ids and rounding above 0 are still read."""
+    traj = Trajectory.from_model(qwen25)
+    traj.start([USER])
+    with pytest.raises(ValueError, match=words):
+        traj.append_sampled(ids, logprobs=logprobs)
+    before = list(traj.input_ids)
+    np = pytest.importorskip("numpy")
+    kept = traj.append_sampled(np.array([9707, 151645]), logprobs=[-0.5, 0.00005])
+    assert kept == 2 and traj.input_ids == [*before, 9707, 151645]  # the refused call appended nothing
+    other = Trajectory.from_model(qwen25)
+    other.start([USER])
+    other.append_sampled([9707.0, 151645])
+    assert other.input_ids == traj.input_ids
+
+
 def test_an_empty_append_with_the_generation_prompt_lets_the_model_take_another_turn(qwen25) -> None:
     """Two assistant messages in a row (a loop that lets the model go on after it stopped, or keeps a text and a
     call apart): ``append_messages([])`` appends the generation prompt alone, and the buffer is the render of both

@@ -23,6 +23,20 @@ def test_discover_errors_are_one_line(tmp_path: Path) -> None:
         discover(tmp_path)
 
 
+def test_a_dangling_symlink_is_a_template_that_cannot_be_read(tmp_path: Path) -> None:
+    """Red team 49: a ``.jinja`` symlink whose target is gone was left out of the scan without a word. It is
+    scanned, and classified ``unreadable``; a folder named like a template is walked into, not scanned."""
+    (tmp_path / "a.jinja").write_text("{{ messages[0].content }}")
+    (tmp_path / "gone.jinja").symlink_to(tmp_path / "nowhere.jinja")
+    (tmp_path / "folder.jinja").mkdir()
+    assert [t.name for t in discover(tmp_path)] == ["a", "gone"]
+    from tito_audit.scan import scan_directory
+    from tito_audit.scan.pool import PoolLimits
+
+    results = scan_directory(tmp_path, "qwen2.5-7b-instruct", limits=PoolLimits(workers=0), offline=True).results
+    assert {r.name: r.cls for r in results}["gone"] == "unreadable"
+
+
 @needs_corpus
 def test_discover_corpus_matches_index() -> None:
     import json

@@ -69,6 +69,48 @@ def test_reasoning_the_template_strips_on_every_turn_is_emitted_and_lost_on_rere
     assert lost and {f.cls for f in lost} == {"history_rewrite"}
 
 
+@pytest.mark.parametrize("thinking", ["both", "on"])
+def test_reasoning_a_switch_strips_on_every_turn_is_emitted_in_that_mode(thinking: str) -> None:
+    """Red team 48 (Hermes-4's thinking mode): inline reasoning is written as sent by default, and replaced on every
+    turn, the last one's too, under the template's ``think`` switch. The form is derived in the mode that treats the
+    delimiters; read in the default mode alone, no reasoning reached the render and the audit said SAFE."""
+    r = audit_of(TOKENIZER, DATA / "switch_emits.jinja", thinking=thinking)
+    assert r.verdict == "tito-required", r.verdict_reasons
+    assert "adapt:reasoning_emitted" in r.verdict_reasons and "tito-required:naive_rerender" in r.verdict_reasons
+    lost = [f for f in r.check("naive_rerender").findings if "[think=true]" in f.scenario]
+    assert lost and {f.cls for f in lost} == {"history_rewrite"}
+
+
+@pytest.mark.parametrize(
+    ("name", "mode"),
+    [("switch_strips_answers", "[enable_thinking=true]"), ("string_switch_strips", 'switch/reasoning_mode="hide"')],
+)
+def test_a_switch_that_changes_only_an_answers_reasoning_is_played(name: str, mode: str) -> None:
+    """Red team 50: ``enable_thinking`` (or ``reasoning_mode == 'hide'``) splits every answer at ``</think>``; a
+    render without reasoning is the same either way, so the switch was never found and the audit said SAFE. A probe
+    whose earlier answer holds reasoning finds the boolean switch; the reasoning form is read under every switch
+    value played as well. Checked by hand: the sampled block is in no render of that mode (TITO-REQUIRED)."""
+    r = audited(name)
+    assert r.verdict == "tito-required", r.verdict_reasons
+    assert "adapt:reasoning_emitted" in r.verdict_reasons
+    assert any(mode in f.scenario for f in r.check("naive_rerender").findings)
+
+
+def test_a_switch_that_touches_no_reasoning_stays_safe() -> None:
+    """The control: the same template whose switch changes nothing reasoning shows is SAFE as before."""
+    r = audited("switch_reads_no_reasoning")
+    assert r.verdict == "safe", r.verdict_reasons
+
+
+def test_a_thinking_mode_in_which_every_scenario_is_refused_is_named() -> None:
+    """A switch whose mode refuses every assistant turn: the mode is in the report's modes, nothing was judged in
+    it, and the verdict says so (SAFE for what was played, exit 3), never a clean SAFE."""
+    r = audit_of(TOKENIZER, DATA / "mode_refused.jinja")
+    assert {"thinking": True} in r.scenarios["thinking_modes"]
+    assert "not_probed:mode:thinking=true" in r.verdict_reasons
+    assert "not_probed:mode:thinking=false" not in r.verdict_reasons
+
+
 def test_channel_reasoning_on_tool_calls_is_played_and_emitted_on_answers() -> None:
     """Gemma-4-like: the thought channel of a tool-call turn renders until a user turn follows; an answer's is
     stripped. The rewrite is named as reasoning (a history rewrite), not as JSON."""
@@ -157,6 +199,7 @@ def corpus_shapes(name: str):
         ("LGAI-EXAONE-EXAONE-Deep-7.8B", "emitted", "reasoning_content", ("<thought>", "</thought>"), True),
         ("RekaAI-reka-flash-3", "emitted", "reasoning_content", ("<reasoning>", "</reasoning>"), True),
         ("Qwen-Qwen3-0.6B", "field", "reasoning_content", ("<think>", "</think>"), True),
+        ("NousResearch-Hermes-4-14B", "emitted", "reasoning_content", ("<think>", "</think>"), True),  # `thinking`
     ],
 )
 def test_corpus_templates_are_read_in_their_own_reasoning_form(name, mode, field, tags, on_answers) -> None:
@@ -166,6 +209,17 @@ def test_corpus_templates_are_read_in_their_own_reasoning_form(name, mode, field
         assert r.tags == tags
     else:
         assert "analysis" in r.tags[0]
+
+
+@needs_corpus
+def test_hermes_4_in_its_thinking_mode_is_not_safe() -> None:
+    """Red team 48: the real Hermes-4-14B template on the Qwen3 tokenizer (a Qwen3 fine-tune). Its ``thinking`` mode
+    writes every assistant turn as ``<think> </think>`` plus what follows the model's ``</think>``: the sampled
+    reasoning is in no render (TITO-REQUIRED, checked by hand with ``apply_chat_template``). It was SAFE."""
+    r = audit_of("qwen3-0.6b", CORPUS / "NousResearch-Hermes-4-14B.jinja")
+    assert r.verdict == "tito-required", r.verdict_reasons
+    assert "adapt:reasoning_emitted" in r.verdict_reasons
+    assert any("[thinking=true]" in f.scenario for f in r.check("naive_rerender").findings)
 
 
 @needs_corpus

@@ -112,6 +112,34 @@ def test_no_chat_template(tmp_path):
         load(str(folder))
 
 
+@pytest.mark.parametrize(
+    ("value", "error", "words"),
+    [
+        (42, NoChatTemplate, r"not text \(int 42\)"),  # was "the chat template is empty"
+        ([{"name": "default"}], CorruptConfig, r"chat_template\[0\] is not a named template"),  # was a KeyError
+    ],
+)
+def test_a_chat_template_that_is_no_template_says_what_it_is(tmp_path, value, error, words):
+    """Red team 49: the error names the cause the file has, not another one."""
+    folder = _broken_copy(tmp_path, "kind")
+    cfg = json.loads((folder / "tokenizer_config.json").read_text())
+    cfg["chat_template"] = value
+    (folder / "tokenizer_config.json").unlink()
+    (folder / "tokenizer_config.json").write_text(json.dumps(cfg))
+    if (folder / "chat_template.jinja").exists():
+        (folder / "chat_template.jinja").unlink()
+    with pytest.raises(error, match=words):
+        load(str(folder))
+
+
+def test_a_file_given_as_the_model_is_named_as_a_file(tmp_path):
+    """Red team 49: an existing file read as a Hub id, and was called "offline and not in the local cache"."""
+    path = tmp_path / "emptyfile"
+    path.write_text("")
+    with pytest.raises(ModelNotFound, match="is a file, not a model"):
+        load(str(path))
+
+
 def test_template_does_not_compile(tmp_path):
     path = tmp_path / "bad.jinja"
     path.write_text("{% for m in messages %}{{ m.content }")

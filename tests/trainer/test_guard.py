@@ -9,6 +9,7 @@ import pytest
 from tests.conftest import SHARED_MODELS
 from tito_audit import GuardResult, TitoGuardError, check_batch
 from tito_audit.replay.analyze import ReplayContext
+from tito_audit.rollout.tokens import find_run
 from tito_audit.testing.synthetic import log_episode, played_episodes
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
@@ -252,3 +253,33 @@ def test_padding_the_labels_train_is_trained_and_never_sampled(plays):
     trained_pads = check_batch([dict(base, labels=torch.tensor(labels + [pad] * 4))], on_fail="return")
     assert not trained_pads.ok and trained_pads.first is not None
     assert trained_pads.first.trained_not_sampled == 4 and trained_pads.first.divergence.index == len(ids)
+
+
+def test_an_attention_hole_inside_the_sequence_fails_the_item(plays, tmp_path):
+    """Red team 47: a loop that sets ``pad_token = eos_token`` and masks ``ids != pad_token_id`` hides each sampled
+    stop token from every later position; the trainer computes them on a context the engine never had. A 0 between
+    two attended positions fails the item (the guard) and is refused by ``LogWriter``; padding at either end is
+    still dropped, and the same item with the hole filled passes."""
+    from tito_audit import LogWriter
+    from tito_audit.replay.schema import RecordError
+
+    record = log_episode(next(p for p in plays if len(p.turns) > 1), "correct", "").record
+    ids = record["input_ids"]
+    first = record["turns"][0]["ids"]
+    stop = first[-1]
+    at = find_run(ids, first, 0)
+    assert at is not None and record["loss_mask"][at + len(first) - 1] == 1
+    hole = at + len(first) - 1  # the first turn's sampled stop, trained
+    base = {"sampled": [t["ids"] for t in record["turns"]], "loss_mask": [0, 0, *record["loss_mask"], 0]}
+    base["input_ids"] = [stop, stop, *ids, stop]
+    attention = [0, 0, *[1] * len(ids), 0]
+    assert check_batch([dict(base, attention_mask=attention)], on_fail="return").ok  # padding at both ends
+    holed = list(attention)
+    holed[hole + 2] = 0
+    result = check_batch([dict(base, attention_mask=holed)], on_fail="return")
+    assert not result.ok and result.first is not None
+    assert result.first.divergence.index == hole + 2 and "attention_mask hides a trained id" in str(result.first)
+    with pytest.raises(TitoGuardError, match="inside the sequence"):
+        check_batch([dict(base, attention_mask=holed)])
+    with LogWriter(tmp_path / "log.jsonl") as log, pytest.raises(RecordError, match="attention_mask hides"):
+        log.write(dict(base, attention_mask=holed))

@@ -6,6 +6,7 @@ sets named in ``tito_audit.scenarios.catalog``."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -166,6 +167,8 @@ class AuditContext:
             declared = (True, False) if self.engine.is_template else self.engine.option_values(name)
             values = declared if declared is not None else self.engine.code_values(name)
             played = self._switch_values(name, values, probes)
+            if not played and self.engine.is_template:  # one that rewrites only what reasoning an answer holds
+                played = self._switch_values(name, values, (self._reasoning_probe,))
             if played:
                 switches[name] = played
             elif declared is None:
@@ -180,6 +183,21 @@ class AuditContext:
                 f"names its code mentions; found: {found})"
             )
         return switches
+
+    @cached_property
+    def _reasoning_probe(self) -> tuple[tuple[dict[str, Any], ...], bool]:
+        """A probe whose earlier answer holds reasoning both ways a template may read it: in ``reasoning_content``,
+        and inline in its content between the first delimiter pair the template tests text with (``<think>`` where
+        it tests none). A switch that strips or keeps only that (red team 50: ``enable_thinking`` splitting every
+        answer at ``</think>``) changes no render of a conversation without reasoning, and was never played."""
+        pairs = delimiter_pairs(message_reads(self.model.chat_template).tested_literals, self.model.chat_template)
+        opener, closer = pairs[0] if pairs else ("<think>", "</think>")
+        answer = {
+            "role": "assistant",
+            "content": f"{opener}\nGreet back.\n{closer}\n\nHello.",
+            "reasoning_content": "Greet back.",
+        }
+        return ({"role": "user", "content": "Hi"}, answer, {"role": "user", "content": "Again"}), True
 
     def _switch_values(self, name: str, values: Sequence[Any], probes: Sequence[Any]) -> tuple[Any, ...]:
         """The values of ``name`` to play: on and off where it is a boolean switch and one of them changes a probe
@@ -222,12 +240,27 @@ class AuditContext:
         """What the verdict does not cover (``not_probed:WHAT`` reasons): ``thinking_modes`` where a reasoning switch
         could not be enumerated or its values could not be found (``not_probed_thinking`` says which); what the
         template tests past every derived scenario's reach (``reach``: ``count:N``, ``length:N``, ``literal:TEXT``);
-        a derived scenario the template refused (``switch:NAME=VALUE``, ``scenario:ID``)."""
+        a derived scenario the template refused (``switch:NAME=VALUE``, ``scenario:ID``); a thinking mode in which it
+        refused every scenario (``mode:NAME=VALUE``)."""
         reach = [*self.reach.not_probed, *self.switches.not_probed, *self._derived_not_played()]
+        reach += self._modes_not_played()
         if self.options.thinking in ("unset", "default"):
             return reach
         _ = self.thinking_switches
         return ["thinking_modes", *reach] if self.not_probed_thinking else reach
+
+    def _modes_not_played(self) -> list[str]:
+        """A thinking mode (other than the default) in which the template refused every scenario played under it
+        (``mode:NAME=VALUE``): the mode is in the report's modes, and nothing was judged in it."""
+        modes = {tuple(sorted(m.items())) for m in self.thinking_modes if m}
+        tried: dict[tuple[tuple[str, Any], ...], bool] = {}
+        for s in self._simulations.values():
+            mode = s.scenario.template_kwargs
+            if mode in modes and "derived" not in s.scenario.tags:  # a switch's derived scenario is named apart
+                tried[mode] = tried.get(mode, False) or s.error is None
+        return [
+            "mode:" + ",".join(f"{k}={json.dumps(v)}" for k, v in mode) for mode, played in tried.items() if not played
+        ]
 
     def _derived_not_played(self) -> list[str]:
         """A scenario derived from what the template reads that it refused (the reading is then not exercised):
@@ -316,8 +349,11 @@ class AuditContext:
 
     @cached_property
     def shapes(self) -> Shapes:
-        """The conversation shapes this template accepts (probed once; every scenario is played in them)."""
-        return probe_shapes(self.renderer, list(TOOLS), self.thinking_modes)
+        """The conversation shapes this template accepts (probed once; every scenario is played in them). Reasoning's
+        form is looked for under the thinking modes and under each switch value played (``switches``): a switch
+        named otherwise may be what strips reasoning (red team 50: ``reasoning_mode == 'hide'``)."""
+        modes = [*self.thinking_modes, *({name: value} for name, value in self.switches.played)]
+        return probe_shapes(self.renderer, list(TOOLS), modes)
 
     @cached_property
     def reasoning_marks(self) -> ReasoningMarks:

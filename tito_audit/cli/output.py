@@ -112,6 +112,16 @@ def check_output(path: Path | None, option: str = "--output") -> None:
         raise typer.Exit(EXIT_OPERATIONAL)
 
 
+def _no_folder_in(folder: Path) -> str | None:
+    """Why no folder can be made in ``folder`` (None: one can). Proven by making, then removing, one: permissions
+    alone do not say (root ignores them; ``/proc`` and read-only file systems refuse all the same)."""
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=folder, prefix=".tito-audit-"))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
 def check_output_folder(path: Path | None, option: str) -> None:
     """Before any work, for an option that names a folder to write files in (created if missing): one ``error:``
     line and exit 2 where it is a file, a FIFO or a device, or where no folder can be made there."""
@@ -123,19 +133,19 @@ def check_output_folder(path: Path | None, option: str) -> None:
     elif path.is_symlink() and not path.exists():
         problem = f"is a symlink to {os.readlink(path)}, which does not exist"
     elif path.exists():
-        kind = _kind(path.stat().st_mode)
-        if kind is not None and kind != "a directory":
+        kind = _kind(path.stat().st_mode) or "a file"
+        if kind != "a directory":
             problem = f"is {kind}, not a folder"
-        elif not os.access(path, os.W_OK):
-            problem = "is a folder that cannot be written"
+        elif (why := _no_folder_in(path)) is not None:
+            problem = f"is a folder that cannot be written ({why})"
     else:
         ancestor = path.parent
         while not ancestor.exists() and ancestor != ancestor.parent:
             ancestor = ancestor.parent
         if not ancestor.is_dir():
             problem = f"cannot be made: {ancestor} is not a directory"
-        elif not os.access(ancestor, os.W_OK):
-            problem = f"cannot be made: {ancestor} cannot be written"
+        elif (why := _no_folder_in(ancestor)) is not None:
+            problem = f"cannot be made in {ancestor} ({why})"
     if problem is not None:
         typer.echo(f"error: {option} {path}: {problem}", err=True)
         raise typer.Exit(EXIT_OPERATIONAL)

@@ -439,9 +439,13 @@ def rl(o: RLOptions, given: frozenset[str]) -> None:
 
 def _show(result: Any, json_out: bool) -> None:
     if json_out:
-        print(json.dumps({"setup": result.setup, "summary": result.summary}, default=str))
+        shown = {"setup": result.setup, "summary": result.summary, "libraries": result.libraries}
+        print(json.dumps(shown, default=str))
     else:
         _print_summary(result)
+        from tito_audit.formats.labels import versions_text
+
+        print(f"{versions_text(result.libraries)} · torch {result.libraries['torch']}")
 
 
 def register(app: typer.Typer) -> None:

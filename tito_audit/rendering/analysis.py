@@ -128,8 +128,13 @@ class _ReadingEnvironment(ImmutableSandboxedEnvironment):
     def from_string(self, source: Any, *args: Any, **kwargs: Any) -> Any:
         if _Compile.limits is None:
             return super().from_string(source, *args, **kwargs)
-        with render_limits(_Compile.limits):
-            return super().from_string(source, *args, **kwargs)
+        limits = render_limits(_Compile.limits)
+        try:
+            with limits:
+                return super().from_string(source, *args, **kwargs)
+        except RenderTimeout:
+            limits.__exit__()  # raised as the block was left, before its ``__exit__`` could run (``guard.time_limit``)
+            raise
 
 
 @contextmanager
@@ -145,8 +150,13 @@ def _compiling(into: dict[str, TemplateFacts], limits: RenderLimits) -> Iterator
     ``template_facts`` parses the template once more."""
     hook = compat.pieces("compile_hook")
     if hook is None:
-        with render_limits(limits):
-            yield
+        bounded = render_limits(limits)
+        try:
+            with bounded:
+                yield
+        except RenderTimeout:
+            bounded.__exit__()  # as in ``_ReadingEnvironment.from_string``
+            raise
         return
     hook.module.ImmutableSandboxedEnvironment = _ReadingEnvironment
     _Compile.into, _Compile.limits = into, limits

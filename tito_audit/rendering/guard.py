@@ -75,7 +75,8 @@ _REFIRE_S = 0.05
 
 # In a process of the audit's own (a scan worker: ``keep_timer_handler``), SIGPROF's handler stays installed and
 # passes the signal to the limit armed now; elsewhere each limit installs it for its block and puts back what was
-# there (a library caller's process may use SIGPROF itself).
+# there (a library caller's process may use SIGPROF itself). ``_armed`` is the limit armed now in either mode: a
+# signal for any other limit (one whose block has ended) is stale, and does nothing.
 _handler_kept = False
 _armed: time_limit | None = None
 
@@ -99,15 +100,25 @@ class time_limit:
     """Raise ``RenderTimeout`` in the block once this thread has spent ``seconds`` of CPU time in it.
 
     A class, not a generator: renders are guarded by the thousand, and a generator's frames would cost a good
-    part of a small render."""
+    part of a small render.
 
-    __slots__ = ("_armed", "_previous", "_started", "seconds")
+    The timer's signal is handled between two bytecodes, anywhere: also while the block is being left. A limit
+    that raised there would skip the rest of ``__exit__`` and leave its timer re-arming and its handler installed,
+    to raise in whatever runs next (red team 49: after a template stopped by its budget, the next model's load
+    died with a traceback, and the run lost every model). So the signal does nothing once the limit is no longer
+    the one armed, nor while one of the limits' own ``__exit__`` runs (the block is over; ``__exit__`` disarms), and
+    ``__exit__`` may be called again: a guard that caught ``RenderTimeout`` outside the block calls it to make sure
+    (``Renderer``)."""
+
+    __slots__ = ("_armed", "_previous", "_previous_handler", "_started", "seconds")
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self._armed = False
 
     def _expire(self, signum: int, frame: object) -> None:
+        if _armed is not self or getattr(frame, "f_code", None) in _LEAVING:
+            return  # a stale signal, or the block is being left: nothing to stop
         # The timer counts the whole process's CPU; the limit is this thread's. Other threads (a trainer's) may
         # have spent some of it: wait for the rest.
         left = self.seconds - (time.thread_time() - self._started)
@@ -124,10 +135,9 @@ class time_limit:
         if self.seconds <= 0 or not _in_main_thread():
             return
         self._started = time.thread_time()
-        if _handler_kept:
-            self._previous, _armed = _armed, self
-        else:
-            self._previous = _set_handler(signal.SIGPROF, self._expire)
+        if not _handler_kept:
+            self._previous_handler = _set_handler(signal.SIGPROF, _on_timer)
+        self._previous, _armed = _armed, self
         self._armed = True
         signal.setitimer(signal.ITIMER_PROF, self.seconds)
 
@@ -135,11 +145,10 @@ class time_limit:
         global _armed
         if self._armed:
             self._armed = False
+            _armed = self._previous
             signal.setitimer(signal.ITIMER_PROF, 0)
-            if _handler_kept:
-                _armed = self._previous
-            else:
-                _set_handler(signal.SIGPROF, self._previous)
+            if not _handler_kept:
+                _set_handler(signal.SIGPROF, self._previous_handler)
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -222,6 +231,9 @@ class render_limits:
         finally:
             self._memory.__exit__()
 
+
+# The code objects during which a timer signal is not a limit's to raise: the block is being left.
+_LEAVING = frozenset(f.__code__ for f in (time_limit.__exit__, render_limits.__exit__, memory_limit.__exit__))
 
 _process_cap = 0  # the soft RLIMIT_AS ``limit_process_memory`` set (0: none); ``memory_limit`` restores what it lowers
 

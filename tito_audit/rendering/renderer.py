@@ -211,6 +211,7 @@ class Renderer:
         return self.limits if seconds >= self.limits.seconds else replace(self.limits, seconds=seconds)
 
     def _run_guarded(self, run: Any, template_code: bool) -> Any:
+        limits = render_limits(self._limits_now()) if template_code else nullcontext()
         try:
             if template_code and transformers_compiles() != self._shared.compiles_seen:
                 # transformers may have dropped the prepared template from its cache and compiled it anew. Prepared
@@ -218,9 +219,10 @@ class Renderer:
                 # disarm the render's.
                 prepare_for_renders(self.chat_template, self.limits)
                 self._shared.compiles_seen = transformers_compiles()
-            with pinned_date(self.date), render_limits(self._limits_now()) if template_code else nullcontext():
+            with pinned_date(self.date), limits:
                 out = run()
         except RenderTimeout as exc:
+            limits.__exit__(None, None, None)  # raised as the block was left, before its ``__exit__`` could run
             raise RenderError("timeout", str(exc)) from exc
         except SecurityError as exc:
             raise RenderError("security", f"sandbox refused: {first_line(exc)}") from exc

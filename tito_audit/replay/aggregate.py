@@ -78,7 +78,7 @@ class ReplayTotals:
     reference_buffer: int = 0
     reference_errors: int = 0  # episodes not checked (incomplete): no reference could be rebuilt, nothing sampled
     unmasked_episodes: int = 0  # checked episodes without a loss_mask: which ids were trained was not checked
-    # checked episodes with neither renders nor log-probs: environment tokens were looked for only at stops in turns
+    # checked episodes with neither renders nor log-probs: environment tokens were looked for only in the ids
     environment_stops_only: int = 0
     no_trainer_episodes: int = 0  # checked episodes with no trained sequence logged: the engine's side only
     template_refusals: int = 0

@@ -223,7 +223,9 @@ def _environment(ep: Episode, ctx: ReplayContext, cmp: Comparison, renders: bool
     the earlier place per turn wins and the turn holds both classes; their ids count as trained never sampled where
     the comparison had not counted them (no divergence of its own in that turn)."""
     renderer = ctx.renderer_for(ep) if renders else None
-    found = environment_divergences(ep, renderer, ctx.control_ids, ctx.header_ids, ctx.stop_ids, ctx.decode)
+    found = environment_divergences(
+        ep, renderer, ctx.control_ids, ctx.header_ids, ctx.stop_ids, ctx.decode, ctx.openings
+    )
     by_turn = {d.turn: d for d in cmp.divergences}
     for env in found:
         cur = by_turn.get(env.turn)

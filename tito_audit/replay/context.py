@@ -17,6 +17,7 @@ from tito_audit.rendering.renderer import Renderer
 from tito_audit.replay.drift import date_positions
 from tito_audit.replay.schema import Episode, RecordError
 from tito_audit.rollout.stop import stop_token_ids
+from tito_audit.rollout.tokens import common_prefix_len
 
 _MARK_PROBES: tuple[list[dict[str, Any]], ...] = (
     [{"role": "user", "content": "Hi"}],
@@ -46,6 +47,8 @@ class ReplayContext:
     model: str = ""
     control_ids: frozenset[int] = frozenset()  # the tokenizer's control tokens (special ids)
     header_ids: frozenset[int] = frozenset()  # control ids the template opens a message with, never in a sampled turn
+    # how the template writes a message before an assistant turn: (its control ids, its end) (``message_openings``)
+    openings: tuple[tuple[frozenset[int], tuple[int, ...]], ...] = ()
 
     @classmethod
     def from_model(
@@ -78,6 +81,7 @@ class ReplayContext:
             model=getattr(model, "name", ""),
             control_ids=control_ids(tok),
             header_ids=header_ids(renderer, stops),
+            openings=message_openings(renderer, stops),
         )
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -150,6 +154,53 @@ def header_ids(renderer: Renderer, stop_ids: Sequence[int]) -> frozenset[int]:
         return frozenset()
     turn = full[len(head) :] if full[: len(head)] == head else full
     return frozenset(i for i in head if i in control) - set(turn) - set(stop_ids)
+
+
+# A tool episode's probe: a call whose id Mistral's template accepts (nine letters and digits), then its result.
+_CALL = {"id": "call12345", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+_TOOL_PROBE: list[dict[str, Any]] = [
+    {"role": "user", "content": "Weather?"},
+    {"role": "assistant", "content": None, "tool_calls": [_CALL]},
+    {"role": "tool", "tool_call_id": "call12345", "name": "get_weather", "content": "cold"},
+]
+
+
+def message_openings(renderer: Renderer, stop_ids: Sequence[int]) -> tuple[tuple[frozenset[int], tuple[int, ...]], ...]:
+    """How the template writes a user message and a tool result before an assistant turn, each as (the control ids
+    of that delta, less stops and those an assistant turn or its opening holds; the delta's ids from its last control
+    id on: the end of the prompt a policy samples after, ``[/INST]``, ``[/TOOL_RESULTS]``,
+    ``<|im_start|>assistant\n``). A sampled turn that opens with one of the first and holds the second later holds a message and the assistant's
+    opening the environment wrote (``tito_audit.replay.environment``). From probe renders, never from a name; a
+    probe the template refuses or rewrites gives nothing."""
+    control = control_ids(renderer.tokenizer)
+    out = []
+    assistant: set[int] = set()
+    deltas = []
+    for probe in (_MARK_PROBES[0], _TOOL_PROBE):
+        try:
+            before = renderer.render_ids(probe[:-1]) if len(probe) > 1 else []
+            after = renderer.render_ids(probe, add_generation_prompt=True)
+            if len(probe) > 1:
+                assistant.update(before[len(renderer.render_ids(probe[:-2], add_generation_prompt=True)) :])
+        except RenderError:
+            continue
+        if after[: len(before)] == before:
+            deltas.append(after[len(before) :])
+    try:
+        head = renderer.render_ids(_MARK_PROBES[0], add_generation_prompt=True)
+        assistant.update(renderer.render_ids(_MARK_PROBES[1])[len(head) :])
+        # the assistant's opening (the generation prompt): a loop that renders without it has the policy write it,
+        # so a turn may begin with its ids (Llama's <|start_header_id|>, harmony's <|start|>; red team 50)
+        bare = renderer.render_ids(_MARK_PROBES[0])
+        assistant.update(head[common_prefix_len(head, bare) :])
+    except RenderError:
+        return ()
+    for delta in deltas:
+        last = next((n for n in range(len(delta) - 1, -1, -1) if delta[n] in control), None)
+        headers = frozenset(i for i in delta if i in control) - assistant - set(stop_ids)
+        if last is not None and headers:
+            out.append((headers, tuple(delta[last:])))
+    return tuple(out)
 
 
 MARK_WINDOW = 8  # a log's sequence opens with the template's first control token within this many ids

@@ -3,7 +3,7 @@ environment wrote (issue 38, item 2).
 
 A loop that appends a tool result to the next turn's response ids (with log-prob 0.0, or none) and trains the
 whole response trains the policy on tokens it never sampled. Its log can still be self-consistent: the engine's
-prompts, the sampled turns and the trained sequence agree, so the TITO check alone finds it exact. Two kinds of
+prompts, the sampled turns and the trained sequence agree, so the TITO check alone finds it exact. Four kinds of
 evidence name it, from the log and the template alone (no weights):
 
 - **the template's render**: a sampled turn's ids hold the template's rendering of a non-assistant message of the
@@ -26,6 +26,11 @@ evidence name it, from the log and the template alone (no weights):
   begins with a message the environment wrote), is a loop that glued the environment's delta to the policy's
   ids: the environment's run is the turn's start up to that stop when a header precedes it, else what follows it.
   Needs neither the messages nor log-probs.
+- **a turn that opens with a message**: its first id is a control token of a user message or tool result as the
+  template writes them before an assistant turn, and it holds, later, that message's end (``ReplayContext.openings``):
+  the environment's delta, glued before the policy's ids. Mistral's ``[INST]...[/INST]`` and
+  ``[TOOL_RESULTS]...[/TOOL_RESULTS]`` hold no stop token, so the stop reading cannot see them; this one does, from
+  the ids alone.
 
 Any of these makes the turn diverge at the first such id that was trained (``Divergence`` of kind ``environment``, class
 ``environment``): unsafe.
@@ -175,6 +180,33 @@ def stops_inside_turns(ep: Episode, stop_ids: frozenset[int], header: frozenset[
     return out
 
 
+def turns_opening_with_a_message(
+    ep: Episode, openings: Sequence[tuple[frozenset[int], Sequence[int]]]
+) -> list[EnvironmentRun]:
+    """Per sampled turn, ids that open with a control id of a message the template writes before an assistant turn
+    (a user message, a tool result) and hold, after it, that message's end (``ReplayContext.openings``: ``[/INST]``,
+    ``[/TOOL_RESULTS]``): a policy samples after that prompt and does not write another message first; a loop that
+    glued the environment's delta to the policy's ids does. The environment's run is the turn's start through that
+    end. From the ids alone: a delta that holds no stop token (Mistral's ``[INST]...[/INST]``), with real log-probs,
+    is seen without messages or renders."""
+    out = []
+    for k, turn in enumerate(ep.turns):
+        ids = turn.ids
+        for headers, end in openings:
+            if not ids or ids[0] not in headers:
+                continue
+            at = find_run(ids, end, 1)
+            if at is None:
+                continue
+            why = (
+                "it opens with a message the template writes before an assistant turn, through that message's end: a "
+                "policy samples after that prompt, it does not write a message before its turn"
+            )
+            out.append(EnvironmentRun(k, 0, at + len(end), why))
+            break
+    return out
+
+
 def _turn_start(ep: Episode, k: int, after: int) -> int | None:
     """Where turn ``k``'s ids sit in the trained sequence (from ``after`` on), or None."""
     ids, got = ep.turns[k].ids, ep.input_ids
@@ -191,6 +223,7 @@ def environment_divergences(
     header: frozenset[int],
     stop_ids: Sequence[int],
     decode: Callable[[Sequence[int]], str],
+    openings: Sequence[tuple[frozenset[int], Sequence[int]]] = (),
 ) -> list[Divergence]:
     """Per sampled turn, the first environment id it holds that was trained (a ``Divergence`` of kind and class
     ``environment``, its ``tokens`` the environment ids trained). ``renderer``: the episode's, when renders are
@@ -200,6 +233,7 @@ def environment_divergences(
         rendered = rendered_in_turns(ep, message_renderings(ep, renderer), control, frozenset(stop_ids), decode)
         runs += rendered
     runs += stops_inside_turns(ep, frozenset(stop_ids), header)  # the ids alone: named last where others agree
+    runs += turns_opening_with_a_message(ep, openings)
     first: dict[int, EnvironmentRun] = {}
     for run in runs:
         cur = first.get(run.turn)

@@ -366,15 +366,35 @@ def open_parquet(path: Path) -> Any:
     try:
         return pq.ParquetFile(path)
     except Exception as exc:  # pyarrow raises ArrowInvalid / OSError subclasses for bad files
-        raise LogError(f"{path}: not a readable Parquet file: {exc}") from None
+        raise UnreadableParquet(f"{path}: not a readable Parquet file: {' '.join(str(exc).split())}") from None
+
+
+class UnreadableParquet(LogError):
+    """A Parquet file that does not open (a truncated footer, not Parquet at all). Among several logs it is one
+    malformed record of its file, and the others are replayed (``parquet_batches``, ``run._tasks``); alone, nothing
+    could be replayed."""
+
+
+def unopened(path: Path) -> RecordError | None:
+    """The record error standing for ``path`` where it is a Parquet file that does not open, else None."""
+    try:
+        open_parquet(path)
+    except UnreadableParquet as exc:
+        return ParquetUnreadable(str(exc).removeprefix(f"{path}: "))
+    return None
 
 
 def parquet_batches(
     path: Path, max_record_bytes: int = MAX_RECORD_BYTES, batch_rows: int = PARQUET_BATCH
 ) -> Iterator[tuple[int, Any, Any]]:
     """``(number of the first row, RecordBatch, bytes per row)``, one row group at a time. A row group that cannot
-    be decoded ends the file with a ``ParquetUnreadable`` in place of the batch (what was read is kept)."""
-    pf = open_parquet(path)
+    be decoded ends the file with a ``ParquetUnreadable`` in place of the batch (what was read is kept); a file
+    that does not open is one, in place of its first batch."""
+    try:
+        pf = open_parquet(path)
+    except UnreadableParquet as exc:
+        yield 1, ParquetUnreadable(str(exc).removeprefix(f"{path}: ")), None
+        return
     n = 0
     for group in range(pf.num_row_groups):
         batches = pf.iter_batches(batch_size=batch_rows, row_groups=[group], use_threads=False)

@@ -146,7 +146,8 @@ def _against(t: ReplayTotals) -> str:
     if t.environment_stops_only:
         against += (
             f"; {t.environment_stops_only} episode(s) with neither messages rendered nor log-probs: environment "
-            "tokens logged as sampled were looked for only at stop tokens inside turns"
+            "tokens logged as sampled were looked for only in the ids (a stop inside a turn, a turn opening with a "
+            "message)"
         )
     return against
 

@@ -36,6 +36,7 @@ from tito_audit.replay.reader import (
     parquet_batches,
     parse_line,
     row_nbytes,
+    unopened,
 )
 from tito_audit.replay.schema import RecordError
 from tito_audit.workers import Died, Done, Killed, Raised, WorkerPool, interrupt, reraise
@@ -228,6 +229,12 @@ def _row_group_task(path: str, group: int, first_line: int, file: str) -> Replay
         line += batch.num_rows
 
 
+def _unreadable_task(message: str, file: str) -> ReplayTotals:
+    totals = ReplayTotals()
+    totals.add_malformed(1, message, file)
+    return totals
+
+
 def labels(paths: Sequence[Path]) -> dict[Path, str]:
     """How findings name each file: nothing for a single log, else its name (its path where names repeat)."""
     if len(paths) <= 1:
@@ -258,6 +265,10 @@ def _parts(path: Path, file: str, ctx: ReplayContext, fmt: str, fmap: FieldMap |
 def _tasks(path: Path, file: str, bound: int) -> Iterator[tuple[Callable[..., ReplayTotals], tuple[Any, ...], int]]:
     """Worker tasks of one log: (function, arguments, records it covers)."""
     if log_kind(path) == "parquet":
+        unreadable = unopened(path)
+        if unreadable is not None:  # one malformed record of its file: the other logs are replayed
+            yield _unreadable_task, (str(unreadable), file), 1
+            return
         pf = open_parquet(path)
         first = 1
         for g in range(pf.num_row_groups):

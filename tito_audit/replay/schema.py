@@ -32,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tito_audit.rollout.tokens import LOGPROB_ROUNDING
+
 Message = dict[str, Any]
 NATIVE_FIELDS = ("id", "messages", "tools", "turns", "input_ids", "loss_mask", "chat_template_kwargs", "date")
 
@@ -117,9 +119,6 @@ def _ids(value: Any, where: str, compared: bool = False) -> list[int]:
             raise RecordError(f"{where} holds a negative id {v}")
         out.append(v)
     return out
-
-
-LOGPROB_ROUNDING = 1e-4  # a log-prob above 0 by less than this is the engine's float rounding of log(1)
 
 
 def _floats(value: Any, where: str) -> list[float]:

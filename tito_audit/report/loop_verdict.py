@@ -69,8 +69,8 @@ UNCHECKED = {
     NO_LOSS_MASK: "some episodes have no loss_mask (as a vLLM dump without trainer fields): which ids were trained "
     "was not checked",
     ENVIRONMENT_STOPS_ONLY: "some episodes log neither messages to render nor log-probs: environment tokens logged as "
-    "sampled were looked for only at stop tokens inside turns (a tool result glued to a turn cut before its stop is "
-    "not seen)",
+    "sampled were looked for only in the ids, at a stop token inside a turn and at a turn opening with a message (a "
+    "tool result glued to a turn cut before its stop is not seen)",
     TURNS_ONLY: "some episodes have neither prompt_ids nor messages: only their sampled turns were looked for, the "
     "context the engine saw was not checked",
     NAIVE_NOTHING: "no naive what-if ran",

@@ -253,6 +253,8 @@ def describe_reason(reason: str) -> str:
                 )
             drawn, _, budget = name.partition("/")
             return f"the counterexample search drew {drawn} of {budget} conversations (its render budget ran out)"
+        if what == "mode":
+            return f"thinking mode {name} not played (the template refused every scenario played in it)"
         if what == "switch":
             if "=" in name:
                 return f"template switch {name} not played (the template refused it, or past the switch values played)"

@@ -6,6 +6,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+def rl_libraries() -> dict[str, Any]:
+    """What produced an ``rl`` run: the libraries every report names (``compat.library_versions``) and torch, whose
+    kernels compute the gradients compared."""
+    import torch
+
+    from tito_audit.compat import library_versions
+
+    return {**library_versions(), "torch": torch.__version__}
+
+
 @dataclass
 class RLResult:
     config: dict[str, Any]
@@ -13,6 +23,7 @@ class RLResult:
     steps: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
+    libraries: dict[str, Any] = field(default_factory=rl_libraries)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -21,4 +32,5 @@ class RLResult:
             "summary": self.summary,
             "steps": self.steps,
             "files": self.files,
+            "libraries": self.libraries,
         }

@@ -29,6 +29,7 @@ from tito_audit.rendering.renderer import Renderer
 from tito_audit.rollout.bridge import AppendRefused, Bridge, BridgeError, compute_bridge
 from tito_audit.rollout.probes import APPEND_BASES, APPENDS, MINIMAL_TOOL_EPISODE, MINIMAL_TOOL_RESULT, TOOLS
 from tito_audit.rollout.stop import stop_token_ids
+from tito_audit.rollout.tokens import sampled_ids, sampled_logprobs
 
 Message = dict[str, Any]
 SegmentKind = Literal["prompt", "sampled", "bridge", "turn_end"]
@@ -225,16 +226,18 @@ class Trajectory:
             raise ValueError("call start() before append_sampled()")
         if not self._awaiting_sample() and not self.truncated:
             raise ValueError("the last turn is closed: append environment messages (with a generation prompt) first")
-        if logprobs is not None and len(logprobs) != len(ids):
-            raise ValueError(f"{len(logprobs)} logprobs for {len(ids)} ids")
+        ints = sampled_ids(ids)  # never truncated or coerced: a float with a fraction or a bool is no id
+        if logprobs is not None:
+            logprobs = sampled_logprobs(logprobs)
+            if len(logprobs) != len(ints):
+                raise ValueError(f"{len(logprobs)} logprobs for {len(ints)} ids")
         stops = set(self.stop_ids)
-        ints = list(map(int, ids))
         first_stops = [ints.index(s) for s in stops if s in ints]
         keep = min(first_stops) + 1 if first_stops else len(ints)
-        if keep < len(ids) and self.after_stop == "error":
-            tok = self.renderer.decode([ids[keep - 1]], skip_special_tokens=False)
+        if keep < len(ints) and self.after_stop == "error":
+            tok = self.renderer.decode([ints[keep - 1]], skip_special_tokens=False)
             raise ValueError(
-                f"{len(ids) - keep} id(s) after the stop token {tok!r} at position {keep - 1}: the engine should "
+                f"{len(ints) - keep} id(s) after the stop token {tok!r} at position {keep - 1}: the engine should "
                 "stop there (pass after_stop='drop' to discard them)"
             )
         continuing = self.truncated

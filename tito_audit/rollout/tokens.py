@@ -2,11 +2,66 @@
 
 from __future__ import annotations
 
+import math
+import operator
 from array import array
 from collections.abc import Sequence
 from typing import Any
 
 from tito_audit.rendering.tokenizer_cache import tokenizer_cache
+
+LOGPROB_ROUNDING = 1e-4  # a log-prob above 0 by less than this is the engine's float rounding of log(1)
+
+
+def sampled_ids(ids: Any) -> list[int]:
+    """Token ids as an engine returns them (a list, a tuple, a numpy array or tensor), as ints; ``ValueError`` for
+    one that is no id: a bool, a float with a fraction, a negative, a string. A float without a fraction reads as
+    its integer, as in a log (``replay.schema``). Never truncated: ``int(9707.7)`` would put another token in the
+    buffer than the one sampled."""
+    values = ids.tolist() if hasattr(ids, "tolist") else ids
+    if isinstance(values, (str, bytes)):
+        raise ValueError("sampled ids must be a sequence of integers, not text")
+    if type(values) is list and _unsigned(values) and bool not in set(map(type, values)):
+        return list(values)  # what engines give: checked in C, no per-id Python step
+    out: list[int] = []
+    for v in values:
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if isinstance(v, bool):
+            raise ValueError(f"sampled ids must be integers (found bool {v})")
+        try:
+            i = operator.index(v)
+        except TypeError:
+            raise ValueError(f"sampled ids must be integers (found {type(v).__name__} {v!r:.40})") from None
+        if i < 0:
+            raise ValueError(f"sampled ids must be >= 0 (found {i})")
+        out.append(i)
+    return out
+
+
+def _unsigned(values: list[Any]) -> bool:
+    """Whether every value is an int >= 0 (a bool too: the caller looks for those), tested by packing them in C."""
+    try:
+        array("Q", values)
+    except (TypeError, OverflowError):
+        return False
+    return True
+
+
+def sampled_logprobs(logprobs: Any) -> list[float]:
+    """Log-probs of sampled ids as floats; ``ValueError`` for one that no engine gives: NaN, infinite, or above 0
+    by more than float rounding (a probability is at most 1)."""
+    values = logprobs.tolist() if hasattr(logprobs, "tolist") else logprobs
+    try:
+        out = [float(v) for v in values]
+    except (TypeError, ValueError):
+        raise ValueError("log-probs must be numbers") from None
+    if not out or (math.isfinite(sum(out)) and max(out) <= LOGPROB_ROUNDING):  # two C-level passes
+        return out
+    bad = next(((k, v) for k, v in enumerate(out) if not (math.isfinite(v) and v <= LOGPROB_ROUNDING)), None)
+    if bad is not None:
+        raise ValueError(f"logprobs[{bad[0]}] is {bad[1]!r}: a log-prob is finite and at most 0")
+    return out
 
 
 def common_prefix_len(a: Sequence[Any], b: Sequence[Any]) -> int:

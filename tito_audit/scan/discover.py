@@ -27,7 +27,9 @@ def discover(root: str | PathLike[str], pattern: str = "*.jinja") -> list[Templa
         raise UsageError(str(root), "folder does not exist")
     if not base.is_dir():
         raise UsageError(str(root), "not a folder or a template file")
-    found = sorted(p for p in base.rglob(pattern) if p.is_file())
+    # a symlink whose target is gone is a template the folder names and that cannot be read: it is scanned (and
+    # classified ``unreadable``), never left out without a word; a folder named like a template is walked into
+    found = sorted(p for p in base.rglob(pattern) if p.is_file() or (p.is_symlink() and not p.exists()))
     if not found:
         raise UsageError(str(root), f"no {pattern} files in this folder")
     return [TemplateFile(str(p.relative_to(base).with_suffix("")), p) for p in found]

@@ -139,7 +139,19 @@ def derive_reasoning(
         if not (on_answers and on_calls) and not all(w.strip() for w in written):
             not_probed.append("reasoning:" + ("answers" if not on_answers else "tool_calls"))
         return Reasoning("field", field, written, on_answers, on_calls, others, tuple(not_probed))
-    return _inline_reasoning(probe, pairs, others, not_probed)
+    found = _inline_reasoning(probe, pairs, others, list(not_probed))
+    if found.mode:
+        return found
+    # Not treated in the default mode (written as sent, or not rendered): a thinking switch may be what turns the
+    # treatment on (Hermes-4's ``thinking`` strips every turn's block, the last one's too). The first mode that
+    # treats a pair gives the form: in the others the block is written as it was sent, which changes nothing.
+    for kwargs in modes:
+        if kwargs:
+            under_mode = _Probe(renderer.with_kwargs(**kwargs), tools, shape, keys)
+            under = _inline_reasoning(under_mode, pairs, others, list(not_probed))
+            if under.mode:
+                return under
+    return found
 
 
 def _shown_keys(

@@ -129,6 +129,15 @@ def _validate_json_files(spec: str, folder: Path) -> dict[str, Any]:
             raise CorruptConfig(spec, f"{name} is not valid JSON ({exc})") from exc
         if not isinstance(parsed[name], dict):
             raise CorruptConfig(spec, f"{name} is not a JSON object")
+    templates = parsed.get("tokenizer_config.json", {}).get("chat_template")
+    if isinstance(templates, list):  # named templates: transformers reads each entry's "name" and "template"
+        for k, entry in enumerate(templates):
+            if not (isinstance(entry, dict) and isinstance(entry.get("name"), str)) or "template" not in entry:
+                raise CorruptConfig(
+                    spec,
+                    f"tokenizer_config.json's chat_template[{k}] is not a named template "
+                    '({"name": ..., "template": ...})',
+                )
     return parsed
 
 
@@ -272,7 +281,9 @@ def load_files(
         except ValueError as exc:
             raise UsageError(spec, str(exc).splitlines()[0]) from exc
         origin = _template_origin(folder, template, template_name, config)
-    if not isinstance(template, str) or not template.strip():
+    if not isinstance(template, str):
+        raise NoChatTemplate(spec, f"the chat template is not text ({type(template).__name__} {template!r:.40})")
+    if not template.strip():
         raise NoChatTemplate(spec, "the chat template is empty")
     compile_template(spec, template)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tito_audit.errors import ModelNotFound, NetworkUnavailable
 from tito_audit.sources.base import ModelFiles, ModelSource
 from tito_audit.sources.bundled import BundledSource
@@ -16,6 +18,12 @@ def sources(offline: bool = False) -> list[ModelSource]:
 
 def fetch_model_files(spec: str, offline: bool = False) -> ModelFiles:
     """The files of ``spec``; a spec that names nothing says which known names are close to it."""
+    if Path(spec).expanduser().is_file():  # reads as a Hub id (org/name), and is a file here: say what it is
+        raise ModelNotFound(
+            spec,
+            "is a file, not a model: give the folder that holds its tokenizer files, a bundled name or a Hub repo id "
+            "(a template file goes to --chat-template)",
+        )
     try:
         for source in sources(offline):
             if source.claims(spec):

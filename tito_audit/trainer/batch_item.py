@@ -13,7 +13,9 @@ the loss mask under any of the names loops give it:
 
 ``attention_mask`` drops padding (positions where it is 0) from the ids and the mask, unless the mask trains
 them: a padded position with a loss (labels not ``-100``, mask 1) is kept, so that it is found as trained and never
-sampled (by the guard, and in the log ``LogWriter`` writes). When several mask names are given they must agree.
+sampled (by the guard, and in the log ``LogWriter`` writes). Padding sits at a sequence's ends: a 0 between two
+attended positions hides a real token from every later one, and is a problem (the guard fails, ``LogWriter``
+refuses the record). When several mask names are given they must agree.
 """
 
 from __future__ import annotations
@@ -54,10 +56,13 @@ def ints(x: Any) -> list[int]:
         raise BatchItemError(f"expected a list of integers, not {type(x).__name__}")
     if isinstance(x, list) and (not x or type(x[0]) is int):
         return x
-    out = [int(v) for v in x]
-    if any(isinstance(v, float) and v != int(v) for v in x):
-        raise BatchItemError(f"expected integers, found {next(v for v in x if isinstance(v, float) and v != int(v))}")
-    return out
+    bad = next((v for v in x if isinstance(v, float) and not v.is_integer()), None)  # NaN, inf, 1.5
+    if bad is not None:
+        raise BatchItemError(f"expected integers, found {bad}")
+    try:
+        return [int(v) for v in x]
+    except (TypeError, ValueError) as exc:
+        raise BatchItemError(f"expected integers ({exc})") from None
 
 
 def _turns(item: Mapping[str, Any]) -> list[SampledTurn]:
@@ -151,6 +156,26 @@ def _masks(item: Mapping[str, Any], ids: list[int]) -> tuple[dict[str, list[int]
     return masks, problems
 
 
+def _attention_hole(flags: Sequence[int]) -> int | None:
+    """The first position whose ``attention_mask`` is 0 between two attended ones, or None. Padding sits at a
+    sequence's ends; a 0 inside it hides a real token from every later position (a loop that sets ``pad_token =
+    eos_token`` and masks ``ids != pad_token_id`` hides each sampled stop token the same way)."""
+    first = next((i for i, a in enumerate(flags) if a), None)
+    if first is None:
+        return None
+    last = max(i for i, a in enumerate(flags) if a)
+    return next((i for i in range(first, last) if not flags[i]), None)
+
+
+def _hole_message(at: int, token: int, trained: bool) -> str:
+    what = "a trained id" if trained else "an id"
+    return (
+        f"attention_mask hides {what} ({token}) at token {at}, inside the sequence: every later position is computed "
+        "without it, a context the engine never had (padding set to the eos id? build the mask from the lengths, "
+        "not from ids != pad_token_id)"
+    )
+
+
 def read_item(item: Mapping[str, Any]) -> BatchItem:
     """The item's turns, trained ids (padding dropped) and loss mask; ``BatchItemError`` when it cannot be read."""
     if not isinstance(item, Mapping):
@@ -168,6 +193,9 @@ def read_item(item: Mapping[str, Any]) -> BatchItem:
         if len(keep_flags) != len(ids):
             problems.append((None, f"attention_mask has {len(keep_flags)} values for {len(ids)} input_ids"))
         else:
+            hole = _attention_hole(keep_flags)
+            if hole is not None:
+                problems.append((hole, _hole_message(hole, ids[hole], mask is not None and bool(mask[hole]))))
             # a padded position the loss still trains (HF labels not -100 there: the loss ignores only -100, never
             # attention_mask) is kept, so that it is compared as trained and never sampled, and written to the log
             keep = [i for i, a in enumerate(keep_flags) if a or (mask is not None and mask[i])]
