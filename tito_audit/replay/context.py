@@ -169,9 +169,9 @@ def message_openings(renderer: Renderer, stop_ids: Sequence[int]) -> tuple[tuple
     """How the template writes a user message and a tool result before an assistant turn, each as (the control ids
     of that delta, less stops and those an assistant turn or its opening holds; the delta's ids from its last control
     id on: the end of the prompt a policy samples after, ``[/INST]``, ``[/TOOL_RESULTS]``,
-    ``<|im_start|>assistant\n``). A sampled turn that opens with one of the first and holds the second later holds a message and the assistant's
-    opening the environment wrote (``tito_audit.replay.environment``). From probe renders, never from a name; a
-    probe the template refuses or rewrites gives nothing."""
+    ``<|im_start|>assistant\n``). A sampled turn that opens with one of the first and holds the second later holds
+    a message and the assistant's opening the environment wrote (``tito_audit.replay.environment``). From probe
+    renders, never from a name; a probe the template refuses or rewrites gives nothing."""
     control = control_ids(renderer.tokenizer)
     out = []
     assistant: set[int] = set()
