@@ -144,7 +144,8 @@ def derive_reasoning(
         return found
     # Not treated in the default mode (written as sent, or not rendered): a thinking switch may be what turns the
     # treatment on (Hermes-4's ``thinking`` strips every turn's block, the last one's too). The first mode that
-    # treats a pair gives the form: in the others the block is written as it was sent, which changes nothing.
+    # treats a pair gives the form for every mode: the scenarios then emit reasoning in the others too, where a
+    # template that ignores the reasoning field loses what a loop's reasoning parser took out of the content.
     for kwargs in modes:
         if kwargs:
             under_mode = _Probe(renderer.with_kwargs(**kwargs), tools, shape, keys)
