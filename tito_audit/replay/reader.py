@@ -366,22 +366,17 @@ def open_parquet(path: Path) -> Any:
     try:
         return pq.ParquetFile(path)
     except Exception as exc:  # pyarrow raises ArrowInvalid / OSError subclasses for bad files
-        raise UnreadableParquet(f"{path}: not a readable Parquet file: {' '.join(str(exc).split())}") from None
+        raise UnreadableParquet(path, f"not a readable Parquet file: {' '.join(str(exc).split())}") from None
 
 
 class UnreadableParquet(LogError):
     """A Parquet file that does not open (a truncated footer, not Parquet at all). Among several logs it is one
-    malformed record of its file, and the others are replayed (``parquet_batches``, ``run._tasks``); alone, nothing
-    could be replayed."""
+    malformed record of its file (``record``), and the others are replayed (``parquet_batches``, ``run._tasks``);
+    alone, nothing could be replayed."""
 
-
-def unopened(path: Path) -> RecordError | None:
-    """The record error standing for ``path`` where it is a Parquet file that does not open, else None."""
-    try:
-        open_parquet(path)
-    except UnreadableParquet as exc:
-        return ParquetUnreadable(str(exc).removeprefix(f"{path}: "))
-    return None
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.record = ParquetUnreadable(reason)
 
 
 def parquet_batches(
@@ -393,7 +388,7 @@ def parquet_batches(
     try:
         pf = open_parquet(path)
     except UnreadableParquet as exc:
-        yield 1, ParquetUnreadable(str(exc).removeprefix(f"{path}: ")), None
+        yield 1, exc.record, None
         return
     n = 0
     for group in range(pf.num_row_groups):

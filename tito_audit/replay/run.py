@@ -28,6 +28,7 @@ from tito_audit.replay.reader import (
     PARQUET_BATCH,
     LogError,
     UncheckedTail,
+    UnreadableParquet,
     expand,
     iter_lines,
     log_kind,
@@ -36,7 +37,6 @@ from tito_audit.replay.reader import (
     parquet_batches,
     parse_line,
     row_nbytes,
-    unopened,
 )
 from tito_audit.replay.schema import RecordError
 from tito_audit.workers import Died, Done, Killed, Raised, WorkerPool, interrupt, reraise
@@ -265,11 +265,11 @@ def _parts(path: Path, file: str, ctx: ReplayContext, fmt: str, fmap: FieldMap |
 def _tasks(path: Path, file: str, bound: int) -> Iterator[tuple[Callable[..., ReplayTotals], tuple[Any, ...], int]]:
     """Worker tasks of one log: (function, arguments, records it covers)."""
     if log_kind(path) == "parquet":
-        unreadable = unopened(path)
-        if unreadable is not None:  # one malformed record of its file: the other logs are replayed
-            yield _unreadable_task, (str(unreadable), file), 1
+        try:
+            pf = open_parquet(path)
+        except UnreadableParquet as exc:  # one malformed record of its file: the other logs are replayed
+            yield _unreadable_task, (str(exc.record), file), 1
             return
-        pf = open_parquet(path)
         first = 1
         for g in range(pf.num_row_groups):
             rows = pf.metadata.row_group(g).num_rows
