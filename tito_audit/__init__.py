@@ -15,11 +15,11 @@ Public API, for RL frameworks and scripts (each name is imported on first use, s
 from __future__ import annotations
 
 import importlib
-import sys
 from typing import TYPE_CHECKING, Any
 
 from tito_audit import compat  # noqa: F401  (quiets transformers' no-torch advisory before anything imports it)
 from tito_audit._version import __version__
+from tito_audit.registry import lazy_exports
 
 # public name -> the module that defines it
 _EXPORTS = {
@@ -81,15 +81,13 @@ if TYPE_CHECKING:
     from tito_audit.trainer.writer import LogWriter
 
 
+_exported = lazy_exports(__name__, _EXPORTS)
+
+
 def __getattr__(name: str) -> Any:
     if name == "audit":  # the package tito_audit.audit, callable for a deprecation period (tito_audit.audit_models)
         return importlib.import_module("tito_audit.audit")
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    setattr(sys.modules[__name__], name, value)
-    return value
+    return _exported(name)
 
 
 def __dir__() -> list[str]:

@@ -125,3 +125,22 @@ CHECKS = Registry("check", "tito_audit/audit/checks")
 RENDERERS = Registry("renderer", "tito_audit/engines")
 LOG_FORMATS = Registry("log format", "tito_audit/replay")
 OUTPUT_FORMATS = Registry("output format", "tito_audit/formats")
+
+
+def lazy_exports(package: str, exports: Mapping[str, str]) -> Any:
+    """A package's module ``__getattr__`` for its public names, each imported from the module ``exports`` names on
+    first use and kept in the package from then on: importing a light part of a package (the token helpers, the
+    default date, the log formats ``--help`` lists) does not import its heavy machinery (jinja2, transformers).
+    ``__getattr__ = lazy_exports(__name__, _EXPORTS)``."""
+    import importlib
+    import sys
+
+    def __getattr__(name: str) -> Any:
+        module = exports.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    return __getattr__

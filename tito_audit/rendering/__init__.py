@@ -5,9 +5,9 @@ default date (``clock``) costs nothing."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from tito_audit.registry import lazy_exports
 from tito_audit.rendering.clock import DEFAULT_DATE
 
 if TYPE_CHECKING:
@@ -22,13 +22,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = ["DEFAULT_DATE", "RenderError", "RenderLimits", "Renderer"]

@@ -20,8 +20,9 @@ log formats, which ``tito-audit --help`` lists) does not import the comparison m
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tito_audit.registry import lazy_exports
 
 # public name -> the module that defines it
 _EXPORTS = {
@@ -60,13 +61,7 @@ if TYPE_CHECKING:
     from tito_audit.replay.schema import Episode, RecordError, SampledTurn, episode_from_native
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 def __dir__() -> list[str]:

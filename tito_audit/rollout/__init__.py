@@ -6,8 +6,9 @@ The buffer (and with it the renderer, jinja2) is imported when first asked for, 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tito_audit.registry import lazy_exports
 
 if TYPE_CHECKING:
     from tito_audit.rollout.bridge import AppendRefused, Bridge, BridgeError, compute_bridge
@@ -28,13 +29,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = [
