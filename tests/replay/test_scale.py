@@ -179,6 +179,8 @@ def test_ray_engine_gives_the_local_report(qwen, tmp_path):
     tokens[4] = dict(tokens[4], loss_mask=[2] * len(tokens[4]["input_ids"]))  # a malformed row
     for n in range(3):
         write_parquet(shards / f"part-{n:05d}.parquet", tokens[n::3], row_group_size=5)
+    empty = pa.Table.from_pylist(tokens[:1]).slice(0, 0)  # a shard left empty: the schema, no row
+    pq.write_table(empty, shards / "part-00001-empty.parquet")
     pattern = str(shards / "*.parquet")
     spec = ContextSpec(QWEN, whatif=True, drift=True, noncanonical=True)
     local = replay_log(pattern, ctx)
@@ -189,5 +191,8 @@ def test_ray_engine_gives_the_local_report(qwen, tmp_path):
         ray.shutdown()
     assert remote.to_dict() == local.to_dict()
     assert remote.findings == local.findings
-    assert local.malformed == 1 and local.diverged_episodes > 0 and local.drift_episodes > 0
-    assert [label for label, _ in local.findings["replay_records"]] == ["part-00001.parquet line 2"]
+    assert local.malformed == 2 and local.diverged_episodes > 0 and local.drift_episodes > 0
+    assert local.findings["replay_records"] == [
+        ("part-00001-empty.parquet line 1", "the log holds no record"),
+        ("part-00001.parquet line 2", local.findings["replay_records"][1][1]),
+    ]

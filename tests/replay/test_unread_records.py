@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from tests.conftest import write_jsonl
+from tests.conftest import invoke, write_jsonl
 from tests.replay.conftest import cli as replay
 from tests.replay.conftest import report_of as verdict
 from tests.replay.conftest import vllm_record
@@ -172,3 +172,27 @@ def test_a_parquet_log_that_does_not_open_is_one_malformed_record_among_several(
     alone = replay(fake)
     assert alone.exit_code == 2
     assert len(alone.stderr.strip().splitlines()) == 1 and "not a readable Parquet file" in alone.stderr
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_an_empty_log_among_several_is_named_never_passed_over(qwen, tmp_path, workers):
+    """An empty log (a writer that crashed before its first record) among several was passed over in silence: the
+    run said safe with exit 0 for episodes the empty log never held. It is one malformed record of its file (exit
+    3, not safe), in process and in workers alike; alone, or with only other empty logs, nothing was replayed
+    (exit 2, one line)."""
+    _, _, records = qwen
+    good = write_jsonl(tmp_path / "good.jsonl", records)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")  # blank lines only: no record
+    res = invoke("replay", str(good), str(empty), "-f", "json", "-m", QWEN, "-w", workers)
+    assert res.exit_code == 3, res.output
+    report = verdict(res)
+    assert report["verdict"] != "safe"
+    findings = {c["id"]: c for c in report["checks"]}["replay_records"]["findings"]
+    assert [f["message"] for f in findings if "empty.jsonl" in f["scenario"]] == ["the log holds no record"]
+    assert "1 of 7 record(s) malformed" in res.stderr
+    other = tmp_path / "other.jsonl"
+    other.write_text("")
+    for alone in (replay(empty), replay(empty, other)):
+        assert alone.exit_code == 2
+        assert len(alone.stderr.strip().splitlines()) == 1 and "the log holds no record" in alone.stderr

@@ -29,7 +29,7 @@ from tito_audit.replay.aggregate import ReplayTotals
 from tito_audit.replay.analyze import ReplayContext
 from tito_audit.replay.mapping import FieldMap
 from tito_audit.replay.reader import MAX_RECORD_BYTES, LogError, expand, log_kind, open_parquet
-from tito_audit.replay.run import _Fit, labels, stop
+from tito_audit.replay.run import EMPTY_LOG, _Fit, labels, stop
 
 # Passed on to the actors, so that they load the model the way the driver did.
 _ENV = ("HF_HUB_CACHE", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "PYTHONPATH")
@@ -56,6 +56,9 @@ class ContextSpec:
         )
 
 
+EMPTY = -1  # the row group of a shard of several that holds no row: one malformed record (``run.EMPTY_LOG``)
+
+
 class _ReplayRowGroups:
     """A Ray Data actor: the model loaded once, then ``run._row_group_task`` (the local workers' function) per
     row group named in the batch."""
@@ -66,10 +69,14 @@ class _ReplayRowGroups:
         _init(spec.build(), fmt, field_map, max_record_bytes)
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
-        from tito_audit.replay.run import _row_group_task
+        from tito_audit.replay.run import _row_group_task, _unreadable_task
 
         totals = [
-            pickle.dumps(_row_group_task(str(path), int(group), int(first), ""))
+            pickle.dumps(
+                _unreadable_task(EMPTY_LOG, "")
+                if int(group) == EMPTY
+                else _row_group_task(str(path), int(group), int(first), "")
+            )
             for path, group, first in zip(batch["path"], batch["group"], batch["first"], strict=True)
         ]
         return {"path": list(batch["path"]), "totals": totals}
@@ -106,6 +113,8 @@ def replay_ray(
         for g in range(meta.num_row_groups):
             groups.append({"path": str(p), "group": g, "first": first})
             first += meta.row_group(g).num_rows
+        if first == 1 and len(paths) > 1:  # a shard of several without a row: named in its place, as locally
+            groups.append({"path": str(p), "group": EMPTY, "first": 1})
     if not ray.is_initialized():
         env = {k: os.environ[k] for k in _ENV if k in os.environ}
         ray.init(address=address, runtime_env={"env_vars": env} if env else None, log_to_driver=False)

@@ -235,6 +235,12 @@ def _unreadable_task(message: str, file: str) -> ReplayTotals:
     return totals
 
 
+# A log of several that holds no record (a writer that crashed before its first, a shard left empty) is one
+# malformed record of its own: replayed alone it is refused (exit 2), and among others it was passed over in
+# silence, the run's answer then covering episodes it never held.
+EMPTY_LOG = "the log holds no record"
+
+
 def labels(paths: Sequence[Path]) -> dict[Path, str]:
     """How findings name each file: nothing for a single log, else its name (its path where names repeat)."""
     if len(paths) <= 1:
@@ -262,8 +268,20 @@ def _parts(path: Path, file: str, ctx: ReplayContext, fmt: str, fmap: FieldMap |
         yield replay_lines(chunk, ctx, fmt, fmap, file)
 
 
-def _tasks(path: Path, file: str, bound: int) -> Iterator[tuple[Callable[..., ReplayTotals], tuple[Any, ...], int]]:
-    """Worker tasks of one log: (function, arguments, records it covers)."""
+def _tasks(
+    path: Path, file: str, bound: int, several: bool
+) -> Iterator[tuple[Callable[..., ReplayTotals], tuple[Any, ...], int]]:
+    """Worker tasks of one log: (function, arguments, records it covers); ``several``: the log is one of several,
+    and holding no record makes it a malformed one (``EMPTY_LOG``)."""
+    records = 0
+    for task in _log_tasks(path, file, bound):
+        records += task[2]
+        yield task
+    if not records and several:
+        yield _unreadable_task, (EMPTY_LOG, file), 1
+
+
+def _log_tasks(path: Path, file: str, bound: int) -> Iterator[tuple[Callable[..., ReplayTotals], tuple[Any, ...], int]]:
     if log_kind(path) == "parquet":
         try:
             pf = open_parquet(path)
@@ -313,8 +331,12 @@ def replay_log(
     try:
         if workers <= 1:
             for p in paths:
+                records = 0
                 for part in _parts(p, names[p], ctx, fmt, field_map, max_record_bytes):
+                    records += part.records
                     take(part, part.records)
+                if not records and len(paths) > 1:
+                    take(_unreadable_task(EMPTY_LOG, names[p]), 1)
         else:
             _in_workers(paths, names, (ctx, fmt, field_map, max_record_bytes), workers, take)
     except KeyboardInterrupt:
@@ -357,7 +379,7 @@ def _in_workers(
     with WorkerPool(workers, _init, init) as pool:
         key = 0
         for p in paths:
-            for fn, args, n in _tasks(p, names[p], max_record_bytes):
+            for fn, args, n in _tasks(p, names[p], max_record_bytes, len(paths) > 1):
                 pool.submit(key, fn, *args)
                 sizes[key] = n
                 key += 1
