@@ -16,6 +16,7 @@ EXIT_FINDINGS = 1
 EXIT_OPERATIONAL = 2
 EXIT_INCOMPLETE = 3
 EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as shells report it
+EXIT_TERMINATED = 143  # SIGTERM, answered as Ctrl-C is (what finished is written): 128 + SIGTERM
 
 
 class AuditError(Exception):

@@ -27,10 +27,12 @@ def _interrupted(tmp_path: Path, jobs: str, cpu_seconds: float) -> tuple[subproc
     return ctrl_c(["audit", *MODELS, "--jobs", jobs, "-o", str(out)], cpu_seconds, tmp_path), out
 
 
-def ctrl_c(args: list[str], cpu_seconds: float, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    """``tito-audit ARGS`` in its own session, whose process group gets SIGINT (what a terminal's Ctrl-C does) once
-    the session has spent ``cpu_seconds`` of CPU (the loaded machine's clock); no process of the session may be
-    left once the command has exited."""
+def ctrl_c(
+    args: list[str], cpu_seconds: float, cwd: Path = ROOT, sig: int = signal.SIGINT
+) -> subprocess.CompletedProcess[str]:
+    """``tito-audit ARGS`` in its own session, whose process group gets SIGINT (what a terminal's Ctrl-C does; or
+    ``sig``) once the session has spent ``cpu_seconds`` of CPU (the loaded machine's clock); no process of the
+    session may be left once the command has exited."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     argv = [sys.executable, "-m", "tito_audit", *args]
     proc = subprocess.Popen(argv, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -39,7 +41,7 @@ def ctrl_c(args: list[str], cpu_seconds: float, cwd: Path = ROOT) -> subprocess.
     while proc.poll() is None and _session_cpu(proc.pid) < cpu_seconds and time.monotonic() < deadline:
         time.sleep(0.2)
     assert proc.poll() is None, "the command ended before the interrupt: give it more work"
-    os.killpg(proc.pid, signal.SIGINT)
+    os.killpg(proc.pid, sig)
     stdout, stderr = proc.communicate(timeout=300)
     end = time.monotonic() + 10
     while _session_processes(proc.pid) and time.monotonic() < end:  # workers are ended, not left to finish
@@ -98,6 +100,22 @@ def test_ctrl_c_writes_what_finished_and_exits_130(tmp_path: Path, jobs: str) ->
     )
     assert 0 < len(report["models"]) < len(MODELS)
     assert all(m["verdict"] != "error" for m in report["models"])  # finished models are kept whole
+
+
+@pytest.mark.slow
+def test_sigterm_writes_what_finished_and_exits_143(tmp_path: Path) -> None:
+    """SIGTERM to the process group (what ``timeout`` and batch schedulers send before SIGKILL) ended the run at
+    once, and the reports of the models it had finished were lost. It is answered as Ctrl-C is, workers included
+    (none outlives the command): the finished models are written, marked incomplete, and the exit is 143."""
+    out = tmp_path / "report.json"
+    done = ctrl_c(["audit", *MODELS, "--jobs", "2", "-o", str(out)], 8.0, tmp_path, sig=signal.SIGTERM)
+    assert done.returncode == 143, done.stderr
+    assert "Traceback" not in done.stderr
+    report = json.loads(out.read_text())
+    assert report["complete"] is False
+    assert 0 < len(report["models"]) < len(MODELS)
+    assert all(m["verdict"] != "error" for m in report["models"])
+    assert f"interrupted after {len(report['models'])} of {len(MODELS)} models" in done.stderr
 
 
 @pytest.mark.slow

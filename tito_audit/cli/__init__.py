@@ -24,7 +24,7 @@ except ImportError:  # pragma: no cover - older typer on the real click
     from click import exceptions as click_errors  # type: ignore[no-redef]
 
 from tito_audit._version import __version__
-from tito_audit.errors import EXIT_INTERRUPTED, EXIT_OPERATIONAL
+from tito_audit.errors import EXIT_INTERRUPTED, EXIT_OPERATIONAL, EXIT_TERMINATED
 from tito_audit.workers import interrupt
 
 
@@ -67,7 +67,9 @@ class OneLineErrors(TyperGroup):
             typer.echo("interrupted (Ctrl-C came as the run ended: what it wrote is whole)", err=True)
             rv = EXIT_INTERRUPTED
         code = rv if isinstance(rv, int) else 0
-        if standalone_mode and code == EXIT_INTERRUPTED and interrupt.seen():
+        if code == EXIT_INTERRUPTED and interrupt.terminated():
+            code = EXIT_TERMINATED  # SIGTERM, answered as Ctrl-C is, says which signal it was
+        if standalone_mode and code in (EXIT_INTERRUPTED, EXIT_TERMINATED) and interrupt.seen():
             _exit_now(code)
         if standalone_mode:
             sys.exit(code)

@@ -108,7 +108,7 @@ def tell(message: Any) -> None:
 def _worker_main(conn: Connection, initializer: Callable[..., None] | None, initargs: tuple[Any, ...]) -> None:
     """A worker: runs ``initializer`` once, then each task it is given, until it is given None."""
     global _conn, _key
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and ends us
+    interrupt.ignore_in_worker()  # the parent handles Ctrl-C and SIGTERM, and ends us
     if initializer is not None:
         initializer(*initargs)
     _conn = conn
