@@ -208,7 +208,7 @@ def test_misuse_is_a_value_error(qwen25) -> None:
     [
         ([9707.7, 151645], None, "found float 9707.7"),  # int() would have put token 9707 in the buffer
         ([True, 151645], None, "found bool True"),
-        ([-1, 151645], None, ">= 0"),
+        ([-1, 151645], None, "a negative id -1"),
         ([9707, 151645], [float("nan"), 0.0], "finite and at most 0"),
         ([9707, 151645], [-0.5, 5.0], "finite and at most 0"),
         ([9707, 151645], [-0.5, float("inf")], "finite and at most 0"),
@@ -387,3 +387,36 @@ def test_a_turn_after_an_assistant_turn_is_prompted_with_a_generation_prompt(qwe
     with_prefixes = derive_turn(renderer, history, 2, None, stops, prefixes=prefixes)
     fresh = derive_turn(Renderer(qwen3.tokenizer, qwen3.chat_template), history, 2, None, stops)
     assert with_prefixes == fresh and with_prefixes.prompt_text.endswith("<|im_start|>assistant\n")
+
+
+def test_the_buffer_and_the_replay_reader_accept_and_refuse_the_same_ids():
+    """One check of ids and log-probs (``rollout.tokens``) for the buffer and the replay reader: they differed on
+    numpy integers in a list (the buffer read them, replay called the record malformed) and in their wording."""
+    np = pytest.importorskip("numpy")
+    from tito_audit.replay.schema import RecordError, episode_from_native
+    from tito_audit.rollout.tokens import sampled_ids, sampled_logprobs
+
+    cases = [
+        ([np.int64(9707), 151645], [np.float32(-0.5), 0.0]),  # numpy scalars in a list
+        (np.array([9707, 151645]), np.array([-0.5, 0.0])),
+        ([9707.0, 151645], [-0.5, 0]),  # a float without a fraction is its integer
+        ([9707.7, 151645], None),
+        ([True, 151645], None),
+        ([-1, 151645], None),
+        ("9707", None),
+        ([9707, 151645], [float("nan"), 0.0]),
+        ([9707, 151645], ["-0.5", 0.0]),
+    ]
+    for ids, logprobs in cases:
+        try:
+            buffered: object = (sampled_ids(ids), sampled_logprobs(logprobs) if logprobs is not None else None)
+        except ValueError as exc:
+            buffered = str(exc)
+        turn = {"ids": ids, **({"logprobs": logprobs} if logprobs is not None else {})}
+        try:
+            episode = episode_from_native({"turns": [turn], "input_ids": [1, 2]})
+            t = episode.turns[0]
+            read: object = (list(t.ids), list(t.logprobs) if t.logprobs is not None else None)
+        except RecordError as exc:
+            read = str(exc).replace("turns[0].ids", "sampled ids").replace("turns[0].logprobs", "logprobs")
+        assert read == buffered, (ids, logprobs)

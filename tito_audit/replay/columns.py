@@ -166,7 +166,7 @@ def _null_inside(lp: Any) -> Any:
 
 def _impossible(lp: Any) -> Any:
     """Per turn, whether a log-prob is NaN, infinite or above 0 (``schema._floats`` refuses the record: analyze)."""
-    from tito_audit.replay.schema import LOGPROB_ROUNDING
+    from tito_audit.rollout.tokens import LOGPROB_ROUNDING
 
     raw = lp.values
     values = np.asarray(raw.fill_null(0) if raw.null_count else raw, dtype=np.float64)  # no copy for doubles

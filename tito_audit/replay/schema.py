@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tito_audit.rollout.tokens import LOGPROB_ROUNDING
+from tito_audit.rollout.tokens import log_probs, token_ids
 
 Message = dict[str, Any]
 NATIVE_FIELDS = ("id", "messages", "tools", "turns", "input_ids", "loss_mask", "chat_template_kwargs", "date")
@@ -98,52 +97,19 @@ def _packed(value: list[Any], code: str) -> array | None:
 
 
 def _ids(value: Any, where: str, compared: bool = False) -> list[int]:
-    """Token ids: integers >= 0 (a float with no fraction is read as its integer; a bool is refused). ``compared``:
-    ids that are only ever compared with checked ones (the engine's prompts), where ``true`` would equal 1 anyway:
-    the bool check, a second pass, is skipped."""
-    # what JSON gives: checked in C, no per-id Python step
-    if type(value) is list and _packed(value, "L") is not None and (compared or bool not in set(map(type, value))):
-        return value
-    if isinstance(value, (str, bytes)) or (not isinstance(value, Sequence) and not hasattr(value, "tolist")):
-        raise RecordError(f"{where} must be a list of token ids")
-    if hasattr(value, "tolist"):
-        value = value.tolist()
-    out: list[int] = []
-    for v in value:
-        if isinstance(v, bool) or not isinstance(v, int):
-            if isinstance(v, float) and v.is_integer():
-                out.append(int(v))
-                continue
-            raise RecordError(f"{where} must hold integers (found {type(v).__name__} {v!r:.40})")
-        if v < 0:
-            raise RecordError(f"{where} holds a negative id {v}")
-        out.append(v)
-    return out
+    """Token ids (``rollout.tokens.token_ids``, the buffer's own check), a ``RecordError`` naming the field."""
+    try:
+        return token_ids(value, where, compared)
+    except ValueError as exc:
+        raise RecordError(str(exc)) from None
 
 
 def _floats(value: Any, where: str) -> list[float]:
-    """Log-probs: numbers, each finite and <= 0 (a probability is at most 1). One above 0, NaN or infinite is not
-    an engine's: the log-prob mass of a divergence would read NaN or positive, so the record is malformed."""
-    out: list[float] | None = None
-    if type(value) is list:
-        packed = _packed(value, "d")
-        if packed is not None:
-            out = packed.tolist()
-    if out is None:
-        if hasattr(value, "tolist"):
-            value = value.tolist()
-        if not isinstance(value, Sequence) or isinstance(value, (str, bytes)):
-            raise RecordError(f"{where} must be a list of numbers")
-        try:
-            out = [float(v) for v in value]
-        except (TypeError, ValueError):
-            raise RecordError(f"{where} must hold numbers") from None
-    # two C-level passes: the sum is NaN or infinite when a value is, the max above 0 when one is
-    if out and (not math.isfinite(sum(out)) or max(out) > LOGPROB_ROUNDING):
-        found = next(((k, v) for k, v in enumerate(out) if not (math.isfinite(v) and v <= LOGPROB_ROUNDING)), None)
-        if found is not None:  # (None: finite values whose sum overflowed)
-            raise RecordError(f"{where}[{found[0]}] is {found[1]!r}: a log-prob is finite and at most 0")
-    return out
+    """Log-probs (``rollout.tokens.log_probs``, the buffer's own check), a ``RecordError`` naming the field."""
+    try:
+        return log_probs(value, where)
+    except ValueError as exc:
+        raise RecordError(str(exc)) from None
 
 
 def _mask(value: Any, where: str) -> list[int]:

@@ -13,30 +13,40 @@ from tito_audit.rendering.tokenizer_cache import tokenizer_cache
 LOGPROB_ROUNDING = 1e-4  # a log-prob above 0 by less than this is the engine's float rounding of log(1)
 
 
-def sampled_ids(ids: Any) -> list[int]:
-    """Token ids as an engine returns them (a list, a tuple, a numpy array or tensor), as ints; ``ValueError`` for
-    one that is no id: a bool, a float with a fraction, a negative, a string. A float without a fraction reads as
-    its integer, as in a log (``replay.schema``). Never truncated: ``int(9707.7)`` would put another token in the
-    buffer than the one sampled."""
-    values = ids.tolist() if hasattr(ids, "tolist") else ids
-    if isinstance(values, (str, bytes)):
-        raise ValueError("sampled ids must be a sequence of integers, not text")
-    if type(values) is list and _unsigned(values) and bool not in set(map(type, values)):
-        return list(values)  # what engines give: checked in C, no per-id Python step
+def token_ids(values: Any, what: str = "sampled ids", compared: bool = False) -> list[int]:
+    """Token ids as an engine returns them or a log holds them (a list, a tuple, a numpy array or tensor), as ints;
+    ``ValueError`` naming ``what`` for one that is no id: a bool, a float with a fraction, a negative, a string.
+    A float without a fraction reads as its integer (JSON writers give ``5.0``); an integer of numpy's as its int.
+    Never truncated: ``int(9707.7)`` would put another token in the buffer than the one sampled. The one check of
+    ids for the buffer (``sampled_ids``), the replay reader and the trainer guard (``replay.schema``), so that
+    what one accepts the others do. ``compared``: ids only ever compared with checked ones (an engine's prompts),
+    where ``true`` would equal 1 anyway: the bool check, a second pass, is skipped. A plain list of ints comes back
+    as it is."""
+    if isinstance(values, (str, bytes)) or not (hasattr(values, "tolist") or isinstance(values, Sequence)):
+        raise ValueError(f"{what} must be a list of token ids")
+    if hasattr(values, "tolist"):
+        values = values.tolist()
+    if type(values) is list and _unsigned(values) and (compared or bool not in set(map(type, values))):
+        return values  # what engines and JSON give: checked in C, no per-id Python step
     out: list[int] = []
     for v in values:
         if isinstance(v, float) and v.is_integer():
             v = int(v)
         if isinstance(v, bool):
-            raise ValueError(f"sampled ids must be integers (found bool {v})")
+            raise ValueError(f"{what} must hold integers (found bool {v})")
         try:
             i = operator.index(v)
         except TypeError:
-            raise ValueError(f"sampled ids must be integers (found {type(v).__name__} {v!r:.40})") from None
+            raise ValueError(f"{what} must hold integers (found {type(v).__name__} {v!r:.40})") from None
         if i < 0:
-            raise ValueError(f"sampled ids must be >= 0 (found {i})")
+            raise ValueError(f"{what} holds a negative id {i}")
         out.append(i)
     return out
+
+
+def sampled_ids(ids: Any) -> list[int]:
+    """``token_ids`` of what an engine sampled, as a list of its own (the buffer keeps it)."""
+    return list(token_ids(ids))
 
 
 def _unsigned(values: list[Any]) -> bool:
@@ -48,20 +58,32 @@ def _unsigned(values: list[Any]) -> bool:
     return True
 
 
-def sampled_logprobs(logprobs: Any) -> list[float]:
-    """Log-probs of sampled ids as floats; ``ValueError`` for one that no engine gives: NaN, infinite, or above 0
-    by more than float rounding (a probability is at most 1)."""
-    values = logprobs.tolist() if hasattr(logprobs, "tolist") else logprobs
+def log_probs(values: Any, what: str = "logprobs") -> list[float]:
+    """Log-probs of sampled ids as floats; ``ValueError`` naming ``what`` for one that no engine gives: NaN,
+    infinite, or above 0 by more than float rounding (a probability is at most 1), or no number. The log-prob mass
+    of a divergence would read NaN or positive. The one check for the buffer and the replay reader alike."""
+    if isinstance(values, (str, bytes)) or not (hasattr(values, "tolist") or isinstance(values, Sequence)):
+        raise ValueError(f"{what} must be a list of numbers")
+    if hasattr(values, "tolist"):
+        values = values.tolist()
     try:
-        out = [float(v) for v in values]
-    except (TypeError, ValueError):
-        raise ValueError("log-probs must be numbers") from None
-    if not out or (math.isfinite(sum(out)) and max(out) <= LOGPROB_ROUNDING):  # two C-level passes
-        return out
-    bad = next(((k, v) for k, v in enumerate(out) if not (math.isfinite(v) and v <= LOGPROB_ROUNDING)), None)
-    if bad is not None:
-        raise ValueError(f"logprobs[{bad[0]}] is {bad[1]!r}: a log-prob is finite and at most 0")
+        out = array("d", values).tolist() if type(values) is list else [float(v) for v in values]
+    except (TypeError, ValueError, OverflowError):
+        try:
+            out = [float(v) for v in values]  # what array refuses but float reads: a numpy scalar, a Decimal
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError(f"{what} must hold numbers") from None
+    # two C-level passes: the sum is NaN or infinite when a value is, the max above 0 when one is
+    if out and (not math.isfinite(sum(out)) or max(out) > LOGPROB_ROUNDING):
+        found = next(((k, v) for k, v in enumerate(out) if not (math.isfinite(v) and v <= LOGPROB_ROUNDING)), None)
+        if found is not None:  # (None: finite values whose sum overflowed)
+            raise ValueError(f"{what}[{found[0]}] is {found[1]!r}: a log-prob is finite and at most 0")
     return out
+
+
+def sampled_logprobs(logprobs: Any) -> list[float]:
+    """``log_probs`` of what an engine sampled."""
+    return log_probs(logprobs)
 
 
 def common_prefix_len(a: Sequence[Any], b: Sequence[Any]) -> int:
