@@ -99,6 +99,8 @@ class ReplayTotals:
     out_of_vocabulary: int = 0  # records with an id the tokenizer does not have
     mark_episodes: int = 0  # episodes whose ids hold a control token of the template
     stop_turns: int = 0  # sampled turns ending with one of the model's stop tokens
+    # checked turns ending without a stop token, followed in the trained sequence by an untrained one
+    stop_untrained_turns: int = 0
     unchecked_tails: int = 0  # logs whose end could not be checked (a gzip trailer cut short): not records
     kept: dict[str, list[Kept]] = field(default_factory=dict)
     # findings past the first MAX_FINDINGS of a check: counted per class, the first of them kept for its place
@@ -160,6 +162,7 @@ class ReplayTotals:
         self.logprob_tokens += res.logprob_tokens
         self.unmasked_episodes += res.unmasked and res.error is None
         self.environment_stops_only += res.environment_stops_only and res.error is None
+        self.stop_untrained_turns += res.stop_untrained if res.error is None else 0
         self.no_trainer_episodes += res.no_trainer and res.error is None
         self.reference_engine += res.reference == "engine" and res.error is None
         self.reference_buffer += res.reference == "buffer" and res.error is None

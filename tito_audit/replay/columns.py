@@ -69,10 +69,17 @@ def _opening(values: Any, offsets: Any, window: int) -> Any:
     return out
 
 
-def exact_rows(batch: Any, stop_ids: Any, marks: Any, window: int) -> ExactRows | None:
+def exact_rows(
+    batch: Any, stop_ids: Any, marks: Any, window: int, headers: Any = frozenset(), openers: Any = frozenset()
+) -> ExactRows | None:
     """The engine-prompt TITO check for every row of ``batch`` (a pyarrow RecordBatch of native records); None
     when the batch's columns are not the native ones with ``turns[].prompt_ids``. ``marks`` within the first
-    ``window`` ids and ``stop_ids`` at the end of turns are counted for the tokenizer fit (``run.mismatch``)."""
+    ``window`` ids and ``stop_ids`` at the end of turns are counted for the tokenizer fit (``run.mismatch``).
+
+    A row whose ids agree can still train environment ids logged as sampled (``replay.environment``): a row with a
+    sampled turn that holds a stop before its last id, a header id (``headers``, ``ReplayContext.header_ids``) or
+    opens with a message's control id (``openers``, from ``ReplayContext.openings``) is left to ``analyze``, which
+    reads those ids as the JSONL path does; so is a row with a turn that does not end with a stop id."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -114,6 +121,7 @@ def exact_rows(batch: Any, stop_ids: Any, marks: Any, window: int) -> ExactRows 
         else:
             lp_len = np.asarray(pc.list_value_length(lp).fill_null(-1), dtype=np.int64)
             bad_turn |= ((lp_len >= 0) & (lp_len != np.diff(id_off))) | null_inside | _impossible(lp)
+    bad_turn |= _environment_evidence(v_ids, id_off, stop_ids, headers, openers)
     undecidable = (
         np.asarray(turns_col.is_null(), dtype=bool)
         | np.asarray(batch.column("input_ids").is_null(), dtype=bool)
@@ -131,6 +139,8 @@ def exact_rows(batch: Any, stop_ids: Any, marks: Any, window: int) -> ExactRows 
     undecidable |= ~_context_valid(batch, np.diff(t_off), undecidable)
     last_id = np.where(turn_len > 0, v_ids[np.maximum(id_off[1:] - 1, 0)] if len(v_ids) else -1, -1)
     stops = np.isin(last_id, np.asarray(list(stop_ids), dtype=np.int64)) & (turn_len > 0)
+    # a turn ending without a stop: ``analyze`` looks for the stop after it, untrained (``stops_never_trained``)
+    undecidable |= _per_row((~stops).astype(np.int64), t_off, np.add, 0) > 0
     max_turn = _per_row(np.where(turn_len > 0, _per_row(v_ids, id_off, np.maximum, -1), -1), t_off, np.maximum, -1)
     opening = _opening(v_in, in_off, window)
     has_mark = np.isin(opening, np.asarray(sorted(marks), dtype=np.int64)).any(axis=1) if marks else None
@@ -146,6 +156,24 @@ def exact_rows(batch: Any, stop_ids: Any, marks: Any, window: int) -> ExactRows 
         if not undecidable[r]:
             out.exact[r] = _exact_row(r, t_off, pr_off, id_off, in_off, m_off, b_pr, b_ids, b_in, b_mask)
     return out
+
+
+def _environment_evidence(values: Any, offsets: Any, stop_ids: Any, headers: Any, openers: Any) -> Any:
+    """Per sampled turn, whether its ids hold what ``replay.environment`` reads as the environment's: a stop id
+    before the last id, a header id, or a first id that opens a message (numpy bool)."""
+    n = len(offsets) - 1
+    lengths = np.diff(offsets)
+    found = np.zeros(n, dtype=bool)
+    if not len(values):
+        return found
+    stops = np.isin(values, np.asarray(sorted(stop_ids), dtype=np.int64))
+    stops[offsets[1:][lengths > 0] - 1] = False  # a turn's last id is where its stop belongs
+    inside = stops | np.isin(values, np.asarray(sorted(headers), dtype=np.int64))
+    found |= _per_row(inside.astype(np.int64), offsets, np.add, 0) > 0
+    if openers:
+        first = np.where(lengths > 0, values[np.minimum(offsets[:-1], len(values) - 1)], -1)
+        found |= np.isin(first, np.asarray(sorted(openers), dtype=np.int64))
+    return found
 
 
 def _null_inside(lp: Any) -> Any:

@@ -32,6 +32,11 @@ evidence name it, from the log and the template alone (no weights):
   ``[TOOL_RESULTS]...[/TOOL_RESULTS]`` hold no stop token, so the stop reading cannot see them; this one does, from
   the ids alone.
 
+- **ids after the stop**: what a sampled turn holds after its first stop token, with no header beside it (the
+  reading above names those): a pad, a second stop, a newline the template writes after the turn's end, glued by
+  the loop. The engine stopped there, so the policy sampled none of it; trained, they are trained never sampled.
+  Needs the ids and the stop ids alone (``check_batch`` reads it too, given a tokenizer or ``stop_ids``).
+
 Any of these makes the turn diverge at the first such id that was trained (``Divergence`` of kind ``environment``, class
 ``environment``): unsafe.
 """
@@ -45,7 +50,7 @@ from difflib import SequenceMatcher
 from tito_audit.errors import RenderError
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.replay.divergence import Divergence, window
-from tito_audit.replay.schema import Episode
+from tito_audit.replay.schema import Episode, SampledTurn
 from tito_audit.rollout.tokens import find_run
 
 COVER = 0.8  # share of a message's rendering a turn must hold in one run
@@ -163,7 +168,7 @@ def stops_inside_turns(ep: Episode, stop_ids: frozenset[int], header: frozenset[
     out = []
     for k, turn in enumerate(ep.turns):
         ids = turn.ids
-        inside = next((n for n, i in enumerate(ids[:-1]) if i in stop_ids), None)
+        inside = first_stop_inside(ids, stop_ids)
         if inside is None:
             continue
         if any(i in header for i in ids[:inside]):  # the turn opens with a message the environment wrote
@@ -177,6 +182,28 @@ def stops_inside_turns(ep: Episode, stop_ids: frozenset[int], header: frozenset[
             "at its stop, the environment's message was glued to the policy's ids"
         )
         out.append(EnvironmentRun(k, start, end - start, why))
+    return out
+
+
+def first_stop_inside(ids: Sequence[int], stop_ids: frozenset[int]) -> int | None:
+    """Where the first stop token before the turn's last id sits, or None (an engine ends a turn at its stop)."""
+    return next((n for n, i in enumerate(ids[:-1]) if i in stop_ids), None) if stop_ids else None
+
+
+def ids_after_stop(turns: Sequence[SampledTurn], stop_ids: frozenset[int]) -> list[EnvironmentRun]:
+    """Per sampled turn, the ids after its first stop token, when that stop is not its last id: ids the loop glued
+    after the policy's end of turn (see the module docstring)."""
+    out = []
+    for k, turn in enumerate(turns):
+        inside = first_stop_inside(turn.ids, stop_ids)
+        if inside is None:
+            continue
+        n = len(turn.ids) - inside - 1
+        why = (
+            f"{n} id(s) after the stop token ({turn.ids[inside]}) inside the sampled turn: an engine ends a turn at "
+            "its stop, the loop appended them to the policy's ids"
+        )
+        out.append(EnvironmentRun(k, inside + 1, n, why))
     return out
 
 
@@ -207,10 +234,9 @@ def turns_opening_with_a_message(
     return out
 
 
-def _turn_start(ep: Episode, k: int, after: int) -> int | None:
-    """Where turn ``k``'s ids sit in the trained sequence (from ``after`` on), or None."""
-    ids, got = ep.turns[k].ids, ep.input_ids
-    prompt = ep.turns[k].prompt_ids
+def turn_start(turns: Sequence[SampledTurn], got: Sequence[int], k: int, after: int) -> int | None:
+    """Where turn ``k``'s ids sit in the trained sequence ``got`` (from ``after`` on), or None."""
+    ids, prompt = turns[k].ids, turns[k].prompt_ids
     if prompt is not None and got[len(prompt) : len(prompt) + len(ids)] == ids:
         return len(prompt)
     return find_run(got, ids, after)
@@ -228,37 +254,48 @@ def environment_divergences(
     """Per sampled turn, the first environment id it holds that was trained (a ``Divergence`` of kind and class
     ``environment``, its ``tokens`` the environment ids trained). ``renderer``: the episode's, when renders are
     allowed (the render evidence needs it and the episode's messages)."""
+    stops = frozenset(stop_ids)
     runs = zero_logprob_turns(ep, header)
     if renderer is not None and ep.messages is not None:
-        rendered = rendered_in_turns(ep, message_renderings(ep, renderer), control, frozenset(stop_ids), decode)
-        runs += rendered
-    runs += stops_inside_turns(ep, frozenset(stop_ids), header)  # the ids alone: named last where others agree
+        runs += rendered_in_turns(ep, message_renderings(ep, renderer), control, stops, decode)
+    runs += stops_inside_turns(ep, stops, header)  # the ids alone: named last where others agree
     runs += turns_opening_with_a_message(ep, openings)
+    runs += ids_after_stop(ep.turns, stops)
+    return trained_runs(ep.turns, ep.input_ids, ep.loss_mask, runs, decode)
+
+
+def trained_runs(
+    turns: Sequence[SampledTurn],
+    got: Sequence[int],
+    mask: Sequence[int] | None,
+    runs: Sequence[EnvironmentRun],
+    decode: Callable[[Sequence[int]], str],
+) -> list[Divergence]:
+    """Per sampled turn, the first of ``runs`` in it (the earliest; at a tie, the one listed first), as a divergence
+    at its first id the trainer trained (``got`` and ``mask``); a run trained nowhere is none."""
     first: dict[int, EnvironmentRun] = {}
     for run in runs:
         cur = first.get(run.turn)
         if cur is None or run.offset < cur.offset:
-            first[run.turn] = run if cur is None else EnvironmentRun(run.turn, run.offset, run.length, run.why)
+            first[run.turn] = run
     out = []
     after = 0
     for k in sorted(first):
         run = first[k]
-        start = _turn_start(ep, k, after)
+        start = turn_start(turns, got, k, after)
         if start is None:
             continue
         after = start
         at = start + run.offset
-        mask = ep.loss_mask
-        trained = [j for j in range(at, min(at + run.length, len(ep.input_ids))) if mask is None or mask[j]]
+        trained = [j for j in range(at, min(at + run.length, len(got))) if mask is None or mask[j]]
         if not trained:
             continue
-        _back, exp, act, begin = window(ep.input_ids, ep.input_ids, trained[0], trained[0])
-        text = decode(ep.input_ids[trained[0] : trained[0] + 12])
+        _back, exp, act, begin = window(got, got, trained[0], trained[0])
+        text = decode(got[trained[0] : trained[0] + 12])
         message = (
             f"turn {k}: environment tokens logged as sampled and trained from {text!r} on ({len(trained)} id(s)): "
             f"{run.why}"
         )
-        out.append(
-            Divergence(k, trained[0], "environment", "environment", message, None, exp, act, begin, len(trained))
-        )
+        at, n = trained[0], len(trained)
+        out.append(Divergence(k, at, "environment", "environment", message, None, exp, act, begin, n))
     return out

@@ -149,7 +149,20 @@ def _against(t: ReplayTotals) -> str:
             "tokens logged as sampled were looked for only in the ids (a stop inside a turn, a turn opening with a "
             "message)"
         )
+    if stops_never_trained(t):
+        against += (
+            f"; no sampled turn ends with a stop token, and {t.stop_untrained_turns} turn(s) are followed in the "
+            "trained sequence by one with loss mask 0: the stop the engine sampled to end them is cut from the turn "
+            "and never trained, unless a length limit cut every one of them"
+        )
     return against
+
+
+def stops_never_trained(t: ReplayTotals) -> bool:
+    """No checked turn ends with a stop token while some are followed by one, untrained: a loop that cuts the stop
+    the engine sampled from every turn (its policy is never trained to end a turn), or a log whose every turn a
+    length limit cut. The log cannot tell which: named, never ``safe``."""
+    return bool(t.stop_untrained_turns) and t.stop_turns == 0
 
 
 def _nothing_checked(t: ReplayTotals) -> str:
@@ -182,6 +195,7 @@ def _divergence(t: ReplayTotals, texts: Any) -> CheckResult:
         "reference_sampled": t.checked_episodes - t.reference_engine - t.reference_buffer,
         "unmasked_episodes": t.unmasked_episodes,
         "environment_stops_only": t.environment_stops_only,
+        "stops_never_trained": t.stop_untrained_turns if stops_never_trained(t) else 0,
         "no_trainer_episodes": t.no_trainer_episodes,
     }
     applicable = None if t.checked_episodes or t.diverged_episodes else _nothing_checked(t)

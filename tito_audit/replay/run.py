@@ -118,7 +118,8 @@ def replay_batch(
     fast = None
     needs_more = ctx.noncanonical or (("messages" in batch.schema.names) and (ctx.whatif or ctx.drift))
     if fmt in ("auto", "native") and not field_map and not needs_more:
-        fast = exact_rows(batch, ctx.stop_ids, ctx.marks, MARK_WINDOW)
+        openers = frozenset().union(*(headers for headers, _end in ctx.openings))
+        fast = exact_rows(batch, ctx.stop_ids, ctx.marks, MARK_WINDOW, ctx.header_ids, openers)
     vocab = ctx.vocab_size if ctx.vocab_size is not None else 1 << 62
     if fast is not None:  # a row of another tokenizer is not exact: ``analyze`` refuses it
         exact = small & fast.exact & (fast.max_id < vocab) & (fast.marks | (fast.stop_turns > 0))

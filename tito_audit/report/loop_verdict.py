@@ -21,7 +21,8 @@ The rule, over the replay's checks (``tito_audit.replay.checks``), in order:
 2. ``error``: ``replay_divergence`` compared nothing (no episode could be checked), unless 1. holds.
 3. ``tito-required``: anything named: episodes not checked (``replay_incomplete``), records not read
    (``replay_records``), no trainer side, no loss mask or only sampled turns logged, or neither messages nor
-   log-probs to look for environment tokens with beyond stops inside turns (``replay_divergence``'s data), the
+   log-probs to look for environment tokens with beyond stops inside turns, or no turn ending with the stop token
+   that follows it untrained (``replay_divergence``'s data), the
    naive what-if diverging (``replay_naive_what_if``) or sampled turns not canonical (``replay_noncanonical``:
    re-tokenization would change them), the what-if not run on every episode.
 4. ``safe``: none of these: the loop is exact on every episode, and so would naive re-tokenization be.
@@ -50,6 +51,7 @@ MISALIGNED = "the loop pairs its sampled tokens with log-probs that are not thei
 PROVING = ("replay_divergence", "replay_shape", "replay_logprob_alignment")
 NO_LOSS_MASK = "error:replay_divergence:no_loss_mask"
 ENVIRONMENT_STOPS_ONLY = "error:replay_divergence:environment_stops_only"
+STOPS_NEVER_TRAINED = "error:replay_divergence:stops_never_trained"
 TURNS_ONLY = "error:replay_divergence:turns_only"
 MALFORMED = "error:replay_records:malformed"
 UNCHECKED_TAIL = "error:replay_records:unchecked_tail"
@@ -71,6 +73,9 @@ UNCHECKED = {
     ENVIRONMENT_STOPS_ONLY: "some episodes log neither messages to render nor log-probs: environment tokens logged as "
     "sampled were looked for only in the ids, at a stop token inside a turn and at a turn opening with a message (a "
     "tool result glued to a turn cut before its stop is not seen)",
+    STOPS_NEVER_TRAINED: "no sampled turn ends with a stop token, and turns are followed by one left untrained: if "
+    "the engine sampled it (it ended the turn), the loop cuts it from every turn and the policy is never trained to "
+    "end a turn; log each turn's ids through its stop (or its finish reason) to tell",
     TURNS_ONLY: "some episodes have neither prompt_ids nor messages: only their sampled turns were looked for, the "
     "context the engine saw was not checked",
     NAIVE_NOTHING: "no naive what-if ran",
@@ -110,6 +115,7 @@ def _unlogged(divergence: CheckResult) -> list[str]:
         (NO_TRAINER, "no_trainer_episodes"),
         (NO_LOSS_MASK, "unmasked_episodes"),
         (ENVIRONMENT_STOPS_ONLY, "environment_stops_only"),
+        (STOPS_NEVER_TRAINED, "stops_never_trained"),
         (TURNS_ONLY, "reference_sampled"),
     )
     return [reason for reason, key in flags if data.get(key)]

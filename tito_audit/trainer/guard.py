@@ -10,6 +10,8 @@ trained ids before the turn must be exactly those ids (the turn was trained on t
 No renders and no tokenizer: slice comparisons when the batch is right, an alignment only for an episode that is
 not. Pass ``tokenizer=`` to name divergences by class (decodes a few ids, still no render), or ``renderer=`` with
 ``messages`` in the items to also rebuild the reference buffer (renders: for debugging, not for every batch).
+Given ``stop_ids=`` (or a tokenizer, whose eos stands for them), ids after a sampled turn's stop token that are
+trained fail too: the engine ended the turn at its stop, the loop appended them (a pad, the template's newline).
 
 What it cannot see is said in ``GuardResult.not_checked`` (and in ``summary()``, the ``TitoGuardError`` message,
 and once in the log): without ``prompt_ids``, "context not checked" (a context the engine never saw, such as a
@@ -32,6 +34,7 @@ from typing import Any, Literal
 
 from tito_audit.replay.compare import against_sampled
 from tito_audit.replay.divergence import Divergence, classify, run_text, window
+from tito_audit.replay.environment import ids_after_stop, trained_runs
 from tito_audit.replay.id_diff import align
 from tito_audit.replay.schema import SampledTurn
 from tito_audit.rollout.tokens import find_run
@@ -342,11 +345,20 @@ def _check_item(
             moved = _context_divergence(k, t, ids, decode, stop_ids, specials, bos)
             if moved is not None:
                 context.append(moved)
-    if cmp.ok and not context:
+    # ids after a turn's stop token, trained: the engine stopped there (given the stop ids, or a tokenizer's eos)
+    glued = trained_runs(turns, ids, mask, ids_after_stop(turns, frozenset(stop_ids)), decode or _ids_text)
+    if cmp.ok and not context and not glued:
         return None
-    found = [*cmp.divergences[:1], *context]  # the earliest in the trained sequence; at a tie, the sampled one's
+    # the earliest in the trained sequence; at a tie, the sampled one's
+    found = [*cmp.divergences[:1], *context, *glued[:1]]
     first = min(found, key=lambda div: div.index if div.index is not None else -1)
-    return GuardFailure(n, first, cmp.trained_not_sampled, cmp.sampled_not_trained, cmp.mask_flips, len(context))
+    trained_not_sampled = cmp.trained_not_sampled + sum(g.tokens for g in glued)
+    return GuardFailure(n, first, trained_not_sampled, cmp.sampled_not_trained, cmp.mask_flips, len(context))
+
+
+def _ids_text(ids: Sequence[int]) -> str:
+    """Ids as text without a tokenizer: the ids themselves."""
+    return str(list(ids))
 
 
 def _with_renders(n: int, item: Mapping[str, Any], renderer: Any) -> GuardFailure | None:

@@ -1,0 +1,189 @@
+"""Ids after the stop token inside a sampled turn, and the Parquet fast path's environment readings (red team 52).
+
+A loop that counts what the template writes after the turn's end as part of the response (Qwen's ``<|im_end|>\\n``,
+Gemma's ``<end_of_turn>\\n``), or that pads a final turn past its stop, trains ids the policy never sampled: the
+engine stopped at the stop token. Its log stays self-consistent (the next prompt holds those ids where the loop put
+them), so the TITO check alone calls it exact, and ``Trajectory.append_sampled`` refuses the same ids. Replay must
+name it from the ids and the stop ids alone, with renders or without, and the trainer guard too.
+
+A Parquet log replayed with ``--only-tito`` decides exact rows on Arrow buffers (``replay.columns``): it must read
+the environment evidence as the JSONL path does, not pass the rows it decides over in silence.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tests.conftest import write_jsonl
+from tests.replay.conftest import QWEN
+from tests.replay.test_environment_tokens import glued, tail_glued, tito_only
+from tito_audit import check_batch
+from tito_audit.replay import build_report, replay_log
+from tito_audit.replay.analyze import analyze
+from tito_audit.replay.schema import episode_from_native
+from tito_audit.testing.synthetic import log_episode, with_engine_prompts
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+GEMMA = "google/gemma-2-2b-it"
+
+
+def after_stop(p, ctx) -> tuple[dict, list[int]] | None:  # type: ignore[no-untyped-def]
+    """The record of a loop that glues the first id the template writes after each non-final turn's stop (when it
+    is no message header) to that turn's ids, with a log-prob that looks real, and trains it; and the glued places
+    in the trained sequence. None where no turn has such an id."""
+    record = with_engine_prompts(log_episode(p, "correct", p.scenario.id).record, p)
+    spans = p.traj.sampled_spans()
+    ids_all = list(p.traj.input_ids)
+    mask = list(record["loss_mask"])
+    places = []
+    for k in range(len(spans) - 1):
+        b = spans[k][1]
+        turn = record["turns"][k]
+        nxt = ids_all[b] if b < spans[k + 1][0] else None
+        if not turn["ids"] or turn["ids"][-1] not in ctx.stop_ids or nxt is None or nxt in ctx.header_ids:
+            continue
+        turn["ids"] = turn["ids"] + [nxt]
+        turn["logprobs"] = turn["logprobs"] + [-0.02]
+        mask[b] = 1
+        places.append(b)
+    record["loss_mask"] = mask
+    return (record, places) if places else None
+
+
+@pytest.mark.parametrize("model", [QWEN, GEMMA])
+def test_the_newline_after_the_stop_counted_as_sampled_is_unsafe_at_its_id(plays, model, tmp_path):
+    loaded, ctx, played = plays(model, 0.0, 5)
+    rows = []
+    for n, p in enumerate(played):
+        got = after_stop(p, ctx)
+        if got is None:
+            continue
+        record, places = got
+        rows.append(record)
+        for c in (ctx, tito_only(loaded)):
+            res = analyze(episode_from_native(copy.deepcopy(record), n), c)
+            assert res.divergences, (p.scenario.id, "called exact")
+            d = res.divergences[0]
+            assert (d.index, d.cls) == (places[0], "environment"), (p.scenario.id, d)
+            assert "after the stop token" in d.message
+            assert res.trained_not_sampled >= len(places)
+    assert len(rows) > 10
+    totals = replay_log(write_jsonl(tmp_path / "log.jsonl", rows), ctx)
+    assert build_report(totals, loaded, "log", ctx.renderer.token_texts).models[0].verdict == "unsafe"
+    # the trainer guard, given the stop ids (or a tokenizer whose eos is the turn's stop), says so too
+    guard = check_batch(rows, on_fail="return", stop_ids=ctx.stop_ids)
+    assert not guard.ok and len(guard.failures) == len(rows)
+    assert all("after the stop token" in f.divergence.message for f in guard.failures)
+
+
+def test_a_pad_after_the_final_stop_and_an_untrained_one(plays):
+    """The last turn padded after its stop and logged as sampled (nothing after it contradicts the pad): trained, it
+    is unsafe. Pads kept out of the sampled ids and masked 0 (what a collator adds) are nothing to find."""
+    loaded, ctx, played = plays(QWEN, 0.0, 5)
+    pad = loaded.tokenizer.pad_token_id
+    assert pad is not None and pad not in ctx.stop_ids
+    checked = 0
+    for n, p in enumerate(played):
+        record = with_engine_prompts(log_episode(p, "correct", p.scenario.id).record, p)
+        last = record["turns"][-1]
+        if not last["ids"] or last["ids"][-1] not in ctx.stop_ids:
+            continue
+        end = len(last["prompt_ids"]) + len(last["ids"])
+        ids = [*record["input_ids"][:end], pad, pad]
+        for trained, found in ((1, True), (0, False)):
+            rec = dict(copy.deepcopy(record), input_ids=ids, loss_mask=record["loss_mask"][:end] + [trained] * 2)
+            if trained:  # logged as the policy's
+                rec["turns"][-1]["ids"] = last["ids"] + [pad, pad]
+                rec["turns"][-1]["logprobs"] = last["logprobs"] + [-0.5, -0.5]
+            res = analyze(episode_from_native(rec, n), tito_only(loaded))
+            assert bool(res.divergences) is found, (p.scenario.id, trained, res.divergences)
+            guard = check_batch([rec], on_fail="return", tokenizer=loaded.tokenizer)
+            assert guard.ok is not found
+        checked += 1
+    assert checked > 10
+
+
+def write_parquet(path, rows):  # type: ignore[no-untyped-def]
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=7)
+    return path
+
+
+@pytest.mark.parametrize("model", [QWEN, "mistralai/Mistral-Nemo-Instruct-2407"])
+def test_parquet_with_only_tito_reads_the_environment_as_jsonl_does(plays, model, tmp_path):
+    """Red team 52: the same records as JSONL and as Parquet, replayed with ``--only-tito``: the Parquet fast path
+    called loops exact that glue a message to the next turn (a stop inside the turn, a turn opening with a
+    message), glue one after a turn cut before its stop (trailing 0.0 log-probs over a header), or count the id
+    after the stop as sampled. Now both paths give the same totals and findings, and a correct loop stays exact."""
+    loaded, ctx, played = plays(model, 0.0, 5)
+    tito = tito_only(loaded)
+    assert tito.whatif is False and tito.noncanonical is False  # the configuration that takes the fast path
+    broken, correct = [], []
+    for p in played:
+        correct.append(with_engine_prompts(log_episode(p, "correct", p.scenario.id).record, p))
+        for record in (glued(p, fill=-0.25)[0], tail_glued(p, 0.0), (after_stop(p, ctx) or (None,))[0]):
+            if record is not None and record != correct[-1]:
+                broken.append(record)
+    keep = ("id", "turns", "input_ids", "loss_mask")
+    for rows, unsafe in ((broken, True), (correct, False)):
+        rows = [{k: r[k] for k in keep} for r in rows]
+        js = replay_log(write_jsonl(tmp_path / "t.jsonl", rows), tito)
+        par = replay_log(write_parquet(tmp_path / "t.parquet", rows), tito)
+        assert par.to_dict() == js.to_dict()
+        assert par.findings == js.findings
+        report = build_report(par, loaded, "log", ctx.renderer.token_texts).models[0]
+        assert (report.verdict == "unsafe") is unsafe, report.verdict
+        if unsafe:
+            assert par.diverged_episodes == len(rows) > 10, (par.diverged_episodes, len(rows))
+        else:
+            assert par.diverged_episodes == 0 and par.checked_episodes == len(rows)
+    # the fast path still decides a correct loop's rows on the buffers (the environment readings left them to it)
+    from tito_audit.replay.columns import exact_rows
+
+    openers = frozenset().union(*(h for h, _ in tito.openings))
+    batch = pa.Table.from_pylist([{k: r[k] for k in keep} for r in correct]).to_batches()[0]
+    fast = exact_rows(batch, tito.stop_ids, tito.marks, 16, tito.header_ids, openers)
+    assert fast is not None and fast.exact.all()
+    batch = pa.Table.from_pylist([{k: r[k] for k in keep} for r in broken]).to_batches()[0]
+    fast = exact_rows(batch, tito.stop_ids, tito.marks, 16, tito.header_ids, openers)
+    assert fast is not None and not fast.exact.any()
+
+
+def cut_before_stop(record: dict, stops) -> dict:  # type: ignore[no-untyped-def]
+    """The record of a loop that logs each turn without the stop the engine sampled, and trains it with mask 0."""
+    rec = copy.deepcopy(record)
+    for turn in rec["turns"]:
+        if turn["ids"] and turn["ids"][-1] in stops:
+            at = len(turn["prompt_ids"]) + len(turn["ids"]) - 1
+            turn["ids"], turn["logprobs"] = turn["ids"][:-1], turn["logprobs"][:-1]
+            if at < len(rec["loss_mask"]):
+                rec["loss_mask"][at] = 0
+    return rec
+
+
+def test_a_loop_that_never_trains_the_stop_is_never_safe(plays, tmp_path):
+    """Red team 52: every turn logged one id short (the stop the engine sampled cut off, untrained): the engine's
+    prompts, the turns and the trained sequence agree, and the loop was called exact with nothing named, while its
+    policy is never trained to end a turn. The log cannot tell it from turns a length limit cut, so it is named
+    beside the verdict (never ``safe``), on JSONL and Parquet alike; one cut turn among turns that end with their
+    stop is a length limit's, and not named."""
+    from tito_audit.report.loop_verdict import STOPS_NEVER_TRAINED
+
+    loaded, ctx, played = plays(QWEN, 0.0, 5)
+    tito = tito_only(loaded)
+    keep = ("id", "turns", "input_ids", "loss_mask")
+    correct = [with_engine_prompts(log_episode(p, "correct", p.scenario.id).record, p) for p in played]
+    cut = [cut_before_stop(r, ctx.stop_ids) for r in correct]
+    one_cut = [cut_before_stop(correct[0], ctx.stop_ids), *correct[1:]]
+    for rows, named in ((cut, True), (correct, False), (one_cut, False)):
+        rows = [{k: r[k] for k in keep} for r in rows]
+        for path in (write_jsonl(tmp_path / "c.jsonl", rows), write_parquet(tmp_path / "c.parquet", rows)):
+            totals = replay_log(path, tito)
+            report = build_report(totals, loaded, "log", ctx.renderer.token_texts).models[0]
+            assert (STOPS_NEVER_TRAINED in report.verdict_reasons) is named, (path.suffix, report.verdict_reasons)
+            assert totals.diverged_episodes == 0
+            if named:
+                assert report.verdict != "safe" and totals.stop_turns == 0 and totals.stop_untrained_turns > 10
