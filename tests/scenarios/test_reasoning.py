@@ -43,7 +43,7 @@ def findings(report, check: str, scenario: str = ""):
 def test_earlier_reasoning_dropped_under_any_delimiter_or_field_is_not_safe(name: str) -> None:
     r = audited(name)
     assert r.verdict == "tito-required", r.verdict_reasons
-    assert "tito-required:history_rewrite" in r.verdict_reasons
+    assert "tito-required:rewrites_on_append" in r.verdict_reasons
     rewrites = findings(r, "history_rewrite", "reasoning")
     assert rewrites and all(f.cls == "history_rewrite" for f in rewrites)
     # the inline_think scenario is written in the template's own delimiters, not in <think>
@@ -129,6 +129,7 @@ def test_reasoning_on_tool_call_turns_is_probed() -> None:
     assert (reasoning.mode, reasoning.on_calls, reasoning.on_answers) == ("field", True, False)
     rewritten = findings(r, "history_rewrite", "reasoning/plain")
     assert rewritten and "assistant message 1" in rewritten[0].message  # the tool-call turn
+    # rewritten once the answer is sampled, with no append the buffer refuses: history_rewrite's own reason
     assert "tito-required:history_rewrite" in r.verdict_reasons
 
 

@@ -15,7 +15,15 @@ from typing import Any
 from tito_audit._version import __version__
 from tito_audit.errors import AuditError
 from tito_audit.report.check_result import CheckResult
-from tito_audit.report.verdict import DROPS_PREFIXES, UNSAFE_BECAUSE, VERDICTS, Verdict, decide
+from tito_audit.report.verdict import (
+    APPEND_REWRITE,
+    DROPS_PREFIXES,
+    TITO_REQUIRED_ON_TOOL_APPENDS,
+    UNSAFE_BECAUSE,
+    VERDICTS,
+    Verdict,
+    decide,
+)
 from tito_audit.sources.load import Provenance
 
 # 1.1: top-level suppressions/baseline keys, finding.baseline (tito_audit.gate)
@@ -62,6 +70,8 @@ class ModelReport:
     def verdict_explanation(self) -> str:
         """The verdict in words; ``unsafe`` says which of its causes holds (drops tool traffic, breaks buffer +
         delta, or both), read from its reasons."""
+        if self.verdict == "tito-required" and f"tito-required:{APPEND_REWRITE}" in self.verdict_reasons:
+            return TITO_REQUIRED_ON_TOOL_APPENDS
         if self.verdict != "unsafe":
             return VERDICTS[self.verdict]
         causes = [r.partition(":")[2] for r in self.verdict_reasons if r.startswith("unsafe:")]

@@ -44,6 +44,14 @@ VERDICTS: dict[str, str] = {
     "error": "the model could not be audited, or a check the verdict needs did not decide",
 }
 
+# ``tito-required`` where a user, system or developer message a loop appends rewrites the history (the reason
+# ``tito-required:rewrites_on_append``, ``history_rewrite``'s): buffer + delta holds on tool appends only
+APPEND_REWRITE = "rewrites_on_append"
+TITO_REQUIRED_ON_TOOL_APPENDS = (
+    "buffer + delta is exact on tool appends, not where a user or system message is appended (the template rewrites "
+    "the history there: begin a new trained sequence at it); naive re-tokenization is not exact: keep a token buffer"
+)
+
 # ``unsafe`` said by which of its causes holds (``ModelReport.verdict_explanation``): the template drops tool traffic
 # (an ``unsafe:drops_*`` or ``unsafe:rejects_*`` reason), breaks buffer + delta (any other ``unsafe:`` reason), or both.
 UNSAFE_BECAUSE = {
@@ -192,6 +200,8 @@ def describe_reason(reason: str) -> str:
         cid, _, why = rest.partition(":")
         return f"{cid} {why.replace('_', ' ')}"
     if kind == "tito-required":
+        if rest == APPEND_REWRITE:
+            return "history_rewrite diverges where a user or system message is appended (the token buffer refuses it)"
         if rest.startswith("suppressed:"):
             what = rest[11:]
             return f"{_WORDS.get(what, what + ' diverges')} (suppressed: needs the token buffer)"

@@ -52,7 +52,7 @@ def _while_last(report) -> list[str]:  # type: ignore[no-untyped-def]
 def test_a_rewrite_while_a_notice_is_last_makes_the_buffer_required(name: str) -> None:
     r = audited(name)
     assert r.verdict == "tito-required", r.verdict_reasons
-    assert "tito-required:history_rewrite" in r.verdict_reasons
+    assert "tito-required:rewrites_on_append" in r.verdict_reasons
     assert any("system after assistant message" in m for m in _while_last(r)), _while_last(r)
 
 

@@ -19,6 +19,12 @@ of a system or user message in it, not its tool results (``tool_append_prefix``'
 a rewrite ``append_matrix``'s probes show when a user turn, a system notice or a message of a role the template
 names (``developer``) is appended after an answer or after a call (``append_probes``); a probe the template refuses
 is an append it never renders, not a failed comparison.
+
+A rewrite a loop's own append meets (the episode's append of a user, system or developer message is refused: the
+token buffer cannot take it, ``Trajectory`` refuses it) carries the reason ``rewrites_on_append``, so the verdict
+does not say buffer + delta is exact where it is exact only on tool appends: such a message begins a new trained
+sequence. A rewrite only a re-render of the whole conversation shows (reasoning dropped from earlier turns while
+every append keeps the prefix) is the check's own, ``history_rewrite``.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from tito_audit.audit.context import AuditContext
 from tito_audit.audit.other_roles import notice_roles
 from tito_audit.errors import RenderError
 from tito_audit.report.findings import Outcome
+from tito_audit.report.verdict import APPEND_REWRITE as APPEND_REASON
 from tito_audit.rollout.bridge import BridgeError, assistant_stop_position
 from tito_audit.rollout.tokens import common_prefix_len
 
@@ -60,16 +67,20 @@ def history_rewrite(ctx: AuditContext) -> Outcome:
         try:
             final = renderer.render_ids(sim.messages, tools=tools)
             rewritten = False
+            refused = _refused_append(ctx, sim)
             for turn in sim.turns[:-1]:
                 ids, stop = assistant_stop_position(renderer, sim.messages[: turn.index + 1], tools, ctx.stop_ids)
                 prefix = ids[: stop + 1] if stop is not None else ids
                 rewritten = common_prefix_len(prefix, final) < len(prefix)
-                found.compare(
+                finding = found.compare(
                     sim.scenario.id,
                     prefix,
                     final[: len(prefix) + 8] if rewritten else prefix,
                     f"assistant message {turn.index} renders differently once later turns follow",
                 )
+                if finding is not None and refused is not None:
+                    finding.reason = APPEND_REASON
+                    finding.message += f" (and the loop's append of {refused} is refused: the buffer cannot take it)"
                 if rewritten:
                     break
             if not rewritten:
@@ -80,9 +91,11 @@ def history_rewrite(ctx: AuditContext) -> Outcome:
         if isinstance(probe.outcome, BridgeError):
             error = probe.outcome
             where = probe.base.replace("_", " ")
-            found.compare(
+            finding = found.compare(
                 probe.scenario, error.before, error.after, f"appending {probe.role} {where} rewrites the history"
             )
+            if finding is not None:
+                finding.reason = APPEND_REASON
         elif probe.outcome is None:
             found.compared()
     findings = found.findings
@@ -94,6 +107,15 @@ def history_rewrite(ctx: AuditContext) -> Outcome:
     return found.outcome(summary, "no episode has an earlier assistant turn to compare")
 
 
+def _refused_append(ctx: AuditContext, sim: Any) -> str | None:
+    """The first append of ``sim`` the buffer refuses because of a system, user or developer message in its block
+    (not its tool results: ``tool_append_prefix.judged_appends``), in words; None when there is none."""
+    for idx, _bridge_error, _, error in judged_appends(ctx, sim):
+        if error is None:  # (its tool results alone breaking it is tool_append_prefix's finding)
+            return "+".join(m["role"] for m in append_block(sim.messages, idx)) + f" after assistant message {idx}"
+    return None
+
+
 def _rewritten_while_last(ctx: AuditContext, sim: Any, found: Collector) -> None:
     """The first append of ``sim`` that rewrites the history because of a system or user message in its block (not
     its tool results: ``tool_append_prefix.judged_appends``), as a finding."""
@@ -101,10 +123,12 @@ def _rewritten_while_last(ctx: AuditContext, sim: Any, found: Collector) -> None
         if error is not None:
             continue  # its tool results alone break it: tool_append_prefix's finding
         block = "+".join(m["role"] for m in append_block(sim.messages, idx))
-        found.compare(
+        finding = found.compare(
             sim.scenario.id,
             bridge_error.before,
             bridge_error.after,
             f"appending {block} after assistant message {idx} rewrites the history while it is last",
         )
+        if finding is not None:
+            finding.reason = APPEND_REASON
         return
