@@ -7,6 +7,7 @@ rewrite ``rewrites_on_append`` and the verdict says buffer + delta is exact on t
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,16 @@ def test_templates_whose_appends_all_keep_the_prefix_are_not_named(model):
     r = audit_of(model)
     assert r.verdict == "safe" and REASON not in r.verdict_reasons
     assert r.verdict_explanation == VERDICTS["safe"]
+
+
+def test_a_suppressed_append_rewrite_keeps_the_qualified_words():
+    """Red team 53: a suppression accepts the rewrite, the template still makes it: the verdict still says buffer +
+    delta is exact on tool appends only."""
+    from tito_audit.gate import Suppression, apply_suppressions
+    from tito_audit.report.model_report import AuditReport
+
+    report = AuditReport([copy.deepcopy(audit_of("mistral-nemo-instruct-2407"))])
+    apply_suppressions(report, [Suppression("history_rewrite", "accepted: we start a sequence per user turn")], None)
+    (r,) = report.models
+    assert "tito-required:suppressed:rewrites_on_append" in r.verdict_reasons and REASON not in r.verdict_reasons
+    assert r.verdict == "tito-required" and r.verdict_explanation == TITO_REQUIRED_ON_TOOL_APPENDS

@@ -187,3 +187,91 @@ def test_a_loop_that_never_trains_the_stop_is_never_safe(plays, tmp_path):
             assert totals.diverged_episodes == 0
             if named:
                 assert report.verdict != "safe" and totals.stop_turns == 0 and totals.stop_untrained_turns > 10
+
+
+def test_the_stop_cut_from_every_turn_but_the_last_or_dropped_everywhere_is_named(plays, tmp_path):
+    """Red team 53: the stop cut from every turn but each episode's last (which ends with it) was SAFE: the rule
+    asked for no turn ending with one. At least as many turns followed by their stop untrained as turns followed
+    by more that end with it are named; so is a log whose turns never end with a stop, the stop dropped from the
+    trained sequence and the prompts too (nothing then follows untrained)."""
+    from tito_audit.report.loop_verdict import STOPS_NEVER_TRAINED
+
+    loaded, ctx, played = plays(QWEN, 0.0, 5)
+    stops = set(ctx.stop_ids)
+    keep = ("id", "turns", "input_ids", "loss_mask")
+    correct = [with_engine_prompts(log_episode(p, "correct", p.scenario.id).record, p) for p in played]
+    but_last, dropped = [], []
+    for r in correct:
+        cut = cut_before_stop(r, stops)
+        cut["turns"][-1] = r["turns"][-1]
+        last = r["turns"][-1]
+        end = len(last["prompt_ids"]) + len(last["ids"])
+        cut["loss_mask"] = cut["loss_mask"][: len(last["prompt_ids"])] + r["loss_mask"][len(last["prompt_ids"]) : end]
+        cut["input_ids"] = r["input_ids"][:end]
+        but_last.append(cut)
+        gone = copy.deepcopy(r)  # every stop id taken out of the ids, the mask and the prompts alike
+        keep_at = [j for j, i in enumerate(r["input_ids"]) if i not in stops]
+        gone["input_ids"] = [r["input_ids"][j] for j in keep_at]
+        gone["loss_mask"] = [r["loss_mask"][j] for j in keep_at]
+        for t in gone["turns"]:
+            kept = [j for j, i in enumerate(t["ids"]) if i not in stops]
+            t["ids"], t["logprobs"] = [t["ids"][j] for j in kept], [t["logprobs"][j] for j in kept]
+            t["prompt_ids"] = [i for i in t["prompt_ids"] if i not in stops]
+        dropped.append(gone)
+    tito = tito_only(loaded)
+    for rows in (but_last, dropped):
+        rows = [{k: r[k] for k in keep} for r in rows]
+        for path in (write_jsonl(tmp_path / "c.jsonl", rows), write_parquet(tmp_path / "c.parquet", rows)):
+            totals = replay_log(path, tito)
+            report = build_report(totals, loaded, "log", ctx.renderer.token_texts).models[0]
+            assert STOPS_NEVER_TRAINED in report.verdict_reasons, (path.suffix, report.verdict_reasons)
+            assert report.verdict != "safe"
+
+
+@pytest.mark.parametrize("model", [QWEN, GEMMA])
+def test_an_untrained_id_after_the_stop_logged_with_the_turn_is_no_sample_dropped(plays, model):
+    """Red team 53: the template's newline after the stop logged with the turn but trained nowhere (a loop that takes
+    the prompt's delta as the response and masks with the template's assistant mask) was read as a sampled id left
+    untrained: unsafe, "drops sampled ones". The engine never sampled it; the loop trains exactly what it did."""
+    loaded, ctx, played = plays(model, 0.0, 5)
+    checked = 0
+    for n, p in enumerate(played):
+        got = after_stop(p, ctx)
+        if got is None:
+            continue
+        record, places = got
+        for at in places:
+            record["loss_mask"][at] = 0
+        for c in (ctx, tito_only(loaded)):
+            res = analyze(episode_from_native(copy.deepcopy(record), n), c)
+            assert not res.divergences, (p.scenario.id, res.divergences)
+            assert any("not read as sampled" in note for note in res.notes)
+        assert check_batch([record], on_fail="return", stop_ids=ctx.stop_ids).ok
+        checked += 1
+    assert checked > 10
+
+
+def test_check_batch_takes_the_template_s_turn_end_from_a_tokenizer_and_says_when_it_has_no_stops(plays):
+    """Red team 53: Gemma's eos is not its turn end: ``tokenizer=`` alone missed ``<end_of_turn><eos>`` trained as
+    sampled, and called the batch complete. The stops now come from the tokenizer's chat template too; without a
+    tokenizer or stop ids, "ids after the stop not checked" is said and the batch is not complete."""
+    loaded, ctx, played = plays(GEMMA, 0.0, 5)
+    eos = loaded.tokenizer.eos_token_id
+    end = next(i for i in ctx.stop_ids if i != eos)
+    rows = []
+    for p in played:
+        record = with_engine_prompts(log_episode(p, "correct", p.scenario.id).record, p)
+        last = record["turns"][-1]
+        if not last["ids"] or last["ids"][-1] != end:
+            continue
+        stop_at = len(last["prompt_ids"]) + len(last["ids"])
+        last["ids"], last["logprobs"] = [*last["ids"], eos], [*last["logprobs"], -0.01]
+        record["input_ids"] = [*record["input_ids"][:stop_at], eos]
+        record["loss_mask"] = [*record["loss_mask"][:stop_at], 1]
+        rows.append(record)
+    assert len(rows) > 10
+    found = check_batch(rows, on_fail="return", tokenizer=loaded.tokenizer)
+    assert len(found.failures) == len(rows) and all("after the stop" in f.divergence.message for f in found.failures)
+    blind = check_batch(rows, on_fail="return")
+    assert blind.ok and not blind.complete
+    assert any(n.startswith("ids after the stop not checked") for n in blind.not_checked)

@@ -110,7 +110,9 @@ def test_log_mode_warns_per_failing_episode_and_keeps_training(tmp_path, caplog)
     failing = [r.getMessage() for r in caplog.records if "episode" in r.getMessage()]
     assert sorted(m.split(":")[1].strip() for m in failing) == ["ep1", "ep2"]
     notes = [r.getMessage() for r in caplog.records if "not checked" in r.getMessage()]
-    assert len(notes) == 1 and "context not checked on 4 of 4 turn(s): no prompt_ids" in notes[0]  # said once
+    assert len(notes) == 2  # each said once: no processing class gives no stop ids, the turns no prompt_ids
+    assert "ids after the stop not checked on 4 turn(s)" in notes[0]
+    assert "context not checked on 4 of 4 turn(s): no prompt_ids" in notes[1]
     records = [r for _, r in iter_records(tmp_path / "log.jsonl")]
     assert [r["id"] for r in records] == ["ep0", "ep1", "ep2", "ep3"]  # written in rollout order, before the loss
     assert records[1]["input_ids"][-2:] == [78, 9] and records[1]["loss_mask"] == [0, 0, 0, 1, 1, 1, 0, 0, 1, 1]

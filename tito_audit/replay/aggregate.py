@@ -101,6 +101,8 @@ class ReplayTotals:
     stop_turns: int = 0  # sampled turns ending with one of the model's stop tokens
     # checked turns ending without a stop token, followed in the trained sequence by an untrained one
     stop_untrained_turns: int = 0
+    inner_stop_turns: int = 0  # checked turns, each but its episode's last, ending with a stop token
+    stopless_episodes: int = 0  # checked episodes with sampled ids, none of whose turns ends with a stop token
     unchecked_tails: int = 0  # logs whose end could not be checked (a gzip trailer cut short): not records
     kept: dict[str, list[Kept]] = field(default_factory=dict)
     # findings past the first MAX_FINDINGS of a check: counted per class, the first of them kept for its place
@@ -162,7 +164,10 @@ class ReplayTotals:
         self.logprob_tokens += res.logprob_tokens
         self.unmasked_episodes += res.unmasked and res.error is None
         self.environment_stops_only += res.environment_stops_only and res.error is None
-        self.stop_untrained_turns += res.stop_untrained if res.error is None else 0
+        if res.error is None:
+            self.stop_untrained_turns += res.stop_untrained
+            self.inner_stop_turns += res.inner_stop_turns
+            self.stopless_episodes += res.stop_turns == 0 and res.sampled_tokens > 0
         self.no_trainer_episodes += res.no_trainer and res.error is None
         self.reference_engine += res.reference == "engine" and res.error is None
         self.reference_buffer += res.reference == "buffer" and res.error is None

@@ -27,7 +27,7 @@ ids are also decoded and re-encoded: a turn whose ids come back different was sa
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tito_audit.errors import RenderError
 from tito_audit.policy.view import mask_runs
@@ -37,7 +37,7 @@ from tito_audit.replay.context import MARK_WINDOW, ReplayContext, other_tokenize
 from tito_audit.replay.divergence import Divergence
 from tito_audit.replay.drift import date_positions, drift
 from tito_audit.replay.engine import engine_buffer, exact, has_engine_prompts, prompt_departures
-from tito_audit.replay.environment import environment_divergences, real_logprobs, turn_start
+from tito_audit.replay.environment import environment_divergences, real_logprobs, turn_start, untrained_after_stop
 from tito_audit.replay.id_diff import align
 from tito_audit.replay.schema import Episode
 from tito_audit.report.finding_class import ReasoningMarks
@@ -85,6 +85,7 @@ class EpisodeResult:
     # sampled turns that end without a stop token and are followed in the trained sequence by one, untrained: the
     # loop cut the stop the engine sampled from the turn (or the template closed a turn a length limit cut)
     stop_untrained: int = 0
+    inner_stop_turns: int = 0  # sampled turns but the episode's last that end with a stop token
     file: str = ""  # the log file, when a replay reads several
 
     @property
@@ -278,6 +279,7 @@ def _counted(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
     stops = set(ctx.stop_ids)
     res.stop_turns = sum(1 for t in ep.turns if t.ids and t.ids[-1] in stops)
     res.stop_untrained = _stops_left_out(ep, stops)
+    res.inner_stop_turns = sum(1 for t in ep.turns[:-1] if t.ids and t.ids[-1] in stops)
     res.marks = not ctx.marks or not ctx.marks.isdisjoint(ep.input_ids[:MARK_WINDOW])
     return res
 
@@ -373,6 +375,9 @@ def _what_if(
 
 def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
     """Replay one episode; never raises for what is in the log (problems become the result)."""
+    turns, cut = untrained_after_stop(ep.turns, ep.input_ids, ep.loss_mask, frozenset(ctx.stop_ids))
+    if cut:  # ids after a turn's stop, logged with it and trained nowhere: never sampled, never counted as such
+        ep = replace(ep, turns=turns)
     res = _counted(ep, ctx)
     if not res.marks and not res.stop_turns and any(t.ids for t in ep.turns):  # another tokenizer's episode
         res.error = other_tokenizer(ctx)
@@ -380,6 +385,8 @@ def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
     marks = reasoning_marks(ctx.renderer.chat_template, ep.messages)  # tells reasoning from content
     engine = has_engine_prompts(ep)
     traj, template_error = _rebuilt(ep, ctx, res, engine)
+    if cut:
+        res.notes.append(f"{cut} id(s) after a turn's stop token logged with the turn, untrained: not read as sampled")
     cmp, loop = _compared(ep, ctx, res, traj, template_error, marks)
     renders = ep.messages is not None and (ctx.whatif or ctx.drift or not engine)
     _environment(ep, ctx, cmp, renders)

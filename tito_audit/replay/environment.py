@@ -207,6 +207,34 @@ def ids_after_stop(turns: Sequence[SampledTurn], stop_ids: frozenset[int]) -> li
     return out
 
 
+def untrained_after_stop(
+    turns: Sequence[SampledTurn], got: Sequence[int], mask: Sequence[int] | None, stop_ids: frozenset[int]
+) -> tuple[list[SampledTurn], int]:
+    """The turns with their ids after the first stop token left out where none of those ids is trained (the loss
+    mask 0 on each, where the turn sits in ``got``), and how many ids were left out. A loop that logs the template's
+    text after the stop (its newline) with the turn and trains exactly what the engine sampled mislabels ids the
+    engine never sampled; it drops no sample, and the comparison must not read them as sampled ids left untrained.
+    Trained ones stay: ``ids_after_stop`` names them."""
+    if mask is None or not stop_ids:
+        return list(turns), 0
+    out, cut, after = [], 0, 0
+    for k, turn in enumerate(turns):
+        inside = first_stop_inside(turn.ids, stop_ids)
+        at = turn_start(turns, got, k, after) if inside is not None else None
+        if inside is None or at is None:
+            out.append(turn)
+            continue
+        after = at
+        tail = range(at + inside + 1, min(at + len(turn.ids), len(mask)))
+        if len(tail) != len(turn.ids) - inside - 1 or any(mask[j] for j in tail):
+            out.append(turn)
+            continue
+        lps = turn.logprobs[: inside + 1] if turn.logprobs is not None else None
+        out.append(SampledTurn(turn.ids[: inside + 1], lps, turn.prompt_ids))
+        cut += len(tail)
+    return out, cut
+
+
 def turns_opening_with_a_message(
     ep: Episode, openings: Sequence[tuple[frozenset[int], Sequence[int]]]
 ) -> list[EnvironmentRun]:

@@ -151,18 +151,22 @@ def _against(t: ReplayTotals) -> str:
         )
     if stops_never_trained(t):
         against += (
-            f"; no sampled turn ends with a stop token, and {t.stop_untrained_turns} turn(s) are followed in the "
-            "trained sequence by one with loss mask 0: the stop the engine sampled to end them is cut from the turn "
-            "and never trained, unless a length limit cut every one of them"
+            f"; the stop token is cut from the sampled turns: {t.stop_untrained_turns} turn(s) followed by it "
+            f"untrained, {t.inner_stop_turns} turn(s) followed by more that end with it, {t.stopless_episodes} "
+            "episode(s) with no turn ending with it (unless a length limit cut them, the policy is never trained to "
+            "end a turn)"
         )
     return against
 
 
 def stops_never_trained(t: ReplayTotals) -> bool:
-    """No checked turn ends with a stop token while some are followed by one, untrained: a loop that cuts the stop
-    the engine sampled from every turn (its policy is never trained to end a turn), or a log whose every turn a
-    length limit cut. The log cannot tell which: named, never ``safe``."""
-    return bool(t.stop_untrained_turns) and t.stop_turns == 0
+    """Whether the log looks like a loop that cuts the stop the engine sampled from its turns (its policy is then
+    never trained to end a turn): at least as many turns followed by their stop untrained as turns followed by more
+    that end with it, or no turn of any checked episode ending with one. A length limit cuts a turn now and then
+    (``Trajectory(on_truncated="mask")`` closes it with the stop untrained), not most of them; the log cannot tell
+    the two apart, so this is named beside the verdict, never ``safe``, and never a divergence."""
+    cut = t.stop_untrained_turns > 0 and t.stop_untrained_turns >= t.inner_stop_turns
+    return cut or (t.stopless_episodes > 0 and t.stopless_episodes == t.checked_episodes)
 
 
 def _nothing_checked(t: ReplayTotals) -> str:
@@ -195,7 +199,7 @@ def _divergence(t: ReplayTotals, texts: Any) -> CheckResult:
         "reference_sampled": t.checked_episodes - t.reference_engine - t.reference_buffer,
         "unmasked_episodes": t.unmasked_episodes,
         "environment_stops_only": t.environment_stops_only,
-        "stops_never_trained": t.stop_untrained_turns if stops_never_trained(t) else 0,
+        "stops_never_trained": stops_never_trained(t),
         "no_trainer_episodes": t.no_trainer_episodes,
     }
     applicable = None if t.checked_episodes or t.diverged_episodes else _nothing_checked(t)

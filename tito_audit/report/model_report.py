@@ -69,8 +69,10 @@ class ModelReport:
     @property
     def verdict_explanation(self) -> str:
         """The verdict in words; ``unsafe`` says which of its causes holds (drops tool traffic, breaks buffer +
-        delta, or both), read from its reasons."""
-        if self.verdict == "tito-required" and f"tito-required:{APPEND_REWRITE}" in self.verdict_reasons:
+        delta, or both), read from its reasons; ``tito-required`` says buffer + delta is exact on tool appends only
+        where a user or system append rewrites the history (a suppression accepts it, the template still does)."""
+        appends = (f"tito-required:{APPEND_REWRITE}", f"tito-required:suppressed:{APPEND_REWRITE}")
+        if self.verdict == "tito-required" and any(r in self.verdict_reasons for r in appends):
             return TITO_REQUIRED_ON_TOOL_APPENDS
         if self.verdict != "unsafe":
             return VERDICTS[self.verdict]

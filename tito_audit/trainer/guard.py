@@ -10,15 +10,17 @@ trained ids before the turn must be exactly those ids (the turn was trained on t
 No renders and no tokenizer: slice comparisons when the batch is right, an alignment only for an episode that is
 not. Pass ``tokenizer=`` to name divergences by class (decodes a few ids, still no render), or ``renderer=`` with
 ``messages`` in the items to also rebuild the reference buffer (renders: for debugging, not for every batch).
-Given ``stop_ids=`` (or a tokenizer, whose eos stands for them), ids after a sampled turn's stop token that are
-trained fail too: the engine ended the turn at its stop, the loop appended them (a pad, the template's newline).
+Given ``stop_ids=`` (or a tokenizer: its chat template's turn end and its eos stand for them), ids after a sampled
+turn's stop token that are trained fail too: the engine ended the turn at its stop, the loop appended them (a pad,
+the template's newline); without either, "ids after the stop not checked" is said.
 
 What it cannot see is said in ``GuardResult.not_checked`` (and in ``summary()``, the ``TitoGuardError`` message,
 and once in the log): without ``prompt_ids``, "context not checked" (a context the engine never saw, such as a
 tool result dropped between turns, passes); without any loss mask (``loss_mask``, ``mask``, ``labels``,
-``response_mask``: see ``tito_audit.trainer.batch_item``), "mask not checked". ``ok`` is the guard's claim (every
-sampled turn trained verbatim, the mask on exactly its ids): never for a batch from which nothing could be
-checked (no items, no ``input_ids``), nor for one whose mask was not checked. ``complete`` adds the context.
+``response_mask``: see ``tito_audit.trainer.batch_item``), "mask not checked"; without ``stop_ids`` or a tokenizer,
+"ids after the stop not checked". ``ok`` is the guard's claim (every sampled turn trained verbatim, the mask on
+exactly its ids): never for a batch from which nothing could be checked (no items, no ``input_ids``), nor for one
+whose mask was not checked. ``complete`` adds the context and the stops.
 
 ``on_fail``: ``"raise"`` (``TitoGuardError`` with the first divergence; ``ValueError`` for a batch it cannot
 check, or an item without a loss mask), ``"log"`` (one warning per failing episode on ``logger``, and each thing
@@ -28,13 +30,14 @@ not checked said once), or ``"return"`` (just the ``GuardResult``).
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tito_audit.replay.compare import against_sampled
 from tito_audit.replay.divergence import Divergence, classify, run_text, window
-from tito_audit.replay.environment import ids_after_stop, trained_runs
+from tito_audit.replay.environment import ids_after_stop, trained_runs, untrained_after_stop
 from tito_audit.replay.id_diff import align
 from tito_audit.replay.schema import SampledTurn
 from tito_audit.rollout.tokens import find_run
@@ -45,6 +48,7 @@ _LOG = logging.getLogger("tito_audit.guard")
 _SAID: set[tuple[int, str]] = set()  # (logger id, kind of note) already logged in this process
 MASK_NOT_CHECKED = "mask not checked"
 CONTEXT_NOT_CHECKED = "context not checked"
+STOPS_NOT_CHECKED = "ids after the stop not checked"
 
 
 @dataclass
@@ -83,7 +87,8 @@ class GuardResult:
 
     @property
     def complete(self) -> bool:
-        """Ok, and the context of every turn was compared too: nothing in ``not_checked``."""
+        """Ok, and the context of every turn and what follows its stop were compared too: nothing in
+        ``not_checked``."""
         return self.ok and not self.not_checked
 
     def __bool__(self) -> bool:
@@ -212,14 +217,42 @@ class _Decoding:
     def of(cls, tokenizer: Any, stop_ids: Sequence[int]) -> _Decoding:
         if tokenizer is None:
             return cls(stop_ids=stop_ids)
-        if not stop_ids and getattr(tokenizer, "eos_token_id", None) is not None:
-            stop_ids = [tokenizer.eos_token_id]
+        if not stop_ids:
+            stop_ids = tokenizer_stops(tokenizer)
         return cls(
             lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False),
             stop_ids,
             list(getattr(tokenizer, "all_special_ids", []) or []),
             getattr(tokenizer, "bos_token_id", None),
         )
+
+
+_STOPS: weakref.WeakKeyDictionary[Any, tuple[int, ...]] = weakref.WeakKeyDictionary()
+
+
+def tokenizer_stops(tokenizer: Any) -> tuple[int, ...]:
+    """The stop ids an engine ends a turn on, from the tokenizer: its chat template's turn end (Gemma's
+    ``<end_of_turn>``, Phi-3's ``<|end|>``: not their eos) and its eos (``rollout.stop.stop_token_ids``); the eos
+    alone where the template cannot be rendered. Once per tokenizer: a few bounded renders."""
+    try:
+        return _STOPS[tokenizer]
+    except (KeyError, TypeError):
+        pass
+    from tito_audit.rendering.renderer import Renderer
+    from tito_audit.rollout.buffer import LIBRARY_LIMITS
+    from tito_audit.rollout.stop import stop_token_ids
+
+    try:
+        renderer = Renderer(tokenizer, tokenizer.get_chat_template(), limits=LIBRARY_LIMITS)
+        stops = stop_token_ids(tokenizer, renderer)
+    except Exception:  # no template, or one that does not render: the eos is what is known
+        eos = getattr(tokenizer, "eos_token_id", None)
+        stops = (int(eos),) if eos is not None else ()
+    try:
+        _STOPS[tokenizer] = stops
+    except TypeError:  # not weak-referenceable: computed again next time
+        pass
+    return stops
 
 
 @dataclass
@@ -229,11 +262,12 @@ class _Counts:
     unmasked: int = 0
     turns: int = 0
     turns_without_context: int = 0
+    no_stops: bool = False  # no stop ids known (neither stop_ids nor a tokenizer): ids after a stop not looked for
 
 
 def _check_rows(rows: list[Any], result: GuardResult, on_fail: OnFail, renderer: Any, dec: _Decoding) -> _Counts:
     """Check every item into ``result``; an item that cannot be read raises (``on_fail="raise"``) or is named."""
-    counts = _Counts()
+    counts = _Counts(no_stops=not dec.stop_ids)
     for n, raw in enumerate(rows):
         if renderer is not None and isinstance(raw, Mapping) and raw.get("messages") is not None:
             result.episodes += 1
@@ -263,12 +297,18 @@ def _check_rows(rows: list[Any], result: GuardResult, on_fail: OnFail, renderer:
 
 
 def _say_unchecked(result: GuardResult, counts: _Counts) -> None:
-    """``not_checked``: the mask of unmasked episodes, the context of turns without ``prompt_ids``."""
+    """``not_checked``: the mask of unmasked episodes, ids after the stop without stop ids, the context of turns
+    without ``prompt_ids``."""
     result.unmasked = counts.unmasked
     if counts.unmasked:
         result.not_checked.append(
             f"{MASK_NOT_CHECKED} on {counts.unmasked} of {result.episodes} episode(s): no {', '.join(MASK_FIELDS)} "
             "(the sampled ids were found in input_ids; which tokens are trained was not compared)"
+        )
+    if counts.no_stops and counts.turns:
+        result.not_checked.append(
+            f"{STOPS_NOT_CHECKED} on {counts.turns} turn(s): no stop_ids or tokenizer (ids a loop glued after a "
+            "turn's stop token, trained as sampled, pass)"
         )
     if counts.turns_without_context:
         result.not_checked.append(
@@ -334,7 +374,9 @@ def _check_item(
         at, message = item.problems[0]
         d = Divergence(-1, at, "template", "shape" if at is None else "mask", message)
         return GuardFailure(n, d, 0, 0, 0)
-    turns, ids, mask = item.turns, item.input_ids, item.loss_mask
+    ids, mask = item.input_ids, item.loss_mask
+    # ids after a turn's stop logged with it and trained nowhere were never sampled: not read as samples dropped
+    turns, _cut = untrained_after_stop(item.turns, ids, mask, frozenset(stop_ids))
     lps = [t.logprobs for t in turns]
     cmp = against_sampled(
         [t.ids for t in turns], lps, ids, mask, decode=decode, stop_ids=stop_ids, special_ids=specials, bos_id=bos
@@ -345,7 +387,7 @@ def _check_item(
             moved = _context_divergence(k, t, ids, decode, stop_ids, specials, bos)
             if moved is not None:
                 context.append(moved)
-    # ids after a turn's stop token, trained: the engine stopped there (given the stop ids, or a tokenizer's eos)
+    # ids after a turn's stop token, trained: the engine stopped there (given the stop ids, or a tokenizer's)
     glued = trained_runs(turns, ids, mask, ids_after_stop(turns, frozenset(stop_ids)), decode or _ids_text)
     if cmp.ok and not context and not glued:
         return None

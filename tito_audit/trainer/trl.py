@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from tito_audit.replay.divergence import Divergence
 from tito_audit.replay.schema import RecordError
-from tito_audit.trainer.guard import GuardFailure, GuardResult, OnFail, TitoGuardError, check_batch
+from tito_audit.trainer.guard import GuardFailure, GuardResult, OnFail, TitoGuardError, check_batch, tokenizer_stops
 from tito_audit.trainer.writer import LogWriter, per_rank_path
 
 EPISODE_FIELD = "tito_episode"  # the rollout's extra field, and the batch key the mixin attaches to each row
@@ -226,9 +226,11 @@ class TitoGuardMixin(_TrainerBase):
         masked = self._masked_whole(batch)
         checked = [n for n, untrained in enumerate(masked) if not untrained]
         items = [{"sampled": attached[n]["turns"], "input_ids": rows[n][0], "loss_mask": rows[n][1]} for n in checked]
-        processing = self.processing_class
-        tokenizer = getattr(processing, "tokenizer", processing) if self.tito_classes else None
-        result = check_batch(items, on_fail="return", tokenizer=tokenizer) if items else GuardResult()
+        processing = getattr(self.processing_class, "tokenizer", self.processing_class)
+        tokenizer = processing if self.tito_classes else None
+        # the stop ids from the trainer's tokenizer even without classes: ids glued after a turn's stop are found
+        stops = tokenizer_stops(processing) if hasattr(processing, "eos_token_id") else ()
+        result = check_batch(items, on_fail="return", tokenizer=tokenizer, stop_ids=stops) if items else GuardResult()
         for f in result.failures:
             f.episode = checked[f.episode]  # the row in this step, as before
         failing = {f.episode for f in result.failures}
