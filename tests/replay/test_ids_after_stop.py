@@ -242,6 +242,9 @@ def test_an_untrained_id_after_the_stop_logged_with_the_turn_is_no_sample_droppe
         record, places = got
         for at in places:
             record["loss_mask"][at] = 0
+        for turn in record["turns"]:  # the engine gave no log-prob for an id it never sampled: a 0.0 fill
+            if len(turn["ids"]) > 1 and turn["ids"][-2] in ctx.stop_ids:
+                turn["logprobs"][-1] = 0.0
         for c in (ctx, tito_only(loaded)):
             res = analyze(episode_from_native(copy.deepcopy(record), n), c)
             assert not res.divergences, (p.scenario.id, res.divergences)
@@ -275,3 +278,82 @@ def test_check_batch_takes_the_template_s_turn_end_from_a_tokenizer_and_says_whe
     blind = check_batch(rows, on_fail="return")
     assert blind.ok and not blind.complete
     assert any(n.startswith("ids after the stop not checked") for n in blind.not_checked)
+
+
+def merged_turns(record: dict, stops) -> dict | None:  # type: ignore[no-untyped-def]
+    """Red team 54: a loop that logs turn 0, the tool result and turn 1 as one response (verl-style) and trains only
+    up to turn 0's stop: the policy's second answer is sampled and never trained."""
+    turns = record["turns"]
+    if len(turns) < 2 or not turns[0]["ids"] or turns[0]["ids"][-1] not in stops:
+        return None
+    rec = copy.deepcopy(record)
+    rec.pop("messages", None)  # its turns no longer pair with the assistant messages
+    first, second = rec["turns"][0], rec["turns"][1]
+    start = len(first["prompt_ids"])
+    end = len(second["prompt_ids"]) + len(second["ids"])
+    merged = rec["input_ids"][start:end]
+    gap = len(merged) - len(first["ids"]) - len(second["ids"])
+    first["logprobs"] = first["logprobs"] + [0.0] * gap + second["logprobs"]
+    first["ids"] = merged
+    rec["turns"] = [first, *rec["turns"][2:]]
+    for j in range(start + len(turns[0]["ids"]), end):
+        rec["loss_mask"][j] = 0
+    return rec
+
+
+def test_a_sampled_turn_merged_after_the_stop_and_left_untrained_is_never_trimmed(plays):
+    """Only what a template writes after a turn's end is left out of a turn (no header, no real log-prob): a next
+    turn merged into this one and left untrained is a sampled turn dropped, unsafe, in replay and in the guard."""
+    loaded, ctx, played = plays(QWEN, 0.0, 5)
+    checked = 0
+    for n, p in enumerate(played):
+        record = merged_turns(with_engine_prompts(log_episode(p, "correct", p.scenario.id).record, p), ctx.stop_ids)
+        if record is None:
+            continue
+        for c in (ctx, tito_only(loaded)):
+            res = analyze(episode_from_native(copy.deepcopy(record), n), c)
+            assert res.divergences and res.sampled_not_trained > 0, (p.scenario.id, res.divergences)
+        assert not check_batch([record], on_fail="return", tokenizer=loaded.tokenizer).ok
+        checked += 1
+    assert checked > 10
+
+
+def test_a_rare_length_cut_is_not_named_and_a_stop_dropped_from_inner_turns_is(plays, tmp_path):
+    """Red team 54: one turn closed by the template after a length limit among single-turn episodes was named (the
+    rule compared with non-final turns only); and the stop dropped from every turn but the last, from the trained
+    sequence and the prompts too (nothing follows untrained), was not."""
+    from tito_audit.report.loop_verdict import STOPS_NEVER_TRAINED
+
+    loaded, ctx, played = plays(QWEN, 0.0, 5)
+    stops = set(ctx.stop_ids)
+    tito = tito_only(loaded)
+    correct = [with_engine_prompts(log_episode(p, "correct", p.scenario.id).record, p) for p in played]
+    singles = [dict(r, turns=r["turns"][:1]) for r in correct]
+    for r in singles:  # the first turn alone, as a single-turn episode
+        t = r["turns"][0]
+        end = len(t["prompt_ids"]) + len(t["ids"])
+        r["input_ids"], r["loss_mask"] = r["input_ids"][:end], r["loss_mask"][:end]
+    one_cut = [*singles, cut_before_stop(correct[0], stops)]
+    inner_dropped = []
+    for r in correct:  # every stop but the last turn's taken out of the turns, the trained ids and the prompts
+        gone = copy.deepcopy(r)
+        drop = set()
+        for t in gone["turns"][:-1]:
+            if t["ids"] and t["ids"][-1] in stops:
+                drop.add(len(t["prompt_ids"]) + len(t["ids"]) - 1)
+                t["ids"], t["logprobs"] = t["ids"][:-1], t["logprobs"][:-1]
+        kept = [j for j in range(len(r["input_ids"])) if j not in drop]
+        gone["input_ids"] = [r["input_ids"][j] for j in kept]
+        gone["loss_mask"] = [r["loss_mask"][j] for j in kept]
+        for t in gone["turns"]:  # each prompt: the kept ids before the turn (a prefix of the trained ids)
+            t["prompt_ids"] = gone["input_ids"][: sum(1 for j in kept if j < len(t["prompt_ids"]))]
+        inner_dropped.append(gone)
+    keep = ("id", "turns", "input_ids", "loss_mask")
+    for rows, named in ((one_cut, False), (inner_dropped, True)):
+        rows = [{k: r[k] for k in keep} for r in rows]
+        totals = replay_log(write_jsonl(tmp_path / "s.jsonl", rows), tito)
+        report = build_report(totals, loaded, "log", ctx.renderer.token_texts).models[0]
+        assert (STOPS_NEVER_TRAINED in report.verdict_reasons) is named, report.verdict_reasons
+        assert totals.diverged_episodes == 0, report.verdict_reasons
+        guard = check_batch(rows, on_fail="return", tokenizer=loaded.tokenizer)
+        assert guard.ok and any(n.startswith("stop maybe not trained") for n in guard.not_checked) is named

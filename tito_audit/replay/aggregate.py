@@ -99,9 +99,11 @@ class ReplayTotals:
     out_of_vocabulary: int = 0  # records with an id the tokenizer does not have
     mark_episodes: int = 0  # episodes whose ids hold a control token of the template
     stop_turns: int = 0  # sampled turns ending with one of the model's stop tokens
-    # checked turns ending without a stop token, followed in the trained sequence by an untrained one
+    # how the checked turns end (``environment.stop_endings``): with a stop token; without one, followed in the
+    # trained sequence by it untrained; without one, followed by other ids (turns but the last)
+    stop_ended_turns: int = 0
     stop_untrained_turns: int = 0
-    inner_stop_turns: int = 0  # checked turns, each but its episode's last, ending with a stop token
+    stop_missing_turns: int = 0
     stopless_episodes: int = 0  # checked episodes with sampled ids, none of whose turns ends with a stop token
     unchecked_tails: int = 0  # logs whose end could not be checked (a gzip trailer cut short): not records
     kept: dict[str, list[Kept]] = field(default_factory=dict)
@@ -165,8 +167,9 @@ class ReplayTotals:
         self.unmasked_episodes += res.unmasked and res.error is None
         self.environment_stops_only += res.environment_stops_only and res.error is None
         if res.error is None:
-            self.stop_untrained_turns += res.stop_untrained
-            self.inner_stop_turns += res.inner_stop_turns
+            self.stop_ended_turns += res.stop_endings.stopped
+            self.stop_untrained_turns += res.stop_endings.untrained
+            self.stop_missing_turns += res.stop_endings.missing
             self.stopless_episodes += res.stop_turns == 0 and res.sampled_tokens > 0
         self.no_trainer_episodes += res.no_trainer and res.error is None
         self.reference_engine += res.reference == "engine" and res.error is None

@@ -37,7 +37,13 @@ from tito_audit.replay.context import MARK_WINDOW, ReplayContext, other_tokenize
 from tito_audit.replay.divergence import Divergence
 from tito_audit.replay.drift import date_positions, drift
 from tito_audit.replay.engine import engine_buffer, exact, has_engine_prompts, prompt_departures
-from tito_audit.replay.environment import environment_divergences, real_logprobs, turn_start, untrained_after_stop
+from tito_audit.replay.environment import (
+    StopEndings,
+    environment_divergences,
+    real_logprobs,
+    stop_endings,
+    untrained_after_stop,
+)
 from tito_audit.replay.id_diff import align
 from tito_audit.replay.schema import Episode
 from tito_audit.report.finding_class import ReasoningMarks
@@ -82,10 +88,8 @@ class EpisodeResult:
     no_trainer: bool = False  # no trained sequence logged: only the engine's side (its prompts, its output) was checked
     marks: bool = True  # the ids open with a control token of this template (a log of this tokenizer does)
     stop_turns: int = 0  # sampled turns that end with one of this model's stop tokens
-    # sampled turns that end without a stop token and are followed in the trained sequence by one, untrained: the
-    # loop cut the stop the engine sampled from the turn (or the template closed a turn a length limit cut)
-    stop_untrained: int = 0
-    inner_stop_turns: int = 0  # sampled turns but the episode's last that end with a stop token
+    # how the sampled turns end: with a stop, or cut before one (``environment.stop_endings``)
+    stop_endings: StopEndings = field(default_factory=StopEndings)
     file: str = ""  # the log file, when a replay reads several
 
     @property
@@ -278,24 +282,9 @@ def _counted(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
     res.shape = _shape(ep)
     stops = set(ctx.stop_ids)
     res.stop_turns = sum(1 for t in ep.turns if t.ids and t.ids[-1] in stops)
-    res.stop_untrained = _stops_left_out(ep, stops)
-    res.inner_stop_turns = sum(1 for t in ep.turns[:-1] if t.ids and t.ids[-1] in stops)
+    res.stop_endings = stop_endings(ep.turns, ep.input_ids, ep.loss_mask, frozenset(stops))
     res.marks = not ctx.marks or not ctx.marks.isdisjoint(ep.input_ids[:MARK_WINDOW])
     return res
-
-
-def _stops_left_out(ep: Episode, stops: set[int]) -> int:
-    """Sampled turns that end without a stop token, followed in the trained sequence by one with the loss mask 0."""
-    got, mask, n, after = ep.input_ids, ep.loss_mask, 0, 0
-    for k, turn in enumerate(ep.turns):
-        if not turn.ids or turn.ids[-1] in stops:
-            continue
-        at = turn_start(ep.turns, got, k, after)
-        if at is None:
-            continue
-        after, end = at, at + len(turn.ids)
-        n += end < len(got) and got[end] in stops and (mask is None or end >= len(mask) or not mask[end])
-    return n
 
 
 def _rebuilt(ep: Episode, ctx: ReplayContext, res: EpisodeResult, engine: bool) -> tuple[Trajectory | None, str | None]:
@@ -375,7 +364,7 @@ def _what_if(
 
 def analyze(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
     """Replay one episode; never raises for what is in the log (problems become the result)."""
-    turns, cut = untrained_after_stop(ep.turns, ep.input_ids, ep.loss_mask, frozenset(ctx.stop_ids))
+    turns, cut = untrained_after_stop(ep.turns, ep.input_ids, ep.loss_mask, frozenset(ctx.stop_ids), ctx.control_ids)
     if cut:  # ids after a turn's stop, logged with it and trained nowhere: never sampled, never counted as such
         ep = replace(ep, turns=turns)
     res = _counted(ep, ctx)

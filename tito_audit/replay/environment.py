@@ -208,15 +208,23 @@ def ids_after_stop(turns: Sequence[SampledTurn], stop_ids: frozenset[int]) -> li
 
 
 def untrained_after_stop(
-    turns: Sequence[SampledTurn], got: Sequence[int], mask: Sequence[int] | None, stop_ids: frozenset[int]
+    turns: Sequence[SampledTurn],
+    got: Sequence[int],
+    mask: Sequence[int] | None,
+    stop_ids: frozenset[int],
+    control: frozenset[int] = frozenset(),
 ) -> tuple[list[SampledTurn], int]:
-    """The turns with their ids after the first stop token left out where none of those ids is trained (the loss
-    mask 0 on each, where the turn sits in ``got``), and how many ids were left out. A loop that logs the template's
-    text after the stop (its newline) with the turn and trains exactly what the engine sampled mislabels ids the
-    engine never sampled; it drops no sample, and the comparison must not read them as sampled ids left untrained.
-    Trained ones stay: ``ids_after_stop`` names them."""
+    """The turns with their ids after the first stop token left out where those ids are what a template writes after
+    a turn's end and nothing the policy sampled, and how many ids were left out: none trained (the loss mask 0 on
+    each, where the turn sits in ``got``), none with a log-prob other than 0.0 (a fill value), none a control token
+    (``control``) but a stop. A loop that logs the template's newline after the stop with the turn and trains
+    exactly what the engine sampled mislabels an id the engine never sampled; it drops no sample, and the comparison
+    must not read it as a sampled id left untrained. A tail with a message header or real log-probs (a next turn
+    merged into this one and left untrained: red team 54) stays, and is compared; trained ones stay too
+    (``ids_after_stop`` names them)."""
     if mask is None or not stop_ids:
         return list(turns), 0
+    foreign = control - stop_ids
     out, cut, after = [], 0, 0
     for k, turn in enumerate(turns):
         inside = first_stop_inside(turn.ids, stop_ids)
@@ -226,13 +234,64 @@ def untrained_after_stop(
             continue
         after = at
         tail = range(at + inside + 1, min(at + len(turn.ids), len(mask)))
-        if len(tail) != len(turn.ids) - inside - 1 or any(mask[j] for j in tail):
+        real = turn.logprobs is not None and any(lp != 0.0 for lp in turn.logprobs[inside + 1 :])
+        glued = any(i in foreign for i in turn.ids[inside + 1 :])
+        if len(tail) != len(turn.ids) - inside - 1 or any(mask[j] for j in tail) or real or glued:
             out.append(turn)
             continue
         lps = turn.logprobs[: inside + 1] if turn.logprobs is not None else None
         out.append(SampledTurn(turn.ids[: inside + 1], lps, turn.prompt_ids))
         cut += len(tail)
     return out, cut
+
+
+@dataclass(frozen=True)
+class StopEndings:
+    """How the sampled turns end, for the reading of a stop cut from them (``stops_cut``): ``stopped``, turns that
+    hold a stop token (at their end, or before ids a loop glued after it); ``untrained``, turns that end without
+    one and are followed in the trained sequence by one with the loss mask 0; ``missing``, turns but the last that
+    end without one and are followed by other ids."""
+
+    stopped: int = 0
+    untrained: int = 0
+    missing: int = 0
+
+    def __add__(self, other: StopEndings) -> StopEndings:
+        return StopEndings(self.stopped + other.stopped, self.untrained + other.untrained, self.missing + other.missing)
+
+
+def stop_endings(
+    turns: Sequence[SampledTurn], got: Sequence[int], mask: Sequence[int] | None, stop_ids: frozenset[int]
+) -> StopEndings:
+    """``StopEndings`` of one episode (turns not found in ``got`` count in none)."""
+    stopped = untrained = missing = after = 0
+    for k, turn in enumerate(turns):
+        if not turn.ids:
+            continue
+        if turn.ids[-1] in stop_ids or first_stop_inside(turn.ids, stop_ids) is not None:
+            stopped += 1  # (ids after its stop are ``ids_after_stop``'s)
+            continue
+        at = turn_start(turns, got, k, after)
+        if at is None:
+            continue
+        after, end = at, at + len(turn.ids)
+        if end >= len(got):
+            continue
+        if got[end] in stop_ids:
+            untrained += mask is None or end >= len(mask) or not mask[end]
+        elif k + 1 < len(turns):
+            missing += 1
+    return StopEndings(stopped, untrained, missing)
+
+
+def stops_cut(endings: StopEndings, stopless_all: bool = False) -> bool:
+    """Whether the turns look cut before the stop the engine sampled (a policy never trained to end a turn): at
+    least as many turns followed by their stop untrained, or by more ids with no stop between, as turns that end
+    with one; or ``stopless_all``, no turn of any episode ending with one. A length limit cuts a turn now and then
+    (``Trajectory(on_truncated="mask")`` closes it with the stop untrained), not half of them; the ids cannot tell
+    the two apart, so this is named, never a divergence."""
+    cut = endings.untrained + endings.missing
+    return (cut > 0 and cut >= endings.stopped) or stopless_all
 
 
 def turns_opening_with_a_message(

@@ -15,6 +15,7 @@ from typing import Any
 from tito_audit.replay.aggregate import MAX_FINDINGS, ReplayTotals, kept_class
 from tito_audit.replay.checks import BY_ID
 from tito_audit.replay.divergence import Divergence
+from tito_audit.replay.environment import StopEndings, stops_cut
 from tito_audit.report.check_result import CheckResult, Status
 from tito_audit.report.findings import Finding, TokenSide
 from tito_audit.report.model_report import AuditReport
@@ -151,22 +152,19 @@ def _against(t: ReplayTotals) -> str:
         )
     if stops_never_trained(t):
         against += (
-            f"; the stop token is cut from the sampled turns: {t.stop_untrained_turns} turn(s) followed by it "
-            f"untrained, {t.inner_stop_turns} turn(s) followed by more that end with it, {t.stopless_episodes} "
-            "episode(s) with no turn ending with it (unless a length limit cut them, the policy is never trained to "
-            "end a turn)"
+            f"; the stop token looks cut from the sampled turns: {t.stop_ended_turns} turn(s) end with it, "
+            f"{t.stop_untrained_turns} are followed by it untrained, {t.stop_missing_turns} by more ids with none "
+            f"between, {t.stopless_episodes} episode(s) have no turn ending with it (unless a length limit cut them, "
+            "the policy is never trained to end a turn)"
         )
     return against
 
 
 def stops_never_trained(t: ReplayTotals) -> bool:
-    """Whether the log looks like a loop that cuts the stop the engine sampled from its turns (its policy is then
-    never trained to end a turn): at least as many turns followed by their stop untrained as turns followed by more
-    that end with it, or no turn of any checked episode ending with one. A length limit cuts a turn now and then
-    (``Trajectory(on_truncated="mask")`` closes it with the stop untrained), not most of them; the log cannot tell
-    the two apart, so this is named beside the verdict, never ``safe``, and never a divergence."""
-    cut = t.stop_untrained_turns > 0 and t.stop_untrained_turns >= t.inner_stop_turns
-    return cut or (t.stopless_episodes > 0 and t.stopless_episodes == t.checked_episodes)
+    """``environment.stops_cut`` over the checked episodes: the log looks like a loop that cuts the stop the engine
+    sampled from its turns; named beside the verdict, never ``safe``."""
+    endings = StopEndings(t.stop_ended_turns, t.stop_untrained_turns, t.stop_missing_turns)
+    return stops_cut(endings, stopless_all=t.stopless_episodes > 0 and t.stopless_episodes == t.checked_episodes)
 
 
 def _nothing_checked(t: ReplayTotals) -> str:

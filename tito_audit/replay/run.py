@@ -147,7 +147,7 @@ def replay_batch(
         totals.trained_tokens += sampled
         totals.mark_episodes += int(fast.marks[exact].sum())
         totals.stop_turns += int(fast.stop_turns[exact].sum())
-        totals.inner_stop_turns += int((fast.turns[exact] - 1).sum())  # every turn of an exact row ends with a stop
+        totals.stop_ended_turns += int(fast.turns[exact].sum())  # every turn of an exact row ends with a stop
     return totals
 
 

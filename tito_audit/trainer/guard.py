@@ -18,9 +18,12 @@ What it cannot see is said in ``GuardResult.not_checked`` (and in ``summary()``,
 and once in the log): without ``prompt_ids``, "context not checked" (a context the engine never saw, such as a
 tool result dropped between turns, passes); without any loss mask (``loss_mask``, ``mask``, ``labels``,
 ``response_mask``: see ``tito_audit.trainer.batch_item``), "mask not checked"; without ``stop_ids`` or a tokenizer,
-"ids after the stop not checked". ``ok`` is the guard's claim (every sampled turn trained verbatim, the mask on
-exactly its ids): never for a batch from which nothing could be checked (no items, no ``input_ids``), nor for one
-whose mask was not checked. ``complete`` adds the context and the stops.
+"ids after the stop not checked"; where at least as many turns end without their stop token (followed by it
+untrained, or by more ids) as with it, "stop maybe not trained" (a loop that cuts the stop the engine sampled:
+a length limit's cuts are few; the ids cannot tell, so it is no failure). ``ok`` is the guard's claim (every
+sampled turn trained verbatim, the mask on exactly its ids): never for a batch from which nothing could be
+checked (no items, no ``input_ids``), nor for one whose mask was not checked. ``complete`` adds the context and
+the stops.
 
 ``on_fail``: ``"raise"`` (``TitoGuardError`` with the first divergence; ``ValueError`` for a batch it cannot
 check, or an item without a loss mask), ``"log"`` (one warning per failing episode on ``logger``, and each thing
@@ -37,7 +40,14 @@ from typing import Any, Literal
 
 from tito_audit.replay.compare import against_sampled
 from tito_audit.replay.divergence import Divergence, classify, run_text, window
-from tito_audit.replay.environment import ids_after_stop, trained_runs, untrained_after_stop
+from tito_audit.replay.environment import (
+    StopEndings,
+    ids_after_stop,
+    stop_endings,
+    stops_cut,
+    trained_runs,
+    untrained_after_stop,
+)
 from tito_audit.replay.id_diff import align
 from tito_audit.replay.schema import SampledTurn
 from tito_audit.rollout.tokens import find_run
@@ -49,6 +59,7 @@ _SAID: set[tuple[int, str]] = set()  # (logger id, kind of note) already logged 
 MASK_NOT_CHECKED = "mask not checked"
 CONTEXT_NOT_CHECKED = "context not checked"
 STOPS_NOT_CHECKED = "ids after the stop not checked"
+STOP_NOT_TRAINED = "stop maybe not trained"
 
 
 @dataclass
@@ -263,6 +274,8 @@ class _Counts:
     turns: int = 0
     turns_without_context: int = 0
     no_stops: bool = False  # no stop ids known (neither stop_ids nor a tokenizer): ids after a stop not looked for
+    endings: StopEndings = field(default_factory=StopEndings)  # how the turns end (the stop cut from them?)
+    stopless: int = 0  # episodes none of whose turns ends with a stop
 
 
 def _check_rows(rows: list[Any], result: GuardResult, on_fail: OnFail, renderer: Any, dec: _Decoding) -> _Counts:
@@ -292,13 +305,17 @@ def _check_rows(rows: list[Any], result: GuardResult, on_fail: OnFail, renderer:
         if item.loss_mask is None and item.mask_source is None:
             counts.unmasked += 1
         counts.turns += len(item.turns)
+        if dec.stop_ids:
+            endings = stop_endings(item.turns, item.input_ids, item.loss_mask, frozenset(dec.stop_ids))
+            counts.endings += endings
+            counts.stopless += endings.stopped == 0 and any(t.ids for t in item.turns)
         counts.turns_without_context += sum(t.prompt_ids is None for t in item.turns)
     return counts
 
 
 def _say_unchecked(result: GuardResult, counts: _Counts) -> None:
-    """``not_checked``: the mask of unmasked episodes, ids after the stop without stop ids, the context of turns
-    without ``prompt_ids``."""
+    """``not_checked``: the mask of unmasked episodes, ids after the stop without stop ids, a stop that looks cut
+    from the turns, the context of turns without ``prompt_ids``."""
     result.unmasked = counts.unmasked
     if counts.unmasked:
         result.not_checked.append(
@@ -309,6 +326,15 @@ def _say_unchecked(result: GuardResult, counts: _Counts) -> None:
         result.not_checked.append(
             f"{STOPS_NOT_CHECKED} on {counts.turns} turn(s): no stop_ids or tokenizer (ids a loop glued after a "
             "turn's stop token, trained as sampled, pass)"
+        )
+    stopless_all = counts.stopless > 0 and counts.stopless == result.episodes
+    if not counts.no_stops and stops_cut(counts.endings, stopless_all):
+        e = counts.endings
+        result.not_checked.append(
+            f"{STOP_NOT_TRAINED} on {e.untrained + e.missing} of {counts.turns} turn(s): they end without the stop "
+            f"token ({e.untrained} followed by it untrained, {e.missing} by more ids), {e.stopped} with it: if the "
+            "engine sampled it, the loop cuts it and the policy is never trained to end a turn (a length limit's cut "
+            "would be a few)"
         )
     if counts.turns_without_context:
         result.not_checked.append(
@@ -376,7 +402,7 @@ def _check_item(
         return GuardFailure(n, d, 0, 0, 0)
     ids, mask = item.input_ids, item.loss_mask
     # ids after a turn's stop logged with it and trained nowhere were never sampled: not read as samples dropped
-    turns, _cut = untrained_after_stop(item.turns, ids, mask, frozenset(stop_ids))
+    turns, _cut = untrained_after_stop(item.turns, ids, mask, frozenset(stop_ids), frozenset(specials))
     lps = [t.logprobs for t in turns]
     cmp = against_sampled(
         [t.ids for t in turns], lps, ids, mask, decode=decode, stop_ids=stop_ids, special_ids=specials, bos_id=bos
