@@ -58,11 +58,13 @@ def test_a_scan_worker_is_judged_by_the_cpu_it_spent() -> None:
 
     slot = _Worker(mp.get_context("fork"), None, ())
     try:
-        slot.cpu_since = slot.cpu_seconds()
+        slot.began, slot.cpu_since = True, slot.cpu_seconds()  # the worker took the template now
         assert not slot.past_deadline(elapsed=1.5, deadline_s=1.0)  # idle worker: waiting is not working
         assert slot.past_deadline(elapsed=10.5, deadline_s=1.0)  # but not forever (blocked in C code)
         slot.cpu_since -= 2.0  # as if it had computed for two CPU seconds since the template came
         assert slot.past_deadline(elapsed=1.5, deadline_s=1.0)
+        slot.began = False  # CPU spent before it took the template (its start) is not the template's
+        assert not slot.past_deadline(elapsed=1.5, deadline_s=1.0)
     finally:
         slot.kill()
 

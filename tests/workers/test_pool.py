@@ -82,6 +82,20 @@ def test_a_death_an_exception_and_a_deadline_cost_only_their_own_task() -> None:
     assert isinstance(after, Done) and after.value == 9
 
 
+def test_a_deadline_counts_the_task_s_cpu_not_the_worker_s_start() -> None:
+    """Found by the full suite on a loaded machine: a fresh worker's start-up CPU counted against its first task,
+    and a task that exits at once was reported as Killed at its 0.5 s deadline. The clock starts when the worker
+    takes the task: every worker here spends 1 s of CPU starting (twice the deadline), every task ends at once."""
+    with WorkerPool(2, spin, (1.0,), deadline_s=0.5) as pool:
+        pool.submit("dies", die, 7)
+        pool.submit("quick", square, 4)
+        pool.submit("after", square, 5)
+        got = events_of(pool)
+    assert isinstance(got["dies"][0], Died) and got["dies"][0].exitcode == 7
+    assert isinstance(got["quick"][0], Done) and got["quick"][0].value == 16
+    assert isinstance(got["after"][0], Done) and got["after"][0].value == 25
+
+
 def test_a_deadline_counts_cpu_not_waiting() -> None:
     """A task that sleeps past the deadline is not ended (a loaded machine must not change a result)."""
     with WorkerPool(1, deadline_s=0.3) as pool:

@@ -11,9 +11,10 @@ result of a worker killed mid-task), and Ctrl-C ending every worker at once (an 
 ``terminate_workers`` exists only from Python 3.14). Each worker has one pipe and holds one task at a time.
 
 CPU time, not wall time, decides a task's deadline (``/proc/PID/stat``), so that a loaded machine never changes a
-result; a worker that holds a task ``WALL_BACKSTOP`` deadlines of wall time without using the CPU (blocked) is
-ended too. Workers ignore SIGINT: the terminal sends Ctrl-C to the whole process group, and the caller ends them
-(``terminate``) without a traceback from each.
+result, counted from when the worker takes the task (it says so: a fresh worker's imports and initializer are not
+the task's); a worker that holds a task ``WALL_BACKSTOP`` deadlines of wall time without using the CPU (blocked),
+or never takes it, is ended too. Workers ignore SIGINT: the terminal sends Ctrl-C to the whole process group, and
+the caller ends them (``terminate``) without a traceback from each.
 """
 
 from __future__ import annotations
@@ -120,6 +121,9 @@ def _worker_main(conn: Connection, initializer: Callable[..., None] | None, init
         if task is None:
             return
         _key, fn, args = task
+        # the task's CPU clock starts here, not when it was sent: a fresh worker's imports and initializer are not
+        # the task's (a loaded machine made them cost a 0.5 s deadline, and a task that never ran was "Killed")
+        conn.send(("began", _key, time.process_time()))
         reply: tuple[Any, ...]
         try:
             reply = ("done", _key, fn(*args))
@@ -144,10 +148,12 @@ class _Worker:
         self.busy = False
         self.since = 0.0
         self.cpu_since = 0.0
+        self.began = False
 
     def give(self, key: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         self.conn.send((key, fn, args))
-        self.key, self.busy, self.since, self.cpu_since = key, True, time.monotonic(), self.cpu_seconds()
+        self.key, self.busy, self.since, self.cpu_since = key, True, time.monotonic(), 0.0
+        self.began = False  # the worker has not said it took the task (it may still be starting)
 
     def cpu_seconds(self) -> float:
         """The worker's CPU time (user + system) from /proc; 0 where unreadable (the wall backstop remains)."""
@@ -159,10 +165,12 @@ class _Worker:
             return 0.0
 
     def past_deadline(self, elapsed: float, deadline_s: float) -> bool:
-        """Past ``deadline_s`` of CPU time on its task, or ``WALL_BACKSTOP`` times that of wall time."""
+        """Past ``deadline_s`` of CPU time on its task since the worker took it, or ``WALL_BACKSTOP`` times that of
+        wall time since it was sent (a worker that never takes it, or is blocked)."""
         if elapsed <= deadline_s:
             return False
-        return self.cpu_seconds() - self.cpu_since > deadline_s or elapsed > WALL_BACKSTOP * deadline_s
+        cpu = self.began and self.cpu_seconds() - self.cpu_since > deadline_s
+        return cpu or elapsed > WALL_BACKSTOP * deadline_s
 
     def kill(self) -> None:
         if self.proc.is_alive() and self.proc.pid is not None:
@@ -251,6 +259,9 @@ class WorkerPool:
                     message = worker.conn.recv()
                 except (EOFError, OSError):
                     message = None  # died mid-message: below
+                if message is not None and message[0] == "began":  # its CPU clock starts (the process's, as /proc)
+                    worker.began, worker.cpu_since = True, float(message[2])
+                    continue
                 if message is not None:
                     self._events.append(self._event(worker, message, elapsed))
                     continue
