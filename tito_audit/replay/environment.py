@@ -51,7 +51,7 @@ from tito_audit.errors import RenderError
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.replay.divergence import Divergence, window
 from tito_audit.replay.schema import Episode, SampledTurn
-from tito_audit.rollout.tokens import find_run
+from tito_audit.rollout.tokens import find_run, first_of
 
 COVER = 0.8  # share of a message's rendering a turn must hold in one run
 
@@ -187,7 +187,7 @@ def stops_inside_turns(ep: Episode, stop_ids: frozenset[int], header: frozenset[
 
 def first_stop_inside(ids: Sequence[int], stop_ids: frozenset[int]) -> int | None:
     """Where the first stop token before the turn's last id sits, or None (an engine ends a turn at its stop)."""
-    return next((n for n, i in enumerate(ids[:-1]) if i in stop_ids), None) if stop_ids else None
+    return first_of(ids[:-1], stop_ids)
 
 
 def ids_after_stop(turns: Sequence[SampledTurn], stop_ids: frozenset[int]) -> list[EnvironmentRun]:
@@ -268,7 +268,7 @@ def stop_endings(
     for k, turn in enumerate(turns):
         if not turn.ids:
             continue
-        if turn.ids[-1] in stop_ids or first_stop_inside(turn.ids, stop_ids) is not None:
+        if not stop_ids.isdisjoint(turn.ids):
             stopped += 1  # (ids after its stop are ``ids_after_stop``'s)
             continue
         at = turn_start(turns, got, k, after)

@@ -29,7 +29,7 @@ from tito_audit.rendering.renderer import Renderer
 from tito_audit.rollout.bridge import AppendRefused, Bridge, BridgeError, compute_bridge
 from tito_audit.rollout.probes import APPEND_BASES, APPENDS, MINIMAL_TOOL_EPISODE, MINIMAL_TOOL_RESULT, TOOLS
 from tito_audit.rollout.stop import stop_token_ids
-from tito_audit.rollout.tokens import sampled_ids, sampled_logprobs
+from tito_audit.rollout.tokens import first_of, sampled_ids, sampled_logprobs
 
 Message = dict[str, Any]
 SegmentKind = Literal["prompt", "sampled", "bridge", "turn_end"]
@@ -232,8 +232,8 @@ class Trajectory:
             if len(logprobs) != len(ints):
                 raise ValueError(f"{len(logprobs)} logprobs for {len(ints)} ids")
         stops = set(self.stop_ids)
-        first_stops = [ints.index(s) for s in stops if s in ints]
-        keep = min(first_stops) + 1 if first_stops else len(ints)
+        first_stop = first_of(ints, stops)
+        keep = first_stop + 1 if first_stop is not None else len(ints)
         if keep < len(ints) and self.after_stop == "error":
             tok = self.renderer.decode([ints[keep - 1]], skip_special_tokens=False)
             raise ValueError(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import operator
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tito_audit.rendering.tokenizer_cache import tokenizer_cache
@@ -111,6 +111,18 @@ def special_token_strings(tokenizer: Any) -> list[str]:
     """Text of the tokenizer's special added tokens, longest first (ties by text, so every run agrees); computed
     once per tokenizer (``TokenizerCache.special_texts``)."""
     return list(tokenizer_cache(tokenizer).special_texts)
+
+
+def first_of(ids: Sequence[int], wanted: Iterable[int]) -> int | None:
+    """The first position of any of ``wanted`` (a few ids: stop tokens) in ``ids``, or None: one C-level search per
+    wanted id, not a Python step per id of a long turn."""
+    found = []
+    for w in wanted:
+        try:
+            found.append(ids.index(w))
+        except ValueError:
+            pass
+    return min(found) if found else None
 
 
 def find_run(ids: Sequence[int], run: Sequence[int], start: int) -> int | None:

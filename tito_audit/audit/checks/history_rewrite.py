@@ -29,6 +29,7 @@ every append keeps the prefix) is the check's own, ``history_rewrite``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from tito_audit.audit.checks.append_matrix import append_probes
@@ -80,11 +81,14 @@ def history_rewrite(ctx: AuditContext) -> Outcome:
                 )
                 if finding is not None and refused is not None:
                     finding.reason = APPEND_REASON
-                    finding.message += f" (and the loop's append of {refused} is refused: the buffer cannot take it)"
+                    finding.message += (
+                        f" (and the loop's append of {refused.block} after assistant message {refused.index} is "
+                        "refused: the buffer cannot take it)"
+                    )
                 if rewritten:
                     break
-            if not rewritten:
-                _rewritten_while_last(ctx, sim, found)
+            if not rewritten and refused is not None:
+                _rewritten_while_last(sim, refused, found)
         except RenderError as err:
             found.failed(sim.scenario.id, err)
     for probe in append_probes(ctx, notice_roles(ctx)):
@@ -107,28 +111,32 @@ def history_rewrite(ctx: AuditContext) -> Outcome:
     return found.outcome(summary, "no episode has an earlier assistant turn to compare")
 
 
-def _refused_append(ctx: AuditContext, sim: Any) -> str | None:
-    """The first append of ``sim`` the buffer refuses because of a system, user or developer message in its block
-    (not its tool results: ``tool_append_prefix.judged_appends``), in words; None when there is none."""
-    for idx, _bridge_error, _, error in judged_appends(ctx, sim):
+@dataclass(frozen=True)
+class _Refused:
+    """The first append of an episode the buffer refuses because of a system, user or developer message in its block
+    (not its tool results: ``tool_append_prefix.judged_appends``): after assistant message ``index``, its roles."""
+
+    index: int
+    block: str
+    error: BridgeError
+
+
+def _refused_append(ctx: AuditContext, sim: Any) -> _Refused | None:
+    """``_Refused`` of ``sim``, or None; read once per episode (judging an append may render)."""
+    for idx, bridge_error, _, error in judged_appends(ctx, sim):
         if error is None:  # (its tool results alone breaking it is tool_append_prefix's finding)
-            return "+".join(m["role"] for m in append_block(sim.messages, idx)) + f" after assistant message {idx}"
+            return _Refused(idx, "+".join(m["role"] for m in append_block(sim.messages, idx)), bridge_error)
     return None
 
 
-def _rewritten_while_last(ctx: AuditContext, sim: Any, found: Collector) -> None:
-    """The first append of ``sim`` that rewrites the history because of a system or user message in its block (not
-    its tool results: ``tool_append_prefix.judged_appends``), as a finding."""
-    for idx, bridge_error, _, error in judged_appends(ctx, sim):
-        if error is not None:
-            continue  # its tool results alone break it: tool_append_prefix's finding
-        block = "+".join(m["role"] for m in append_block(sim.messages, idx))
-        finding = found.compare(
-            sim.scenario.id,
-            bridge_error.before,
-            bridge_error.after,
-            f"appending {block} after assistant message {idx} rewrites the history while it is last",
-        )
-        if finding is not None:
-            finding.reason = APPEND_REASON
-        return
+def _rewritten_while_last(sim: Any, refused: _Refused, found: Collector) -> None:
+    """The refused append of ``sim`` whose turns all render alike: the history rewritten while the appended system
+    or user message is last, as a finding."""
+    finding = found.compare(
+        sim.scenario.id,
+        refused.error.before,
+        refused.error.after,
+        f"appending {refused.block} after assistant message {refused.index} rewrites the history while it is last",
+    )
+    if finding is not None:
+        finding.reason = APPEND_REASON
