@@ -57,6 +57,7 @@ def main(model_name: str) -> None:
     model = load(model_name)
     episodes = played_episodes(model, rate=0.3, seed=0)  # the sampler splits a token in ~30% of turns
     pad_id = model.tokenizer.pad_token_id or 0
+    stop_ids = episodes[0].traj.stop_ids  # what the engine stops a turn on: the turn's ids after it are checked too
     for loop in ("correct", "naive_retokenize"):
         print(f"-- {loop} loop")
         for step in range(2):
@@ -65,11 +66,11 @@ def main(model_name: str) -> None:
             batch = padded(rows, pad_id, [engine_contexts(p) for p in played])
             started = time.perf_counter()
             try:
-                result = check_batch(batch)  # raises TitoGuardError on the first diverging episode
+                result = check_batch(batch, stop_ids=stop_ids)  # raises TitoGuardError on the first diverging episode
             except TitoGuardError as exc:
                 print(f"step {step}: {exc}")
                 break
-            assert result.complete  # ids, mask and every turn's context compared: nothing left unchecked
+            assert result.complete, result.not_checked  # ids, mask, stops and every turn's context: all compared
             print(f"step {step}: {result.episodes} episodes trained exactly as sampled, after the context each turn "
                   f"was sampled on ({1000 * (time.perf_counter() - started):.2f} ms)")  # fmt: skip
             # ... loss = policy_loss(model(batch["input_ids"]), batch["loss_mask"]); loss.backward() ...

@@ -283,3 +283,19 @@ def test_an_attention_hole_inside_the_sequence_fails_the_item(plays, tmp_path):
         check_batch([dict(base, attention_mask=holed)])
     with LogWriter(tmp_path / "log.jsonl") as log, pytest.raises(RecordError, match="attention_mask hides"):
         log.write(dict(base, attention_mask=holed))
+
+
+def test_the_guard_example_runs_as_ci_runs_it():
+    """``examples/guard_training_loop.py`` (run by CI and named in docs/replay.md): the correct loop's batches are
+    complete (ids, mask, stops and every turn's context compared), the re-tokenizing loop is stopped."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run(
+        [sys.executable, "examples/guard_training_loop.py"], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("trained exactly as sampled, after the context each turn was sampled on") == 2
+    assert "-- naive_retokenize loop\nstep 0: TITO guard:" in done.stdout
