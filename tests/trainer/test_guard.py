@@ -299,3 +299,39 @@ def test_the_guard_example_runs_as_ci_runs_it():
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("trained exactly as sampled, after the context each turn was sampled on") == 2
     assert "-- naive_retokenize loop\nstep 0: TITO guard:" in done.stdout
+
+
+def test_a_turn_with_prompt_ids_must_be_trained_where_it_was_sampled(loaded):
+    """Red team 55: the user asks the model to repeat a sentence, so the prompt holds the sampled ids once more; a
+    mask builder that marks the first copy of the response trains the user's copy and leaves the sampled turn
+    untrained. The trained runs equal the sampled turns, and the ids after ``prompt_ids`` are the turn: only the
+    turn's place (right after its ``prompt_ids``) tells the copy from the turn."""
+    tok = loaded(MODEL).tokenizer
+    stop = tok.convert_tokens_to_ids("<|im_end|>")
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "Say exactly:\nIt is 6."}], add_generation_prompt=True, tokenize=False
+    )
+    prompt = tok.encode(text, add_special_tokens=False)
+    turn = [*tok.encode("It is 6.", add_special_tokens=False), stop]
+    ids = prompt + turn
+    copy = find_run(prompt, turn, 0)
+    assert copy is not None and copy + len(turn) < len(prompt)  # the user's copy, stop included, in the prompt
+
+    def mask(*starts: int) -> list[int]:
+        return [int(any(s <= j < s + len(turn) for s in starts)) for j in range(len(ids))]
+
+    def item(m: list[int]) -> dict:
+        return {"sampled": [{"ids": turn, "prompt_ids": prompt}], "input_ids": ids, "loss_mask": m}
+
+    assert check_batch([item(mask(len(prompt)))], stop_ids=[stop]).complete
+    for kw in ({"stop_ids": [stop]}, {"tokenizer": tok}):
+        result = check_batch([item(mask(copy))], on_fail="return", **kw)
+        assert not result.ok and result.first is not None
+        assert result.first.divergence.index == len(prompt)
+        assert "is not trained there" in result.first.divergence.message
+        assert (result.first.trained_not_sampled, result.first.sampled_not_trained) == (len(turn), len(turn))
+    with pytest.raises(TitoGuardError, match="sampled at token"):
+        check_batch([item(mask(copy))], stop_ids=[stop])
+    # without prompt_ids the place is unknown, and the guard says the context was not compared
+    plain = check_batch([{"sampled": [turn], "input_ids": ids, "loss_mask": mask(copy)}], stop_ids=[stop])
+    assert plain.ok and not plain.complete

@@ -6,8 +6,8 @@ Cheap enough for every batch.
 
 For each episode, every sampled turn must sit in ``input_ids`` verbatim with the loss mask 1 on exactly its ids
 (and 0 everywhere else), and where a turn carries ``prompt_ids`` (the context the engine was given for it), the
-trained ids before the turn must be exactly those ids (the turn was trained on the context it was sampled on).
-No renders and no tokenizer: slice comparisons when the batch is right, an alignment only for an episode that is
+trained ids before the turn must be exactly those ids (the turn was trained on the context it was sampled on),
+and the turn must be trained there, right after them (not a copy of its ids elsewhere). No renders and no tokenizer: slice comparisons when the batch is right, an alignment only for an episode that is
 not. Pass ``tokenizer=`` to name divergences by class (decodes a few ids, still no render), or ``renderer=`` with
 ``messages`` in the items to also rebuild the reference buffer (renders: for debugging, not for every batch).
 Given ``stop_ids=`` (or a tokenizer: its chat template's turn end and its eos stand for them), ids after a sampled
@@ -19,7 +19,7 @@ and once in the log): without ``prompt_ids``, "context not checked" (a context t
 tool result dropped between turns, passes); without any loss mask (``loss_mask``, ``mask``, ``labels``,
 ``response_mask``: see ``tito_audit.trainer.batch_item``), "mask not checked"; without ``stop_ids`` or a tokenizer,
 "ids after the stop not checked"; where at least as many turns end without their stop token (followed by it
-untrained, or by more ids) as with it, "stop maybe not trained" (a loop that cuts the stop the engine sampled:
+untrained, or by more ids) as with it, or every turn of an episode of several does, "stop maybe not trained" (a loop that cuts the stop the engine sampled:
 a length limit's cuts are few; the ids cannot tell, so it is no failure). ``ok`` is the guard's claim (every
 sampled turn trained verbatim, the mask on exactly its ids): never for a batch from which nothing could be
 checked (no items, no ``input_ids``), nor for one whose mask was not checked. ``complete`` adds the context and
@@ -208,6 +208,26 @@ def _context_divergence(
     return Divergence(k, at, "template", "ids", f"turn {k} was sampled on another context (prompt_ids)", at)
 
 
+def _untrained_where_sampled(
+    k: int, turn: SampledTurn, mask: Sequence[int], decode: Callable[[Sequence[int]], str] | None
+) -> Divergence | None:
+    """Turn ``k``, whose context matched, was sampled right after its ``prompt_ids``: it must be trained there.
+    The same ids trained elsewhere (a mask placed on the first copy of the response, in a user message that quotes
+    it) pass the comparison of trained runs with sampled turns, which does not know where a turn was sampled."""
+    n = len(turn.prompt_ids or [])
+    span = mask[n : n + len(turn.ids)]
+    off = next((j for j, m in enumerate(span) if not m), None)
+    if off is None:
+        return None
+    at = n + off
+    tok = decode([turn.ids[off]]) if decode else str(turn.ids[off])
+    message = (
+        f"turn {k} was sampled at token {n} (after its prompt_ids) and is not trained there: {tok!r} at token {at} "
+        "has loss_mask 0"
+    )
+    return Divergence(k, at, "template", "mask", message, at, tokens=sum(1 for m in span if not m))
+
+
 def _mask_missing() -> BatchItemError:
     return BatchItemError(
         f"no loss mask ({', '.join(MASK_FIELDS)}): which tokens are trained cannot be checked; pass one, or check "
@@ -332,9 +352,10 @@ def _say_unchecked(result: GuardResult, counts: _Counts) -> None:
         e = counts.endings
         result.not_checked.append(
             f"{STOP_NOT_TRAINED} on {e.untrained + e.missing} of {counts.turns} turn(s): they end without the stop "
-            f"token ({e.untrained} followed by it untrained, {e.missing} by more ids), {e.stopped} with it: if the "
-            "engine sampled it, the loop cuts it and the policy is never trained to end a turn (a length limit's cut "
-            "would be a few)"
+            f"token ({e.untrained} followed by it untrained, {e.missing} by more ids), {e.stopped} with it, "
+            f"{e.cut_episodes} episode(s) of several turns without it in any: if the engine sampled it, the loop cuts "
+            "it and the policy is never trained to end a turn (a length limit's cut would be a few, not every turn of "
+            "an episode)"
         )
     if counts.turns_without_context:
         result.not_checked.append(
@@ -408,20 +429,26 @@ def _check_item(
         [t.ids for t in turns], lps, ids, mask, decode=decode, stop_ids=stop_ids, special_ids=specials, bos_id=bos
     )
     context: list[Divergence] = []
+    misplaced: list[Divergence] = []  # a turn whose context matched, not trained where it was sampled
     for k, t in enumerate(turns):
         if t.prompt_ids is not None:
             moved = _context_divergence(k, t, ids, decode, stop_ids, specials, bos)
             if moved is not None:
                 context.append(moved)
+            elif mask is not None and (off := _untrained_where_sampled(k, t, mask, decode)) is not None:
+                misplaced.append(off)
     # ids after a turn's stop token, trained: the engine stopped there (given the stop ids, or a tokenizer's)
     glued = trained_runs(turns, ids, mask, ids_after_stop(turns, frozenset(stop_ids)), decode or _ids_text)
-    if cmp.ok and not context and not glued:
+    if cmp.ok and not context and not glued and not misplaced:
         return None
     # the earliest in the trained sequence; at a tie, the sampled one's
-    found = [*cmp.divergences[:1], *context, *glued[:1]]
+    found = [*cmp.divergences[:1], *context, *misplaced, *glued[:1]]
     first = min(found, key=lambda div: div.index if div.index is not None else -1)
-    trained_not_sampled = cmp.trained_not_sampled + sum(g.tokens for g in glued)
-    return GuardFailure(n, first, trained_not_sampled, cmp.sampled_not_trained, cmp.mask_flips, len(context))
+    # where the comparison of runs found each turn trained (elsewhere), its ids in place were not counted
+    elsewhere = sum(d.tokens for d in misplaced) if cmp.ok else 0
+    trained_not_sampled = cmp.trained_not_sampled + sum(g.tokens for g in glued) + elsewhere
+    sampled_not_trained = cmp.sampled_not_trained + elsewhere
+    return GuardFailure(n, first, trained_not_sampled, sampled_not_trained, cmp.mask_flips, len(context))
 
 
 def _ids_text(ids: Sequence[int]) -> str:
