@@ -152,10 +152,13 @@ def test_parquet_with_only_tito_reads_the_environment_as_jsonl_does(plays, model
     assert fast is not None and not fast.exact.any()
 
 
-def cut_before_stop(record: dict, stops) -> dict:  # type: ignore[no-untyped-def]
-    """The record of a loop that logs each turn without the stop the engine sampled, and trains it with mask 0."""
+def cut_before_stop(record: dict, stops, only: int | None = None) -> dict:  # type: ignore[no-untyped-def]
+    """The record of a loop that logs each turn (or turn ``only``) without the stop the engine sampled, and trains
+    it with mask 0."""
     rec = copy.deepcopy(record)
-    for turn in rec["turns"]:
+    for k, turn in enumerate(rec["turns"]):
+        if only is not None and k != only:
+            continue
         if turn["ids"] and turn["ids"][-1] in stops:
             at = len(turn["prompt_ids"]) + len(turn["ids"]) - 1
             turn["ids"], turn["logprobs"] = turn["ids"][:-1], turn["logprobs"][:-1]
@@ -177,7 +180,7 @@ def test_a_loop_that_never_trains_the_stop_is_never_safe(plays, tmp_path):
     keep = ("id", "turns", "input_ids", "loss_mask")
     correct = [with_engine_prompts(log_episode(p, "correct", p.scenario.id).record, p) for p in played]
     cut = [cut_before_stop(r, ctx.stop_ids) for r in correct]
-    one_cut = [cut_before_stop(correct[0], ctx.stop_ids), *correct[1:]]
+    one_cut = [cut_before_stop(correct[0], ctx.stop_ids, only=0), *correct[1:]]
     for rows, named in ((cut, True), (correct, False), (one_cut, False)):
         rows = [{k: r[k] for k in keep} for r in rows]
         for path in (write_jsonl(tmp_path / "c.jsonl", rows), write_parquet(tmp_path / "c.parquet", rows)):
@@ -333,7 +336,7 @@ def test_a_rare_length_cut_is_not_named_and_a_stop_dropped_from_inner_turns_is(p
         t = r["turns"][0]
         end = len(t["prompt_ids"]) + len(t["ids"])
         r["input_ids"], r["loss_mask"] = r["input_ids"][:end], r["loss_mask"][:end]
-    one_cut = [*singles, cut_before_stop(correct[0], stops)]
+    one_cut = [*singles, cut_before_stop(correct[0], stops, only=0)]
     inner_dropped = []
     for r in correct:  # every stop but the last turn's taken out of the turns, the trained ids and the prompts
         gone = copy.deepcopy(r)
@@ -357,3 +360,48 @@ def test_a_rare_length_cut_is_not_named_and_a_stop_dropped_from_inner_turns_is(p
         assert totals.diverged_episodes == 0, report.verdict_reasons
         guard = check_batch(rows, on_fail="return", tokenizer=loaded.tokenizer)
         assert guard.ok and any(n.startswith("stop maybe not trained") for n in guard.not_checked) is named
+
+
+def test_every_turn_of_some_episodes_cut_before_the_stop_is_named(plays, tmp_path):
+    """Red team 55: two of five episodes log every turn without its stop (followed by it untrained), three keep it:
+    by the whole log's share fewer turns are cut than hold their stop, and the loop was called exact, exit 0. A
+    length limit cuts a turn, not every turn of an episode of several: one loop path that cuts the stop is named,
+    on JSONL and Parquet, and by the guard; a single-turn episode cut once is still a length limit's."""
+    from tito_audit.report.loop_verdict import STOPS_NEVER_TRAINED
+
+    loaded, ctx, played = plays(QWEN, 0.0, 5)
+    tito = tito_only(loaded)
+    keep = ("id", "turns", "input_ids", "loss_mask")
+    correct = [with_engine_prompts(log_episode(p, "correct", p.scenario.id).record, p) for p in played]
+    several = [r for r in correct if len(r["turns"]) >= 3]
+    assert len(several) >= 5
+    mixed = [*several[:3], *(cut_before_stop(r, ctx.stop_ids) for r in several[3:5])]
+    rows = [{k: r[k] for k in keep} for r in mixed]
+    for path in (write_jsonl(tmp_path / "m.jsonl", rows), write_parquet(tmp_path / "m.parquet", rows)):
+        totals = replay_log(path, tito)
+        assert totals.stop_ended_turns > totals.stop_untrained_turns > 0  # the whole log's share alone: not named
+        assert (totals.stop_cut_episodes, totals.stopless_episodes, totals.diverged_episodes) == (2, 2, 0)
+        report = build_report(totals, loaded, "log", ctx.renderer.token_texts).models[0]
+        assert STOPS_NEVER_TRAINED in report.verdict_reasons and report.verdict != "safe", path.suffix
+        assert "look cut before their stop token" in report.verdict_explanation
+    guard = check_batch(rows, on_fail="return", stop_ids=ctx.stop_ids)
+    assert guard.ok and any(n.startswith("stop maybe not trained") for n in guard.not_checked)
+
+
+def test_a_stop_trained_before_an_id_glued_after_it_is_not_called_cut(plays, tmp_path):
+    """Red team 55: every turn holds its stop, trained, with the newline the template writes after it glued on and
+    trained (unsafe: the newline was never sampled). No turn ends with the stop, and every episode was counted
+    stopless, so the report also said the stop looked cut from the turns: a stop a turn holds is a stop it ends on."""
+    from tito_audit.report.loop_verdict import STOPS_NEVER_TRAINED
+
+    loaded, ctx, played = plays(GEMMA, 0.0, 5)
+    rows = []
+    for p in played:
+        got = after_stop(p, ctx)
+        if got is not None:
+            rows.append(got[0])
+    assert len(rows) > 10
+    totals = replay_log(write_jsonl(tmp_path / "g.jsonl", rows), ctx)
+    report = build_report(totals, loaded, "log", ctx.renderer.token_texts).models[0]
+    assert report.verdict == "unsafe" and totals.stopless_episodes == totals.stop_cut_episodes == 0
+    assert STOPS_NEVER_TRAINED not in report.verdict_reasons, report.verdict_reasons

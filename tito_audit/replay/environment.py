@@ -250,14 +250,23 @@ class StopEndings:
     """How the sampled turns end, for the reading of a stop cut from them (``stops_cut``): ``stopped``, turns that
     hold a stop token (at their end, or before ids a loop glued after it); ``untrained``, turns that end without
     one and are followed in the trained sequence by one with the loss mask 0; ``missing``, turns but the last that
-    end without one and are followed by other ids."""
+    end without one and are followed by other ids; ``cut_episodes``, episodes of two or more turns none of which
+    holds a stop, one or more of them cut before it (followed by it untrained, or by more ids): a length limit cuts
+    a turn, not every turn of an episode, so one loop path (a worker, an episode kind) that cuts the stop is named
+    even among episodes that keep it."""
 
     stopped: int = 0
     untrained: int = 0
     missing: int = 0
+    cut_episodes: int = 0
 
     def __add__(self, other: StopEndings) -> StopEndings:
-        return StopEndings(self.stopped + other.stopped, self.untrained + other.untrained, self.missing + other.missing)
+        return StopEndings(
+            self.stopped + other.stopped,
+            self.untrained + other.untrained,
+            self.missing + other.missing,
+            self.cut_episodes + other.cut_episodes,
+        )
 
 
 def stop_endings(
@@ -265,6 +274,7 @@ def stop_endings(
 ) -> StopEndings:
     """``StopEndings`` of one episode (turns not found in ``got`` count in none)."""
     stopped = untrained = missing = after = 0
+    sampled = sum(1 for t in turns if t.ids)
     for k, turn in enumerate(turns):
         if not turn.ids:
             continue
@@ -281,17 +291,19 @@ def stop_endings(
             untrained += mask is None or end >= len(mask) or not mask[end]
         elif k + 1 < len(turns):
             missing += 1
-    return StopEndings(stopped, untrained, missing)
+    cut_episode = sampled >= 2 and stopped == 0 and untrained + missing > 0
+    return StopEndings(stopped, untrained, missing, int(cut_episode))
 
 
 def stops_cut(endings: StopEndings, stopless_all: bool = False) -> bool:
     """Whether the turns look cut before the stop the engine sampled (a policy never trained to end a turn): at
     least as many turns followed by their stop untrained, or by more ids with no stop between, as turns that end
-    with one; or ``stopless_all``, no turn of any episode ending with one. A length limit cuts a turn now and then
-    (``Trajectory(on_truncated="mask")`` closes it with the stop untrained), not half of them; the ids cannot tell
-    the two apart, so this is named, never a divergence."""
+    with one; an episode of several turns none of which holds one, cut before it (``cut_episodes``); or
+    ``stopless_all``, no turn of any episode holding one. A length limit cuts a turn now and then
+    (``Trajectory(on_truncated="mask")`` closes it with the stop untrained), not half of them, nor every turn of an
+    episode; the ids cannot tell the two apart, so this is named, never a divergence."""
     cut = endings.untrained + endings.missing
-    return (cut > 0 and cut >= endings.stopped) or stopless_all
+    return (cut > 0 and cut >= endings.stopped) or endings.cut_episodes > 0 or stopless_all
 
 
 def turns_opening_with_a_message(

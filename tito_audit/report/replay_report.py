@@ -18,6 +18,7 @@ from tito_audit.report.loop_verdict import (
     NAIVE_PROVEN,
     NO_LOSS_MASK,
     NO_TRAINER,
+    STOPS_NEVER_TRAINED,
     TURNS_ONLY,
     UNCHECKED,
     decide_loop,
@@ -54,6 +55,8 @@ class ReplayModelReport(ModelReport):
             )
         if NO_LOSS_MASK in reasons or TURNS_ONLY in reasons:
             return "every sampled turn sits in the trained sequence as sampled"
+        if STOPS_NEVER_TRAINED in reasons:  # the ids are trained as logged; the logged turns may lack their stop
+            return "every logged turn is trained as logged, and the turns look cut before their stop token"
         if INCOMPLETE in reasons or MALFORMED in reasons:
             return "the loop is exact on the episodes checked"
         return "the loop is exact on these episodes"
