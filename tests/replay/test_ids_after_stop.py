@@ -374,7 +374,7 @@ def test_every_turn_of_some_episodes_cut_before_the_stop_is_named(plays, tmp_pat
     keep = ("id", "turns", "input_ids", "loss_mask")
     correct = [with_engine_prompts(log_episode(p, "correct", p.scenario.id).record, p) for p in played]
     several = [r for r in correct if len(r["turns"]) >= 3]
-    assert len(several) >= 5
+    assert len(several) > 10
     mixed = [*several[:3], *(cut_before_stop(r, ctx.stop_ids) for r in several[3:5])]
     rows = [{k: r[k] for k in keep} for r in mixed]
     for path in (write_jsonl(tmp_path / "m.jsonl", rows), write_parquet(tmp_path / "m.parquet", rows)):
@@ -386,6 +386,20 @@ def test_every_turn_of_some_episodes_cut_before_the_stop_is_named(plays, tmp_pat
         assert "look cut before their stop token" in report.verdict_explanation
     guard = check_batch(rows, on_fail="return", stop_ids=ctx.stop_ids)
     assert guard.ok and any(n.startswith("stop maybe not trained") for n in guard.not_checked)
+    # red team 56: a length limit that cut both turns of one episode of two (Trajectory(on_truncated="mask") closes
+    # each with its stop untrained), or every turn of one long episode among more than ten, is not named
+    two = [r for r in correct if len(r["turns"]) == 2]
+    for rare in (
+        [*correct[1:], cut_before_stop(two[0], ctx.stop_ids)],
+        [*correct, cut_before_stop(several[0], ctx.stop_ids)],
+    ):
+        rows = [{k: r[k] for k in keep} for r in rare]
+        totals = replay_log(write_jsonl(tmp_path / "r.jsonl", rows), tito)
+        assert totals.stop_untrained_turns > 0 and totals.stop_cut_episodes * 10 < totals.stop_long_episodes
+        report = build_report(totals, loaded, "log", ctx.renderer.token_texts).models[0]
+        assert STOPS_NEVER_TRAINED not in report.verdict_reasons, report.verdict_reasons
+        guard = check_batch(rows, on_fail="return", stop_ids=ctx.stop_ids)
+        assert guard.complete, guard.not_checked
 
 
 def test_a_stop_trained_before_an_id_glued_after_it_is_not_called_cut(plays, tmp_path):

@@ -105,7 +105,8 @@ class ReplayTotals:
     stop_untrained_turns: int = 0
     stop_missing_turns: int = 0
     stopless_episodes: int = 0  # checked episodes with sampled ids, none of whose turns holds a stop token
-    stop_cut_episodes: int = 0  # checked episodes of 2+ turns, none holding a stop token, one or more cut before it
+    stop_long_episodes: int = 0  # checked episodes of 3+ sampled turns (``environment.LONG``)
+    stop_cut_episodes: int = 0  # of those, episodes none of whose turns holds a stop token, 2+ of them cut before it
     unchecked_tails: int = 0  # logs whose end could not be checked (a gzip trailer cut short): not records
     kept: dict[str, list[Kept]] = field(default_factory=dict)
     # findings past the first MAX_FINDINGS of a check: counted per class, the first of them kept for its place
@@ -172,6 +173,7 @@ class ReplayTotals:
             self.stop_untrained_turns += res.stop_endings.untrained
             self.stop_missing_turns += res.stop_endings.missing
             self.stopless_episodes += res.stop_endings.stopped == 0 and res.sampled_tokens > 0
+            self.stop_long_episodes += res.stop_endings.long_episodes
             self.stop_cut_episodes += res.stop_endings.cut_episodes
         self.no_trainer_episodes += res.no_trainer and res.error is None
         self.reference_engine += res.reference == "engine" and res.error is None

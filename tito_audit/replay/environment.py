@@ -245,19 +245,26 @@ def untrained_after_stop(
     return out, cut
 
 
+LONG = 3  # sampled turns of an episode whose every turn cut before its stop is read as a loop's cut
+CUT_SHARE = 10  # ... when at least one in CUT_SHARE of those episodes is
+
+
 @dataclass(frozen=True)
 class StopEndings:
     """How the sampled turns end, for the reading of a stop cut from them (``stops_cut``): ``stopped``, turns that
     hold a stop token (at their end, or before ids a loop glued after it); ``untrained``, turns that end without
     one and are followed in the trained sequence by one with the loss mask 0; ``missing``, turns but the last that
-    end without one and are followed by other ids; ``cut_episodes``, episodes of two or more turns none of which
-    holds a stop, one or more of them cut before it (followed by it untrained, or by more ids): a length limit cuts
-    a turn, not every turn of an episode, so one loop path (a worker, an episode kind) that cuts the stop is named
-    even among episodes that keep it."""
+    end without one and are followed by other ids; ``long_episodes``, episodes of ``LONG`` or more sampled turns;
+    ``cut_episodes``, those none of whose turns holds a stop, two or more of them cut before it (followed by it
+    untrained, or by more ids). A length limit cuts every turn of such an episode rarely (at a tenth of turns cut,
+    one episode of three turns in a thousand), so one loop path (a worker, an episode kind) that cuts the stop is
+    named by its share of the long episodes even among episodes that keep it (red team 56: two turns, both cut by
+    ``max_tokens``, are a length limit's in one episode of twenty)."""
 
     stopped: int = 0
     untrained: int = 0
     missing: int = 0
+    long_episodes: int = 0
     cut_episodes: int = 0
 
     def __add__(self, other: StopEndings) -> StopEndings:
@@ -265,6 +272,7 @@ class StopEndings:
             self.stopped + other.stopped,
             self.untrained + other.untrained,
             self.missing + other.missing,
+            self.long_episodes + other.long_episodes,
             self.cut_episodes + other.cut_episodes,
         )
 
@@ -291,19 +299,22 @@ def stop_endings(
             untrained += mask is None or end >= len(mask) or not mask[end]
         elif k + 1 < len(turns):
             missing += 1
-    cut_episode = sampled >= 2 and stopped == 0 and untrained + missing > 0
-    return StopEndings(stopped, untrained, missing, int(cut_episode))
+    long = sampled >= LONG
+    cut_episode = long and stopped == 0 and untrained + missing >= 2
+    return StopEndings(stopped, untrained, missing, int(long), int(cut_episode))
 
 
 def stops_cut(endings: StopEndings, stopless_all: bool = False) -> bool:
     """Whether the turns look cut before the stop the engine sampled (a policy never trained to end a turn): at
     least as many turns followed by their stop untrained, or by more ids with no stop between, as turns that end
-    with one; an episode of several turns none of which holds one, cut before it (``cut_episodes``); or
+    with one; a tenth or more of the episodes of ``LONG`` or more turns holding it in none, cut before it
+    (``cut_episodes``); or
     ``stopless_all``, no turn of any episode holding one. A length limit cuts a turn now and then
     (``Trajectory(on_truncated="mask")`` closes it with the stop untrained), not half of them, nor every turn of an
     episode; the ids cannot tell the two apart, so this is named, never a divergence."""
     cut = endings.untrained + endings.missing
-    return (cut > 0 and cut >= endings.stopped) or endings.cut_episodes > 0 or stopless_all
+    long_cut = endings.cut_episodes > 0 and endings.cut_episodes * CUT_SHARE >= endings.long_episodes
+    return (cut > 0 and cut >= endings.stopped) or long_cut or stopless_all
 
 
 def turns_opening_with_a_message(

@@ -154,8 +154,9 @@ def _against(t: ReplayTotals) -> str:
         against += (
             f"; the stop token looks cut from the sampled turns: {t.stop_ended_turns} turn(s) hold it, "
             f"{t.stop_untrained_turns} are followed by it untrained, {t.stop_missing_turns} by more ids with none "
-            f"between, {t.stopless_episodes} episode(s) have no turn holding it ({t.stop_cut_episodes} of several "
-            "turns, cut before it) (unless a length limit cut them, the policy is never trained to end a turn)"
+            f"between, {t.stopless_episodes} episode(s) have no turn holding it ({t.stop_cut_episodes} of "
+            f"{t.stop_long_episodes} of three or more turns, cut before it) (unless a length limit cut them, the "
+            "policy is never trained to end a turn)"
         )
     return against
 
@@ -163,7 +164,9 @@ def _against(t: ReplayTotals) -> str:
 def stops_never_trained(t: ReplayTotals) -> bool:
     """``environment.stops_cut`` over the checked episodes: the log looks like a loop that cuts the stop the engine
     sampled from its turns; named beside the verdict, never ``safe``."""
-    endings = StopEndings(t.stop_ended_turns, t.stop_untrained_turns, t.stop_missing_turns, t.stop_cut_episodes)
+    endings = StopEndings(
+        t.stop_ended_turns, t.stop_untrained_turns, t.stop_missing_turns, t.stop_long_episodes, t.stop_cut_episodes
+    )
     return stops_cut(endings, stopless_all=t.stopless_episodes > 0 and t.stopless_episodes == t.checked_episodes)
 
 

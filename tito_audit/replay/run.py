@@ -22,6 +22,7 @@ from tito_audit.replay.adapters import to_episodes
 from tito_audit.replay.aggregate import Malformed, ReplayTotals
 from tito_audit.replay.analyze import MARK_WINDOW, EpisodeResult, ReplayContext, analyze
 from tito_audit.replay.columns import exact_rows
+from tito_audit.replay.environment import LONG
 from tito_audit.replay.mapping import FieldMap
 from tito_audit.replay.reader import (
     MAX_RECORD_BYTES,
@@ -148,6 +149,7 @@ def replay_batch(
         totals.mark_episodes += int(fast.marks[exact].sum())
         totals.stop_turns += int(fast.stop_turns[exact].sum())
         totals.stop_ended_turns += int(fast.turns[exact].sum())  # every turn of an exact row ends with a stop
+        totals.stop_long_episodes += int((fast.turns[exact] >= LONG).sum())
     return totals
 
 

@@ -22,7 +22,7 @@ The rule, over the replay's checks (``tito_audit.replay.checks``), in order:
 3. ``tito-required``: anything named: episodes not checked (``replay_incomplete``), records not read
    (``replay_records``), no trainer side, no loss mask or only sampled turns logged, or neither messages nor
    log-probs to look for environment tokens with beyond stops inside turns, or turns that end without the stop
-   token (most of them, or every turn of an episode of several: ``replay_divergence``'s data), the
+   token (most of them, or every turn of a tenth of the episodes of three or more: ``replay_divergence``'s data), the
    naive what-if diverging (``replay_naive_what_if``) or sampled turns not canonical (``replay_noncanonical``:
    re-tokenization would change them), the what-if not run on every episode.
 4. ``safe``: none of these: the loop is exact on every episode, and so would naive re-tokenization be.
@@ -73,10 +73,10 @@ UNCHECKED = {
     ENVIRONMENT_STOPS_ONLY: "some episodes log neither messages to render nor log-probs: environment tokens logged as "
     "sampled were looked for only in the ids, at a stop token inside a turn and at a turn opening with a message (a "
     "tool result glued to a turn cut before its stop is not seen)",
-    STOPS_NEVER_TRAINED: "the sampled turns end without the stop token (most turns, or every turn of an episode of "
-    "several, followed by it untrained or by more ids; or no turn of any episode holds it): if the engine sampled "
-    "it, the loop cuts it from the turns and the policy is never trained to end a turn; log each turn's ids through "
-    "its stop to tell it from turns a length limit cut",
+    STOPS_NEVER_TRAINED: "the sampled turns end without the stop token (most turns, or every turn of a tenth of the "
+    "episodes of three or more turns, followed by it untrained or by more ids; or no turn of any episode holds it): "
+    "if the engine sampled it, the loop cuts it from the turns and the policy is never trained to end a turn; log "
+    "each turn's ids through its stop to tell it from turns a length limit cut",
     TURNS_ONLY: "some episodes have neither prompt_ids nor messages: only their sampled turns were looked for, the "
     "context the engine saw was not checked",
     NAIVE_NOTHING: "no naive what-if ran",

@@ -1,34 +1,34 @@
-"""The run-time guard: is this batch trained on exactly what was sampled, after what the engine was given?
-Cheap enough for every batch.
+"""The run-time guard: is this batch trained on exactly what was sampled, after what the engine was given? Cheap enough
+for every batch.
 
     from tito_audit import check_batch
     check_batch([{"sampled": [turn0_ids, turn1_ids], "input_ids": ids, "loss_mask": mask}, ...])
 
-For each episode, every sampled turn must sit in ``input_ids`` verbatim with the loss mask 1 on exactly its ids
-(and 0 everywhere else), and where a turn carries ``prompt_ids`` (the context the engine was given for it), the
-trained ids before the turn must be exactly those ids (the turn was trained on the context it was sampled on),
-and the turn must be trained there, right after them (not a copy of its ids elsewhere). No renders and no tokenizer: slice comparisons when the batch is right, an alignment only for an episode that is
-not. Pass ``tokenizer=`` to name divergences by class (decodes a few ids, still no render), or ``renderer=`` with
-``messages`` in the items to also rebuild the reference buffer (renders: for debugging, not for every batch).
-Given ``stop_ids=`` (or a tokenizer: its chat template's turn end and its eos stand for them), ids after a sampled
-turn's stop token that are trained fail too: the engine ended the turn at its stop, the loop appended them (a pad,
-the template's newline); without either, "ids after the stop not checked" is said.
+For each episode, every sampled turn must sit in ``input_ids`` verbatim with the loss mask 1 on exactly its ids (and
+0 everywhere else), and where a turn carries ``prompt_ids`` (the context the engine was given for it), the trained
+ids before the turn must be exactly those ids (the turn was trained on the context it was sampled on), and the turn
+must be trained there, right after them (not a copy of its ids elsewhere). No renders and no tokenizer: slice
+comparisons when the batch is right, an alignment only for an episode that is not. Pass ``tokenizer=`` to name
+divergences by class (decodes a few ids, still no render), or ``renderer=`` with ``messages`` in the items to also
+rebuild the reference buffer (renders: for debugging, not for every batch). Given ``stop_ids=`` (or a tokenizer: its
+chat template's turn end and its eos stand for them), ids after a sampled turn's stop token that are trained fail
+too: the engine ended the turn at its stop, the loop appended them (a pad, the template's newline); without either,
+"ids after the stop not checked" is said.
 
-What it cannot see is said in ``GuardResult.not_checked`` (and in ``summary()``, the ``TitoGuardError`` message,
-and once in the log): without ``prompt_ids``, "context not checked" (a context the engine never saw, such as a
-tool result dropped between turns, passes); without any loss mask (``loss_mask``, ``mask``, ``labels``,
+What it cannot see is said in ``GuardResult.not_checked`` (and in ``summary()``, the ``TitoGuardError`` message, and
+once in the log): without ``prompt_ids``, "context not checked" (a context the engine never saw, such as a tool
+result dropped between turns, passes); without any loss mask (``loss_mask``, ``mask``, ``labels``,
 ``response_mask``: see ``tito_audit.trainer.batch_item``), "mask not checked"; without ``stop_ids`` or a tokenizer,
 "ids after the stop not checked"; where at least as many turns end without their stop token (followed by it
-untrained, or by more ids) as with it, or every turn of an episode of several does, "stop maybe not trained" (a loop that cuts the stop the engine sampled:
-a length limit's cuts are few; the ids cannot tell, so it is no failure). ``ok`` is the guard's claim (every
-sampled turn trained verbatim, the mask on exactly its ids): never for a batch from which nothing could be
-checked (no items, no ``input_ids``), nor for one whose mask was not checked. ``complete`` adds the context and
-the stops.
+untrained, or by more ids) as with it, or every turn of a tenth or more of the episodes of three or more turns does,
+"stop maybe not trained" (a loop that cuts the stop the engine sampled: a length limit's cuts are few; the ids
+cannot tell, so it is no failure). ``ok`` is the guard's claim (every sampled turn trained verbatim, the mask on
+exactly its ids): never for a batch from which nothing could be checked (no items, no ``input_ids``), nor for one
+whose mask was not checked. ``complete`` adds the context and the stops.
 
-``on_fail``: ``"raise"`` (``TitoGuardError`` with the first divergence; ``ValueError`` for a batch it cannot
-check, or an item without a loss mask), ``"log"`` (one warning per failing episode on ``logger``, and each thing
-not checked said once), or ``"return"`` (just the ``GuardResult``).
-"""
+``on_fail``: ``"raise"`` (``TitoGuardError`` with the first divergence; ``ValueError`` for a batch it cannot check,
+or an item without a loss mask), ``"log"`` (one warning per failing episode on ``logger``, and each thing not
+checked said once), or ``"return"`` (just the ``GuardResult``)."""
 
 from __future__ import annotations
 
@@ -353,9 +353,9 @@ def _say_unchecked(result: GuardResult, counts: _Counts) -> None:
         result.not_checked.append(
             f"{STOP_NOT_TRAINED} on {e.untrained + e.missing} of {counts.turns} turn(s): they end without the stop "
             f"token ({e.untrained} followed by it untrained, {e.missing} by more ids), {e.stopped} with it, "
-            f"{e.cut_episodes} episode(s) of several turns without it in any: if the engine sampled it, the loop cuts "
-            "it and the policy is never trained to end a turn (a length limit's cut would be a few, not every turn of "
-            "an episode)"
+            f"{e.cut_episodes} of {e.long_episodes} episode(s) of three or more turns without it in any: if the "
+            "engine sampled it, the loop cuts it and the policy is never trained to end a turn (a length limit's cut "
+            "would be a few, rarely every turn of an episode)"
         )
     if counts.turns_without_context:
         result.not_checked.append(
