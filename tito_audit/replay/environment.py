@@ -308,10 +308,9 @@ def stops_cut(endings: StopEndings, stopless_all: bool = False) -> bool:
     """Whether the turns look cut before the stop the engine sampled (a policy never trained to end a turn): at
     least as many turns followed by their stop untrained, or by more ids with no stop between, as turns that end
     with one; a tenth or more of the episodes of ``LONG`` or more turns holding it in none, cut before it
-    (``cut_episodes``); or
-    ``stopless_all``, no turn of any episode holding one. A length limit cuts a turn now and then
-    (``Trajectory(on_truncated="mask")`` closes it with the stop untrained), not half of them, nor every turn of an
-    episode; the ids cannot tell the two apart, so this is named, never a divergence."""
+    (``cut_episodes``); or ``stopless_all``, no turn of any episode holding one. A length limit cuts a turn now and
+    then (``Trajectory(on_truncated="mask")`` closes it with the stop untrained), not half of them, and seldom every
+    turn of a long episode; the ids cannot tell the two apart, so this is named, never a divergence."""
     cut = endings.untrained + endings.missing
     long_cut = endings.cut_episodes > 0 and endings.cut_episodes * CUT_SHARE >= endings.long_episodes
     return (cut > 0 and cut >= endings.stopped) or long_cut or stopless_all
