@@ -172,7 +172,7 @@ class ReplayTotals:
             self.stop_ended_turns += res.stop_endings.stopped
             self.stop_untrained_turns += res.stop_endings.untrained
             self.stop_missing_turns += res.stop_endings.missing
-            self.stopless_episodes += res.stop_endings.stopped == 0 and res.sampled_tokens > 0
+            self.stopless_episodes += res.stop_endings.stopless
             self.stop_long_episodes += res.stop_endings.long_episodes
             self.stop_cut_episodes += res.stop_endings.cut_episodes
         self.no_trainer_episodes += res.no_trainer and res.error is None

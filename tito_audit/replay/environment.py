@@ -44,7 +44,7 @@ Any of these makes the turn diverge at the first such id that was trained (``Div
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from difflib import SequenceMatcher
 
 from tito_audit.errors import RenderError
@@ -266,15 +266,10 @@ class StopEndings:
     missing: int = 0
     long_episodes: int = 0
     cut_episodes: int = 0
+    stopless: int = 0  # episodes with sampled ids, none of whose turns holds a stop
 
     def __add__(self, other: StopEndings) -> StopEndings:
-        return StopEndings(
-            self.stopped + other.stopped,
-            self.untrained + other.untrained,
-            self.missing + other.missing,
-            self.long_episodes + other.long_episodes,
-            self.cut_episodes + other.cut_episodes,
-        )
+        return StopEndings(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
 
 def stop_endings(
@@ -301,18 +296,20 @@ def stop_endings(
             missing += 1
     long = sampled >= LONG
     cut_episode = long and stopped == 0 and untrained + missing >= 2
-    return StopEndings(stopped, untrained, missing, int(long), int(cut_episode))
+    return StopEndings(stopped, untrained, missing, int(long), int(cut_episode), int(sampled > 0 and stopped == 0))
 
 
-def stops_cut(endings: StopEndings, stopless_all: bool = False) -> bool:
+def stops_cut(endings: StopEndings, episodes: int) -> bool:
     """Whether the turns look cut before the stop the engine sampled (a policy never trained to end a turn): at
     least as many turns followed by their stop untrained, or by more ids with no stop between, as turns that end
     with one; a tenth or more of the episodes of ``LONG`` or more turns holding it in none, cut before it
-    (``cut_episodes``); or ``stopless_all``, no turn of any episode holding one. A length limit cuts a turn now and
-    then (``Trajectory(on_truncated="mask")`` closes it with the stop untrained), not half of them, and seldom every
-    turn of a long episode; the ids cannot tell the two apart, so this is named, never a divergence."""
+    (``cut_episodes``); or no turn of any of the ``episodes`` checked holding one (every one ``stopless``). A
+    length limit cuts a turn now and then (``Trajectory(on_truncated="mask")`` closes it with the stop untrained),
+    not half of them, and seldom every turn of a long episode; the ids cannot tell the two apart, so this is named,
+    never a divergence."""
     cut = endings.untrained + endings.missing
     long_cut = endings.cut_episodes > 0 and endings.cut_episodes * CUT_SHARE >= endings.long_episodes
+    stopless_all = endings.stopless > 0 and endings.stopless == episodes
     return (cut > 0 and cut >= endings.stopped) or long_cut or stopless_all
 
 

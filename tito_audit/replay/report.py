@@ -165,9 +165,14 @@ def stops_never_trained(t: ReplayTotals) -> bool:
     """``environment.stops_cut`` over the checked episodes: the log looks like a loop that cuts the stop the engine
     sampled from its turns; named beside the verdict, never ``safe``."""
     endings = StopEndings(
-        t.stop_ended_turns, t.stop_untrained_turns, t.stop_missing_turns, t.stop_long_episodes, t.stop_cut_episodes
+        t.stop_ended_turns,
+        t.stop_untrained_turns,
+        t.stop_missing_turns,
+        t.stop_long_episodes,
+        t.stop_cut_episodes,
+        t.stopless_episodes,
     )
-    return stops_cut(endings, stopless_all=t.stopless_episodes > 0 and t.stopless_episodes == t.checked_episodes)
+    return stops_cut(endings, t.checked_episodes)
 
 
 def _nothing_checked(t: ReplayTotals) -> str:

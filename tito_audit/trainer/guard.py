@@ -295,7 +295,6 @@ class _Counts:
     turns_without_context: int = 0
     no_stops: bool = False  # no stop ids known (neither stop_ids nor a tokenizer): ids after a stop not looked for
     endings: StopEndings = field(default_factory=StopEndings)  # how the turns end (the stop cut from them?)
-    stopless: int = 0  # episodes none of whose turns ends with a stop
 
 
 def _check_rows(rows: list[Any], result: GuardResult, on_fail: OnFail, renderer: Any, dec: _Decoding) -> _Counts:
@@ -326,9 +325,7 @@ def _check_rows(rows: list[Any], result: GuardResult, on_fail: OnFail, renderer:
             counts.unmasked += 1
         counts.turns += len(item.turns)
         if dec.stop_ids:
-            endings = stop_endings(item.turns, item.input_ids, item.loss_mask, frozenset(dec.stop_ids))
-            counts.endings += endings
-            counts.stopless += endings.stopped == 0 and any(t.ids for t in item.turns)
+            counts.endings += stop_endings(item.turns, item.input_ids, item.loss_mask, frozenset(dec.stop_ids))
         counts.turns_without_context += sum(t.prompt_ids is None for t in item.turns)
     return counts
 
@@ -347,8 +344,7 @@ def _say_unchecked(result: GuardResult, counts: _Counts) -> None:
             f"{STOPS_NOT_CHECKED} on {counts.turns} turn(s): no stop_ids or tokenizer (ids a loop glued after a "
             "turn's stop token, trained as sampled, pass)"
         )
-    stopless_all = counts.stopless > 0 and counts.stopless == result.episodes
-    if not counts.no_stops and stops_cut(counts.endings, stopless_all):
+    if not counts.no_stops and stops_cut(counts.endings, result.episodes):
         e = counts.endings
         result.not_checked.append(
             f"{STOP_NOT_TRAINED} on {e.untrained + e.missing} of {counts.turns} turn(s): they end without the stop "
