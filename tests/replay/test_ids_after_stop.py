@@ -283,6 +283,41 @@ def test_check_batch_takes_the_template_s_turn_end_from_a_tokenizer_and_says_whe
     assert any(n.startswith("ids after the stop not checked") for n in blind.not_checked)
 
 
+def test_check_batch_stops_on_the_eos_ids_of_the_generation_config_beside_the_tokenizer(plays, tmp_path):
+    """Red team 55: Qwen2.5's engine also stops on ``<|endoftext|>`` (its generation_config.json's eos), which the
+    tokenizer does not name; a loop that appends ``<|im_end|>`` after it with the turn and trains it trains an id
+    never sampled, and ``check_batch(tokenizer=...)`` passed it. A tokenizer loaded from a folder with that file
+    (or a Hub id whose cached snapshot holds it) stops on those ids too."""
+    from transformers import AutoTokenizer
+
+    from tests.conftest import snapshot
+
+    loaded, _, played = plays(QWEN, 0.0, 5)
+    tok = loaded.tokenizer
+    im_end, text_end = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
+    rows = []
+    for p in played:
+        record = with_engine_prompts(log_episode(p, "correct", p.scenario.id).record, p)
+        last = record["turns"][-1]
+        if not last["ids"] or last["ids"][-1] != im_end:
+            continue
+        stop_at = len(last["prompt_ids"]) + len(last["ids"]) - 1
+        last["ids"], last["logprobs"] = [*last["ids"][:-1], text_end, im_end], [*last["logprobs"], -0.01]
+        record["input_ids"] = [*record["input_ids"][:stop_at], text_end, im_end]
+        record["loss_mask"] = [*record["loss_mask"][:stop_at], 1, 1]
+        rows.append(record)
+    assert len(rows) > 10
+    folder = tmp_path / "qwen"
+    folder.mkdir()
+    for f in snapshot(QWEN).iterdir():
+        (folder / f.name).write_bytes(f.read_bytes())
+    blind = check_batch(rows, on_fail="return", tokenizer=AutoTokenizer.from_pretrained(str(folder)))
+    assert blind.ok, blind.failures[:1]  # what the tokenizer alone knows: <|im_end|> ends each turn
+    (folder / "generation_config.json").write_text(f'{{"eos_token_id": [{im_end}, {text_end}]}}')
+    found = check_batch(rows, on_fail="return", tokenizer=AutoTokenizer.from_pretrained(str(folder)))
+    assert len(found.failures) == len(rows) and all("after the stop" in f.divergence.message for f in found.failures)
+
+
 def merged_turns(record: dict, stops) -> dict | None:  # type: ignore[no-untyped-def]
     """Red team 54: a loop that logs turn 0, the tool result and turn 1 as one response (verl-style) and trains only
     up to turn 0's stop: the policy's second answer is sampled and never trained."""
@@ -419,3 +454,63 @@ def test_a_stop_trained_before_an_id_glued_after_it_is_not_called_cut(plays, tmp
     report = build_report(totals, loaded, "log", ctx.renderer.token_texts).models[0]
     assert report.verdict == "unsafe" and totals.stopless_episodes == totals.stop_cut_episodes == 0
     assert STOPS_NEVER_TRAINED not in report.verdict_reasons, report.verdict_reasons
+
+
+def search_r1_episode(tok, n: int, turns: int) -> dict:  # type: ignore[no-untyped-def]
+    """A Search-R1 style episode: the engine stops on the string ``</search>`` (no stop token), the loop appends the
+    retriever's text as plain text (``<information>...</information>``, no message header), and the last turn ends
+    on the model's stop token; every sampled id trained, every other id not."""
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": f"Who wrote book {n}?"}], add_generation_prompt=True, tokenize=False
+    )
+    prompt = tok.encode(text, add_special_tokens=False)
+    ids, mask, logged = list(prompt), [0] * len(prompt), []
+    stop = tok.convert_tokens_to_ids("<|im_end|>")
+    for k in range(turns):
+        last = k == turns - 1
+        search = f"<think>Look it up.</think>\n<search>book {n} part {k}</search>"
+        text = f"<answer>Author {n}</answer>" if last else search
+        sampled = tok.encode(text, add_special_tokens=False) + ([stop] if last else [])
+        logged.append({"ids": sampled, "logprobs": [-0.25] * len(sampled), "prompt_ids": list(ids)})
+        ids += sampled
+        mask += [1] * len(sampled)
+        if not last:
+            env = tok.encode(f"\n\n<information>Doc {k}: book {n} was written by someone.</information>\n\n")
+            ids += env
+            mask += [0] * len(env)
+    return {"id": f"r1-{n}", "turns": logged, "input_ids": ids, "loss_mask": mask}
+
+
+def test_a_loop_that_stops_on_a_string_is_not_called_cut_before_its_stop(plays, tmp_path):
+    """Red team 56: a loop that stops on a stop string (Search-R1's ``</search>``) and appends the environment's
+    text after it (``<information>``, no message header) ends its inner turns without a stop token, followed by
+    more ids: read as turns cut before their stop, ``stops_never_trained`` and the guard's ``stop maybe not
+    trained`` were named beside an exact loop. A turn counts as cut before its stop only where what follows it
+    holds a control token of the tokenizer (the template writing on: a header, its turn end); the same turns
+    followed by the template's next message (a header) still count."""
+    from tito_audit.report.loop_verdict import STOPS_NEVER_TRAINED
+
+    loaded, _, _ = plays(QWEN, 0.0, 5)
+    tok = loaded.tokenizer
+    tito = tito_only(loaded)
+    rows = [search_r1_episode(tok, n, 3 + n % 2) for n in range(12)]
+    totals = replay_log(write_jsonl(tmp_path / "r1.jsonl", rows), tito)
+    report = build_report(totals, loaded, "log", {}).models[0]
+    assert totals.diverged_episodes == 0 and totals.stop_missing_turns == 0, report.verdict_reasons
+    assert STOPS_NEVER_TRAINED not in report.verdict_reasons, report.verdict_reasons
+    guard = check_batch(rows, on_fail="return", tokenizer=tok)
+    assert guard.ok and guard.complete, guard.not_checked
+    # the environment's text in a message the template opens (``<|im_start|>user``): turns cut before their stop
+    header = tok.convert_tokens_to_ids("<|im_start|>")
+    headed = copy.deepcopy(rows)
+    for r in headed:
+        for k, t in enumerate(r["turns"][1:], start=1):
+            at = len(t["prompt_ids"]) - 1  # the environment's last id, before the next turn
+            r["input_ids"][at] = header
+            for later in r["turns"][k:]:
+                later["prompt_ids"][at] = header
+    totals = replay_log(write_jsonl(tmp_path / "h.jsonl", headed), tito)
+    report = build_report(totals, loaded, "log", {}).models[0]
+    assert totals.stop_missing_turns > 10 and STOPS_NEVER_TRAINED in report.verdict_reasons, report.verdict_reasons
+    guard = check_batch(headed, on_fail="return", tokenizer=tok)
+    assert any(n.startswith("stop maybe not trained") for n in guard.not_checked), guard.not_checked

@@ -273,9 +273,19 @@ class StopEndings:
 
 
 def stop_endings(
-    turns: Sequence[SampledTurn], got: Sequence[int], mask: Sequence[int] | None, stop_ids: frozenset[int]
+    turns: Sequence[SampledTurn],
+    got: Sequence[int],
+    mask: Sequence[int] | None,
+    stop_ids: frozenset[int],
+    control: frozenset[int] = frozenset(),
 ) -> StopEndings:
-    """``StopEndings`` of one episode (turns not found in ``got`` count in none)."""
+    """``StopEndings`` of one episode (turns not found in ``got`` count in none). ``control``: the tokenizer's
+    control ids. A turn but the last that ends without a stop counts as ``missing`` only where the ids after it, up
+    to the next turn, hold one of them: the template writing on (a message header, a turn end the engine does not
+    stop on) after a turn the loop cut. A loop that stops on a stop string and appends the environment's text after
+    it (Search-R1's ``</search>``, then ``<information>``: no header) has turns that never held a stop token
+    (red team 56). Without ``control`` (none known; replay passes none for a template that opens no message with a
+    control token, whose next message is plain text too) every such turn counts."""
     stopped = untrained = missing = after = 0
     sampled = sum(1 for t in turns if t.ids)
     for k, turn in enumerate(turns):
@@ -292,11 +302,20 @@ def stop_endings(
             continue
         if got[end] in stop_ids:
             untrained += mask is None or end >= len(mask) or not mask[end]
-        elif k + 1 < len(turns):
+        elif k + 1 < len(turns) and _writes_on(turns, got, k, end, control):
             missing += 1
     long = sampled >= LONG
     cut_episode = long and stopped == 0 and untrained + missing >= 2
     return StopEndings(stopped, untrained, missing, int(long), int(cut_episode), int(sampled > 0 and stopped == 0))
+
+
+def _writes_on(turns: Sequence[SampledTurn], got: Sequence[int], k: int, end: int, control: frozenset[int]) -> bool:
+    """Whether the ids after turn ``k`` (from ``end``, up to where turn ``k + 1`` sits, or the sequence's end) hold a
+    control id (any id, without ``control``)."""
+    if not control:
+        return True
+    nxt = turn_start(turns, got, k + 1, end)
+    return not control.isdisjoint(got[end : len(got) if nxt is None else nxt])
 
 
 def stops_cut(endings: StopEndings, episodes: int) -> bool:

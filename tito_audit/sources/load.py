@@ -242,6 +242,31 @@ def resolve_template_name(spec: str, templates: str | dict[str, str], name: str 
     return name
 
 
+def generation_eos_ids_beside(tokenizer: Any) -> tuple[int, ...]:
+    """The eos ids of the ``generation_config.json`` (then ``config.json``) beside a tokenizer that did not come
+    through ``load`` (a caller's ``AutoTokenizer``): in the folder it was loaded from, or for a Hub repo id in the
+    local cache (nothing is downloaded). An engine such as vLLM stops on them by default besides the tokenizer's
+    eos (Llama-3.1's ``<|eom_id|>``, Qwen2.5's ``<|endoftext|>``), so a stop the trainer guard must know. () where
+    there is none, or it does not parse."""
+    name = str(getattr(tokenizer, "name_or_path", "") or "")
+    if not name:
+        return ()
+    parsed: dict[str, Any] = {}
+    for file in ("generation_config.json", "config.json"):
+        try:
+            path: Any = Path(name) / file
+            if not path.is_file():
+                from huggingface_hub import try_to_load_from_cache
+
+                path = try_to_load_from_cache(name, file) if "/" in name and not Path(name).exists() else None
+            if isinstance(path, str | Path) and Path(path).is_file():
+                data = json.loads(Path(path).read_text(encoding="utf-8"))
+                parsed[file] = data if isinstance(data, dict) else {}
+        except (OSError, ValueError, TypeError):  # an unreadable file, a name that is no repo id: nothing known
+            continue
+    return _generation_eos_ids(tokenizer, parsed)
+
+
 def _generation_eos_ids(tokenizer: Any, parsed: dict[str, Any]) -> tuple[int, ...]:
     ids: list[int] = []
     for source in (parsed.get("generation_config.json", {}), parsed.get("config.json", {})):

@@ -11,9 +11,9 @@ must be trained there, right after them (not a copy of its ids elsewhere). No re
 comparisons when the batch is right, an alignment only for an episode that is not. Pass ``tokenizer=`` to name
 divergences by class (decodes a few ids, still no render), or ``renderer=`` with ``messages`` in the items to also
 rebuild the reference buffer (renders: for debugging, not for every batch). Given ``stop_ids=`` (or a tokenizer: its
-chat template's turn end and its eos stand for them), ids after a sampled turn's stop token that are trained fail
-too: the engine ended the turn at its stop, the loop appended them (a pad, the template's newline); without either,
-"ids after the stop not checked" is said.
+chat template's turn end, its eos and the eos ids of the generation config beside it stand for them), ids after a
+sampled turn's stop token that are trained fail too: the engine ended the turn at its stop, the loop appended them
+(a pad, the template's newline); without either, "ids after the stop not checked" is said.
 
 What it cannot see is said in ``GuardResult.not_checked`` (and in ``summary()``, the ``TitoGuardError`` message, and
 once in the log): without ``prompt_ids``, "context not checked" (a context the engine never saw, such as a tool
@@ -263,8 +263,9 @@ _STOPS: weakref.WeakKeyDictionary[Any, tuple[int, ...]] = weakref.WeakKeyDiction
 
 def tokenizer_stops(tokenizer: Any) -> tuple[int, ...]:
     """The stop ids an engine ends a turn on, from the tokenizer: its chat template's turn end (Gemma's
-    ``<end_of_turn>``, Phi-3's ``<|end|>``: not their eos) and its eos (``rollout.stop.stop_token_ids``); the eos
-    alone where the template cannot be rendered. Once per tokenizer: a few bounded renders."""
+    ``<end_of_turn>``, Phi-3's ``<|end|>``: not their eos), its eos, and the eos ids of the generation config beside
+    it (``rollout.stop.stop_token_ids``, ``sources.load.generation_eos_ids_beside``: Llama-3.1's ``<|eom_id|>``);
+    the eos ids alone where the template cannot be rendered. Once per tokenizer: a few bounded renders."""
     try:
         return _STOPS[tokenizer]
     except (KeyError, TypeError):
@@ -272,13 +273,15 @@ def tokenizer_stops(tokenizer: Any) -> tuple[int, ...]:
     from tito_audit.rendering.renderer import Renderer
     from tito_audit.rollout.buffer import LIBRARY_LIMITS
     from tito_audit.rollout.stop import stop_token_ids
+    from tito_audit.sources.load import generation_eos_ids_beside
 
+    generation = generation_eos_ids_beside(tokenizer)
     try:
         renderer = Renderer(tokenizer, tokenizer.get_chat_template(), limits=LIBRARY_LIMITS)
-        stops = stop_token_ids(tokenizer, renderer)
-    except Exception:  # no template, or one that does not render: the eos is what is known
+        stops = stop_token_ids(tokenizer, renderer, generation)
+    except Exception:  # no template, or one that does not render: the eos ids are what is known
         eos = getattr(tokenizer, "eos_token_id", None)
-        stops = (int(eos),) if eos is not None else ()
+        stops = tuple(dict.fromkeys([*([int(eos)] if eos is not None else []), *generation]))
     try:
         _STOPS[tokenizer] = stops
     except TypeError:  # not weak-referenceable: computed again next time
@@ -325,7 +328,9 @@ def _check_rows(rows: list[Any], result: GuardResult, on_fail: OnFail, renderer:
             counts.unmasked += 1
         counts.turns += len(item.turns)
         if dec.stop_ids:
-            counts.endings += stop_endings(item.turns, item.input_ids, item.loss_mask, frozenset(dec.stop_ids))
+            counts.endings += stop_endings(
+                item.turns, item.input_ids, item.loss_mask, frozenset(dec.stop_ids), frozenset(dec.specials)
+            )
         counts.turns_without_context += sum(t.prompt_ids is None for t in item.turns)
     return counts
 
