@@ -10,6 +10,7 @@ from tito_audit.audit.context import AuditOptions
 from tito_audit.audit.runner import audit_model
 from tito_audit.errors import AuditError
 from tito_audit.report.model_report import AuditReport, ModelReport, error_report
+from tito_audit.sources.given import model_specs
 from tito_audit.sources.load import load
 from tito_audit.sources.synthesized import on_its_control_tokens
 from tito_audit.workers import Died, Done, Killed, Raised, WorkerPool, default_jobs, interrupt, reraise
@@ -33,7 +34,7 @@ def _load_and_audit(
 
 
 def audit_models(
-    specs: Iterable[str],
+    specs: Iterable[str] | str,
     options: AuditOptions | None = None,
     offline: bool = False,
     template_name: str | None = None,
@@ -45,7 +46,7 @@ def audit_models(
     input order. One model's failure never stops the others. With ``options.debug`` an internal error is raised
     (from a worker, with its traceback chained)."""
     options = options or AuditOptions()
-    specs = list(specs)
+    specs = model_specs(specs, "audit_models")  # one spec is one model, not the letters of its name
     jobs = default_jobs(len(specs)) if jobs is None else max(1, jobs)
     args = (options, offline, template_name, chat_template_file)
     done: dict[int, ModelReport] = {}

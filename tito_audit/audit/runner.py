@@ -14,6 +14,7 @@ from tito_audit.report.check_result import CheckResult
 from tito_audit.report.model_report import ModelReport
 from tito_audit.report.verdict import MIN_COVERAGE, decide
 from tito_audit.rollout.stop import stop_convention
+from tito_audit.sources.given import loaded_model
 from tito_audit.sources.load import LoadedModel
 
 
@@ -32,10 +33,12 @@ def _options_dict(options: AuditOptions) -> dict[str, Any]:
     return out
 
 
-def audit_model(model: LoadedModel, options: AuditOptions | None = None) -> ModelReport:
-    """All checks for one loaded model. Never raises for template problems: they become the report."""
+def audit_model(model: LoadedModel | str, options: AuditOptions | None = None) -> ModelReport:
+    """All checks for one loaded model (or a spec, loaded: ``sources.given``). Never raises for template problems:
+    they become the report."""
     started = time.perf_counter()
-    return audit_context(AuditContext(model, options or AuditOptions()), started)
+    loaded: LoadedModel = loaded_model(model, "audit_model")
+    return audit_context(AuditContext(loaded, options or AuditOptions()), started)
 
 
 def audit_context(ctx: AuditContext, started: float | None = None) -> ModelReport:

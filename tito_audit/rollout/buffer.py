@@ -155,6 +155,8 @@ class Trajectory:
         the default keeps the time and output-size bounds but not the audit's per-render address-space cap,
         which is process-wide and would also starve other threads of a trainer.
         """
+        if not callable(getattr(tokenizer, "apply_chat_template", None)):
+            raise TypeError(f"Trajectory.from_tokenizer takes a Hugging Face tokenizer, not {type(tokenizer).__name__}")
         template = chat_template if chat_template is not None else tokenizer.get_chat_template(tools=tools)
         renderer = Renderer(tokenizer, template, chat_template_kwargs, limits=limits)
         return cls(renderer, stop_ids, tools, on_truncated, after_stop)
@@ -171,6 +173,10 @@ class Trajectory:
         limits: RenderLimits = LIBRARY_LIMITS,
     ) -> Trajectory:
         """Build from a ``LoadedModel`` (see ``tito_audit.load``): the audited template, stops incl. generation eos."""
+        if not all(hasattr(model, a) for a in ("tokenizer", "chat_template", "generation_eos_ids")):
+            raise TypeError(
+                f"Trajectory.from_model takes a LoadedModel (tito_audit.load(spec)), not {type(model).__name__}"
+            )
         renderer = Renderer(model.tokenizer, model.chat_template, chat_template_kwargs, limits=limits)
         stops = stop_token_ids(model.tokenizer, renderer, model.generation_eos_ids)
         return cls(renderer, stops, tools, on_truncated, after_stop)

@@ -15,6 +15,7 @@ import logging
 import warnings
 from dataclasses import asdict, dataclass, field
 from functools import cache
+from os import PathLike
 from pathlib import Path
 from typing import Any
 
@@ -338,6 +339,22 @@ def load_files(
     return LoadedModel(spec, tokenizer, template, provenance, _generation_eos_ids(tokenizer, parsed))
 
 
+def model_spec(spec: Any, where: str) -> str | PathLike[str]:
+    """``spec`` when ``load`` can read it (a str or a path), else a ``TypeError``."""
+    if isinstance(spec, str | PathLike):
+        return spec
+    raise TypeError(
+        f"{where}: a model spec is a Hub id, a local folder or a bundled name (str or path), not {kind_of(spec)}"
+    )
+
+
+def kind_of(value: Any) -> str:
+    """A value in a few words for an error: its type, and a short str's text."""
+    if isinstance(value, str):
+        return f"the str {value[:40]!r}"
+    return type(value).__name__
+
+
 def load(
     spec: str,
     offline: bool = False,
@@ -349,5 +366,6 @@ def load(
     from tito_audit.sources.resolve import fetch_model_files
     from tito_audit.sources.tokenizer import collector_paused
 
+    spec = str(model_spec(spec, "load"))
     with collector_paused():  # the Hub client's first import, then the tokenizer's (see _load_tokenizer)
         return load_files(fetch_model_files(spec, offline), template_name, chat_template_file)

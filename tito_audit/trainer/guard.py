@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -51,6 +51,7 @@ from tito_audit.replay.environment import (
 from tito_audit.replay.id_diff import align
 from tito_audit.replay.schema import SampledTurn
 from tito_audit.rollout.tokens import find_run
+from tito_audit.sources.given import tokenizer_of
 from tito_audit.trainer.batch_item import MASK_FIELDS, BatchItem, BatchItemError, native_record, read_item
 
 OnFail = Literal["raise", "log", "return"]
@@ -159,6 +160,8 @@ def _rows(batch: Any) -> list[Any]:
             names = ", ".join(map(repr, short))
             raise BatchItemError(f"columns {names} do not have one entry per row of input_ids ({n})")
         return [{k: (v[i] if isinstance(v, list) else v) for k, v in cols.items()} for i in range(n)]
+    if isinstance(batch, str | bytes) or not isinstance(batch, Iterable):
+        raise BatchItemError(f"a batch is a list of items or a mapping of columns, not {type(batch).__name__}")
     return list(batch)
 
 
@@ -391,7 +394,7 @@ def check_batch(
     """Check one training batch; see the module docstring. Returns the ``GuardResult`` unless it raises."""
     if on_fail not in ("raise", "log", "return"):
         raise ValueError(f"on_fail must be 'raise', 'log' or 'return', not {on_fail!r}")
-    dec = _Decoding.of(tokenizer, stop_ids)
+    dec = _Decoding.of(tokenizer_of(tokenizer, "check_batch"), stop_ids)
     result = GuardResult()
     try:
         rows = _rows(batch)
