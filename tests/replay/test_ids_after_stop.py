@@ -475,7 +475,8 @@ def search_r1_episode(tok, n: int, turns: int) -> dict:  # type: ignore[no-untyp
         ids += sampled
         mask += [1] * len(sampled)
         if not last:
-            env = tok.encode(f"\n\n<information>Doc {k}: book {n} was written by someone.</information>\n\n")
+            text = f"\n\n<information>Doc {k}: book {n} was written by someone.</information>\n\n"
+            env = tok.encode(text, add_special_tokens=False)
             ids += env
             mask += [0] * len(env)
     return {"id": f"r1-{n}", "turns": logged, "input_ids": ids, "loss_mask": mask}
@@ -514,3 +515,78 @@ def test_a_loop_that_stops_on_a_string_is_not_called_cut_before_its_stop(plays, 
     assert totals.stop_missing_turns > 10 and STOPS_NEVER_TRAINED in report.verdict_reasons, report.verdict_reasons
     guard = check_batch(headed, on_fail="return", tokenizer=tok)
     assert any(n.startswith("stop maybe not trained") for n in guard.not_checked), guard.not_checked
+
+
+CUT_MODELS = [
+    "google/gemma-2-2b-it",  # <start_of_turn>: an added token the tokenizer's all_special_ids does not list
+    "microsoft/Phi-3-mini-4k-instruct",  # <|user|>
+    "mistralai/Mistral-Nemo-Instruct-2407",  # [INST]
+    "deepseek-ai/DeepSeek-V3",  # <｜User｜>: added, not special; its only header id is the BOS
+    "allenai/OLMo-2-1124-7B-Instruct",  # <|user|>: plain text
+]
+
+
+def templated_episode(tok, stops, n: int, turns: int, cut: bool) -> dict:  # type: ignore[no-untyped-def]
+    """A loop that renders with the template and trains each answer; ``cut``: each turn but the last logged
+    without the stop the engine sampled, which is dropped from the trained ids and every later prompt too, so that
+    the template's next message follows the turn directly."""
+    msgs = []
+    for k in range(turns):
+        msgs += [{"role": "user", "content": f"Question {n}.{k}: {n}+{k}?"}]
+        msgs += [{"role": "assistant", "content": f"{n + k}."}]
+    full = tok.encode(tok.apply_chat_template(msgs, tokenize=False), add_special_tokens=False)
+    spans = []
+    for k in range(turns):
+        head = tok.apply_chat_template(msgs[: 2 * k + 1], tokenize=False, add_generation_prompt=True)
+        at = len(tok.encode(head, add_special_tokens=False))
+        end = next(j for j in range(at, len(full)) if full[j] in stops) + 1
+        spans.append((at, end))
+    drop = {b - 1 for a, b in spans[:-1]} if cut else set()
+    keep = [j for j in range(spans[-1][1]) if j not in drop]
+    sampled = {j for a, b in spans for j in range(a, b)}
+    turns_out = []
+    for a, b in spans:
+        ids = [full[j] for j in range(a, b) if j not in drop]
+        turns_out.append({"ids": ids, "logprobs": [-0.25] * len(ids), "prompt_ids": [full[j] for j in keep if j < a]})
+    mask = [int(j in sampled) for j in keep]
+    return {"id": f"t{n}", "turns": turns_out, "input_ids": [full[j] for j in keep], "loss_mask": mask}
+
+
+@pytest.mark.parametrize("model", CUT_MODELS)
+def test_the_stop_cut_before_the_template_s_next_message_is_named_a_stop_string_s_loop_not(loaded, model, tmp_path):
+    """Red team 57: reading a turn as cut before its stop only where a control id follows it named nothing for
+    templates whose next message opens with a word the tokenizer does not mark special (the guard read
+    ``all_special_ids``), or with plain text (OLMo-2's ``<|user|>``), or whose only header id is the BOS
+    (DeepSeek-V3): a loop that drops the stop from every inner turn was exact, exit 0. The template's next message
+    is its header ids or a word it opens or ends turns with (``turn_roles``), found in the decoded ids; a stop
+    string's loop (Search-R1's environment text, no header) is still not read as cut."""
+    from tito_audit.report.loop_verdict import STOPS_NEVER_TRAINED
+
+    m = loaded(model)
+    tok = m.tokenizer
+    ctx = tito_only(m)
+    stops = set(ctx.stop_ids)
+    cases = {
+        "correct": [templated_episode(tok, stops, n, 3 + n % 2, cut=False) for n in range(12)],
+        "cut": [templated_episode(tok, stops, n, 3 + n % 2, cut=True) for n in range(12)],
+    }
+    for name, rows in cases.items():
+        totals = replay_log(write_jsonl(tmp_path / f"{name}.jsonl", rows), ctx)
+        report = build_report(totals, m, "log", {}).models[0]
+        guard = check_batch(rows, on_fail="return", tokenizer=tok)
+        named = name == "cut"
+        assert (STOPS_NEVER_TRAINED in report.verdict_reasons) is named, (name, report.verdict_reasons)
+        assert any(n.startswith("stop maybe not trained") for n in guard.not_checked) is named, guard.not_checked
+        assert totals.diverged_episodes == 0 and guard.ok
+    stop = tok.convert_tokens_to_ids(tok.convert_ids_to_tokens(ctx.stop_ids[0]))
+    strings = []
+    for row in (search_r1_episode(tok, n, 3 + n % 2) for n in range(12)):
+        last = row["turns"][-1]  # the episode's answer ends on this model's stop
+        at = len(last["prompt_ids"]) + len(last["ids"]) - 1
+        last["ids"][-1] = row["input_ids"][at] = stop
+        strings.append(row)
+    totals = replay_log(write_jsonl(tmp_path / "r1.jsonl", strings), ctx)
+    report = build_report(totals, m, "log", {}).models[0]
+    assert totals.stop_missing_turns == 0 and STOPS_NEVER_TRAINED not in report.verdict_reasons, report.verdict_reasons
+    guard = check_batch(strings, on_fail="return", tokenizer=tok)
+    assert not any(n.startswith("stop maybe not trained") for n in guard.not_checked), guard.not_checked

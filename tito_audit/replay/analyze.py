@@ -282,9 +282,7 @@ def _counted(ep: Episode, ctx: ReplayContext) -> EpisodeResult:
     res.shape = _shape(ep)
     stops = set(ctx.stop_ids)
     res.stop_turns = sum(1 for t in ep.turns if t.ids and t.ids[-1] in stops)
-    # a template that opens no message with a control token: every turn followed by more ids counts (``stop_endings``)
-    control = ctx.control_ids if ctx.header_ids else frozenset()
-    res.stop_endings = stop_endings(ep.turns, ep.input_ids, ep.loss_mask, frozenset(stops), control)
+    res.stop_endings = stop_endings(ep.turns, ep.input_ids, ep.loss_mask, frozenset(stops), ctx.next_message)
     res.marks = not ctx.marks or not ctx.marks.isdisjoint(ep.input_ids[:MARK_WINDOW])
     return res
 

@@ -15,9 +15,11 @@ from tito_audit.errors import RenderError
 from tito_audit.rendering.guard import REPLAY_LIMITS
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.replay.drift import date_positions
+from tito_audit.replay.environment import NextMessage
 from tito_audit.replay.schema import Episode, RecordError
 from tito_audit.rollout.stop import stop_token_ids
 from tito_audit.rollout.tokens import common_prefix_len
+from tito_audit.rollout.turn_roles import turn_roles
 
 _MARK_PROBES: tuple[list[dict[str, Any]], ...] = (
     [{"role": "user", "content": "Hi"}],
@@ -49,6 +51,7 @@ class ReplayContext:
     header_ids: frozenset[int] = frozenset()  # control ids the template opens a message with, never in a sampled turn
     # how the template writes a message before an assistant turn: (its control ids, its end) (``message_openings``)
     openings: tuple[tuple[frozenset[int], tuple[int, ...]], ...] = ()
+    next_message: NextMessage | None = None  # how the template's next message shows after a turn (``next_message``)
 
     @classmethod
     def from_model(
@@ -82,6 +85,7 @@ class ReplayContext:
             control_ids=control_ids(tok),
             header_ids=header_ids(renderer, stops),
             openings=message_openings(renderer, stops),
+            next_message=next_message(renderer, stops),
         )
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -139,6 +143,18 @@ def control_ids(tokenizer: Any) -> frozenset[int]:
     """The tokenizer's control tokens: its special ids and its added tokens marked special."""
     added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
     return frozenset(tokenizer.all_special_ids or []) | {i for i, t in added.items() if t.special}
+
+
+def next_message(renderer: Renderer, stop_ids: Sequence[int]) -> NextMessage:
+    """How the template's next message shows in the ids after an assistant turn (``environment.NextMessage``): its
+    header ids, and the words it opens and ends turns with (``rollout.turn_roles``), read from its probe renders."""
+    roles = turn_roles(renderer)
+    words = (*roles.next_openers, *roles.openers, *roles.turn_ends, *([roles.user_end] if roles.user_end else []))
+    return NextMessage(
+        header_ids(renderer, stop_ids),
+        tuple(dict.fromkeys(w for w in words if w)),
+        lambda ids: renderer.decode(list(ids), skip_special_tokens=False),
+    )
 
 
 def header_ids(renderer: Renderer, stop_ids: Sequence[int]) -> frozenset[int]:

@@ -245,6 +245,28 @@ def untrained_after_stop(
     return out, cut
 
 
+@dataclass(frozen=True)
+class NextMessage:
+    """How the template's next message shows in the ids after a turn (``stop_endings``): as one of its message
+    headers (``headers``: ``<|im_start|>``, Llama's ``<|start_header_id|>``, harmony's ``<|start|>``), or as a word
+    it opens or ends turns with in the decoded text (``words``, ``rollout.turn_roles``: DeepSeek's ``<｜User｜>``,
+    an added token no one marks special; OLMo-2's ``<|user|>``, plain text). Known neither way (no tokenizer, a
+    template whose probes do not render), any ids count."""
+
+    headers: frozenset[int] = frozenset()
+    words: tuple[str, ...] = ()
+    decode: Callable[[Sequence[int]], str] | None = None
+
+    def found_in(self, ids: Sequence[int]) -> bool:
+        """Whether ``ids`` hold the next message (True where nothing tells it)."""
+        readable = bool(self.words) and self.decode is not None
+        if not self.headers and not readable:
+            return True
+        if not self.headers.isdisjoint(ids):
+            return True
+        return readable and any(w in self.decode(ids) for w in self.words)  # type: ignore[misc]
+
+
 LONG = 3  # sampled turns of an episode whose every turn cut before its stop is read as a loop's cut
 CUT_SHARE = 10  # ... when at least one in CUT_SHARE of those episodes is
 
@@ -277,15 +299,14 @@ def stop_endings(
     got: Sequence[int],
     mask: Sequence[int] | None,
     stop_ids: frozenset[int],
-    control: frozenset[int] = frozenset(),
+    next_message: NextMessage | None = None,
 ) -> StopEndings:
-    """``StopEndings`` of one episode (turns not found in ``got`` count in none). ``control``: the tokenizer's
-    control ids. A turn but the last that ends without a stop counts as ``missing`` only where the ids after it, up
-    to the next turn, hold one of them: the template writing on (a message header, a turn end the engine does not
-    stop on) after a turn the loop cut. A loop that stops on a stop string and appends the environment's text after
-    it (Search-R1's ``</search>``, then ``<information>``: no header) has turns that never held a stop token
-    (red team 56). Without ``control`` (none known; replay passes none for a template that opens no message with a
-    control token, whose next message is plain text too) every such turn counts."""
+    """``StopEndings`` of one episode (turns not found in ``got`` count in none). A turn but the last that ends
+    without a stop counts as ``missing`` only where the ids after it, up to the next turn, hold the template's next
+    message (``next_message``: the template writing on after a turn the loop cut). A loop that stops on a stop string
+    and appends the environment's text after it (Search-R1's ``</search>``, then ``<information>``: no header, no
+    turn word) has turns that never held a stop token (red team 56). Without ``next_message`` every such turn
+    counts."""
     stopped = untrained = missing = after = 0
     sampled = sum(1 for t in turns if t.ids)
     for k, turn in enumerate(turns):
@@ -302,20 +323,22 @@ def stop_endings(
             continue
         if got[end] in stop_ids:
             untrained += mask is None or end >= len(mask) or not mask[end]
-        elif k + 1 < len(turns) and _writes_on(turns, got, k, end, control):
+        elif k + 1 < len(turns) and _writes_on(turns, got, k, end, next_message):
             missing += 1
     long = sampled >= LONG
     cut_episode = long and stopped == 0 and untrained + missing >= 2
     return StopEndings(stopped, untrained, missing, int(long), int(cut_episode), int(sampled > 0 and stopped == 0))
 
 
-def _writes_on(turns: Sequence[SampledTurn], got: Sequence[int], k: int, end: int, control: frozenset[int]) -> bool:
-    """Whether the ids after turn ``k`` (from ``end``, up to where turn ``k + 1`` sits, or the sequence's end) hold a
-    control id (any id, without ``control``)."""
-    if not control:
+def _writes_on(
+    turns: Sequence[SampledTurn], got: Sequence[int], k: int, end: int, next_message: NextMessage | None
+) -> bool:
+    """Whether the ids after turn ``k`` (from ``end``, up to where turn ``k + 1`` sits, or the sequence's end) hold
+    the template's next message (any ids, without ``next_message``)."""
+    if next_message is None:
         return True
     nxt = turn_start(turns, got, k + 1, end)
-    return not control.isdisjoint(got[end : len(got) if nxt is None else nxt])
+    return next_message.found_in(got[end : len(got) if nxt is None else nxt])
 
 
 def stops_cut(endings: StopEndings, episodes: int) -> bool:

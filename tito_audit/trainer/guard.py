@@ -9,8 +9,9 @@ For each episode, every sampled turn must sit in ``input_ids`` verbatim with the
 ids before the turn must be exactly those ids (the turn was trained on the context it was sampled on), and the turn
 must be trained there, right after them (not a copy of its ids elsewhere). No renders and no tokenizer: slice
 comparisons when the batch is right, an alignment only for an episode that is not. Pass ``tokenizer=`` to name
-divergences by class (decodes a few ids, still no render), or ``renderer=`` with ``messages`` in the items to also
-rebuild the reference buffer (renders: for debugging, not for every batch). Given ``stop_ids=`` (or a tokenizer: its
+divergences by class (decodes a few ids; its template's stops and next message are read once per tokenizer from a
+few bounded probe renders), or ``renderer=`` with ``messages`` in the items to also rebuild the reference buffer
+(renders: for debugging, not for every batch). Given ``stop_ids=`` (or a tokenizer: its
 chat template's turn end, its eos and the eos ids of the generation config beside it stand for them), ids after a
 sampled turn's stop token that are trained fail too: the engine ended the turn at its stop, the loop appended them
 (a pad, the template's newline); without either, "ids after the stop not checked" is said.
@@ -39,8 +40,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tito_audit.replay.compare import against_sampled
+from tito_audit.replay.context import next_message
 from tito_audit.replay.divergence import Divergence, classify, run_text, window
 from tito_audit.replay.environment import (
+    NextMessage,
     StopEndings,
     ids_after_stop,
     stop_endings,
@@ -246,31 +249,38 @@ class _Decoding:
     stop_ids: Sequence[int] = ()
     specials: list[int] = field(default_factory=list)
     bos: int | None = None
+    next_message: NextMessage | None = None  # how the template's next message shows after a turn (a tokenizer's)
 
     @classmethod
     def of(cls, tokenizer: Any, stop_ids: Sequence[int]) -> _Decoding:
         if tokenizer is None:
             return cls(stop_ids=stop_ids)
-        if not stop_ids:
-            stop_ids = tokenizer_stops(tokenizer)
+        stops, following = tokenizer_reading(tokenizer)
         return cls(
             lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False),
-            stop_ids,
+            stop_ids or stops,
             list(getattr(tokenizer, "all_special_ids", []) or []),
             getattr(tokenizer, "bos_token_id", None),
+            following,
         )
 
 
-_STOPS: weakref.WeakKeyDictionary[Any, tuple[int, ...]] = weakref.WeakKeyDictionary()
+_READINGS: weakref.WeakKeyDictionary[Any, tuple[tuple[int, ...], NextMessage | None]] = weakref.WeakKeyDictionary()
 
 
 def tokenizer_stops(tokenizer: Any) -> tuple[int, ...]:
     """The stop ids an engine ends a turn on, from the tokenizer: its chat template's turn end (Gemma's
     ``<end_of_turn>``, Phi-3's ``<|end|>``: not their eos), its eos, and the eos ids of the generation config beside
     it (``rollout.stop.stop_token_ids``, ``sources.load.generation_eos_ids_beside``: Llama-3.1's ``<|eom_id|>``);
-    the eos ids alone where the template cannot be rendered. Once per tokenizer: a few bounded renders."""
+    the eos ids alone where the template cannot be rendered."""
+    return tokenizer_reading(tokenizer)[0]
+
+
+def tokenizer_reading(tokenizer: Any) -> tuple[tuple[int, ...], NextMessage | None]:
+    """``tokenizer_stops``, and how its template's next message shows after a turn (``replay.context.next_message``;
+    None where the template cannot be rendered). Once per tokenizer: a few bounded renders."""
     try:
-        return _STOPS[tokenizer]
+        return _READINGS[tokenizer]
     except (KeyError, TypeError):
         pass
     from tito_audit.rendering.renderer import Renderer
@@ -279,17 +289,19 @@ def tokenizer_stops(tokenizer: Any) -> tuple[int, ...]:
     from tito_audit.sources.load import generation_eos_ids_beside
 
     generation = generation_eos_ids_beside(tokenizer)
+    following: NextMessage | None = None
     try:
         renderer = Renderer(tokenizer, tokenizer.get_chat_template(), limits=LIBRARY_LIMITS)
         stops = stop_token_ids(tokenizer, renderer, generation)
+        following = next_message(renderer, stops)
     except Exception:  # no template, or one that does not render: the eos ids are what is known
         eos = getattr(tokenizer, "eos_token_id", None)
         stops = tuple(dict.fromkeys([*([int(eos)] if eos is not None else []), *generation]))
     try:
-        _STOPS[tokenizer] = stops
+        _READINGS[tokenizer] = (stops, following)
     except TypeError:  # not weak-referenceable: computed again next time
         pass
-    return stops
+    return stops, following
 
 
 @dataclass
@@ -332,7 +344,7 @@ def _check_rows(rows: list[Any], result: GuardResult, on_fail: OnFail, renderer:
         counts.turns += len(item.turns)
         if dec.stop_ids:
             counts.endings += stop_endings(
-                item.turns, item.input_ids, item.loss_mask, frozenset(dec.stop_ids), frozenset(dec.specials)
+                item.turns, item.input_ids, item.loss_mask, frozenset(dec.stop_ids), dec.next_message
             )
         counts.turns_without_context += sum(t.prompt_ids is None for t in item.turns)
     return counts
