@@ -7,7 +7,7 @@ not check": a check errored, or fewer scenarios played than ``--min-coverage`` a
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 _E = TypeVar("_E", bound=BaseException)
 
@@ -146,6 +146,13 @@ def failed_every_conversation(first: RenderError, renderer: str | None = None) -
     kind = "template_" + first.kind if first.kind in TEMPLATE_RENDER_KINDS else None
     what = "the template" if renderer is None else f"renderer {renderer}"
     return kind, f"{what} fails for every conversation ({first.kind}): {first.message}"
+
+
+def kind_of(value: Any) -> str:
+    """A value in a few words for an error about it: its type, and a short str's text."""
+    if isinstance(value, str):
+        return f"the str {value[:40]!r}"
+    return type(value).__name__
 
 
 def first_line(exc: BaseException) -> str:

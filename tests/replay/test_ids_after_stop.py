@@ -518,11 +518,15 @@ def test_a_loop_that_stops_on_a_string_is_not_called_cut_before_its_stop(plays, 
 
 
 CUT_MODELS = [
-    "google/gemma-2-2b-it",  # <start_of_turn>: an added token the tokenizer's all_special_ids does not list
-    "microsoft/Phi-3-mini-4k-instruct",  # <|user|>
-    "mistralai/Mistral-Nemo-Instruct-2407",  # [INST]
-    "deepseek-ai/DeepSeek-V3",  # <｜User｜>: added, not special; its only header id is the BOS
-    "allenai/OLMo-2-1124-7B-Instruct",  # <|user|>: plain text
+    ("google/gemma-2-2b-it", None),  # <start_of_turn>: an added token the tokenizer's all_special_ids does not list
+    ("microsoft/Phi-3-mini-4k-instruct", None),  # <|user|>
+    ("mistralai/Mistral-Nemo-Instruct-2407", None),  # [INST]
+    ("deepseek-ai/DeepSeek-V3", None),  # <｜User｜>: added, not special; its only header id is the BOS
+    ("allenai/OLMo-2-1124-7B-Instruct", None),  # <|user|>: plain text
+    # headers in prose (red team 59): Vicuna's USER:, DeepSeek-V2's User: after the BOS, Alpaca's ### Instruction:
+    ("mistralai/Mistral-Nemo-Instruct-2407", "alpindale-WizardLM-2-8x22B.jinja"),
+    ("mistralai/Mistral-Nemo-Instruct-2407", "deepseek-ai-DeepSeek-V2-Lite-Chat.jinja"),
+    ("Qwen/Qwen2.5-7B-Instruct", "MTSAIR-multi_verse_model.jinja"),
 ]
 
 
@@ -552,18 +556,28 @@ def templated_episode(tok, stops, n: int, turns: int, cut: bool) -> dict:  # typ
     return {"id": f"t{n}", "turns": turns_out, "input_ids": [full[j] for j in keep], "loss_mask": mask}
 
 
-@pytest.mark.parametrize("model", CUT_MODELS)
-def test_the_stop_cut_before_the_template_s_next_message_is_named_a_stop_string_s_loop_not(loaded, model, tmp_path):
+@pytest.mark.parametrize(("model", "template"), CUT_MODELS)
+def test_the_stop_cut_before_the_template_s_next_message_is_named_a_stop_string_s_loop_not(
+    loaded, model, template, tmp_path
+):
     """Red team 57: reading a turn as cut before its stop only where a control id follows it named nothing for
     templates whose next message opens with a word the tokenizer does not mark special (the guard read
     ``all_special_ids``), or with plain text (OLMo-2's ``<|user|>``), or whose only header id is the BOS
-    (DeepSeek-V3): a loop that drops the stop from every inner turn was exact, exit 0. The template's next message
-    is its header ids or a word it opens or ends turns with (``turn_roles``), found in the decoded ids; a stop
-    string's loop (Search-R1's environment text, no header) is still not read as cut."""
+    (DeepSeek-V3): a loop that drops the stop from every inner turn was exact, exit 0. Red team 59: nor for
+    templates whose headers are prose (``USER:``, ``User:``, ``### Instruction:``), whose only turn word is the stop
+    the loop cut. The template's next message is what it writes before the next message's payload (its control ids,
+    its first line of text) or a word it opens or ends turns with, found in the ids; a stop string's loop
+    (Search-R1's environment text, no header) is still not read as cut."""
+    from tests.conftest import CORPUS
     from tito_audit.report.loop_verdict import STOPS_NEVER_TRAINED
 
     m = loaded(model)
     tok = m.tokenizer
+    if template is not None:  # a corpus template, on a tokenizer that has what it writes
+        text = (CORPUS / template).read_text()
+        m = m.with_template(text, template)
+        tok = copy.deepcopy(tok)
+        tok.chat_template = text
     ctx = tito_only(m)
     stops = set(ctx.stop_ids)
     cases = {
@@ -573,11 +587,12 @@ def test_the_stop_cut_before_the_template_s_next_message_is_named_a_stop_string_
     for name, rows in cases.items():
         totals = replay_log(write_jsonl(tmp_path / f"{name}.jsonl", rows), ctx)
         report = build_report(totals, m, "log", {}).models[0]
-        guard = check_batch(rows, on_fail="return", tokenizer=tok)
         named = name == "cut"
         assert (STOPS_NEVER_TRAINED in report.verdict_reasons) is named, (name, report.verdict_reasons)
-        assert any(n.startswith("stop maybe not trained") for n in guard.not_checked) is named, guard.not_checked
-        assert totals.diverged_episodes == 0 and guard.ok
+        for given in (tok, m):  # the tokenizer with the template, and the model (its template) as tokenizer=
+            guard = check_batch(rows, on_fail="return", tokenizer=given)
+            assert any(n.startswith("stop maybe not trained") for n in guard.not_checked) is named, guard.not_checked
+            assert totals.diverged_episodes == 0 and guard.ok
     stop = tok.convert_tokens_to_ids(tok.convert_ids_to_tokens(ctx.stop_ids[0]))
     strings = []
     for row in (search_r1_episode(tok, n, 3 + n % 2) for n in range(12)):
@@ -588,5 +603,35 @@ def test_the_stop_cut_before_the_template_s_next_message_is_named_a_stop_string_
     totals = replay_log(write_jsonl(tmp_path / "r1.jsonl", strings), ctx)
     report = build_report(totals, m, "log", {}).models[0]
     assert totals.stop_missing_turns == 0 and STOPS_NEVER_TRAINED not in report.verdict_reasons, report.verdict_reasons
-    guard = check_batch(strings, on_fail="return", tokenizer=tok)
-    assert not any(n.startswith("stop maybe not trained") for n in guard.not_checked), guard.not_checked
+    for given in (tok, m):
+        guard = check_batch(strings, on_fail="return", tokenizer=given)
+        assert not any(n.startswith("stop maybe not trained") for n in guard.not_checked), guard.not_checked
+
+
+def test_the_guard_s_reading_neither_keeps_the_tokenizer_alive_nor_fails_on_ids_it_cannot_decode(plays):
+    """Review 58: the reading kept per tokenizer held a decode function that held the tokenizer (its weak-keyed
+    cache kept its own key alive), and the ids after a turn were decoded unguarded: an id outside the vocabulary
+    between two turns raised out of ``check_batch``, which had passed it."""
+    import gc
+    import weakref
+
+    from transformers import AutoTokenizer
+
+    from tests.conftest import snapshot
+    from tito_audit.trainer.tokenizer_reading import tokenizer_reading
+
+    tok = AutoTokenizer.from_pretrained(str(snapshot(QWEN)))
+    stops, following = tokenizer_reading(tok)
+    assert stops and following is not None and following.decode is None
+    alive = weakref.ref(tok)
+    rows = [search_r1_episode(tok, n, 3) for n in range(4)]
+    for r in rows:
+        gap = len(r["turns"][0]["prompt_ids"]) + len(r["turns"][0]["ids"])
+        r["input_ids"][gap] = -1
+        for later in r["turns"][1:]:
+            later["prompt_ids"][gap] = -1
+    found = check_batch(rows, on_fail="return", tokenizer=tok)
+    assert found.ok and found.episodes == 4
+    del tok, found
+    gc.collect()
+    assert alive() is None

@@ -53,3 +53,32 @@ def test_check_batch_refuses_a_batch_that_is_no_list_and_takes_a_loaded_model_as
     by_tokenizer = t.check_batch([traj], on_fail="return", tokenizer=model.tokenizer)
     assert by_model.ok and by_model.not_checked == by_tokenizer.not_checked
     assert not any(n.startswith("ids after the stop not checked") for n in by_model.not_checked)  # stops known
+
+
+def test_a_loaded_model_given_as_tokenizer_brings_its_template_and_a_spec_may_be_any_path_like():
+    """Review 58: ``check_batch(tokenizer=model)`` kept only ``model.tokenizer``: a model with another template
+    (``with_template``) was guarded on the tokenizer's own template's stops, not on those ``Trajectory.from_model``
+    stops on. A path-like with only ``__fspath__`` was read as its ``str()``, and bytes one int at a time."""
+    base = t.load("qwen3-0.6b")
+    tok = base.tokenizer
+    text_end, im_end = tok.convert_tokens_to_ids("<|endoftext|>"), tok.convert_tokens_to_ids("<|im_end|>")
+    other = base.with_template(
+        "{% for m in messages %}{{ m.role }}: {{ m.content }}<|endoftext|>{% endfor %}"
+        "{% if add_generation_prompt %}assistant: {% endif %}",
+        "test",
+    )
+    assert text_end in t.Trajectory.from_model(other).stop_ids
+    prompt = tok.encode("user: Hi<|endoftext|>assistant: ", add_special_tokens=False)
+    turn = [*tok.encode("Hello.", add_special_tokens=False), text_end, im_end]  # <|im_end|> glued after the stop
+    row = {"sampled": [turn], "input_ids": prompt + turn, "loss_mask": [0] * len(prompt) + [1] * len(turn)}
+    assert t.check_batch([row], on_fail="return", tokenizer=tok).ok  # its own template ends turns with <|im_end|>
+    failed = t.check_batch([row], on_fail="return", tokenizer=other)
+    assert not failed.ok and "after the stop" in failed.failures[0].divergence.message
+
+    class Spec:
+        def __fspath__(self) -> str:
+            return "qwen3-0.6b"
+
+    assert t.load(Spec()).chat_template == base.chat_template
+    with pytest.raises(TypeError, match="audit_models: expected model specs"):
+        t.audit_models(b"qwen3-0.6b")

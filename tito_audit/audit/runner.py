@@ -34,8 +34,10 @@ def _options_dict(options: AuditOptions) -> dict[str, Any]:
 
 
 def audit_model(model: LoadedModel | str, options: AuditOptions | None = None) -> ModelReport:
-    """All checks for one loaded model (or a spec, loaded: ``sources.given``). Never raises for template problems:
-    they become the report."""
+    """All checks for one loaded model, or a spec (a Hub id, a folder, a bundled name) loaded first as ``load``
+    loads it (``sources.given``: what ``load`` refuses, a model not found or without a template, it raises; pass
+    ``load(spec, offline=...)``'s model for its other options). Never raises for template problems: they become the
+    report."""
     started = time.perf_counter()
     loaded: LoadedModel = loaded_model(model, "audit_model")
     return audit_context(AuditContext(loaded, options or AuditOptions()), started)

@@ -7,15 +7,15 @@ beyond the TITO check is switched on.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tito_audit.errors import RenderError
 from tito_audit.rendering.guard import REPLAY_LIMITS
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.replay.drift import date_positions
-from tito_audit.replay.environment import NextMessage
+from tito_audit.replay.next_message import NextMessage
 from tito_audit.replay.schema import Episode, RecordError
 from tito_audit.rollout.stop import stop_token_ids
 from tito_audit.rollout.tokens import common_prefix_len
@@ -68,6 +68,7 @@ class ReplayContext:
             renderer = renderer.with_date(date)
         stops = list(stop_token_ids(model.tokenizer, renderer, getattr(model, "generation_eos_ids", None) or ()))
         tok = model.tokenizer
+        following = replace(next_message(renderer, stops), decode=_plain_decode(tok))
         return cls(
             renderer,
             stops,
@@ -85,7 +86,7 @@ class ReplayContext:
             control_ids=control_ids(tok),
             header_ids=header_ids(renderer, stops),
             openings=message_openings(renderer, stops),
-            next_message=next_message(renderer, stops),
+            next_message=following,
         )
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -146,15 +147,46 @@ def control_ids(tokenizer: Any) -> frozenset[int]:
 
 
 def next_message(renderer: Renderer, stop_ids: Sequence[int]) -> NextMessage:
-    """How the template's next message shows in the ids after an assistant turn (``environment.NextMessage``): its
-    header ids, and the words it opens and ends turns with (``rollout.turn_roles``), read from its probe renders."""
+    """How the template's next message shows in the ids after an assistant turn (``replay.next_message``, without its
+    ``decode``): the control ids and the first line of text it writes between an answer and the next user message,
+    and between a call and its tool result, less the stops, read from probe renders; and the words it opens and ends
+    turns with (``rollout.turn_roles``). ``known`` where any of that is more than the stop words."""
+    tok = renderer.tokenizer
+    control, stops = control_ids(tok), set(stop_ids)
+    stop_texts = [t for t in (tok.decode([i], skip_special_tokens=False) for i in stop_ids) if t]
+    headers: set[int] = set()
+    openers: list[str] = []
+    for probe, payload in ((_NEXT_USER, "Again"), (_TOOL_PROBE, "cold")):
+        try:
+            before_ids = renderer.render_ids(probe[:-1])
+            after_ids = renderer.render_ids(probe, add_generation_prompt=True)
+            before = renderer.render(probe[:-1])
+            after = renderer.render(probe, add_generation_prompt=True)
+        except RenderError:
+            continue
+        if after_ids[: len(before_ids)] == before_ids:
+            headers.update(i for i in after_ids[len(before_ids) :] if i in control and i not in stops)
+        if after.startswith(before) and payload in after[len(before) :]:
+            head = after[len(before) :].split(payload, 1)[0]
+            for text in stop_texts:
+                head = head.replace(text, "")
+            line = next((part.strip() for part in head.splitlines() if part.strip()), "")
+            if line:
+                openers.append(line)
     roles = turn_roles(renderer)
-    words = (*roles.next_openers, *roles.openers, *roles.turn_ends, *([roles.user_end] if roles.user_end else []))
-    return NextMessage(
-        header_ids(renderer, stop_ids),
-        tuple(dict.fromkeys(w for w in words if w)),
-        lambda ids: renderer.decode(list(ids), skip_special_tokens=False),
-    )
+    words = [*roles.next_openers, *roles.openers, *roles.turn_ends, *([roles.user_end] if roles.user_end else [])]
+    telling = [*openers, *(w for w in words if w and w not in stop_texts)]
+    found = tuple(dict.fromkeys([*openers, *(w for w in words if w)]))
+    return NextMessage(frozenset(headers), found, bool(headers or telling))
+
+
+_NEXT_USER: list[dict[str, Any]] = [*_MARK_PROBES[1], {"role": "user", "content": "Again"}]
+
+
+def _plain_decode(tokenizer: Any) -> Callable[[Sequence[int]], str]:
+    """The tokenizer's own decode, special tokens kept: the ids after a turn are decoded once, not kept in the
+    renderer's cache of decodes."""
+    return lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False)
 
 
 def header_ids(renderer: Renderer, stop_ids: Sequence[int]) -> frozenset[int]:

@@ -50,6 +50,7 @@ from difflib import SequenceMatcher
 from tito_audit.errors import RenderError
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.replay.divergence import Divergence, window
+from tito_audit.replay.next_message import NextMessage
 from tito_audit.replay.schema import Episode, SampledTurn
 from tito_audit.rollout.tokens import find_run, first_of
 
@@ -245,28 +246,6 @@ def untrained_after_stop(
     return out, cut
 
 
-@dataclass(frozen=True)
-class NextMessage:
-    """How the template's next message shows in the ids after a turn (``stop_endings``): as one of its message
-    headers (``headers``: ``<|im_start|>``, Llama's ``<|start_header_id|>``, harmony's ``<|start|>``), or as a word
-    it opens or ends turns with in the decoded text (``words``, ``rollout.turn_roles``: DeepSeek's ``<｜User｜>``,
-    an added token no one marks special; OLMo-2's ``<|user|>``, plain text). Known neither way (no tokenizer, a
-    template whose probes do not render), any ids count."""
-
-    headers: frozenset[int] = frozenset()
-    words: tuple[str, ...] = ()
-    decode: Callable[[Sequence[int]], str] | None = None
-
-    def found_in(self, ids: Sequence[int]) -> bool:
-        """Whether ``ids`` hold the next message (True where nothing tells it)."""
-        readable = bool(self.words) and self.decode is not None
-        if not self.headers and not readable:
-            return True
-        if not self.headers.isdisjoint(ids):
-            return True
-        return readable and any(w in self.decode(ids) for w in self.words)  # type: ignore[misc]
-
-
 LONG = 3  # sampled turns of an episode whose every turn cut before its stop is read as a loop's cut
 CUT_SHARE = 10  # ... when at least one in CUT_SHARE of those episodes is
 
@@ -323,7 +302,7 @@ def stop_endings(
             continue
         if got[end] in stop_ids:
             untrained += mask is None or end >= len(mask) or not mask[end]
-        elif k + 1 < len(turns) and _writes_on(turns, got, k, end, next_message):
+        elif k + 1 < len(turns) and _writes_on(turns, got, k, end, next_message, stop_ids):
             missing += 1
     long = sampled >= LONG
     cut_episode = long and stopped == 0 and untrained + missing >= 2
@@ -331,14 +310,22 @@ def stop_endings(
 
 
 def _writes_on(
-    turns: Sequence[SampledTurn], got: Sequence[int], k: int, end: int, next_message: NextMessage | None
+    turns: Sequence[SampledTurn],
+    got: Sequence[int],
+    k: int,
+    end: int,
+    next_message: NextMessage | None,
+    stop_ids: frozenset[int],
 ) -> bool:
-    """Whether the ids after turn ``k`` (from ``end``, up to where turn ``k + 1`` sits, or the sequence's end) hold
-    the template's next message (any ids, without ``next_message``)."""
+    """Whether the ids after turn ``k`` (from ``end``, up to where turn ``k + 1`` sits; where it is not found, up to
+    the next stop id or the sequence's end) hold the template's next message (any ids, without ``next_message``)."""
     if next_message is None:
         return True
     nxt = turn_start(turns, got, k + 1, end)
-    return next_message.found_in(got[end : len(got) if nxt is None else nxt])
+    if nxt is None:
+        stop = first_of(got[end:], stop_ids)
+        nxt = len(got) if stop is None else end + stop
+    return next_message.found_in(got[end:nxt])
 
 
 def stops_cut(endings: StopEndings, episodes: int) -> bool:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tito_audit.errors import RenderError
+from tito_audit.errors import RenderError, kind_of
 from tito_audit.rendering.bounded_cache import content_key
 from tito_audit.rendering.guard import RenderLimits
 from tito_audit.rendering.renderer import Renderer
@@ -156,7 +156,7 @@ class Trajectory:
         which is process-wide and would also starve other threads of a trainer.
         """
         if not callable(getattr(tokenizer, "apply_chat_template", None)):
-            raise TypeError(f"Trajectory.from_tokenizer takes a Hugging Face tokenizer, not {type(tokenizer).__name__}")
+            raise TypeError(f"Trajectory.from_tokenizer: expected a Hugging Face tokenizer, not {kind_of(tokenizer)}")
         template = chat_template if chat_template is not None else tokenizer.get_chat_template(tools=tools)
         renderer = Renderer(tokenizer, template, chat_template_kwargs, limits=limits)
         return cls(renderer, stop_ids, tools, on_truncated, after_stop)
@@ -174,9 +174,7 @@ class Trajectory:
     ) -> Trajectory:
         """Build from a ``LoadedModel`` (see ``tito_audit.load``): the audited template, stops incl. generation eos."""
         if not all(hasattr(model, a) for a in ("tokenizer", "chat_template", "generation_eos_ids")):
-            raise TypeError(
-                f"Trajectory.from_model takes a LoadedModel (tito_audit.load(spec)), not {type(model).__name__}"
-            )
+            raise TypeError(f"Trajectory.from_model: expected a LoadedModel (tito_audit.load), not {kind_of(model)}")
         renderer = Renderer(model.tokenizer, model.chat_template, chat_template_kwargs, limits=limits)
         stops = stop_token_ids(model.tokenizer, renderer, model.generation_eos_ids)
         return cls(renderer, stops, tools, on_truncated, after_stop)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import warnings
 from dataclasses import asdict, dataclass, field
 from functools import cache
@@ -26,6 +27,7 @@ from tito_audit.errors import (
     TemplateCompileError,
     UnsupportedLibrary,
     UsageError,
+    kind_of,
 )
 from tito_audit.sources.base import ModelFiles
 
@@ -348,13 +350,6 @@ def model_spec(spec: Any, where: str) -> str | PathLike[str]:
     )
 
 
-def kind_of(value: Any) -> str:
-    """A value in a few words for an error: its type, and a short str's text."""
-    if isinstance(value, str):
-        return f"the str {value[:40]!r}"
-    return type(value).__name__
-
-
 def load(
     spec: str,
     offline: bool = False,
@@ -366,6 +361,6 @@ def load(
     from tito_audit.sources.resolve import fetch_model_files
     from tito_audit.sources.tokenizer import collector_paused
 
-    spec = str(model_spec(spec, "load"))
+    spec = os.fspath(model_spec(spec, "load"))
     with collector_paused():  # the Hub client's first import, then the tokenizer's (see _load_tokenizer)
         return load_files(fetch_model_files(spec, offline), template_name, chat_template_file)

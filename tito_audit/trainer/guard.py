@@ -34,16 +34,13 @@ checked said once), or ``"return"`` (just the ``GuardResult``)."""
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from tito_audit.replay.compare import against_sampled
-from tito_audit.replay.context import next_message
 from tito_audit.replay.divergence import Divergence, classify, run_text, window
 from tito_audit.replay.environment import (
-    NextMessage,
     StopEndings,
     ids_after_stop,
     stop_endings,
@@ -52,10 +49,12 @@ from tito_audit.replay.environment import (
     untrained_after_stop,
 )
 from tito_audit.replay.id_diff import align
+from tito_audit.replay.next_message import NextMessage
 from tito_audit.replay.schema import SampledTurn
 from tito_audit.rollout.tokens import find_run
-from tito_audit.sources.given import tokenizer_of
+from tito_audit.sources.given import TokenizerParts, tokenizer_parts
 from tito_audit.trainer.batch_item import MASK_FIELDS, BatchItem, BatchItemError, native_record, read_item
+from tito_audit.trainer.tokenizer_reading import tokenizer_reading
 
 OnFail = Literal["raise", "log", "return"]
 _LOG = logging.getLogger("tito_audit.guard")
@@ -252,56 +251,24 @@ class _Decoding:
     next_message: NextMessage | None = None  # how the template's next message shows after a turn (a tokenizer's)
 
     @classmethod
-    def of(cls, tokenizer: Any, stop_ids: Sequence[int]) -> _Decoding:
+    def of(cls, given: TokenizerParts, stop_ids: Sequence[int]) -> _Decoding:
+        """What ``check_batch`` reads from its ``tokenizer=`` (``sources.given.tokenizer_parts``: a tokenizer, or a
+        ``LoadedModel``'s with its template and generation eos ids) and its ``stop_ids=``."""
+        tokenizer = given.tokenizer
         if tokenizer is None:
             return cls(stop_ids=stop_ids)
-        stops, following = tokenizer_reading(tokenizer)
+        stops, following = tokenizer_reading(tokenizer, given.chat_template, given.generation_eos_ids)
+
+        def decode(ids: Sequence[int]) -> str:
+            return str(tokenizer.decode(list(ids), skip_special_tokens=False))
+
         return cls(
-            lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False),
+            decode,
             stop_ids or stops,
             list(getattr(tokenizer, "all_special_ids", []) or []),
             getattr(tokenizer, "bos_token_id", None),
-            following,
+            replace(following, decode=decode) if following is not None else None,
         )
-
-
-_READINGS: weakref.WeakKeyDictionary[Any, tuple[tuple[int, ...], NextMessage | None]] = weakref.WeakKeyDictionary()
-
-
-def tokenizer_stops(tokenizer: Any) -> tuple[int, ...]:
-    """The stop ids an engine ends a turn on, from the tokenizer: its chat template's turn end (Gemma's
-    ``<end_of_turn>``, Phi-3's ``<|end|>``: not their eos), its eos, and the eos ids of the generation config beside
-    it (``rollout.stop.stop_token_ids``, ``sources.load.generation_eos_ids_beside``: Llama-3.1's ``<|eom_id|>``);
-    the eos ids alone where the template cannot be rendered."""
-    return tokenizer_reading(tokenizer)[0]
-
-
-def tokenizer_reading(tokenizer: Any) -> tuple[tuple[int, ...], NextMessage | None]:
-    """``tokenizer_stops``, and how its template's next message shows after a turn (``replay.context.next_message``;
-    None where the template cannot be rendered). Once per tokenizer: a few bounded renders."""
-    try:
-        return _READINGS[tokenizer]
-    except (KeyError, TypeError):
-        pass
-    from tito_audit.rendering.renderer import Renderer
-    from tito_audit.rollout.buffer import LIBRARY_LIMITS
-    from tito_audit.rollout.stop import stop_token_ids
-    from tito_audit.sources.load import generation_eos_ids_beside
-
-    generation = generation_eos_ids_beside(tokenizer)
-    following: NextMessage | None = None
-    try:
-        renderer = Renderer(tokenizer, tokenizer.get_chat_template(), limits=LIBRARY_LIMITS)
-        stops = stop_token_ids(tokenizer, renderer, generation)
-        following = next_message(renderer, stops)
-    except Exception:  # no template, or one that does not render: the eos ids are what is known
-        eos = getattr(tokenizer, "eos_token_id", None)
-        stops = tuple(dict.fromkeys([*([int(eos)] if eos is not None else []), *generation]))
-    try:
-        _READINGS[tokenizer] = (stops, following)
-    except TypeError:  # not weak-referenceable: computed again next time
-        pass
-    return stops, following
 
 
 @dataclass
@@ -406,7 +373,7 @@ def check_batch(
     """Check one training batch; see the module docstring. Returns the ``GuardResult`` unless it raises."""
     if on_fail not in ("raise", "log", "return"):
         raise ValueError(f"on_fail must be 'raise', 'log' or 'return', not {on_fail!r}")
-    dec = _Decoding.of(tokenizer_of(tokenizer, "check_batch"), stop_ids)
+    dec = _Decoding.of(tokenizer_parts(tokenizer, "check_batch"), stop_ids)
     result = GuardResult()
     try:
         rows = _rows(batch)

@@ -46,7 +46,8 @@ from typing import TYPE_CHECKING, Any
 
 from tito_audit.replay.divergence import Divergence
 from tito_audit.replay.schema import RecordError
-from tito_audit.trainer.guard import GuardFailure, GuardResult, OnFail, TitoGuardError, check_batch, tokenizer_stops
+from tito_audit.trainer.guard import GuardFailure, GuardResult, OnFail, TitoGuardError, check_batch
+from tito_audit.trainer.tokenizer_reading import tokenizer_stops
 from tito_audit.trainer.writer import LogWriter, per_rank_path
 
 EPISODE_FIELD = "tito_episode"  # the rollout's extra field, and the batch key the mixin attaches to each row
