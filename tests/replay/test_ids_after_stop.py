@@ -257,6 +257,21 @@ def test_an_untrained_id_after_the_stop_logged_with_the_turn_is_no_sample_droppe
     assert checked > 10
 
 
+def glued_to_the_final_turn(p, end: int, tail: list[int], replaced: int = 0) -> dict | None:  # type: ignore[no-untyped-def]
+    """The record of episode ``p`` whose final turn ends on ``end``, with ``tail`` logged after it with the turn and
+    trained (``replaced``: how many of the turn's last ids give way to ``tail``); None where the turn ends otherwise."""
+    record = with_engine_prompts(log_episode(p, "correct", p.scenario.id).record, p)
+    last = record["turns"][-1]
+    if not last["ids"] or last["ids"][-1] != end:
+        return None
+    cut = len(last["ids"]) - replaced
+    at = len(last["prompt_ids"]) + cut
+    last["ids"], last["logprobs"] = [*last["ids"][:cut], *tail], [*last["logprobs"][:cut], *[-0.01] * len(tail)]
+    record["input_ids"] = [*record["input_ids"][:at], *tail]
+    record["loss_mask"] = [*record["loss_mask"][:at], *[1] * len(tail)]
+    return record
+
+
 def test_check_batch_takes_the_template_s_turn_end_from_a_tokenizer_and_says_when_it_has_no_stops(plays):
     """Red team 53: Gemma's eos is not its turn end: ``tokenizer=`` alone missed ``<end_of_turn><eos>`` trained as
     sampled, and called the batch complete. The stops now come from the tokenizer's chat template too; without a
@@ -264,17 +279,7 @@ def test_check_batch_takes_the_template_s_turn_end_from_a_tokenizer_and_says_whe
     loaded, ctx, played = plays(GEMMA, 0.0, 5)
     eos = loaded.tokenizer.eos_token_id
     end = next(i for i in ctx.stop_ids if i != eos)
-    rows = []
-    for p in played:
-        record = with_engine_prompts(log_episode(p, "correct", p.scenario.id).record, p)
-        last = record["turns"][-1]
-        if not last["ids"] or last["ids"][-1] != end:
-            continue
-        stop_at = len(last["prompt_ids"]) + len(last["ids"])
-        last["ids"], last["logprobs"] = [*last["ids"], eos], [*last["logprobs"], -0.01]
-        record["input_ids"] = [*record["input_ids"][:stop_at], eos]
-        record["loss_mask"] = [*record["loss_mask"][:stop_at], 1]
-        rows.append(record)
+    rows = [r for p in played if (r := glued_to_the_final_turn(p, end, [eos])) is not None]
     assert len(rows) > 10
     found = check_batch(rows, on_fail="return", tokenizer=loaded.tokenizer)
     assert len(found.failures) == len(rows) and all("after the stop" in f.divergence.message for f in found.failures)
@@ -295,17 +300,8 @@ def test_check_batch_stops_on_the_eos_ids_of_the_generation_config_beside_the_to
     loaded, _, played = plays(QWEN, 0.0, 5)
     tok = loaded.tokenizer
     im_end, text_end = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
-    rows = []
-    for p in played:
-        record = with_engine_prompts(log_episode(p, "correct", p.scenario.id).record, p)
-        last = record["turns"][-1]
-        if not last["ids"] or last["ids"][-1] != im_end:
-            continue
-        stop_at = len(last["prompt_ids"]) + len(last["ids"]) - 1
-        last["ids"], last["logprobs"] = [*last["ids"][:-1], text_end, im_end], [*last["logprobs"], -0.01]
-        record["input_ids"] = [*record["input_ids"][:stop_at], text_end, im_end]
-        record["loss_mask"] = [*record["loss_mask"][:stop_at], 1, 1]
-        rows.append(record)
+    # the engine stopped on <|endoftext|> where the template's <|im_end|> stood; the loop glued <|im_end|> after it
+    rows = [r for p in played if (r := glued_to_the_final_turn(p, im_end, [text_end, im_end], replaced=1)) is not None]
     assert len(rows) > 10
     folder = tmp_path / "qwen"
     folder.mkdir()

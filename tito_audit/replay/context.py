@@ -7,7 +7,7 @@ beyond the TITO check is switched on.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -15,7 +15,7 @@ from tito_audit.errors import RenderError
 from tito_audit.rendering.guard import REPLAY_LIMITS
 from tito_audit.rendering.renderer import Renderer
 from tito_audit.replay.drift import date_positions
-from tito_audit.replay.next_message import NextMessage
+from tito_audit.replay.next_message import NextMessage, plain_decode
 from tito_audit.replay.schema import Episode, RecordError
 from tito_audit.rollout.stop import stop_token_ids
 from tito_audit.rollout.tokens import common_prefix_len
@@ -68,7 +68,7 @@ class ReplayContext:
             renderer = renderer.with_date(date)
         stops = list(stop_token_ids(model.tokenizer, renderer, getattr(model, "generation_eos_ids", None) or ()))
         tok = model.tokenizer
-        following = replace(next_message(renderer, stops), decode=_plain_decode(tok))
+        following = replace(next_message(renderer, stops), decode=plain_decode(tok))
         return cls(
             renderer,
             stops,
@@ -158,14 +158,12 @@ def next_message(renderer: Renderer, stop_ids: Sequence[int]) -> NextMessage:
     openers: list[str] = []
     for probe, payload in ((_NEXT_USER, "Again"), (_TOOL_PROBE, "cold")):
         try:
-            before_ids = renderer.render_ids(probe[:-1])
-            after_ids = renderer.render_ids(probe, add_generation_prompt=True)
+            delta = _appended_ids(renderer, probe)
             before = renderer.render(probe[:-1])
             after = renderer.render(probe, add_generation_prompt=True)
         except RenderError:
             continue
-        if after_ids[: len(before_ids)] == before_ids:
-            headers.update(i for i in after_ids[len(before_ids) :] if i in control and i not in stops)
+        headers.update(i for i in delta or () if i in control and i not in stops)
         if after.startswith(before) and payload in after[len(before) :]:
             head = after[len(before) :].split(payload, 1)[0]
             for text in stop_texts:
@@ -181,12 +179,6 @@ def next_message(renderer: Renderer, stop_ids: Sequence[int]) -> NextMessage:
 
 
 _NEXT_USER: list[dict[str, Any]] = [*_MARK_PROBES[1], {"role": "user", "content": "Again"}]
-
-
-def _plain_decode(tokenizer: Any) -> Callable[[Sequence[int]], str]:
-    """The tokenizer's own decode, special tokens kept: the ids after a turn are decoded once, not kept in the
-    renderer's cache of decodes."""
-    return lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False)
 
 
 def header_ids(renderer: Renderer, stop_ids: Sequence[int]) -> frozenset[int]:
@@ -226,14 +218,14 @@ def message_openings(renderer: Renderer, stop_ids: Sequence[int]) -> tuple[tuple
     deltas = []
     for probe in (_MARK_PROBES[0], _TOOL_PROBE):
         try:
-            before = renderer.render_ids(probe[:-1]) if len(probe) > 1 else []
-            after = renderer.render_ids(probe, add_generation_prompt=True)
+            delta = _appended_ids(renderer, probe)
             if len(probe) > 1:
-                assistant.update(before[len(renderer.render_ids(probe[:-2], add_generation_prompt=True)) :])
+                call = renderer.render_ids(probe[:-1])
+                assistant.update(call[len(renderer.render_ids(probe[:-2], add_generation_prompt=True)) :])
         except RenderError:
             continue
-        if after[: len(before)] == before:
-            deltas.append(after[len(before) :])
+        if delta is not None:
+            deltas.append(delta)
     try:
         head = renderer.render_ids(_MARK_PROBES[0], add_generation_prompt=True)
         assistant.update(renderer.render_ids(_MARK_PROBES[1])[len(head) :])
@@ -249,6 +241,15 @@ def message_openings(renderer: Renderer, stop_ids: Sequence[int]) -> tuple[tuple
         if last is not None and headers:
             out.append((headers, tuple(delta[last:])))
     return tuple(out)
+
+
+def _appended_ids(renderer: Renderer, probe: list[dict[str, Any]]) -> list[int] | None:
+    """The ids the template adds, with the generation prompt, when ``probe``'s last message is appended to the
+    rest rendered without one; None where the rest is not a prefix (the template rewrites it). A render's failure
+    is raised (``RenderError``)."""
+    before = renderer.render_ids(probe[:-1]) if len(probe) > 1 else []
+    after = renderer.render_ids(probe, add_generation_prompt=True)
+    return after[len(before) :] if after[: len(before)] == before else None
 
 
 MARK_WINDOW = 8  # a log's sequence opens with the template's first control token within this many ids

@@ -18,6 +18,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+
+def plain_decode(tokenizer: Any) -> Callable[[Sequence[int]], str]:
+    """The tokenizer's own decode, special tokens kept, for ``NextMessage.decode``: the ids after a turn are decoded
+    once, not kept in a renderer's cache of decodes, and the function holds only the tokenizer."""
+
+    def decode(ids: Sequence[int]) -> str:
+        return str(tokenizer.decode(list(ids), skip_special_tokens=False))
+
+    return decode
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from tito_audit.errors import kind_of
 from tito_audit.replay.compare import against_sampled
 from tito_audit.replay.divergence import Divergence, classify, run_text, window
 from tito_audit.replay.environment import (
@@ -49,7 +50,7 @@ from tito_audit.replay.environment import (
     untrained_after_stop,
 )
 from tito_audit.replay.id_diff import align
-from tito_audit.replay.next_message import NextMessage
+from tito_audit.replay.next_message import NextMessage, plain_decode
 from tito_audit.replay.schema import SampledTurn
 from tito_audit.rollout.tokens import find_run
 from tito_audit.sources.given import TokenizerParts, tokenizer_parts
@@ -163,7 +164,7 @@ def _rows(batch: Any) -> list[Any]:
             raise BatchItemError(f"columns {names} do not have one entry per row of input_ids ({n})")
         return [{k: (v[i] if isinstance(v, list) else v) for k, v in cols.items()} for i in range(n)]
     if isinstance(batch, str | bytes) or not isinstance(batch, Iterable):
-        raise BatchItemError(f"a batch is a list of items or a mapping of columns, not {type(batch).__name__}")
+        raise BatchItemError(f"a batch is a list of items or a mapping of columns, not {kind_of(batch)}")
     return list(batch)
 
 
@@ -258,10 +259,7 @@ class _Decoding:
         if tokenizer is None:
             return cls(stop_ids=stop_ids)
         stops, following = tokenizer_reading(tokenizer, given.chat_template, given.generation_eos_ids)
-
-        def decode(ids: Sequence[int]) -> str:
-            return str(tokenizer.decode(list(ids), skip_special_tokens=False))
-
+        decode = plain_decode(tokenizer)
         return cls(
             decode,
             stop_ids or stops,
