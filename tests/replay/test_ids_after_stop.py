@@ -314,6 +314,42 @@ def test_check_batch_stops_on_the_eos_ids_of_the_generation_config_beside_the_to
     assert len(found.failures) == len(rows) and all("after the stop" in f.divergence.message for f in found.failures)
 
 
+def test_the_generation_config_is_read_from_the_hub_cache_for_a_tokenizer_loaded_by_repo_id(
+    plays, tmp_path, monkeypatch
+):
+    """The Hub branch of the test above: a caller's ``AutoTokenizer.from_pretrained("Qwen/...")`` names a repo id,
+    not a folder; its cached snapshot's generation_config.json gives the engine's eos ids, read from the cache the
+    tokenizer was loaded from (nothing downloaded). The shared cache holds neither that file nor the config.json
+    ``AutoTokenizer`` needs for a repo id, so its snapshot is copied into a cache of the test's own and they are added
+    there."""
+    from huggingface_hub import constants
+    from transformers import AutoTokenizer
+
+    from tests.conftest import snapshot
+    from tito_audit.sources.load import generation_eos_ids_beside
+
+    loaded, _, played = plays(QWEN, 0.0, 5)
+    im_end, text_end = (loaded.tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>"))
+    rows = [r for p in played if (r := glued_to_the_final_turn(p, im_end, [text_end, im_end], replaced=1)) is not None]
+    repo = tmp_path / "hub" / f"models--{QWEN.replace('/', '--')}"
+    files = repo / "snapshots" / "0123456789abcdef0123456789abcdef01234567"
+    files.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(files.name)
+    for f in snapshot(QWEN).iterdir():
+        (files / f.name).write_bytes(f.read_bytes())
+    (files / "config.json").write_text('{"model_type": "qwen2"}')  # AutoTokenizer reads it for a repo id; no eos
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    tok = AutoTokenizer.from_pretrained(QWEN, cache_dir=str(tmp_path / "hub"))
+    assert tok.name_or_path == QWEN and generation_eos_ids_beside(tok) == ()
+    assert check_batch(rows, on_fail="return", tokenizer=tok).ok
+    (files / "generation_config.json").write_text(f'{{"eos_token_id": [{im_end}, {text_end}]}}')
+    tok = AutoTokenizer.from_pretrained(QWEN, cache_dir=str(tmp_path / "hub"))
+    assert generation_eos_ids_beside(tok) == (im_end, text_end)
+    found = check_batch(rows, on_fail="return", tokenizer=tok)
+    assert len(found.failures) == len(rows) and all("after the stop" in f.divergence.message for f in found.failures)
+
+
 def merged_turns(record: dict, stops) -> dict | None:  # type: ignore[no-untyped-def]
     """Red team 54: a loop that logs turn 0, the tool result and turn 1 as one response (verl-style) and trains only
     up to turn 0's stop: the policy's second answer is sampled and never trained."""
