@@ -132,7 +132,13 @@ def _run_once(cmd: list[str], timeout: float, sample: bool, sample_s: float = 0.
     return result
 
 
+# the libraries a figure depends on: a release can change what a render or a scan costs (and its verdicts)
+MEASURED_LIBRARIES = ("tito-audit", "transformers", "tokenizers", "jinja2", "hypothesis", "huggingface_hub", "torch")
+
+
 def machine() -> dict[str, Any]:
+    """Where and on what a figure was measured: the machine, its load, the checkout's commit (``-dirty`` with
+    uncommitted changes) and the installed releases of the libraries it depends on."""
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {
         "cpus": os.cpu_count(),
@@ -140,7 +146,32 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "load_average_at_start": [round(x, 2) for x in load] if load else None,
         "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "commit": _commit(),
+        "libraries": _libraries(),
     }
+
+
+def _commit() -> str | None:
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True)
+    except OSError:
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def _libraries() -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for name in MEASURED_LIBRARIES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
 
 
 def write(name: str, data: dict[str, Any]) -> Path:
