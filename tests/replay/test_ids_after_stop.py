@@ -272,6 +272,21 @@ def glued_to_the_final_turn(p, end: int, tail: list[int], replaced: int = 0) -> 
     return record
 
 
+def each_named_after_the_stop(found, rows: list) -> bool:  # type: ignore[no-untyped-def]
+    """Whether the guard failed every row, each for ids trained after the stop."""
+    return len(found.failures) == len(rows) and all("after the stop" in f.divergence.message for f in found.failures)
+
+
+def qwen_end_of_text_glued(plays) -> tuple[list[dict], int, int]:  # type: ignore[no-untyped-def]
+    """Red team 55's rows: Qwen2.5's engine stopped on ``<|endoftext|>`` (its generation config's eos) where the
+    template's ``<|im_end|>`` stood, and the loop glued ``<|im_end|>`` after it and trained it; with the two ids."""
+    loaded, _, played = plays(QWEN, 0.0, 5)
+    im_end, text_end = (loaded.tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>"))
+    rows = [r for p in played if (r := glued_to_the_final_turn(p, im_end, [text_end, im_end], replaced=1)) is not None]
+    assert len(rows) > 10
+    return rows, im_end, text_end
+
+
 def test_check_batch_takes_the_template_s_turn_end_from_a_tokenizer_and_says_when_it_has_no_stops(plays):
     """Red team 53: Gemma's eos is not its turn end: ``tokenizer=`` alone missed ``<end_of_turn><eos>`` trained as
     sampled, and called the batch complete. The stops now come from the tokenizer's chat template too; without a
@@ -282,7 +297,7 @@ def test_check_batch_takes_the_template_s_turn_end_from_a_tokenizer_and_says_whe
     rows = [r for p in played if (r := glued_to_the_final_turn(p, end, [eos])) is not None]
     assert len(rows) > 10
     found = check_batch(rows, on_fail="return", tokenizer=loaded.tokenizer)
-    assert len(found.failures) == len(rows) and all("after the stop" in f.divergence.message for f in found.failures)
+    assert each_named_after_the_stop(found, rows)
     blind = check_batch(rows, on_fail="return")
     assert blind.ok and not blind.complete
     assert any(n.startswith("ids after the stop not checked") for n in blind.not_checked)
@@ -297,12 +312,7 @@ def test_check_batch_stops_on_the_eos_ids_of_the_generation_config_beside_the_to
 
     from tests.conftest import snapshot
 
-    loaded, _, played = plays(QWEN, 0.0, 5)
-    tok = loaded.tokenizer
-    im_end, text_end = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
-    # the engine stopped on <|endoftext|> where the template's <|im_end|> stood; the loop glued <|im_end|> after it
-    rows = [r for p in played if (r := glued_to_the_final_turn(p, im_end, [text_end, im_end], replaced=1)) is not None]
-    assert len(rows) > 10
+    rows, im_end, text_end = qwen_end_of_text_glued(plays)
     folder = tmp_path / "qwen"
     folder.mkdir()
     for f in snapshot(QWEN).iterdir():
@@ -311,7 +321,7 @@ def test_check_batch_stops_on_the_eos_ids_of_the_generation_config_beside_the_to
     assert blind.ok, blind.failures[:1]  # what the tokenizer alone knows: <|im_end|> ends each turn
     (folder / "generation_config.json").write_text(f'{{"eos_token_id": [{im_end}, {text_end}]}}')
     found = check_batch(rows, on_fail="return", tokenizer=AutoTokenizer.from_pretrained(str(folder)))
-    assert len(found.failures) == len(rows) and all("after the stop" in f.divergence.message for f in found.failures)
+    assert each_named_after_the_stop(found, rows)
 
 
 def test_the_generation_config_is_read_from_the_hub_cache_for_a_tokenizer_loaded_by_repo_id(
@@ -328,9 +338,7 @@ def test_the_generation_config_is_read_from_the_hub_cache_for_a_tokenizer_loaded
     from tests.conftest import snapshot
     from tito_audit.sources.load import generation_eos_ids_beside
 
-    loaded, _, played = plays(QWEN, 0.0, 5)
-    im_end, text_end = (loaded.tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>"))
-    rows = [r for p in played if (r := glued_to_the_final_turn(p, im_end, [text_end, im_end], replaced=1)) is not None]
+    rows, im_end, text_end = qwen_end_of_text_glued(plays)
     repo = tmp_path / "hub" / f"models--{QWEN.replace('/', '--')}"
     files = repo / "snapshots" / "0123456789abcdef0123456789abcdef01234567"
     files.mkdir(parents=True)
@@ -344,10 +352,10 @@ def test_the_generation_config_is_read_from_the_hub_cache_for_a_tokenizer_loaded
     assert tok.name_or_path == QWEN and generation_eos_ids_beside(tok) == ()
     assert check_batch(rows, on_fail="return", tokenizer=tok).ok
     (files / "generation_config.json").write_text(f'{{"eos_token_id": [{im_end}, {text_end}]}}')
-    tok = AutoTokenizer.from_pretrained(QWEN, cache_dir=str(tmp_path / "hub"))
+    tok = AutoTokenizer.from_pretrained(QWEN, cache_dir=str(tmp_path / "hub"))  # a new one: the guard reads each once
     assert generation_eos_ids_beside(tok) == (im_end, text_end)
     found = check_batch(rows, on_fail="return", tokenizer=tok)
-    assert len(found.failures) == len(rows) and all("after the stop" in f.divergence.message for f in found.failures)
+    assert each_named_after_the_stop(found, rows)
 
 
 def merged_turns(record: dict, stops) -> dict | None:  # type: ignore[no-untyped-def]
