@@ -43,6 +43,7 @@ from tito_audit.rendering.compared_literals import compared_literals
 from tito_audit.rendering.guard import RenderLimits, RenderTimeout, harden_environment, render_limits
 from tito_audit.rendering.hazards import Hazard, find_hazards
 from tito_audit.rendering.message_reads import MessageReads, read_messages
+from tito_audit.rendering.read_keys import read_keys
 from tito_audit.rendering.sandbox_decisions import memoize_decisions
 from tito_audit.rendering.switch_reads import read_switches
 from tito_audit.rendering.tree_order import descendants
@@ -358,6 +359,15 @@ def template_compared_literals(template: str) -> tuple[str, ...]:
     not parse or its tree cannot be walked. Read for the search only (the scan plays none): not one of the facts."""
     try:
         return compared_literals(compiled_template(template).environment.parse(template))
+    except Exception:
+        return ()
+
+
+def template_read_keys(template: str) -> tuple[str, ...]:
+    """The names the template reads as keys (``read_keys``); nothing where it does not parse or its tree cannot be
+    walked. Read for the search only (the scan plays none): not one of the facts."""
+    try:
+        return read_keys(compiled_template(template).environment.parse(template))
     except Exception:
         return ()
 

@@ -24,7 +24,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from tito_audit.audit.other_roles import other_roles, renders
-from tito_audit.rendering.analysis import message_reads, template_compared_literals
+from tito_audit.rendering.analysis import message_reads, template_compared_literals, template_read_keys
 from tito_audit.scenarios.reach import long_line, long_text
 from tito_audit.scenarios.spec import Message
 
@@ -130,7 +130,7 @@ class SearchSpace:
     (Llama 3's refuses any number of calls but one); ``roles``: roles beside system (``OTHER_ROLES``) the template
     names and renders, sent mid-conversation; ``after_results``: the messages of ``AFTER_RESULTS`` and of those
     ``roles`` the template renders right after a call turn's results, in their append (each probed on a catalogue
-    conversation)."""
+    conversation); ``read_keys``: the names it reads as keys (``rendering.read_keys``)."""
 
     texts: tuple[str, ...] = TEXTS
     reasoning: bool = False
@@ -167,6 +167,9 @@ class SearchSpace:
     # ``{'None': 'null'}.get(c)``: ``compared_literals``), then hex digits as long as each length it tests text with
     # (``c|length == 40``), as a digest or an id is
     whole_results: tuple[str, ...] = ()
+    # the names the template reads as keys (``arguments.file_path``): the sweep of repeated values calls tools with
+    # them and repeats their values in later turns (``repeats``)
+    read_keys: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, ctx: AuditContext) -> SearchSpace:
@@ -198,6 +201,7 @@ class SearchSpace:
             text_with_reasoning=not reasoning.mode or renders(ctx, _call_text_with_reasoning),
             system=" ".join((SYSTEM, *literals)),
             whole_results=_whole_results(ctx),
+            read_keys=template_read_keys(ctx.model.chat_template or "") if ctx.engine.is_template else (),
         )
 
 

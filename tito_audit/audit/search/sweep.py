@@ -56,7 +56,9 @@ the declarations: a template that rewrites an earlier call by its tool's schema 
 (``forms.sweep_forms``) sends content in the forms clients send and no other conversation does: several text parts,
 an image, arguments pretty-printed or cut off, a terminal's and a file's invisible characters. A ninth
 (``outputs.sweep_outputs``) returns what tools print, in the formats they print it (a CSV export, a diff, an HTTP
-response, a token...), a result a turn, and the words the template compares a whole text with.
+response, a token...), a result a turn, and the words the template compares a whole text with. A tenth
+(``repeats.sweep_repeats``) calls a file tool and a shell tool with every key the template reads by name and calls
+them again with the same values in later turns, as an agent reads a file again after editing it.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ from typing import Any
 from tito_audit.audit.search.conversations import SHORT, SWEEP, declarations, placed, sweep_turn, tool_call
 from tito_audit.audit.search.forms import sweep_forms
 from tito_audit.audit.search.outputs import sweep_outputs
+from tito_audit.audit.search.repeats import sweep_repeats
 from tito_audit.audit.search.schemas import sweep_schemas
 from tito_audit.audit.search.space import CALL_TEXTS, EDGES, LONG, NAME_SHAPES, TEXTS, SearchSpace
 from tito_audit.scenarios.searched import Conversation, Message
@@ -83,8 +86,8 @@ def sweeps(space: SearchSpace) -> list[Conversation]:
     """The sweep of values (``sweep``), of texts and shapes (``sweep_texts``), of call ids (``sweep_ids``), of
     assistant turns in a row (``sweep_turns``), of answers and user turns (``sweep_answers``), a coding agent's
     episode (``sweep_agent``), calls that disagree with their tools' schemas (``schemas.sweep_schemas``), content in
-    the forms clients send (``forms.sweep_forms``), then what tools print (``outputs.sweep_outputs``): ``_SWEEPS``,
-    in order."""
+    the forms clients send (``forms.sweep_forms``), what tools print (``outputs.sweep_outputs``), then values that
+    come back in later calls (``repeats.sweep_repeats``): ``_SWEEPS``, in order."""
     return [build(space) for _, build in _SWEEPS]
 
 
@@ -330,6 +333,7 @@ _SWEEPS: tuple[tuple[str, Callable[[SearchSpace], Conversation]], ...] = (
     ("schemas", sweep_schemas),
     ("forms", sweep_forms),
     ("outputs", sweep_outputs),
+    ("repeats", sweep_repeats),
 )
 SWEEP_NAMES = tuple(name for name, _ in _SWEEPS)
 
