@@ -20,8 +20,10 @@ phone (curly quotes, an ellipsis, a skin tone, a zero-width non-joiner, full-wid
 as a user turn (``/clear``): every result, answer and user turn then history. Red team 29 added what agents' tools
 print (a PDF's ligatures and bullets, JSON with ``NaN``, a Playwright snapshot's ``[ref=]``, OpenHands' exit
 footer, an e-mail's signature and quote, a help desk's reply line, Slack's mentions, Persian and Arabic text, a call
-named with its API's ``functions.`` prefix). A sweep of its own, not a part of the sweep
-of content forms: each sweep is played cut after each block, so its renders grow with the square of its blocks.
+named with its API's ``functions.`` prefix). Red team 62 added a failure as agent SDKs report it ("An error
+occurred while running the tool. Please try again. Error: ...") and the model's retry. A sweep of its own, not a
+part of the sweep of content forms: each sweep is played cut after each block, so its renders grow with the square
+of its blocks.
 """
 
 from __future__ import annotations
@@ -90,6 +92,15 @@ TOOL_OUTPUTS: tuple[tuple[str, dict[str, Any], str], ...] = (
     ("slack_history", {"channel": "C024BE91L"}, "<!channel> deploy at 5pm, <@U024BE7LH> please review"),
     ("fetch_page", {"url": "https://example.com/fa"}, "می\u200cخواهم — مَرْحَبًا ـ （注意）：是，"),
     ("functions.get_weather", {"city": "Paris"}, "Sunny, 21 C."),  # a name with its API's prefix (Kimi, vLLM)
+    # red team 62: a tool's failure as agent SDKs hand it to the model (the OpenAI Agents SDK's default error text),
+    # then the model's retry with other arguments: a template may shorten a failed attempt once a later call follows
+    (
+        "read_file",
+        {"path": "src/mian.py"},
+        "An error occurred while running the tool. Please try again. Error: [Errno 2] No such file or directory: "
+        "'src/mian.py'",
+    ),
+    ("read_file", {"path": "src/main.py"}, "def main():\n    return 1\n"),
     (
         "read_logs",
         {"service": "api"},

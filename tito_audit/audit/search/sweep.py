@@ -40,7 +40,8 @@ then an exchange of an answer and a user turn per core. Each answer is rendered 
 generation prompt (the episode as it ends there: a model that answers without a call ends its rollout; the render
 that gives the simulator its sampled turn), and the loop appends each user turn with the generation prompt. A
 template that rewrites the history only while the last message is an answer, or a user turn, that says a certain
-thing (an error, a refusal) breaks on it; its counterexample keeps the exchanges that break it.
+thing (an error, a refusal) breaks on it; its counterexample keeps the exchanges that break it. Its last user turn
+quotes the first line of the answer before it in Markdown (``> ...``), as chat clients quote.
 
 A sixth (``sweep_agent``) plays a coding agent's episode as its harness sends it: a system prompt that says what the
 model is, tools declared as such harnesses declare them (a shell tool described as one, a file tool whose parameter
@@ -58,7 +59,9 @@ an image, arguments pretty-printed or cut off, a terminal's and a file's invisib
 (``outputs.sweep_outputs``) returns what tools print, in the formats they print it (a CSV export, a diff, an HTTP
 response, a token...), a result a turn, and the words the template compares a whole text with. A tenth
 (``repeats.sweep_repeats``) calls a file tool and a shell tool with every key the template reads by name and calls
-them again with the same values in later turns, as an agent reads a file again after editing it.
+them again with the same values in later turns, as an agent reads a file again after editing it. An eleventh
+(``context.sweep_context``) reads files of 4,000 to 64,000 characters, one a turn, past what a harness that
+compacts its context at some total keys on.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from tito_audit.audit.search.context import sweep_context
 from tito_audit.audit.search.conversations import SHORT, SWEEP, declarations, placed, sweep_turn, tool_call
 from tito_audit.audit.search.forms import sweep_forms
 from tito_audit.audit.search.outputs import sweep_outputs
@@ -86,8 +90,9 @@ def sweeps(space: SearchSpace) -> list[Conversation]:
     """The sweep of values (``sweep``), of texts and shapes (``sweep_texts``), of call ids (``sweep_ids``), of
     assistant turns in a row (``sweep_turns``), of answers and user turns (``sweep_answers``), a coding agent's
     episode (``sweep_agent``), calls that disagree with their tools' schemas (``schemas.sweep_schemas``), content in
-    the forms clients send (``forms.sweep_forms``), what tools print (``outputs.sweep_outputs``), then values that
-    come back in later calls (``repeats.sweep_repeats``): ``_SWEEPS``, in order."""
+    the forms clients send (``forms.sweep_forms``), what tools print (``outputs.sweep_outputs``), values that come
+    back in later calls (``repeats.sweep_repeats``), then a large context (``context.sweep_context``): ``_SWEEPS``,
+    in order."""
     return [build(space) for _, build in _SWEEPS]
 
 
@@ -247,8 +252,17 @@ def sweep_answers(space: SearchSpace) -> Conversation:
     ]
     for k, text in enumerate(texts):
         messages += [sweep_turn(space, text, k=k), {"role": "user", "content": texts[(k + 1) % len(texts)]}]
+    # an answer of two lines, then a user who quotes its first in Markdown, as chat clients quote (red team 62: a
+    # template that cuts an earlier answer to the line a later user turn quotes)
+    messages += [
+        sweep_turn(space, QUOTED_ANSWER, k=0),
+        {"role": "user", "content": f"> {QUOTED_ANSWER.splitlines()[0]}\n\nWhere do I change it?"},
+    ]
     messages.append(sweep_turn(space, "It is sunny in Paris.", k=1))
     return Conversation(tuple(messages), declarations(messages), ())
+
+
+QUOTED_ANSWER = "The default timeout is 30 seconds.\nIt can be raised in config.toml."
 
 
 # A coding agent's harness, as such loops declare it: a system prompt that says what the model is, a shell tool
@@ -334,6 +348,7 @@ _SWEEPS: tuple[tuple[str, Callable[[SearchSpace], Conversation]], ...] = (
     ("forms", sweep_forms),
     ("outputs", sweep_outputs),
     ("repeats", sweep_repeats),
+    ("context", sweep_context),
 )
 SWEEP_NAMES = tuple(name for name, _ in _SWEEPS)
 
