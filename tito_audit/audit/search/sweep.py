@@ -60,7 +60,7 @@ an image, arguments pretty-printed or cut off, a terminal's and a file's invisib
 response, a token...), a result a turn, and the words the template compares a whole text with. A tenth
 (``repeats.sweep_repeats``) calls a file tool and a shell tool with every key the template reads by name and calls
 them again with the same values in later turns, as an agent reads a file again after editing it. An eleventh
-(``context.sweep_context``) reads files of 4,000 to 64,000 characters, one a turn, past what a harness that
+(``context.sweep_context``) reads a file of 4,000 characters and then one of 120,000, past what a harness that
 compacts its context at some total keys on.
 """
 
