@@ -12,7 +12,7 @@ could name it:
 
 On 1cb1539 each was a clean SAFE (exit 0, nothing named), also with ``--search 100 --search-seed 1``: no
 conversation of the search grew past about twenty thousand characters, returned that error text or quoted an
-answer. The sweep of a large context (``context.sweep_context``: files of 4,000 and 120,000 characters), the sweep of
+answer. The sweep of a large context (``context.sweep_context``: files of 4,000 and 60,000 characters), the sweep of
 what tools print (the SDK's error, then a retry) and the sweep of answers (a quoted line) send them now.
 """
 

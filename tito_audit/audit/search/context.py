@@ -6,12 +6,13 @@ built such a budget at run time (``'%d000'|format(20)|int`` characters) and wrot
 ``{% if %}``, so that neither a number of its code nor template coverage could name it; no conversation of the search
 grew past about twenty thousand characters, and the template was a clean SAFE.
 
-So one sweep (``sweep_context``) reads a short file, then a long one (``CONTEXT_FILES``: 124,000 characters in all,
-about thirty thousand tokens, what a coding agent reads in a few turns), then answers, and a user turn and another
-answer follow: once the long one is appended, the short one is history past any total under that. Two reads, not
-more: a sweep is played cut after each block, and its renders count against the search's share of the characters a
-template may render (with five reads doubling in size, Llama 3.2's search ran out of its share after 24 of its 40
-conversations). A budget past that total is still not met.
+So one sweep (``sweep_context``) reads a short file, then a long one (``CONTEXT_FILES``: 64,000 characters in all,
+about sixteen thousand tokens, what a coding agent reads in a few turns), then answers, and a user turn and another
+answer follow: once the long one is appended, the short one is history past any total under that. Two reads of that
+size, not more: a sweep is played cut after each block, and its renders count against the search's share of the
+characters a template may render (with five reads doubling to 124,000 characters, Llama 3.2's search ran out of its
+share after 24 of its 40 conversations; with two reaching 124,000, after 23 on the mutation study's control that
+upper-cases every result). A budget past that total is still not met.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from tito_audit.audit.search.conversations import declarations, placed, sweep_tu
 from tito_audit.audit.search.space import SearchSpace
 from tito_audit.scenarios.searched import Conversation, Message
 
-# The sizes of the files read, in characters: 124,000 in all
-CONTEXT_FILES: tuple[int, ...] = (4_000, 120_000)
+# The sizes of the files read, in characters: 64,000 in all
+CONTEXT_FILES: tuple[int, ...] = (4_000, 60_000)
 # A module's source as long as the largest file (every line another, as a file's lines are), cut to each size
 SOURCE = "".join(f"def handler_{i}(event):\n    return event.get({i})\n\n" for i in range(max(CONTEXT_FILES) // 40))
 

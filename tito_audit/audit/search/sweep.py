@@ -41,7 +41,8 @@ generation prompt (the episode as it ends there: a model that answers without a 
 that gives the simulator its sampled turn), and the loop appends each user turn with the generation prompt. A
 template that rewrites the history only while the last message is an answer, or a user turn, that says a certain
 thing (an error, a refusal) breaks on it; its counterexample keeps the exchanges that break it. Its last user turn
-quotes the first line of the answer before it in Markdown (``> ...``), as chat clients quote.
+quotes the first line of the answer before it in Markdown (``> ...``), as chat clients quote, appended with a
+message of each role beside system the template renders (``SearchSpace.roles``: OpenAI's developer).
 
 A sixth (``sweep_agent``) plays a coding agent's episode as its harness sends it: a system prompt that says what the
 model is, tools declared as such harnesses declare them (a shell tool described as one, a file tool whose parameter
@@ -60,7 +61,7 @@ an image, arguments pretty-printed or cut off, a terminal's and a file's invisib
 response, a token...), a result a turn, and the words the template compares a whole text with. A tenth
 (``repeats.sweep_repeats``) calls a file tool and a shell tool with every key the template reads by name and calls
 them again with the same values in later turns, as an agent reads a file again after editing it. An eleventh
-(``context.sweep_context``) reads a file of 4,000 characters and then one of 120,000, past what a harness that
+(``context.sweep_context``) reads a file of 4,000 characters and then one of 60,000, past what a harness that
 compacts its context at some total keys on.
 """
 
@@ -77,7 +78,7 @@ from tito_audit.audit.search.forms import sweep_forms
 from tito_audit.audit.search.outputs import sweep_outputs
 from tito_audit.audit.search.repeats import sweep_repeats
 from tito_audit.audit.search.schemas import sweep_schemas
-from tito_audit.audit.search.space import CALL_TEXTS, EDGES, LONG, NAME_SHAPES, TEXTS, SearchSpace
+from tito_audit.audit.search.space import AFTER_RESULTS, CALL_TEXTS, EDGES, LONG, NAME_SHAPES, TEXTS, SearchSpace
 from tito_audit.scenarios.searched import Conversation, Message
 
 # A text core of the sweep of texts is played whole up to twice the space's long text: the long ones are there to
@@ -253,10 +254,13 @@ def sweep_answers(space: SearchSpace) -> Conversation:
     for k, text in enumerate(texts):
         messages += [sweep_turn(space, text, k=k), {"role": "user", "content": texts[(k + 1) % len(texts)]}]
     # an answer of two lines, then a user who quotes its first in Markdown, as chat clients quote (red team 62: a
-    # template that cuts an earlier answer to the line a later user turn quotes)
+    # template that cuts an earlier answer to the line a later user turn quotes), appended with a message of each
+    # role beside system the template renders (OpenAI's developer: red team 18's e4, a rewrite while one follows a
+    # later user turn)
     messages += [
         sweep_turn(space, QUOTED_ANSWER, k=0),
         {"role": "user", "content": f"> {QUOTED_ANSWER.splitlines()[0]}\n\nWhere do I change it?"},
+        *({"role": role, "content": AFTER_RESULTS["system"]} for role in space.roles),
     ]
     messages.append(sweep_turn(space, "It is sunny in Paris.", k=1))
     return Conversation(tuple(messages), declarations(messages), ())
