@@ -354,11 +354,18 @@ def template_code(template: str) -> str:
     return str(code)
 
 
+@lru_cache(maxsize=4)
+def _search_tree(template: str) -> nodes.Template:
+    """The template's syntax tree for the search's readings (``template_compared_literals``, ``template_read_keys``):
+    parsed once for both, by the environment it was compiled with. The readings only walk it."""
+    return compiled_template(template).environment.parse(template)
+
+
 def template_compared_literals(template: str) -> tuple[str, ...]:
     """The string constants the template compares a whole text with (``compared_literals``); nothing where it does
     not parse or its tree cannot be walked. Read for the search only (the scan plays none): not one of the facts."""
     try:
-        return compared_literals(compiled_template(template).environment.parse(template))
+        return compared_literals(_search_tree(template))
     except Exception:
         return ()
 
@@ -367,7 +374,7 @@ def template_read_keys(template: str) -> tuple[str, ...]:
     """The names the template reads as keys (``read_keys``); nothing where it does not parse or its tree cannot be
     walked. Read for the search only (the scan plays none): not one of the facts."""
     try:
-        return read_keys(compiled_template(template).environment.parse(template))
+        return read_keys(_search_tree(template))
     except Exception:
         return ()
 
