@@ -10,7 +10,8 @@ value in a later turn. The sweep of repeated values (``search.repeats``) calls t
 carry and those the template reads by name, and repeats them: each is found, and ``doc_id``, which no agent's tool
 list names, only because the template reads it (``rendering.read_keys``).
 
-The control writes every result's ``file_path`` next to it, on every turn alike: a clean SAFE.
+The control writes every result's ``file_path`` next to it, on every turn alike: a clean SAFE. A template that
+refuses every call carrying a ``file_path`` names the sweeps it refused.
 """
 
 from __future__ import annotations
@@ -44,3 +45,13 @@ def test_a_rewrite_keyed_on_a_value_called_again_is_found(name: str, key: str) -
 
 def test_a_value_shown_next_to_every_result_is_a_clean_safe() -> None:
     assert_clean_safe(audited(REPEATS, "file_path_shown_always"))
+
+
+def test_a_template_that_refuses_the_sweeps_calls_names_them_never_a_clean_safe() -> None:
+    """A template that raises on any call carrying a ``file_path``: the coding agent's sweep, the sweep of repeated
+    values and the sweep of a large context each lose the blocks it refuses. What they held is compared nowhere, so
+    the answer names each (SAFE for what was compared, exit 3), never a clean SAFE."""
+    r = audited(REPEATS, "file_path_refused")
+    not_probed = r.scenarios.get("not_probed") or []
+    assert r.verdict == "safe"
+    assert {"search:refused:repeats", "search:refused:context"} <= set(not_probed), not_probed
